@@ -1,0 +1,1 @@
+"""crate_nn: the production PyTorch CRATE (row convention, x is (batch, tokens, dim))."""

@@ -1,0 +1,34 @@
+"""The import rules of ARCHITECTURE.md: crate_theory and crate_nn stay independent implementations."""
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+FORBIDDEN = {
+    "crate_theory": {"torch", "crate_nn", "verify"},
+    "crate_nn": {"crate_theory", "verify"},
+}
+
+
+def _imported_top_level_modules(path: pathlib.Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_package_imports_respect_independence(package):
+    files = sorted((ROOT / package).rglob("*.py"))
+    assert files, f"package {package} has no modules"
+    offenders = {
+        str(f.relative_to(ROOT)): sorted(_imported_top_level_modules(f) & FORBIDDEN[package]) for f in files
+    }
+    offenders = {k: v for k, v in offenders.items() if v}
+    assert not offenders, f"{package} imports what it must not: {offenders}"

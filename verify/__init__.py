@@ -1,0 +1,1 @@
+"""verify: the derivation audit of the CRATE papers (``python -m verify``)."""
