@@ -1,1 +1,28 @@
-"""crate_nn: the production PyTorch CRATE (row convention, x is (batch, tokens, dim))."""
+"""crate_nn: the production PyTorch CRATE (row convention, x is (batch, tokens, dim)).
+
+Modules: `config` (CRATEConfig), `mssa` (MSSA, eqs. 35–37), `ista` (ISTA, eq. 44 and variants), `layers`
+(CRATELayer, CRATEEncoder, CRATEDecoder), `classifier` (CRATEClassifier), `registry` (create_model).
+"""
+from .classifier import CRATEClassifier, PatchEmbed, patchify, resample_pos_embed
+from .config import CRATEConfig
+from .ista import ISTA
+from .layers import CRATEDecoder, CRATEDecoderLayer, CRATEEncoder, CRATELayer
+from .mssa import MSSA
+from .registry import create_model, list_models, model_config
+
+__all__ = [
+    "CRATEClassifier",
+    "CRATEConfig",
+    "CRATEDecoder",
+    "CRATEDecoderLayer",
+    "CRATEEncoder",
+    "CRATELayer",
+    "ISTA",
+    "MSSA",
+    "PatchEmbed",
+    "create_model",
+    "list_models",
+    "model_config",
+    "patchify",
+    "resample_pos_embed",
+]

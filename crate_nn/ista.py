@@ -1,0 +1,72 @@
+"""The sparsification block: one ISTA step on the non-negative LASSO, eqs. (41)–(44), in the row convention.
+
+Eq. (44) for tokens as columns, ``ReLU(Z − ηD*(DZ − Z) − ηλ1)``, becomes for the rows y = Zᵀ (n, d)
+
+    t = y Dᵀ                                   (= (DZ)ᵀ, first product)
+    ISTA(y) = ReLU(y + η (y − t) D − ηλ)       (second product)
+
+two d×d products per token (the authors' code spends three). Variants (``kind``):
+
+* ``"relu"``  eq. (44) (default);
+* ``"soft"``  Table 13: the same gradient step followed by the soft threshold S_{ηλ}(v) = sgn(v)(|v| − ηλ)_+;
+* ``"mm"``    eq. (123): ``ReLU((1 + 4/(9(1+α))) D*Z − 4λ/(9α))``, α = d/(nε²), rows: y D;
+* ``"overcomplete"`` the CRATE-α block: D is (d, m); codes A = ReLU(η y D − ηλ) (one ISTA step started from
+  A = 0), decoded by a separate output dictionary D̂ (d, m): output A D̂ᵀ.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class ISTA(nn.Module):
+    """ISTA block: (batch, n, d) → (batch, n, d).
+
+    Args:
+        dim: d.  eta: η.  lam: λ.
+        kind: ``"relu"`` | ``"soft"`` | ``"mm"`` | ``"overcomplete"`` (see the module docstring).
+        eps: ε in α = d/(nε²) (``kind="mm"`` only).
+        dict_width: m, atoms of the overcomplete dictionary (``kind="overcomplete"`` only; default 4·d).
+
+    Parameters: ``weight`` = D, (d, d) or (d, m); ``out_weight`` = D̂ (d, m) for the overcomplete kind. Both
+    are initialised with ``kaiming_uniform_`` (a = 0), as in the authors' code.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        eta: float = 0.1,
+        lam: float = 0.1,
+        *,
+        kind: str = "relu",
+        eps: float = 1.0,
+        dict_width: int | None = None,
+    ) -> None:
+        super().__init__()
+        if kind not in ("relu", "soft", "mm", "overcomplete"):
+            raise ValueError(f"kind must be 'relu', 'soft', 'mm' or 'overcomplete', got {kind!r}")
+        self.eta, self.lam, self.kind, self.eps = float(eta), float(lam), kind, float(eps)
+        atoms = (dict_width or 4 * dim) if kind == "overcomplete" else dim
+        self.weight = nn.Parameter(torch.empty(dim, atoms))
+        self.out_weight = nn.Parameter(torch.empty(dim, atoms)) if kind == "overcomplete" else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.kaiming_uniform_(self.weight)
+        if self.out_weight is not None:
+            nn.init.kaiming_uniform_(self.out_weight)
+
+    def forward(self, y: torch.Tensor) -> torch.Tensor:
+        D, eta, lam = self.weight, self.eta, self.lam
+        if self.kind in ("relu", "soft"):
+            v = y + eta * ((y - F.linear(y, D)) @ D)  # y + η(y − yDᵀ)D, the gradient step of (44)
+            return F.relu(v - eta * lam) if self.kind == "relu" else F.softshrink(v, eta * lam)
+        if self.kind == "mm":
+            alpha = y.shape[-1] / (y.shape[-2] * self.eps**2)
+            return F.relu((1 + 4 / (9 * (1 + alpha))) * (y @ D) - 4 * lam / (9 * alpha))
+        codes = F.relu(eta * (y @ D) - eta * lam)  # A = ReLU(η D*Z − ηλ), rows (n, m)
+        return F.linear(codes, self.out_weight)  # (D̂ A)ᵀ
+
+    def extra_repr(self) -> str:
+        return f"kind={self.kind}, eta={self.eta}, lam={self.lam}, atoms={self.weight.shape[1]}"
