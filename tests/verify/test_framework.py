@@ -1,0 +1,87 @@
+"""The audit's machinery on stand-in claims: verdict rules, selection, the runner, the report and the exit status."""
+import json
+
+import numpy as np
+import pytest
+
+from verify import verdicts
+from verify.__main__ import audit
+from verify.context import Context
+from verify.numerics import loglog_slope
+from verify.registry import Claim, Result, select
+
+
+def _claim(id, expected_verdict, measure, tags=("demo",)):
+    return Claim(id=id, tags=tags, reference="000 eq. (0)", statement="a statement", measures="a figure",
+                 expected="a threshold, with its reason", expected_verdict=expected_verdict, measure=measure)
+
+
+def _holds(ctx):
+    return Result(measured="err 0", verdict="holds", data={"err": np.float64(0.0), "xs": np.arange(3)})
+
+
+def _fails(ctx):
+    return Result(measured="err 1", verdict="fails")
+
+
+def _raises(ctx):
+    raise RuntimeError("broken measurement")
+
+
+def test_verdict_rules():
+    assert verdicts.at_most(1e-13, 1e-12) == "holds" and verdicts.at_most(1e-11, 1e-12) == "fails"
+    assert verdicts.bound(1.0, 2.25, loose_below=2 / 3) == "loose"
+    assert verdicts.bound(2.0, 2.25, loose_below=2 / 3) == "holds"
+    assert verdicts.bound(2.3, 2.25, loose_below=2 / 3) == "fails"
+    assert verdicts.slope(1.93, 2.0, 0.25) == "holds" and verdicts.slope(1.0, 2.0, 0.25) == "fails"
+    assert verdicts.all_hold("holds", "loose") == "loose" and verdicts.all_hold("loose", "fails") == "fails"
+    with pytest.raises(ValueError, match="NaN"):
+        verdicts.at_most(float("nan"), 1.0)
+
+
+def test_result_rejects_unknown_verdict():
+    with pytest.raises(ValueError, match="verdict must be one of"):
+        Result(measured="x", verdict="maybe")
+
+
+def test_loglog_slope_recovers_a_power_law():
+    x = np.logspace(-3, -1, 5)
+    assert loglog_slope(x, 3 * x**2) == pytest.approx(2.0, abs=1e-12)  # exact power law: slope exact to rounding
+
+
+def test_context_streams_depend_on_seed_and_claim_only(tmp_path):
+    a = Context("quick", 0, "2.1-a", tmp_path).rng.standard_normal(3)
+    again = Context("quick", 0, "2.1-a", tmp_path).rng.standard_normal(3)
+    other = Context("quick", 0, "2.1-b", tmp_path).rng.standard_normal(3)
+    assert np.array_equal(a, again) and not np.array_equal(a, other)
+    assert Context("full", 0, "x", tmp_path).pick(1, 2) == 2
+    with pytest.raises(ValueError, match="mode"):
+        Context("medium", 0, "x", tmp_path)
+
+
+def test_select_by_id_prefix_and_tag():
+    claims = [_claim("2.1-a", "holds", _holds), _claim("2.11-b", "holds", _holds, tags=("mm",))]
+    assert [c.id for c in select(claims, ["2.1"])] == ["2.1-a"]  # 2.1 must not match 2.11
+    assert [c.id for c in select(claims, ["mm"])] == ["2.11-b"]
+    with pytest.raises(ValueError, match="nope"):
+        select(claims, ["nope"])
+
+
+def test_audit_exit_status_and_reports(tmp_path, capsys):
+    ok = [_claim("2.1-a", "holds", _holds), _claim("2.2-b", "fails", _fails)]
+    assert audit(ok, output_dir=tmp_path / "ok", progress=False) == 0
+    report = json.loads((tmp_path / "ok" / "report.json").read_text())
+    assert [c["id"] for c in report["claims"]] == ["2.1-a", "2.2-b"]
+    assert report["claims"][0]["data"] == {"err": 0.0, "xs": [0, 1, 2]}
+    assert report["summary"]["mismatches"] == []
+    assert "2.2-b" in (tmp_path / "ok" / "report.md").read_text()
+    assert "2.1-a" in capsys.readouterr().out
+
+    # a verdict that differs from its expectation, and a measurement that raises: exit 1, report still written
+    bad = [_claim("2.1-a", "loose", _holds), _claim("2.3-c", "holds", _raises)]
+    assert audit(bad, output_dir=tmp_path / "bad", progress=False, echo=False) == 1
+    report = json.loads((tmp_path / "bad" / "report.json").read_text())
+    assert report["summary"]["mismatches"] == ["2.1-a", "2.3-c"]
+    raised = report["claims"][1]
+    assert raised["verdict"] == "error" and "broken measurement" in raised["error"]
+    assert "broken measurement" in (tmp_path / "bad" / "report.md").read_text()

@@ -1,0 +1,62 @@
+"""The measurement context handed to every claim."""
+from __future__ import annotations
+
+import os
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+import numpy as np
+
+MODES = ("quick", "full")
+T = TypeVar("T")
+
+
+def cache_dir() -> Path:
+    """Where the audit caches expensive artefacts (the trained digits checkpoint).
+
+    ``$CRATE_WHITEBOX_CACHE`` if set, else ``$XDG_CACHE_HOME/crate-whitebox``, else ``~/.cache/crate-whitebox``.
+    """
+    if os.environ.get("CRATE_WHITEBOX_CACHE"):
+        return Path(os.environ["CRATE_WHITEBOX_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "crate-whitebox"
+
+
+@dataclass
+class Context:
+    """What a measurement needs: the mode, a per-claim seeded generator and where to put figures.
+
+    ``rng`` is seeded from ``(seed, claim id)``, so a claim measures the same numbers whether it runs alone
+    (``--only``) or within the whole audit. ``torch_seed`` is an integer from the same source for torch.
+    """
+
+    mode: str
+    seed: int
+    claim_id: str
+    output_dir: Path
+    rng: np.random.Generator = field(init=False)
+    torch_seed: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        stream = zlib.crc32(self.claim_id.encode())
+        self.rng = np.random.default_rng([self.seed, stream])
+        self.torch_seed = int(np.random.default_rng([self.seed, stream, 1]).integers(2**31))
+        self.output_dir = Path(self.output_dir)
+
+    @property
+    def quick(self) -> bool:
+        return self.mode == "quick"
+
+    def pick(self, quick: T, full: T) -> T:
+        """``quick`` in quick mode, ``full`` under ``--full``."""
+        return quick if self.quick else full
+
+    def figure_path(self, name: str) -> Path:
+        """Path of a PNG figure for this claim inside the output directory (the ``figures/`` folder is created)."""
+        folder = self.output_dir / "figures"
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder / f"{self.claim_id}-{name}.png"

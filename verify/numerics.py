@@ -1,0 +1,47 @@
+"""Small measurement helpers shared by the claims: errors, cosines, fitted log-log slopes.
+
+These combine the results of library calls; they never compute a paper object themselves.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def rel_err(approx: np.ndarray, exact: np.ndarray) -> float:
+    """‖approx − exact‖_F / ‖exact‖_F (the absolute error when ``exact`` is zero)."""
+    approx, exact = np.asarray(approx, dtype=float), np.asarray(exact, dtype=float)
+    scale = np.linalg.norm(exact)
+    err = np.linalg.norm(approx - exact)
+    return float(err / scale) if scale > 0 else float(err)
+
+
+def max_abs_err(a: np.ndarray, b: np.ndarray) -> float:
+    """max |a − b| over all entries."""
+    return float(np.max(np.abs(np.asarray(a, dtype=float) - np.asarray(b, dtype=float))))
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    """⟨a, b⟩_F / (‖a‖_F ‖b‖_F)."""
+    a, b = np.ravel(a).astype(float), np.ravel(b).astype(float)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def loglog_slope(x: np.ndarray, y: np.ndarray) -> float:
+    """Least-squares slope of log y against log x (the empirical rate exponent)."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if x.shape != y.shape or x.size < 2:
+        raise ValueError(f"loglog_slope needs two equal-length series of ≥ 2 points, got {x.shape} and {y.shape}")
+    if np.any(x <= 0) or np.any(y <= 0):
+        raise ValueError("loglog_slope needs positive x and y")
+    return float(np.polyfit(np.log(x), np.log(y), 1)[0])
+
+
+def orthonormal(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
+    """A (rows, cols) matrix with orthonormal columns, from the QR factorisation of a Gaussian matrix."""
+    q, r = np.linalg.qr(rng.standard_normal((rows, cols)))
+    return q * np.sign(np.diag(r))
+
+
+def fmt(x: float, digits: int = 2) -> str:
+    """Compact scientific formatting for the report table."""
+    return f"{x:.{digits}e}" if x != 0 and (abs(x) < 1e-2 or abs(x) >= 1e4) else f"{x:.{digits + 1}g}"

@@ -1,0 +1,83 @@
+"""Run a list of claims and collect one :class:`Outcome` per claim (a raising measurement is recorded, not fatal)."""
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from verify.context import Context
+from verify.registry import Claim, Result
+
+
+@dataclass
+class Outcome:
+    """A claim together with what its measurement gave (or the error it raised)."""
+
+    claim: Claim
+    result: Result | None
+    seconds: float
+    error: str | None = None
+    figures: list[str] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> str:
+        return self.result.verdict if self.result is not None else "error"
+
+    @property
+    def matches(self) -> bool:
+        """True when the measured verdict is the one the claim's analysis expects."""
+        return self.error is None and self.verdict == self.claim.expected_verdict
+
+    def to_json(self) -> dict[str, Any]:
+        c = self.claim
+        return {
+            "id": c.id,
+            "tags": list(c.tags),
+            "reference": c.reference,
+            "statement": c.statement,
+            "measures": c.measures,
+            "measured": self.result.measured if self.result else None,
+            "expected": c.expected,
+            "verdict": self.verdict,
+            "expected_verdict": c.expected_verdict,
+            "matches_expectation": self.matches,
+            "data": self.result.data if self.result else {},
+            "figures": self.figures,
+            "seconds": round(self.seconds, 3),
+            "error": self.error,
+        }
+
+
+def run_claims(
+    claims: list[Claim], *, mode: str, seed: int, output_dir: Path, progress: bool = True
+) -> list[Outcome]:
+    """Measure each claim in order, with a tqdm progress bar; exceptions are caught and recorded per claim."""
+    output_dir = Path(output_dir)
+    outcomes = []
+    bar = tqdm(claims, desc="verify", unit="claim", disable=not progress, dynamic_ncols=True)
+    for claim in bar:
+        bar.set_postfix_str(claim.id)
+        start = time.perf_counter()
+        try:
+            result = claim.measure(Context(mode=mode, seed=seed, claim_id=claim.id, output_dir=output_dir))
+            if not isinstance(result, Result):
+                raise TypeError(f"claim {claim.id} returned {type(result).__name__}, expected verify.registry.Result")
+            error = None
+        except Exception:  # noqa: BLE001 - a broken measurement is reported, the audit goes on
+            result, error = None, traceback.format_exc()
+        seconds = time.perf_counter() - start
+        figures = [_relative(f, output_dir) for f in (result.figures if result else [])]
+        outcomes.append(Outcome(claim, result, seconds, error, figures))
+    return outcomes
+
+
+def _relative(path: str, root: Path) -> str:
+    p = Path(path)
+    try:
+        return str(p.resolve().relative_to(root.resolve()))
+    except ValueError:
+        return str(p)
