@@ -1,8 +1,11 @@
 """crate_nn: the production PyTorch CRATE (row convention, x is (batch, tokens, dim)).
 
 Modules: `config` (CRATEConfig), `mssa` (MSSA, eqs. 35–37), `ista` (ISTA, eq. 44 and variants), `layers`
-(CRATELayer, CRATEEncoder, CRATEDecoder), `classifier` (CRATEClassifier), `registry` (create_model).
+(CRATELayer, CRATEEncoder, CRATEDecoder), `classifier` (CRATEClassifier), `registry` (create_model),
+`checkpoint` (save, load, read, load_official_checkpoint).
 """
+from . import checkpoint
+from .checkpoint import load, load_official_checkpoint, save
 from .classifier import CRATEClassifier, PatchEmbed, patchify, resample_pos_embed
 from .config import CRATEConfig
 from .ista import ISTA
@@ -20,7 +23,11 @@ __all__ = [
     "ISTA",
     "MSSA",
     "PatchEmbed",
+    "checkpoint",
     "create_model",
+    "load",
+    "load_official_checkpoint",
+    "save",
     "list_models",
     "model_config",
     "patchify",
