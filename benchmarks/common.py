@@ -1,0 +1,238 @@
+"""What every benchmark shares: devices, paired interleaved timing, peak memory, tables and JSON.
+
+Protocol (the same for every script): each contender is warmed up, then the contenders are run in turn,
+``A B A B ...``, ``repeats`` times, so that a slow drift of the machine (other processes, clock changes) hits
+all of them alike; a contender's figure is the **median** of its repeats. Numbers from different runs are
+never compared: a ratio is always taken between contenders of the same run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import torch
+
+# Peak dense (no sparsity) bf16 tensor-core throughput, in FLOP/s, from the vendor data sheets.
+# Matched against torch.cuda.get_device_name() in order (first substring that matches wins).
+PEAK_BF16_FLOPS: tuple[tuple[str, float], ...] = (
+    ("H200", 989.4e12),
+    ("H100 PCIe", 756.0e12),
+    ("H100 NVL", 835.0e12),
+    ("H100", 989.4e12),  # SXM5
+    ("A100", 312.0e12),  # SXM4 and PCIe, 40 GB and 80 GB
+)
+
+
+def add_common_args(parser: argparse.ArgumentParser, repeats: int = 7, warmup: int = 2) -> None:
+    """The options every benchmark takes: output path, tiny mode, repeats, warm-up, device, threads, seed."""
+    parser.add_argument("--out", type=Path, default=None, help="write the results as JSON to this path")
+    parser.add_argument("--tiny", action="store_true", help="tiny sizes and 1-2 repeats (CI smoke run)")
+    parser.add_argument("--repeats", type=int, default=repeats, help="timed repeats per contender (median)")
+    parser.add_argument("--warmup", type=int, default=warmup, help="untimed runs per contender first")
+    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (cuda when available)")
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def setup(args: argparse.Namespace) -> torch.device:
+    """Apply ``--threads``/``--seed``, validate repeats, and return the resolved device."""
+    if args.repeats < 1:
+        raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
+    if args.warmup < 0:
+        raise ValueError(f"--warmup must be >= 0, got {args.warmup}")
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    return resolve_device(args.device)
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` means the first CUDA device when one is available, else the CPU."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={name!r} was asked for but torch.cuda.is_available() is False")
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"device must be cpu, cuda, cuda:N or auto, got {name!r}")
+    return device
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def peak_bf16_flops(device: torch.device) -> float | None:
+    """The device's peak dense bf16 FLOP/s from :data:`PEAK_BF16_FLOPS`, or None (CPU, unknown GPU)."""
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((peak for key, peak in PEAK_BF16_FLOPS if key in name), None)
+
+
+# ----------------------------------------------------------------------------------------------- timing
+@dataclass
+class Timing:
+    """Wall times (seconds) of one contender's repeats; ``median`` is the figure reported."""
+
+    seconds: list[float] = field(default_factory=list)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "median_s": self.median,
+            "min_s": min(self.seconds),
+            "max_s": max(self.seconds),
+            "repeats": len(self.seconds),
+            "seconds": self.seconds,
+        }
+
+
+def time_call(fn: Callable[[], Any], device: torch.device) -> float:
+    """Wall time of one call of ``fn``, with the device synchronised before and after."""
+    synchronize(device)
+    start = time.perf_counter()
+    fn()
+    synchronize(device)
+    return time.perf_counter() - start
+
+
+def interleaved(
+    contenders: dict[str, Callable[[], Any]], repeats: int, warmup: int, device: torch.device
+) -> dict[str, Timing]:
+    """Time the contenders in turn (A B A B ...) after ``warmup`` untimed calls of each."""
+    if not contenders:
+        raise ValueError("contenders must name at least one function to time")
+    for fn in contenders.values():
+        for _ in range(warmup):
+            fn()
+    timings = {name: Timing() for name in contenders}
+    for _ in range(repeats):
+        for name, fn in contenders.items():
+            timings[name].seconds.append(time_call(fn, device))
+    return timings
+
+
+# ----------------------------------------------------------------------------------------------- memory
+def peak_memory_bytes(fn: Callable[[], Any], device: torch.device) -> int:
+    """Peak bytes allocated by one call of ``fn`` above what was allocated before it.
+
+    CUDA: the caching allocator's ``max_memory_allocated``. CPU: the allocation and free events the PyTorch
+    profiler records (``profile_memory=True``), summed in time order; the maximum of that running sum is the
+    same quantity. Call it after a warm-up, so that one-off state (optimizer moments) already exists.
+    """
+    if device.type == "cuda":
+        synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        fn()
+        synchronize(device)
+        return torch.cuda.max_memory_allocated(device) - before
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+    events.sort(key=lambda e: e.start_ns())
+    running = peak = 0
+    for event in events:
+        if event.device_type() == torch.autograd.DeviceType.CPU:
+            running += event.nbytes()
+            peak = max(peak, running)
+    return peak
+
+
+# ----------------------------------------------------------------------------------------------- output
+Column = tuple[str, str, str]  # (key in the row, header, format spec)
+
+
+def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[Column]) -> str:
+    """A Markdown table (pasteable into RESULTS.md); a missing or None value prints as ``-``."""
+
+    def cell(row: dict[str, Any], key: str, spec: str) -> str:
+        value = row.get(key)
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return "-"
+        return format(value, spec)
+
+    lines = ["| " + " | ".join(header for _, header, _ in columns) + " |"]
+    lines.append("|" + "|".join("---" for _ in columns) + "|")
+    lines += ["| " + " | ".join(cell(row, key, spec) for key, _, spec in columns) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def environment(device: torch.device) -> dict[str, Any]:
+    """Versions, hardware and load, recorded with every result (timings mean little without them)."""
+    env: dict[str, Any] = {
+        "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "argv": sys.argv,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "device": str(device),
+        "cpu": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "loadavg_1_5_15": list(os.getloadavg()),
+        "git_commit": _git_commit(),
+    }
+    if device.type == "cuda":
+        env["gpu"] = torch.cuda.get_device_name(device)
+        env["cuda"] = torch.version.cuda
+        env["peak_bf16_flops"] = peak_bf16_flops(device)
+    return env
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
+            cwd=Path(__file__).resolve().parent,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def report(
+    benchmark: str,
+    device: torch.device,
+    args: argparse.Namespace,
+    rows: list[dict[str, Any]],
+    columns: Sequence[Column],
+    notes: Iterable[str] = (),
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Print the table (and notes) and write ``{benchmark, environment, args, rows, notes, ...}`` as JSON."""
+    notes = list(notes)
+    print(format_table(rows, columns))
+    for note in notes:
+        print(note)
+    payload = {
+        "benchmark": benchmark,
+        "environment": environment(device),
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "rows": rows,
+        "notes": notes,
+        **(extra or {}),
+    }
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(payload, indent=2) + "\n")
+        print(f"wrote {args.out}")
+    return payload

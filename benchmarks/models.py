@@ -1,0 +1,190 @@
+"""The paired model benchmark behind `train_step` and `inference`: model pair, correctness check, FLOPs, driver.
+
+`build_pair` builds the authors' computation (`benchmarks.baseline.Baseline`) with random weights and loads
+its state dict — a checkpoint in the authors' format — into ``crate_nn`` with `crate_nn.load_official_checkpoint`,
+so both hold the same weights. `max_logit_error` then compares their logits in float64 before anything is timed:
+a speed ratio between two models that compute different things would mean nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+from typing import Callable
+
+import torch
+from torch import nn
+from tqdm import tqdm
+
+import crate_nn
+from benchmarks import common
+from benchmarks.baseline import Baseline, autocast_dtype
+
+# Model FLOPs of one forward pass for one image (a multiply-add counts 2; LayerNorm, softmax, ReLU, bias
+# additions are elementwise and left out, as usual for MFU). The ISTA step is counted with the two d×d
+# products per token that eq. (44) needs, so the baseline's third product is not a model FLOP.
+FLOPS_FORMULA = (
+    "F_fwd = 2·N·(P²C)·d + L·(4·n·d·(Kp) + 4·n²·(Kp) + 4·n·d²) + 2·d·C;  F_train = 3·F_fwd per image  "
+    "[N patches, n = N+1 tokens, P²C patch length, d width, L layers, Kp = heads·head_dim, C classes; "
+    "per layer: qkv and output maps 2·2·n·d·Kp, scores and attention-weighted sum 2·2·n²·Kp, ISTA 2·2·n·d²; "
+    "backward = 2 × forward]"
+)
+
+# Tiny sizes for --tiny (CI smoke runs): 32² images, 8² patches -> 17 tokens, d = 32, 2 layers, 2 heads.
+TINY_OVERRIDES = dict(image_size=32, patch_size=8, num_classes=10, dim=32, depth=2, heads=2)
+
+
+def forward_flops(config) -> int:
+    """Model FLOPs of one image's forward pass (see FLOPS_FORMULA); ``config`` has CRATEConfig's fields."""
+    n_patches = (config.image_size // config.patch_size) ** 2
+    n = n_patches + 1
+    d, kp = config.dim, config.heads * config.head_dim
+    patch_dim = config.patch_size**2 * config.in_channels
+    per_layer = 4 * n * d * kp + 4 * n * n * kp + 4 * n * d * d
+    return 2 * n_patches * patch_dim * d + config.depth * per_layer + 2 * d * config.num_classes
+
+
+def build_pair(name: str, device: torch.device, **overrides) -> tuple[nn.Module, Baseline]:
+    """(ours, baseline) for the registered model ``name``: the same weights, on ``device``, in float32."""
+    config = crate_nn.model_config(name, **overrides)
+    baseline = Baseline.from_config(config)
+    ours = crate_nn.load_official_checkpoint(baseline.state_dict(), name, **overrides)
+    return ours.to(device), baseline.to(device)
+
+
+def max_logit_error(ours: nn.Module, baseline: nn.Module, images: torch.Tensor) -> float:
+    """max |logits_ours − logits_baseline| / max |logits_baseline|, both in float64 on the CPU, eval mode."""
+    logits = []
+    for model in (ours, baseline):
+        model64 = copy.deepcopy(model).to("cpu", torch.float64).eval()
+        with torch.no_grad():
+            logits.append(model64(images.to("cpu", torch.float64)))
+    return ((logits[0] - logits[1]).abs().max() / logits[1].abs().max()).item()
+
+
+# float64 has a unit roundoff of 1.1e-16; ours and the baseline differ only in the order of operations
+# (fused vs explicit softmax, two vs three ISTA products), so their logits agree to ~1e-14 relative even after
+# 24 layers of LayerNorm (each can amplify a perturbation by ~1/std of its input). A different computation
+# (wrong skip, wrong patch order, a weight loaded into the wrong place) gives errors of order 1.
+LOGIT_RTOL = 1e-10
+
+
+def check_pair(ours: nn.Module, baseline: nn.Module, images: torch.Tensor) -> float:
+    """Raise AssertionError unless ours and the baseline agree in float64 (see LOGIT_RTOL); return the error."""
+    error = max_logit_error(ours, baseline, images)
+    if not error <= LOGIT_RTOL:
+        raise AssertionError(f"ours and the baseline disagree in float64: relative logit error {error:.3e}")
+    return error
+
+
+# ----------------------------------------------------------------------------------------------- driver
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+# A step factory: (model, images, labels, autocast dtype or None) -> a closure running one step.
+StepFactory = Callable[[nn.Module, torch.Tensor, torch.Tensor, "torch.dtype | None"], Callable[[], None]]
+
+COLUMNS: list[common.Column] = [
+    ("model", "model", ""),
+    ("batch", "batch", "d"),
+    ("baseline_img_s", "baseline img/s", ".1f"),
+    ("ours_img_s", "ours img/s", ".1f"),
+    ("ratio", "ours/baseline", ".2f"),
+    ("baseline_peak_mem_mb", "baseline peak MiB", ".1f"),
+    ("ours_peak_mem_mb", "ours peak MiB", ".1f"),
+    ("baseline_mfu", "baseline MFU", ".1%"),
+    ("ours_mfu", "ours MFU", ".1%"),
+]
+
+
+def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
+    """``torch.autocast`` to ``dtype`` on ``device``, or nothing for float32."""
+    return torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
+
+
+def resolve_precision(name: str, device: torch.device) -> torch.dtype | None:
+    """``auto`` is bf16 on GPUs and float32 on CPUs; otherwise one of PRECISIONS."""
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else None
+    if name not in PRECISIONS:
+        raise ValueError(f"precision must be auto or one of {sorted(PRECISIONS)}, got {name!r}")
+    return PRECISIONS[name]
+
+
+def precision_name(dtype: torch.dtype | None) -> str:
+    return {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
+
+
+def pair_row(
+    name: str, overrides: dict, device: torch.device, args: argparse.Namespace, dtype: torch.dtype | None,
+    make_step: StepFactory,
+) -> dict:
+    """Build the pair, check it in float64, time ``make_step``'s closures interleaved, measure their memory."""
+    ours, baseline = build_pair(name, device, **overrides)
+    config = ours.config
+    check_images = torch.randn(2, config.in_channels, config.image_size, config.image_size)
+    logit_error = check_pair(ours, baseline, check_images)
+    images = torch.randn(args.batch_size, config.in_channels, config.image_size, config.image_size, device=device)
+    labels = torch.randint(0, config.num_classes, (args.batch_size,), device=device)
+    base_dtype = autocast_dtype(device)
+    steps = {"baseline": make_step(baseline, images, labels, base_dtype), "ours": make_step(ours, images, labels, dtype)}
+    timings = common.interleaved(steps, args.repeats, args.warmup, device)
+    memory = {key: common.peak_memory_bytes(fn, device) for key, fn in steps.items()}
+    row = {
+        "model": name,
+        "batch": args.batch_size,
+        "baseline_precision": precision_name(base_dtype),
+        "ours_precision": precision_name(dtype),
+        "float64_logit_rel_error": logit_error,
+        "forward_gflops_per_img": forward_flops(config) / 1e9,
+    }
+    for key in steps:
+        row[f"{key}_img_s"] = args.batch_size / timings[key].median
+        row[f"{key}_peak_mem_mb"] = memory[key] / 2**20
+        row[f"{key}_timing"] = timings[key].summary()
+    row["ratio"] = row["ours_img_s"] / row["baseline_img_s"]
+    return row
+
+
+def run_paired(
+    benchmark: str, description: str, make_step: StepFactory, flops_per_forward: int,
+    default_batch: dict[str, int], argv: list[str] | None,
+) -> dict:
+    """Parse the command line, run every requested model as a pair, print and write the results.
+
+    ``flops_per_forward`` is how many forward passes' worth of model FLOPs one step costs (3 for training:
+    backward = 2 × forward; 1 for inference); it scales `forward_flops` for the MFU.
+    """
+    parser = argparse.ArgumentParser(prog=f"python -m benchmarks.{benchmark}", description=description)
+    common.add_common_args(parser, repeats=7, warmup=2)
+    parser.add_argument("--models", nargs="+", default=crate_nn.list_models(), choices=crate_nn.list_models())
+    parser.add_argument(
+        "--batch-size", type=int, default=None,
+        help=f"images per step (default {default_batch['cpu']} on CPU, {default_batch['cuda']} on GPU)",
+    )
+    parser.add_argument("--precision", default="auto", help="ours: auto (bf16 on GPU, fp32 on CPU), fp32, bf16, fp16")
+    args = parser.parse_args(argv)
+    device = common.setup(args)
+    if args.tiny:  # tiny model, one size, batch 4, one repeat after one warm-up
+        args.models, args.batch_size, args.repeats, args.warmup = args.models[:1], 4, 1, 1
+    if args.batch_size is None:
+        args.batch_size = default_batch[device.type]
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
+    overrides = dict(TINY_OVERRIDES) if args.tiny else {}
+    dtype = resolve_precision(args.precision, device)
+    peak = common.peak_bf16_flops(device)
+    rows = []
+    for name in tqdm(args.models, desc=benchmark, unit="model"):
+        row = pair_row(name, overrides, device, args, dtype, make_step)
+        flops = flops_per_forward * row["forward_gflops_per_img"] * 1e9
+        for key in ("baseline", "ours"):
+            row[f"{key}_mfu"] = None if peak is None else flops * row[f"{key}_img_s"] / peak
+        rows.append(row)
+    notes = [
+        f"FLOPs: {FLOPS_FORMULA}; this benchmark counts {flops_per_forward}·F_fwd per image",
+        f"median of {args.repeats} interleaved repeats (baseline, ours, baseline, ...) after {args.warmup} warm-up "
+        "steps each; peak memory = bytes allocated during one step above the level before it",
+    ]
+    if peak is None:
+        notes.append("MFU: not reported (CPU, or a GPU missing from benchmarks.common.PEAK_BF16_FLOPS)")
+    return common.report(benchmark, device, args, rows, COLUMNS, notes, extra={"flops_formula": FLOPS_FORMULA})
