@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -99,24 +100,40 @@ def claim(
     return register
 
 
+_BROKEN: dict[str, str] = {}
+"""Claim modules that failed to import, with the traceback: each is reported as a claim that raised."""
+
+
 def _load_claim_modules() -> None:
     import verify.claims as package
 
     for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
-        importlib.import_module(f"{package.__name__}.{info.name}")
+        try:
+            importlib.import_module(f"{package.__name__}.{info.name}")
+        except Exception:  # noqa: BLE001 - one broken module must not hide the other claims
+            _BROKEN[info.name] = traceback.format_exc()
+
+
+def _broken_module_claim(module: str, trace: str) -> Claim:
+    def measure(ctx):
+        raise ImportError(f"claim module verify.claims.{module} failed to import:\n{trace}")
+
+    return Claim(id=f"0-import-{module}", tags=("import",), reference="—", statement=f"verify.claims.{module} imports",
+                 measures="import of the claim module", expected="imports", expected_verdict="holds",
+                 measure=measure, module=module)
 
 
 def _id_key(claim_id: str) -> tuple:
-    """Sort ``2.9-x`` before ``2.11-y``: numeric section first, then the rest."""
-    head, _, tail = claim_id.partition("-")
-    parts = tuple(int(p) if p.isdigit() else 10**6 for p in head.split("."))
-    return parts + (tail,)
+    """Sort ``2.9-x`` before ``2.11-y`` by the numeric section (registration order within a section)."""
+    head = claim_id.partition("-")[0]
+    return tuple(int(p) if p.isdigit() else 10**6 for p in head.split("."))
 
 
 def all_claims() -> list[Claim]:
-    """Every registered claim, ordered by its paper-notes §2 number."""
+    """Every registered claim, ordered by its paper-notes §2 number (a stable sort keeps registration order)."""
     _load_claim_modules()
-    return sorted(_REGISTRY.values(), key=lambda c: _id_key(c.id))
+    broken = [_broken_module_claim(m, t) for m, t in _BROKEN.items()]
+    return broken + sorted(_REGISTRY.values(), key=lambda c: _id_key(c.id))
 
 
 def select(claims: list[Claim], only: Iterable[str] | None) -> list[Claim]:
