@@ -1,0 +1,218 @@
+"""White-box diagnostics: per-layer compression R^c and sparsity (Sec. 4.2, Figs. 14–17, 21, 26), in torch.
+
+* `trace` walks the network layer by layer (the model's own ``embed``, ``compress`` and ``sparsify``; nothing is
+  modified, no hooks are left behind) and returns Z^ℓ, Z^{ℓ+1/2}, Z^{ℓ+1} and optionally the attention maps.
+* `measure_layers` reduces those to per-image scalars, then mean and std over the images, with two protocols:
+
+  - ``"paper"``: R^c(Z^{ℓ+1/2} | U^ℓ_[K]) of eq. (13), ``½ Σ_k logdet(I + β (U_k*Z)*(U_k*Z))``, β = p/(nε²),
+    with the layer's own U^ℓ (the ``qkv`` weight split by head; a trained U is not orthonormal and the formula
+    is used as is), on the MSSA outputs as the paper states.
+  - ``"official"``: the authors' hook protocol — the codes U^ℓ* LN1(Z^ℓ) (the ``qkv`` output, i.e. the MSSA
+    *input*), each token normalised to unit ℓ2 norm per head, β = p/(n·ε²) with ε² = 0.01, summed over heads.
+
+  In both, sparsity is ‖Z^{ℓ+1}‖₀/(d·n) of the ISTA output per image; `thresholded_sparsity` is the Fig. 26
+  measure, the fraction of entries with |Z| ≥ τ (the caption prints "<", which contradicts its plotted ranges).
+* `coherence` gives the Gram matrix [U_1 … U_K]*[U_1 … U_K] of the column-normalised bases (Fig. 17).
+
+Rates are computed in float64 from singular values (½ Σ log1p(β s²)), on the model's device. Standard
+deviations are over images with ddof = 0.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm.auto import tqdm
+
+from .checkpoint import unwrap_model
+from .classifier import CRATEClassifier
+from .layers import CRATEEncoder
+from .mssa import MSSA
+
+PROTOCOLS = ("paper", "official")
+OFFICIAL_EPS = 0.1  # ε² = 0.01 in the authors' measurement code
+
+
+@dataclass
+class LayerTrace:
+    """The tokens around encoder layer ℓ, each (batch, n, d); ``attention`` is (batch, K, n, n) or None."""
+
+    input: torch.Tensor  # Z^ℓ
+    half: torch.Tensor  # Z^{ℓ+1/2}, after MSSA
+    output: torch.Tensor  # Z^{ℓ+1}, after ISTA
+    attention: torch.Tensor | None = None
+
+
+@dataclass
+class Stat:
+    """A per-image quantity: ``values`` (batch,) float64 on the CPU, their ``mean`` and ``std`` (ddof = 0)."""
+
+    values: torch.Tensor
+    mean: float = field(init=False)
+    std: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.mean = float(self.values.mean())
+        self.std = float(self.values.std(correction=0)) if self.values.numel() else float("nan")
+
+
+@dataclass
+class LayerMeasurements:
+    """Output of `measure_layers`: lists over layers ℓ = 1 … L of `Stat`."""
+
+    protocol: str
+    eps: float
+    compression: list[Stat]
+    sparsity: list[Stat]
+    thresholded: dict[float, list[Stat]]
+
+
+def _encoder_layers(model: nn.Module) -> nn.ModuleList:
+    model = unwrap_model(model)
+    if isinstance(model, CRATEClassifier):
+        return model.encoder.layers
+    if isinstance(model, CRATEEncoder):
+        return model.layers
+    raise TypeError(f"model must be a CRATEClassifier or CRATEEncoder, got {type(model).__name__}")
+
+
+@torch.no_grad()
+def trace(model: nn.Module, images: torch.Tensor, return_attention: bool = False) -> list[LayerTrace]:
+    """Z^ℓ, Z^{ℓ+1/2}, Z^{ℓ+1} (and attention maps) of every encoder layer, in the model's current train/eval mode.
+
+    Args:
+        model: a `CRATEClassifier` (``images`` (B, C, H, W)) or a `CRATEEncoder` (``images`` are tokens (B, n, d)).
+        return_attention: also return each layer's attention maps (batch, K, n, n) (explicit attention path).
+    """
+    layers = _encoder_layers(model)
+    inner = unwrap_model(model)
+    x = inner.embed(images) if isinstance(inner, CRATEClassifier) else images
+    traces = []
+    for layer in layers:
+        half, attn = layer.compress(x, return_attention=True) if return_attention else (layer.compress(x), None)
+        out = layer.sparsify(half)
+        traces.append(LayerTrace(x, half, out, attn))
+        x = out
+    return traces
+
+
+def head_codes(z: torch.Tensor, weight: torch.Tensor, heads: int) -> torch.Tensor:
+    """The per-head codes U_k* z of tokens z (..., n, d) for a qkv weight [U_1 … U_K]* (K·p, d): (..., K, n, p)."""
+    w = z @ weight.transpose(-2, -1)
+    return w.unflatten(-1, (heads, weight.shape[0] // heads)).transpose(-3, -2)
+
+
+def subspace_rates(codes: torch.Tensor, eps: float) -> torch.Tensor:
+    """½ logdet(I + β w_kᵀ w_k) per head for codes (..., K, n, p), β = p/(nε²) (eq. 12): (..., K), float64."""
+    n, p = codes.shape[-2:]
+    s = torch.linalg.svdvals(codes.to(torch.float64))
+    return 0.5 * torch.log1p((p / (n * eps**2)) * s.square()).sum(-1)
+
+
+def compression(z: torch.Tensor, weight: torch.Tensor, heads: int, eps: float, normalize: bool = False) -> torch.Tensor:
+    """R^c(z | U_[K]) of eq. (13) per token set: z (..., n, d), weight (K·p, d) → (...), float64.
+
+    ``normalize`` rescales each head's code of each token to unit norm first (the authors' protocol).
+    """
+    codes = head_codes(z.to(torch.float64), weight.to(torch.float64), heads)
+    if normalize:
+        codes = F.normalize(codes, dim=-1)
+    return subspace_rates(codes, eps).sum(-1)
+
+
+def sparsity(z: torch.Tensor) -> torch.Tensor:
+    """‖z‖₀/(d·n) per token set: z (..., n, d) → (...), float64."""
+    return (z != 0).to(torch.float64).mean(dim=(-2, -1))
+
+
+def thresholded_sparsity(z: torch.Tensor, tau: float) -> torch.Tensor:
+    """Fraction of entries with |z| ≥ τ per token set (Fig. 26, with its caption's "<" inverted): (..., n, d) → (...)."""
+    return (z.abs() >= tau).to(torch.float64).mean(dim=(-2, -1))
+
+
+def _batches(images, batch_size: int) -> Iterable[torch.Tensor]:
+    if isinstance(images, torch.Tensor):
+        yield from images.split(batch_size)
+        return
+    for batch in images:
+        yield batch[0] if isinstance(batch, (tuple, list)) else batch
+
+
+def measure_layers(
+    model: nn.Module,
+    images,
+    protocol: str = "paper",
+    eps: float | None = None,
+    thresholds: Sequence[float] = (),
+    batch_size: int = 64,
+    progress: bool = False,
+) -> LayerMeasurements:
+    """Per-layer compression and sparsity of a CRATE model over a set of images (Sec. 4.2).
+
+    Args:
+        model: `CRATEClassifier` (or `CRATEEncoder` with token batches); measured in its current mode (use
+            ``model.eval()``).
+        images: a tensor (B, C, H, W), split into ``batch_size`` chunks, or an iterable of batches (tensors or
+            ``(images, labels)`` pairs, e.g. a DataLoader). Batches are moved to the model's device and dtype.
+        protocol: ``"paper"`` or ``"official"`` (module docstring).
+        eps: ε of β = p/(nε²); default 0.1 (the authors' ε² = 0.01; the papers never state ε).
+        thresholds: τ values for `thresholded_sparsity` (Fig. 26 uses 1.0, 0.5, 0.1).
+        progress: show a tqdm bar over batches.
+
+    Returns:
+        `LayerMeasurements` with ``compression``, ``sparsity`` and ``thresholded[τ]``, lists over layers of `Stat`.
+    """
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
+    eps = OFFICIAL_EPS if eps is None else float(eps)
+    if eps <= 0:
+        raise ValueError(f"eps must be positive, got {eps}")
+    layers = _encoder_layers(model)
+    param = next(unwrap_model(model).parameters())
+    depth = len(layers)
+    rates = [[] for _ in range(depth)]
+    zeros = [[] for _ in range(depth)]
+    above = {float(t): [[] for _ in range(depth)] for t in thresholds}
+    for batch in tqdm(_batches(images, batch_size), disable=not progress, desc="measure_layers"):
+        for i, t in enumerate(trace(model, batch.to(device=param.device, dtype=param.dtype))):
+            mssa: MSSA = layers[i].mssa
+            with torch.no_grad():
+                if protocol == "paper":
+                    r = compression(t.half, mssa.qkv.weight, mssa.heads, eps)
+                else:
+                    r = compression(layers[i].norm1(t.input), mssa.qkv.weight, mssa.heads, eps, normalize=True)
+            rates[i].append(r.cpu())
+            zeros[i].append(sparsity(t.output).cpu())
+            for tau, store in above.items():
+                store[i].append(thresholded_sparsity(t.output, tau).cpu())
+
+    def stats(per_layer):
+        return [Stat(torch.cat(v)) for v in per_layer]
+
+    return LayerMeasurements(
+        protocol=protocol,
+        eps=eps,
+        compression=stats(rates),
+        sparsity=stats(zeros),
+        thresholded={tau: stats(store) for tau, store in above.items()},
+    )
+
+
+def coherence(source) -> torch.Tensor:
+    """[U_1 … U_K]*[U_1 … U_K] with unit-norm columns (Fig. 17), float64 on the source's device.
+
+    Args:
+        source: a qkv weight (K·p, d) (its rows are the columns of [U_1 … U_K]) → (K·p, K·p); an `MSSA` →
+            (K·p, K·p); a `CRATEClassifier` or `CRATEEncoder` → (L, K·p, K·p), one matrix per layer.
+    """
+    if isinstance(source, torch.Tensor):
+        if source.ndim != 2:
+            raise ValueError(f"a qkv weight must have shape (K·p, d), got {tuple(source.shape)}")
+        u = F.normalize(source.detach().to(torch.float64), dim=-1)
+        return u @ u.T
+    if isinstance(source, MSSA):
+        return coherence(source.qkv.weight)
+    return torch.stack([coherence(layer.mssa) for layer in _encoder_layers(source)])
