@@ -1,0 +1,79 @@
+"""Smoke runs of every benchmark at its --tiny size (they must keep working), plus the harness's own pieces.
+
+No timing is asserted anywhere: speed is measured by the scripts, never by tests. What is asserted is that each
+script runs, writes valid JSON with the fields RESULTS.md is built from, and that the checks the benchmarks
+rely on (float64 agreement of the pair, peak memory, A B A B order) can fail.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from crate_nn import model_config
+
+from benchmarks import common, inference, train_step
+from benchmarks.models import LOGIT_RTOL, TINY_OVERRIDES, build_pair, check_pair, forward_flops
+
+
+def run_tiny(module, tmp_path, *extra: str) -> dict:
+    out = tmp_path / "result.json"
+    returned = module.main(["--tiny", "--device", "cpu", "--out", str(out), *extra])
+    written = json.loads(out.read_text())
+    assert written["rows"] == json.loads(json.dumps(returned["rows"]))
+    assert written["environment"]["torch"] == torch.__version__
+    return written
+
+
+@pytest.mark.parametrize("module", [train_step, inference], ids=["train_step", "inference"])
+def test_paired_benchmark_writes_results(module, tmp_path):
+    result = run_tiny(module, tmp_path)
+    assert result["benchmark"] == module.__name__.rsplit(".", 1)[1]
+    (row,) = result["rows"]
+    assert row["model"] == "crate_tiny" and row["batch"] == 4
+    assert row["float64_logit_rel_error"] <= LOGIT_RTOL
+    for key in ("baseline", "ours"):
+        assert row[f"{key}_img_s"] > 0 and row[f"{key}_peak_mem_mb"] > 0
+        assert row[f"{key}_timing"]["repeats"] == 1
+        assert row[f"{key}_mfu"] is None  # CPU: no MFU
+    assert row["ratio"] == pytest.approx(row["ours_img_s"] / row["baseline_img_s"])
+    assert "F_fwd" in result["flops_formula"]
+
+
+def test_pair_check_detects_a_different_computation():
+    torch.manual_seed(0)
+    ours, baseline = build_pair("crate_tiny", torch.device("cpu"), **TINY_OVERRIDES)
+    images = torch.randn(2, 3, 32, 32)
+    assert check_pair(ours, baseline, images) <= LOGIT_RTOL
+    with torch.no_grad():  # one dictionary entry changed: the computations now differ
+        baseline.transformer.layers[1][1].fn.weight[0, 0] += 0.5
+    with pytest.raises(AssertionError, match="disagree"):
+        check_pair(ours, baseline, images)
+
+
+def test_forward_flops_counts_the_published_base_size():
+    # CRATE-Base at 224²: n = 197, d = Kp = 768, L = 12; hand-evaluated from FLOPS_FORMULA.
+    cfg = model_config("crate_base")
+    per_layer = 4 * 197 * 768 * 768 + 4 * 197**2 * 768 + 4 * 197 * 768**2
+    assert forward_flops(cfg) == 2 * 196 * 768 * 768 + 12 * per_layer + 2 * 768 * 1000
+
+
+def test_interleaved_runs_contenders_in_turn():
+    calls: list[str] = []
+    timings = common.interleaved(
+        {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, repeats=3, warmup=1,
+        device=torch.device("cpu"),
+    )
+    assert calls == ["a", "b"] + ["a", "b"] * 3
+    assert all(len(t.seconds) == 3 for t in timings.values())
+
+
+def test_peak_memory_sees_a_temporary_allocation():
+    size = 8 * 2**20
+
+    def allocate_and_free():
+        buffer = torch.ones(size // 4)  # float32: size bytes, freed on return
+        return buffer.sum()
+
+    peak = common.peak_memory_bytes(allocate_and_free, torch.device("cpu"))
+    assert size <= peak < 2 * size
