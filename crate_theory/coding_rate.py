@@ -1,0 +1,354 @@
+"""Coding rates and rate reduction, their gradients and the Hessian of R (long paper eqs. 7–17, 31, 109, 127).
+
+Column convention: a token set is ``Z`` of shape ``(d, n)`` (tokens are columns); every function here also accepts
+a leading batch axis ``(..., d, n)`` and then returns one value per batch element. Subspace bases ``U_[K]`` are one
+array ``U`` of shape ``(K, d, p)``. ``eps`` is ε (not ε²): ``α = d/(nε²)``, ``β = p/(nε²)``.
+
+Numerical choice (documented once here, used everywhere): all of R, ∇R and ∇²R are functions of the singular values
+``s_i`` of ``Z`` (the square roots of the eigenvalues of the *smaller* Gram matrix, ``Z*Z`` when n ≤ d and ``ZZ*``
+otherwise — Sylvester's identity ``det(I_n + αZ*Z) = det(I_d + αZZ*)`` in spectral form), so each is computed from a
+thin SVD of ``Z`` rather than by forming ``I + αZ*Z``:
+
+* ``R(Z) = ½ Σ_i log(1 + α s_i²)``, evaluated as ``½ Σ_i logaddexp(0, log α + 2 log s_i)``. This never forms
+  ``α s_i²`` (which overflows for huge tokens or tiny ε) nor loses it to underflow, is exact (0) for zero singular
+  values (zero, rank-deficient or duplicated tokens) and costs the same O(dn·min(d, n)) as the smaller Gram matrix.
+  LAPACK's SVD rescales internally, so ``Z`` may have entries anywhere in the float64 range.
+* ``∇R`` and ``∇²R`` use the bounded spectral functions ``αs/(1+αs²) = 1/(s + 1/(αs))`` and
+  ``1/(1+αs²)`` (both ≤ max(1, √α/2)), so they are finite for every finite ``Z``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._checks import check_bases, check_choice, check_labels, check_nonnegative, check_positive, check_tokens
+
+__all__ = [
+    "coding_rate",
+    "compression_rate",
+    "rate_reduction",
+    "sparse_rate_reduction",
+    "label_compression_rate",
+    "coding_rate_grad",
+    "compression_rate_grad",
+    "coding_rate_hvp",
+    "coding_rate_hessian",
+    "coding_rate_hessian_eigenvalues",
+    "coding_rate_hessian_norm",
+    "project_onto_bases",
+]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# spectral building blocks
+# ----------------------------------------------------------------------------------------------------------------
+def _log_alpha(d: int, n: int, eps: float) -> float:
+    """log α = log(d / (n ε²)), computed in the log domain so that tiny or huge ε cannot overflow."""
+    return float(np.log(d) - np.log(n) - 2.0 * np.log(eps))
+
+
+def _alpha(d: int, n: int, eps: float) -> float:
+    """α = d/(nε²) (eq. 8); +inf only if it exceeds the float64 range."""
+    with np.errstate(over="ignore"):
+        return float(np.exp(_log_alpha(d, n, eps)))
+
+
+def _half_log1p_alpha_s2(s: np.ndarray, log_alpha: float) -> np.ndarray:
+    """½ log(1 + α s²) for singular values ``s ≥ 0``, without forming α s² (no overflow, exact 0 at s = 0)."""
+    with np.errstate(divide="ignore"):
+        log_as2 = log_alpha + 2.0 * np.log(s)
+    return 0.5 * np.logaddexp(0.0, log_as2)
+
+
+def _spectral_functions(s: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return ``a = 1/(1+αs²)``, ``c = αs²/(1+αs²) = 1 − a`` and ``f = αs/(1+αs²)`` without overflow."""
+    with np.errstate(over="ignore", divide="ignore", under="ignore", invalid="ignore"):
+        x = alpha * s * s
+        a = np.where(np.isinf(x), 0.0, 1.0 / (1.0 + x))
+        c = np.where(x > 0, 1.0 / (1.0 + 1.0 / x), 0.0)
+        f = np.where(s > 0, 1.0 / (s + 1.0 / (alpha * s)), 0.0)
+    return a, c, f
+
+
+def _thin_svd(Z: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Thin SVD ``Z = U diag(s) V*`` of a stack ``(..., d, n)``; U is (..., d, r), s (..., r), Vt (..., r, n)."""
+    return np.linalg.svd(Z, full_matrices=False)
+
+
+def _batch_shape(Z: np.ndarray) -> tuple[int, ...]:
+    return Z.shape[:-2]
+
+
+def project_onto_bases(Z: np.ndarray, U: np.ndarray) -> np.ndarray:
+    """The per-subspace codes ``U_k* Z`` for all k (eq. 12): shape ``(..., K, p, n)`` from Z (..., d, n), U (K, d, p)."""
+    return np.einsum("kdp,...dn->...kpn", U, Z)
+
+
+def _lift_from_bases(A: np.ndarray, U: np.ndarray) -> np.ndarray:
+    """``Σ_k U_k A_k`` for A of shape (..., K, p, n): back to (..., d, n)."""
+    return np.einsum("kdp,...kpn->...dn", U, A)
+
+
+def _tokens_and_bases(Z, U, name_Z: str = "Z", name_U: str = "U") -> tuple[np.ndarray, np.ndarray]:
+    Z = check_tokens(Z, name_Z)
+    U = check_bases(U, Z.shape[-2], name_U)
+    return Z, U
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# values
+# ----------------------------------------------------------------------------------------------------------------
+def coding_rate(Z, eps) -> np.ndarray | float:
+    """Coding rate ``R(Z) = ½ logdet(I_n + α Z*Z) = ½ logdet(I_d + α ZZ*)``, ``α = d/(nε²)`` — eq. (8).
+
+    Args:
+        Z: tokens, shape ``(d, n)`` or ``(..., d, n)``.
+        eps: the precision ε > 0.
+
+    Returns:
+        R(Z): a float for one token set, an array of shape ``(...)`` for a batch. ``n = 0`` (or ``d = 0``) gives 0.
+        Computed as ``½ Σ_i log(1 + α s_i²)`` over the singular values of Z (see the module docstring), so the
+        result is finite for every finite Z.
+    """
+    Z = check_tokens(Z)
+    eps = check_positive(eps, "eps")
+    d, n = Z.shape[-2:]
+    if d == 0 or n == 0:
+        out = np.zeros(_batch_shape(Z))
+    else:
+        s = np.linalg.svd(Z, compute_uv=False)
+        out = _half_log1p_alpha_s2(s, _log_alpha(d, n, eps)).sum(axis=-1)
+    return float(out) if out.ndim == 0 else out
+
+
+def compression_rate(Z, U, eps) -> np.ndarray | float:
+    """Subspace compression term ``R^c(Z | U_[K]) = Σ_k R(U_k*Z) = ½ Σ_k logdet(I_n + β (U_k*Z)*(U_k*Z))`` — eq. (13).
+
+    ``β = p/(nε²)`` (eq. 12) is exactly the α of eq. (8) for the ``p × n`` matrix ``U_k*Z``.
+
+    Args:
+        Z: tokens ``(d, n)`` or ``(..., d, n)``.
+        U: bases ``(K, d, p)`` (orthonormality is the paper's assumption but not required by the formula).
+        eps: ε > 0.
+
+    Returns:
+        R^c: float, or ``(...)`` for a batch.
+    """
+    Z, U = _tokens_and_bases(Z, U)
+    eps = check_positive(eps, "eps")
+    out = np.asarray(coding_rate(project_onto_bases(Z, U), eps)).sum(axis=-1)
+    return float(out) if out.ndim == 0 else out
+
+
+def rate_reduction(Z, U, eps) -> np.ndarray | float:
+    """Rate reduction ``ΔR(Z | U_[K]) = R(Z) − R^c(Z | U_[K])`` — eqs. (7), (14). Shapes as :func:`compression_rate`."""
+    Z, U = _tokens_and_bases(Z, U)
+    eps = check_positive(eps, "eps")
+    out = np.asarray(coding_rate(Z, eps)) - np.asarray(compression_rate(Z, U, eps))
+    return float(out) if out.ndim == 0 else out
+
+
+def sparse_rate_reduction(Z, U, eps, lam, norm: str = "l1") -> np.ndarray | float:
+    """Sparse rate reduction ``R(Z) − R^c(Z | U_[K]) − λ‖Z‖`` (the objective maximised in eqs. 16/17).
+
+    Args:
+        Z: tokens ``(d, n)`` or ``(..., d, n)``; U: bases ``(K, d, p)``; eps: ε > 0; lam: λ ≥ 0.
+        norm: ``"l1"`` (eq. 17, entrywise ℓ1 norm — the relaxation CRATE optimises) or ``"l0"`` (eq. 16, the number
+            of non-zero entries, counted exactly).
+
+    Returns:
+        The objective (to be maximised): float, or ``(...)`` for a batch. Its negative is the energy E of eq. (19).
+    """
+    Z, U = _tokens_and_bases(Z, U)
+    eps = check_positive(eps, "eps")
+    lam = check_nonnegative(lam, "lam")
+    check_choice(norm, "norm", ("l1", "l0"))
+    sparsity = np.abs(Z).sum(axis=(-2, -1)) if norm == "l1" else np.count_nonzero(Z, axis=(-2, -1)).astype(float)
+    out = np.asarray(rate_reduction(Z, U, eps)) - lam * sparsity
+    return float(out) if out.ndim == 0 else out
+
+
+def label_compression_rate(Z, labels, eps, weighting: str = "paper", num_classes: int | None = None) -> float:
+    """Label-based compression term ``R^c(Z | Π_[K]) = ½ Σ_k logdet(I + γ_k Z Π_k Z*)``, ``γ_k = d/(n_k ε²)`` — eq. (9).
+
+    ``Z Π_k Z* = Z_k Z_k*`` with ``Z_k`` the ``n_k`` tokens of group k, so each term is the coding rate (8) of
+    ``Z_k`` on its own (its α is exactly γ_k). Empty groups contribute 0.
+
+    Args:
+        Z: tokens ``(d, n)`` (no batch axis: groups differ per set).
+        labels: integer group of each token, shape ``(n,)``, values in ``0 .. K−1``.
+        eps: ε > 0.
+        weighting: ``"paper"`` — eq. (9) of this paper, unweighted sum; ``"mcr2"`` — the original MCR² (Yu et al.
+            2020) weights term k by ``tr(Π_k)/n = n_k/n`` (paper-notes §1.2: the long paper drops these weights).
+        num_classes: K (default ``labels.max() + 1``); only matters for documenting empty groups.
+
+    Returns:
+        The compression term, a float.
+    """
+    Z = check_tokens(Z, batch=False)
+    labels = check_labels(labels, Z.shape[1])
+    eps = check_positive(eps, "eps")
+    check_choice(weighting, "weighting", ("paper", "mcr2"))
+    n = Z.shape[1]
+    K = int(labels.max()) + 1 if labels.size else 0
+    if num_classes is not None:
+        if num_classes < K:
+            raise ValueError(f"num_classes must be >= labels.max() + 1 = {K}, got {num_classes}")
+        K = int(num_classes)
+    total = 0.0
+    for k in range(K):
+        Zk = Z[:, labels == k]
+        weight = 1.0 if weighting == "paper" else Zk.shape[1] / n
+        total += weight * coding_rate(Zk, eps)
+    return float(total)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# gradients
+# ----------------------------------------------------------------------------------------------------------------
+def coding_rate_grad(Z, eps) -> np.ndarray:
+    """Gradient ``∇_Z R(Z) = α Z (I_n + αZ*Z)^{-1} = α (I_d + αZZ*)^{-1} Z`` — eq. (109) (Lemma 10).
+
+    Args:
+        Z: tokens ``(d, n)`` or ``(..., d, n)``; eps: ε > 0.
+
+    Returns:
+        Array of Z's shape. Computed as ``U diag(αs/(1+αs²)) V*`` from the thin SVD, finite for every finite Z
+        (each singular value of the gradient is at most √α/2).
+    """
+    Z = check_tokens(Z)
+    eps = check_positive(eps, "eps")
+    d, n = Z.shape[-2:]
+    if d == 0 or n == 0:
+        return np.zeros_like(Z)
+    Uz, s, Vt = _thin_svd(Z)
+    _, _, f = _spectral_functions(s, _alpha(d, n, eps))
+    return (Uz * f[..., None, :]) @ Vt
+
+
+def compression_rate_grad(Z, U, eps) -> np.ndarray:
+    """Gradient ``∇_Z R^c(Z | U_[K]) = β Σ_k U_k (U_k*Z) (I_n + β(U_k*Z)*(U_k*Z))^{-1}`` — eqs. (31)=(96), (235).
+
+    By the chain rule it is ``Σ_k U_k ∇R(U_k*Z)`` with ∇R of eq. (109) at ``α = β = p/(nε²)``.
+
+    Args:
+        Z: tokens ``(d, n)`` or ``(..., d, n)``; U: bases ``(K, d, p)``; eps: ε > 0.
+
+    Returns:
+        Array of Z's shape.
+    """
+    Z, U = _tokens_and_bases(Z, U)
+    eps = check_positive(eps, "eps")
+    return _lift_from_bases(coding_rate_grad(project_onto_bases(Z, U), eps), U)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Hessian of R
+# ----------------------------------------------------------------------------------------------------------------
+def _apply_resolvent(Q: np.ndarray, a: np.ndarray, X: np.ndarray) -> np.ndarray:
+    """``(I + αQ S² Q*)^{-1} X = X − Q Q*X + Q diag(a) Q*X`` for Q with orthonormal columns (..., m, r), X (..., m, k).
+
+    Written as (projection onto the complement) + (scaled part in the span) so that no cancellation occurs when a
+    is tiny (huge tokens).
+    """
+    QtX = np.swapaxes(Q, -1, -2) @ X
+    return X - Q @ QtX + Q @ (a[..., :, None] * QtX)
+
+
+def coding_rate_hvp(Z, V, eps) -> np.ndarray:
+    """Hessian operator of R applied to a direction V — eq. (127):
+
+    ``∇²R(Z)[V] = α V (I+αZ*Z)^{-1} − α² Z (I+αZ*Z)^{-1} (Z*V + V*Z) (I+αZ*Z)^{-1}``.
+
+    Using ``αZ(I+αZ*Z)^{-1} = ∇R(Z) =: G`` and ``I − αZ(I+αZ*Z)^{-1}Z* = (I+αZZ*)^{-1}``, this equals the manifestly
+    symmetric form ``α (I_d + αZZ*)^{-1} V (I_n + αZ*Z)^{-1} − G V* G``, which is what is evaluated (via the SVD).
+
+    Args:
+        Z: tokens ``(d, n)`` or ``(..., d, n)``; V: direction, same shape as Z (or broadcastable batch); eps: ε > 0.
+
+    Returns:
+        Array of Z's shape.
+    """
+    Z = check_tokens(Z)
+    V = check_tokens(V, "V")
+    if V.shape[-2:] != Z.shape[-2:]:
+        raise ValueError(f"V must have the shape of Z's token matrices {Z.shape[-2:]}, got {V.shape[-2:]}")
+    eps = check_positive(eps, "eps")
+    d, n = Z.shape[-2:]
+    if d == 0 or n == 0:
+        return np.zeros(np.broadcast_shapes(Z.shape, V.shape))
+    alpha = _alpha(d, n, eps)
+    Uz, s, Vt = _thin_svd(Z)
+    a, _, f = _spectral_functions(s, alpha)
+    left = _apply_resolvent(Uz, a, V)  # (I_d + αZZ*)^{-1} V
+    both = np.swapaxes(_apply_resolvent(np.swapaxes(Vt, -1, -2), a, np.swapaxes(left, -1, -2)), -1, -2)
+    G = (Uz * f[..., None, :]) @ Vt
+    return alpha * both - G @ np.swapaxes(V, -1, -2) @ G
+
+
+def coding_rate_hessian(Z, eps) -> np.ndarray:
+    """The Hessian of R at Z as a dense symmetric ``(dn, dn)`` matrix (eq. 127), in the row-major order of
+    ``Z.reshape(-1)``: column j is ``∇²R(Z)[E_j]`` for the j-th unit matrix ``E_j``. For small d·n only.
+
+    Args:
+        Z: tokens ``(d, n)`` (no batch axis); eps: ε > 0.
+    """
+    Z = check_tokens(Z, batch=False)
+    eps = check_positive(eps, "eps")
+    d, n = Z.shape
+    basis = np.eye(d * n).reshape(d * n, d, n)
+    H = coding_rate_hvp(np.broadcast_to(Z, basis.shape), basis, eps).reshape(d * n, d * n).T
+    return 0.5 * (H + H.T)  # symmetric up to rounding; symmetrise the rounding away
+
+
+def coding_rate_hessian_eigenvalues(Z, eps) -> np.ndarray:
+    """All ``d·n`` eigenvalues of the Hessian operator ∇²R(Z) (eq. 127) in closed form, sorted ascending.
+
+    Derivation (ours; checked against :func:`coding_rate_hessian` in the tests). Write ``Z = P S Q*`` (full SVD),
+    ``x_i = α s_i²`` for the ``r = min(d, n)`` singular values, and ``V' = P* V Q``. In these coordinates the
+    operator ``α(I+αZZ*)^{-1} V (I+αZ*Z)^{-1} − G V* G`` acts entrywise, coupling only ``V'_ij`` with ``V'_ji``:
+
+    * ``(i, i)``, i ≤ r:                  ``α (1 − x_i) / (1 + x_i)²``            ∈ [−α/8, α];
+    * ``{(i, j), (j, i)}``, i < j ≤ r:    ``α (1 ± √(x_i x_j)) / ((1 + x_i)(1 + x_j))``;
+    * ``(i, j)`` with i > r or j > r:     ``α / (1 + x_k)``, k the index ≤ r, with multiplicity |d − n|.
+
+    Hence the spectrum lies in ``[−α/8, α]``: ``‖∇²R(Z)‖ ≤ α`` with equality iff Z has a zero singular value
+    (and is approached as Z → 0), and ``−∇²R(Z) ⪯ (α/8) I``. Lemma 11 bounds ‖∇²R‖/α by 9/4.
+
+    Args:
+        Z: tokens ``(d, n)`` or ``(..., d, n)``; eps: ε > 0.
+
+    Returns:
+        Array ``(..., d·n)``.
+    """
+    Z = check_tokens(Z)
+    eps = check_positive(eps, "eps")
+    d, n = Z.shape[-2:]
+    r = min(d, n)
+    alpha = _alpha(d, n, eps)
+    s = np.linalg.svd(Z, compute_uv=False) if r else np.zeros(Z.shape[:-2] + (0,))
+    a, c, _ = _spectral_functions(s, alpha)
+    diag = a * (a - c)  # (1 − x)/(1 + x)²
+    iu, ju = np.triu_indices(r, k=1)
+    prod = a[..., iu] * a[..., ju]
+    cross = np.sqrt(c[..., iu] * a[..., iu] * c[..., ju] * a[..., ju])  # √(x_i x_j)/((1+x_i)(1+x_j))
+    rect = np.repeat(a, abs(d - n), axis=-1)
+    eig = np.concatenate([diag, prod + cross, prod - cross, rect], axis=-1)
+    return np.sort(alpha * eig, axis=-1)
+
+
+def coding_rate_hessian_norm(Z, eps) -> np.ndarray | float:
+    """Operator norm ``‖∇²R(Z)‖ = sup_{‖V‖_F ≤ 1} ‖∇²R(Z)[V]‖_F`` of the Hessian (127) — the quantity that
+    Lemma 11 (eq. 136) bounds by ``9α/4``.
+
+    Computed exactly from the closed-form spectrum (:func:`coding_rate_hessian_eigenvalues`): the largest absolute
+    eigenvalue of the symmetric operator. It never exceeds α (see that function), so the constant 9/4 is loose.
+
+    Args:
+        Z: tokens ``(d, n)`` or ``(..., d, n)``; eps: ε > 0.
+
+    Returns:
+        float, or ``(...)`` for a batch.
+    """
+    eig = coding_rate_hessian_eigenvalues(Z, eps)
+    out = np.abs(eig).max(axis=-1, initial=0.0)
+    return float(out) if np.ndim(out) == 0 else out

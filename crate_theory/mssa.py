@@ -1,0 +1,206 @@
+"""The compression half-step: Neumann approximation, SSA/MSSA and the compression step (eqs. 26–27, 32–37, 86–107).
+
+Column convention: ``Z`` is ``(d, n)`` or ``(..., d, n)``; ``U`` is ``(K, d, p)``; softmax acts on each column
+(eqs. 94–95), so column j of ``softmax(A)`` holds the weights that build output token j.
+
+Temperature: every function divides the attention logits ``(U_k*Z)*(U_k*Z)`` by ``temperature`` before the softmax.
+The paper's (35) has none (``temperature=1``, the default); the official implementation multiplies the logits by
+``p^{-1/2}``, i.e. ``temperature = √p``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._checks import (
+    as_float_array,
+    check_bases,
+    check_choice,
+    check_positive,
+    check_same_size,
+    check_tokens,
+)
+from .coding_rate import _lift_from_bases, compression_rate_grad, project_onto_bases
+
+__all__ = [
+    "column_softmax",
+    "causal_mask",
+    "neumann_compression_grad",
+    "ssa",
+    "ssa_attention",
+    "mssa",
+    "mssa_free",
+    "compression_step",
+]
+
+
+def column_softmax(A) -> np.ndarray:
+    """Softmax of each column, eqs. (94)–(95): ``softmax(A)_{ij} = e^{A_ij} / Σ_i' e^{A_i'j}`` for A ``(..., n, m)``.
+
+    Entries equal to ``−inf`` (masked) get weight 0; every column must have at least one finite entry.
+    """
+    A = as_float_array(A, "A", min_ndim=2, finite=False, shape_hint="(..., n, m)")
+    if np.isnan(A).any() or np.isposinf(A).any():
+        raise ValueError("A must not contain NaN or +inf (only -inf, for masked entries)")
+    shifted = A - A.max(axis=-2, keepdims=True)
+    E = np.exp(shifted)
+    return E / E.sum(axis=-2, keepdims=True)
+
+
+def causal_mask(A) -> np.ndarray:
+    """``CausalMask(A)_{ij} = A_ij if i ≤ j else −∞`` — eq. (87): column j (query j) sees keys i ≤ j.
+
+    Args:
+        A: logits ``(..., n, n)``.
+    """
+    A = as_float_array(A, "A", min_ndim=2, finite=False)
+    n = A.shape[-1]
+    keep = np.triu(np.ones((A.shape[-2], n), dtype=bool))  # i <= j
+    return np.where(keep, A, -np.inf)
+
+
+def neumann_compression_grad(Z, U, eps) -> np.ndarray:
+    """First-order Neumann approximation of ∇R^c — eq. (33)=(99):
+
+    ``β Σ_k U_k (U_k*Z)(I − β(U_k*Z)*(U_k*Z)) = β Σ_k U_kU_k* Z − β² Σ_k U_k (U_k*Z)(U_k*Z)*(U_k*Z)``,
+
+    from ``(I + βG_k)^{-1} ≈ I − βG_k`` (32), which converges only when ``β‖U_k*Z‖² < 1`` (not stated in the paper).
+
+    Args:
+        Z: tokens ``(d, n)`` or ``(..., d, n)``; U: bases ``(K, d, p)``; eps: ε > 0.
+
+    Returns:
+        Array of Z's shape.
+    """
+    Z = check_tokens(Z)
+    U = check_bases(U, Z.shape[-2])
+    eps = check_positive(eps, "eps")
+    p, n = U.shape[2], Z.shape[-1]
+    beta = p / (n * eps**2)
+    A = project_onto_bases(Z, U)  # (..., K, p, n)
+    AAtA = A @ (np.swapaxes(A, -1, -2) @ A)
+    return _lift_from_bases(beta * A - beta**2 * AAtA, U)
+
+
+def ssa_attention(Z, Uk, temperature=1.0, causal: bool = False) -> np.ndarray:
+    """The column-stochastic attention of one head, ``softmax((U_k*Z)*(U_k*Z) / temperature)`` (eqs. 35, 94–95),
+    with the causal mask (87) when ``causal``. Shape ``(..., n, n)``; column j sums to 1.
+
+    Args:
+        Z: tokens ``(d, n)`` or ``(..., d, n)``; Uk: one basis ``(d, p)``; temperature: > 0; causal: apply (87).
+    """
+    Z = check_tokens(Z)
+    Uk = as_float_array(Uk, "Uk", ndim=2, shape_hint="(d, p)")
+    check_same_size(Uk.shape[0], Z.shape[-2], "Uk", "rows (d)")
+    return _attention(Uk.T @ Z, check_positive(temperature, "temperature"), causal)
+
+
+def _attention(A: np.ndarray, temperature: float, causal: bool) -> np.ndarray:
+    """softmax over columns of ``A*A / temperature`` for codes A of shape (..., p, n)."""
+    logits = np.swapaxes(A, -1, -2) @ A / temperature
+    if causal:
+        logits = causal_mask(logits)
+    return column_softmax(logits)
+
+
+def ssa(Z, Uk, temperature=1.0, causal: bool = False) -> np.ndarray:
+    """Subspace self-attention of one head — eq. (35)=(92):
+
+    ``SSA(Z | U_k) = (U_k*Z) softmax((U_k*Z)*(U_k*Z) / temperature)`` — query = key = value = ``U_k*``;
+    with ``causal`` the logits go through ``CausalMask`` (eqs. 86–87) first.
+
+    Args:
+        Z: tokens ``(d, n)`` or ``(..., d, n)``; Uk: one basis ``(d, p)``; temperature: softmax temperature > 0
+            (1 in the paper, √p in the official code); causal: CRATE-GPT's mask.
+
+    Returns:
+        Array ``(..., p, n)``.
+    """
+    Z = check_tokens(Z)
+    Uk = as_float_array(Uk, "Uk", ndim=2, shape_hint="(d, p)")
+    check_same_size(Uk.shape[0], Z.shape[-2], "Uk", "rows (d)")
+    temperature = check_positive(temperature, "temperature")
+    A = Uk.T @ Z
+    return A @ _attention(A, temperature, causal)
+
+
+def _all_heads(Z: np.ndarray, U: np.ndarray, temperature: float, causal: bool) -> np.ndarray:
+    """``[SSA(Z|U_1); …; SSA(Z|U_K)]`` as an array (..., K, p, n)."""
+    A = project_onto_bases(Z, U)
+    return A @ _attention(A, temperature, causal)
+
+
+def mssa(Z, U, eps, temperature=1.0, causal: bool = False) -> np.ndarray:
+    """Multi-head subspace self-attention — eq. (36)=(93):
+
+    ``MSSA(Z | U_[K]) = β [U_1, …, U_K] [SSA(Z|U_1); …; SSA(Z|U_K)] = β Σ_k U_k SSA(Z|U_k)``, ``β = p/(nε²)``.
+
+    Args:
+        Z: tokens ``(d, n)`` or ``(..., d, n)``; U: bases ``(K, d, p)``; eps: ε > 0; temperature, causal: as :func:`ssa`.
+
+    Returns:
+        Array of Z's shape.
+    """
+    Z = check_tokens(Z)
+    U = check_bases(U, Z.shape[-2])
+    eps = check_positive(eps, "eps")
+    temperature = check_positive(temperature, "temperature")
+    p, n = U.shape[2], Z.shape[-1]
+    beta = p / (n * eps**2)
+    return beta * _lift_from_bases(_all_heads(Z, U, temperature, bool(causal)), U)
+
+
+def mssa_free(Z, U, W, b=None, temperature=1.0, causal: bool = False) -> np.ndarray:
+    """MSSA with a free output map — eq. (37): ``W [SSA(Z|U_1); …; SSA(Z|U_K)] + b 1*``.
+
+    This is the implemented operator (the official code adds a bias ``b`` and uses ``temperature = √p``).
+    With ``W = β [U_1 … U_K]`` and ``b = 0`` it is eq. (36) (see :func:`crate_theory.layer.tied_output_map`).
+
+    Args:
+        Z: tokens ``(d, n)`` or ``(..., d, n)``; U: bases ``(K, d, p)``; W: output map ``(d, K·p)`` whose column
+            block k multiplies head k; b: bias ``(d,)`` or None; temperature, causal: as :func:`ssa`.
+
+    Returns:
+        Array of Z's shape.
+    """
+    Z = check_tokens(Z)
+    U = check_bases(U, Z.shape[-2])
+    K, d, p = U.shape
+    W = as_float_array(W, "W", ndim=2, shape_hint="(d, K*p)")
+    if W.shape != (d, K * p):
+        raise ValueError(f"W must have shape (d, K*p) = ({d}, {K * p}), got {W.shape}")
+    temperature = check_positive(temperature, "temperature")
+    heads = _all_heads(Z, U, temperature, bool(causal))  # (..., K, p, n)
+    stacked = heads.reshape(heads.shape[:-3] + (K * p, heads.shape[-1]))
+    out = W @ stacked
+    if b is not None:
+        b = as_float_array(b, "b", ndim=1, shape_hint=f"({d},)")
+        check_same_size(b.shape[0], d, "b", "entries")
+        out = out + b[:, None]
+    return out
+
+
+def compression_step(Z, U, eps, kappa, method: str = "exact", temperature=1.0, causal: bool = False) -> np.ndarray:
+    """One compression half-step ``Z^{ℓ+1/2}`` — eq. (26) and its approximations:
+
+    * ``"exact"``:   ``Z − κ ∇R^c(Z | U_[K])`` with the exact gradient (31) — eq. (26);
+    * ``"neumann"``: ``Z − κ ∇̂R^c`` with the first-order Neumann gradient (33);
+    * ``"mssa"``:    ``(1 − κβ) Z + κβ MSSA(Z | U_[K])`` — eq. (27)=(34)=(107), Approximation 9.
+
+    Args:
+        Z: tokens ``(d, n)`` or ``(..., d, n)``; U: bases ``(K, d, p)``; eps: ε > 0; kappa: step κ > 0;
+        method: one of the above; temperature, causal: used by ``"mssa"`` only.
+
+    Returns:
+        Array of Z's shape.
+    """
+    Z = check_tokens(Z)
+    U = check_bases(U, Z.shape[-2])
+    eps = check_positive(eps, "eps")
+    kappa = check_positive(kappa, "kappa")
+    check_choice(method, "method", ("exact", "neumann", "mssa"))
+    if method == "exact":
+        return Z - kappa * compression_rate_grad(Z, U, eps)
+    if method == "neumann":
+        return Z - kappa * neumann_compression_grad(Z, U, eps)
+    beta = U.shape[2] / (Z.shape[-1] * eps**2)
+    return (1.0 - kappa * beta) * Z + kappa * beta * mssa(Z, U, eps, temperature=temperature, causal=causal)
