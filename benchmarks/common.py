@@ -75,12 +75,13 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def peak_bf16_flops(device: torch.device) -> float | None:
-    """The device's peak dense bf16 FLOP/s from :data:`PEAK_BF16_FLOPS`, or None (CPU, unknown GPU)."""
-    if device.type != "cuda":
-        return None
-    name = torch.cuda.get_device_name(device)
-    return next((peak for key, peak in PEAK_BF16_FLOPS if key in name), None)
+def peak_bf16_flops(device: torch.device | str) -> float | None:
+    """Peak dense bf16 FLOP/s of a CUDA device, or of a GPU named like ``"H100"``; None for a CPU or an unknown GPU."""
+    if isinstance(device, torch.device):
+        if device.type != "cuda":
+            return None
+        device = torch.cuda.get_device_name(device)
+    return next((peak for key, peak in PEAK_BF16_FLOPS if key in device), None)
 
 
 # ----------------------------------------------------------------------------------------------- timing

@@ -12,7 +12,7 @@ import pytest
 import torch
 from crate_nn import model_config
 
-from benchmarks import common, inference, train_step
+from benchmarks import common, data, inference, theory, train_step
 from benchmarks.models import LOGIT_RTOL, TINY_OVERRIDES, build_pair, check_pair, forward_flops
 
 
@@ -38,6 +38,27 @@ def test_paired_benchmark_writes_results(module, tmp_path):
         assert row[f"{key}_mfu"] is None  # CPU: no MFU
     assert row["ratio"] == pytest.approx(row["ours_img_s"] / row["baseline_img_s"])
     assert "F_fwd" in result["flops_formula"]
+
+
+def test_data_benchmark_writes_results(tmp_path):
+    result = run_tiny(data, tmp_path)
+    pipelines = {(row["pipeline"], row["workers"]) for row in result["rows"]}
+    for workers in (0, 1):  # the --tiny worker counts
+        assert ("JPEG files: decode + augment", workers) in pipelines
+        assert ("uint8 shard: read + augment", workers) in pipelines
+    assert all(row["img_s"] > 0 and row["img_s_per_core"] > 0 for row in result["rows"])
+    assert result["h100_crate_base_40pct_mfu_img_s"] > 0 and result["best_jpeg_img_s_per_core"] > 0
+
+
+def test_theory_benchmark_writes_results(tmp_path):
+    result = run_tiny(theory, tmp_path)
+    methods = {(row["quantity"], row["method"]) for row in result["rows"]}
+    assert ("R (eq. 8)", "smaller Gram") in methods and ("R^c (eq. 13)", "naive n×n") in methods
+    for row in result["rows"]:
+        assert row["ms"] > 0
+        # float64: the three forms are the same number up to rounding (1e-16 per operation, ~100 operations)
+        assert row["max_rel_diff_vs_crate_theory"] < 1e-12
+    assert result["verify_quick"]["status"].startswith("skipped")
 
 
 def test_pair_check_detects_a_different_computation():

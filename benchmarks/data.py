@@ -1,0 +1,165 @@
+"""Input-pipeline throughput: decode + augment from a folder of JPEGs generated on the fly, per worker count.
+
+A temporary ImageNet-layout folder (``train/<class>/*.JPEG``, ``--source-size`` pixels, smooth random content
+compressed like photographs) is written first. Then, in one run, interleaved:
+
+* ``files``: crate_nn.data's training pipeline as `crate_nn.train` uses it — `ImageFiles` (Pillow decode,
+  shorter side → ``load_size``, central square) in DataLoader workers, then `DeviceTransform` (kornia
+  RandomResizedCrop + flip + normalisation) on ``--device`` — for each ``--workers`` count;
+* ``shard``: the same augmentation fed from a pre-resized uint8 shard (the decoded ``load_size`` squares written
+  once to a ``.npy`` file and memory-mapped into `TensorImages`): what is left when no JPEG is decoded;
+* ``augment``: `DeviceTransform` alone on a ready uint8 batch.
+
+A fourth table compares, per image in one process, Pillow's full decode + resize with a *draft* decode
+(``Image.draft``: libjpeg decodes directly at 1/2, 1/4 or 1/8 scale when that still covers ``load_size``).
+
+images/s = images of one epoch / wall time of the epoch (worker start-up included); median of the repeats.
+"images/s per core" divides by max(workers, 1). The notes state what a GPU training crate_base at the issue's
+target (40% MFU on an H100) consumes, and how many such cores feed it.
+
+    python -m benchmarks.data --workers 0 1 2 --images 512 --out data.json
+"""
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+from PIL import Image
+from tqdm import tqdm
+
+from benchmarks import common
+from benchmarks.models import forward_flops
+from crate_nn import data as cdata
+from crate_nn import model_config
+
+
+def write_jpeg_folder(root: Path, n_images: int, size: tuple[int, int], n_classes: int, seed: int) -> Path:
+    """Write ``n_images`` JPEGs (quality 90) of ``size`` = (width, height) under ``root/train/class_XX/``.
+
+    Content: 8×-upsampled uniform noise (smooth, photograph-like spectra) plus mild pixel noise, so that the
+    files have realistic sizes and decode costs (a pure-noise JPEG is far larger than a photograph).
+    """
+    rng = np.random.default_rng(seed)
+    width, height = size
+    for i in tqdm(range(n_images), desc="writing JPEGs", unit="img", leave=False):
+        folder = root / "train" / f"class_{i % n_classes:02d}"
+        folder.mkdir(parents=True, exist_ok=True)
+        coarse = rng.integers(0, 256, (max(height // 8, 1), max(width // 8, 1), 3), dtype=np.uint8)
+        smooth = np.asarray(Image.fromarray(coarse).resize((width, height), Image.BICUBIC), dtype=np.int16)
+        pixels = np.clip(smooth + rng.integers(-8, 9, smooth.shape), 0, 255).astype(np.uint8)
+        Image.fromarray(pixels).save(folder / f"img_{i:05d}.JPEG", quality=90)
+    return root
+
+
+def decode_resize(path: str, load_size: int, draft: bool) -> np.ndarray:
+    """Decode one file and resize its shorter side to ``load_size`` (bilinear): the work of `ImageFiles`."""
+    with Image.open(path) as im:
+        if draft:
+            im.draft("RGB", (load_size, load_size))  # libjpeg DCT scaling; keeps both sides >= load_size
+        im = im.convert("RGB")
+        scale = load_size / min(im.size)
+        im = im.resize((max(load_size, round(im.width * scale)), max(load_size, round(im.height * scale))),
+                       Image.BILINEAR)
+        return np.asarray(im)
+
+
+def epoch_runner(
+    dataset, batch_size: int, workers: int, transform: Callable[[torch.Tensor], torch.Tensor],
+    device: torch.device,
+) -> Callable[[], None]:
+    """One epoch of the loader (fresh workers each time, as at every epoch of training), augmented on ``device``."""
+
+    def run() -> None:
+        batches = cdata.EpochBatches(len(dataset), global_batch=batch_size, micro_batch=batch_size, seed=0)
+        for batch in cdata.loader(dataset, batches, num_workers=workers):
+            transform(batch.images.to(device, non_blocking=True))
+
+    return run
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.data", description=__doc__.splitlines()[0])
+    common.add_common_args(parser, repeats=3, warmup=1)
+    parser.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2], help="DataLoader worker counts")
+    parser.add_argument("--images", type=int, default=512, help="JPEGs in the generated folder (= one epoch)")
+    parser.add_argument("--source-size", default="500x375", help="WIDTHxHEIGHT of the JPEGs (ImageNet-like)")
+    parser.add_argument("--load-size", type=int, default=256, help="shorter side after decoding (crate_nn preset)")
+    parser.add_argument("--image-size", type=int, default=224, help="crop the model sees")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--keep", type=Path, default=None, help="write the JPEG folder here and keep it")
+    args = parser.parse_args(argv)
+    if args.tiny:
+        args.workers, args.images, args.source_size = [0, 1], 16, "80x60"
+        args.load_size, args.image_size, args.batch_size, args.repeats, args.warmup = 40, 32, 8, 1, 0
+    device = common.setup(args)
+    try:
+        width, height = (int(v) for v in args.source_size.lower().split("x"))
+    except ValueError as err:
+        raise ValueError(f"--source-size must be WIDTHxHEIGHT, got {args.source_size!r}") from err
+    if min(args.workers) < 0 or args.images < args.batch_size:
+        raise ValueError(f"--workers must be >= 0 and --images >= --batch-size, got {args.workers}, {args.images}")
+
+    with tempfile.TemporaryDirectory(prefix="crate_data_bench_") as tmp:
+        root = write_jpeg_folder(args.keep or Path(tmp), args.images, (width, height), 10, args.seed)
+        files = cdata.build_dataset(
+            "imagefolder", "train", data_dir=str(root), train=True, image_size=args.image_size,
+            load_size=args.load_size, eval_resize=args.load_size,
+        )
+        shard = Path(tmp) / "shard.npy"  # decoded once: (N, 3, load_size, load_size) uint8
+        np.save(shard, np.stack([files[i][0].numpy() for i in range(len(files))]))
+        shard_images = torch.from_numpy(np.load(shard, mmap_mode="c"))
+        shards = cdata.TensorImages(shard_images, torch.zeros(len(files), dtype=torch.long), files.info.classes)
+        transform = cdata.DeviceTransform(
+            args.image_size, cdata.IMAGENET_MEAN, cdata.IMAGENET_STD, train=True, augment="rrc_flip"
+        ).to(device)
+        ready = shard_images[: args.batch_size].to(device)
+        paths = [path for path, _ in files.samples]
+        contenders: dict[str, Callable[[], None]] = {
+            "augment": lambda: transform(ready),
+            "decode_full": lambda: [decode_resize(p, args.load_size, draft=False) for p in paths],
+            "decode_draft": lambda: [decode_resize(p, args.load_size, draft=True) for p in paths],
+        }
+        for w in args.workers:
+            contenders[f"files_w{w}"] = epoch_runner(files, args.batch_size, w, transform, device)
+            contenders[f"shard_w{w}"] = epoch_runner(shards, args.batch_size, w, transform, device)
+        timings = common.interleaved(contenders, args.repeats, args.warmup, device)
+
+    images = {name: args.images for name in contenders} | {"augment": args.batch_size}
+    rows = []
+    for name, timing in timings.items():
+        source, _, workers = name.partition("_w")
+        cores = max(int(workers), 1) if workers else 1
+        rate = images[name] / timing.median
+        rows.append({
+            "pipeline": {"files": "JPEG files: decode + augment", "shard": "uint8 shard: read + augment",
+                         "augment": "augment only (DeviceTransform rrc_flip)",
+                         "decode_full": "decode + resize, Pillow full (1 process)",
+                         "decode_draft": "decode + resize, Pillow draft (1 process)"}[source],
+            "workers": int(workers) if workers else None,
+            "img_s": rate,
+            "img_s_per_core": rate / cores,
+            "timing": timing.summary(),
+        })
+    base = model_config("crate_base")
+    needed = 0.40 * common.peak_bf16_flops("H100 SXM") / (3 * forward_flops(base))
+    per_core = max(r["img_s_per_core"] for r in rows if r["pipeline"].startswith("JPEG"))
+    notes = [
+        f"{args.images} JPEGs of {width}x{height}, load_size {args.load_size}, crop {args.image_size}, "
+        f"batch {args.batch_size}, augmentation on {device}; median of {args.repeats} interleaved repeats",
+        f"crate_base at 224², 40% MFU on an H100 (989 TFLOP/s bf16) trains {needed:,.0f} images/s; at the best "
+        f"JPEG rate per core measured here ({per_core:,.0f} images/s) that needs {needed / per_core:,.0f} cores",
+    ]
+    columns: list[common.Column] = [
+        ("pipeline", "pipeline", ""), ("workers", "workers", "d"), ("img_s", "images/s", ".1f"),
+        ("img_s_per_core", "images/s per core", ".1f"),
+    ]
+    extra = {"h100_crate_base_40pct_mfu_img_s": needed, "best_jpeg_img_s_per_core": per_core}
+    return common.report("data", device, args, rows, columns, notes, extra=extra)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""Speed of crate_theory's hot functions against the naive n×n forms, and the wall time of ``verify --quick``.
+
+For token sets Z (d, n) in float64, in one run, interleaved, each contender checked against the others first:
+
+* coding rate R(Z) = ½ logdet(I + α·Gram), eq. (8): ``crate_theory.coding_rate`` (thin SVD, see its module
+  docstring) vs the **naive** form ``½ slogdet(I_n + α ZᵀZ)`` (n×n, as the equation is usually written) vs
+  the **smaller Gram** ``½ logdet(I_m + α G)`` by Cholesky, G the min(d, n)-sided Gram matrix (Sylvester);
+* its gradient ∇R = α Z (I_n + αZᵀZ)⁻¹ = α (I_d + αZZᵀ)⁻¹ Z, eq. (109): ``coding_rate_grad`` vs the n×n solve
+  vs the smaller-Gram Cholesky solve;
+* the compression term R^c(Z | U_[K]) = Σ_k R(U_kᵀZ), eq. (13): ``compression_rate`` vs K naive n×n logdets.
+
+Then ``python -m verify --quick`` is run once as a subprocess (when the verify package has a ``__main__``).
+
+    python -m benchmarks.theory --out theory.json
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import scipy.linalg as sla
+import torch
+from tqdm import tqdm
+
+import crate_theory
+from benchmarks import common
+
+EPS = 0.5  # ε; α = d/(nε²) is then O(1)–O(10) for these sizes, a regime where every form is well conditioned
+
+
+def _alpha(Z: np.ndarray, eps: float) -> float:
+    d, n = Z.shape
+    return d / (n * eps**2)
+
+
+def rate_naive(Z: np.ndarray, eps: float) -> float:
+    """½ logdet(I_n + α ZᵀZ) by LU (numpy slogdet): the n×n form of eq. (8)."""
+    n = Z.shape[1]
+    return 0.5 * np.linalg.slogdet(np.eye(n) + _alpha(Z, eps) * (Z.T @ Z))[1]
+
+
+def rate_small_gram(Z: np.ndarray, eps: float) -> float:
+    """½ logdet(I_m + α G) by Cholesky, G = ZᵀZ or ZZᵀ whichever is smaller (m = min(d, n))."""
+    G = Z.T @ Z if Z.shape[1] <= Z.shape[0] else Z @ Z.T
+    L = sla.cholesky(np.eye(G.shape[0]) + _alpha(Z, eps) * G, lower=True)
+    return float(np.log(np.diag(L)).sum())
+
+
+def grad_naive(Z: np.ndarray, eps: float) -> np.ndarray:
+    """α Z (I_n + αZᵀZ)⁻¹ by an n×n solve (eq. 109)."""
+    a, n = _alpha(Z, eps), Z.shape[1]
+    return a * np.linalg.solve(np.eye(n) + a * (Z.T @ Z), Z.T).T  # the matrix is symmetric
+
+
+def grad_small_gram(Z: np.ndarray, eps: float) -> np.ndarray:
+    """The same gradient from a Cholesky of the smaller Gram matrix."""
+    a = _alpha(Z, eps)
+    d, n = Z.shape
+    if d <= n:
+        return a * sla.cho_solve(sla.cho_factor(np.eye(d) + a * (Z @ Z.T)), Z)
+    return a * sla.cho_solve(sla.cho_factor(np.eye(n) + a * (Z.T @ Z)), Z.T).T
+
+
+def compression_naive(Z: np.ndarray, U: np.ndarray, eps: float) -> float:
+    """Σ_k ½ logdet(I_n + β (U_kᵀZ)ᵀ(U_kᵀZ)), β = p/(nε²) (eq. 13), each by an n×n slogdet."""
+    return sum(rate_naive(U_k.T @ Z, eps) for U_k in U)
+
+
+def cases(tiny: bool) -> list[tuple[str, int, int, int]]:
+    """(label, d, n, K) — CRATE token sets (n = 197 at 224²/16², p = d/K) and a long-sequence case."""
+    if tiny:
+        return [("tiny", 16, 12, 2)]
+    return [("crate_tiny layer", 384, 197, 6), ("crate_base layer", 768, 197, 12), ("long n", 64, 2048, 4)]
+
+
+def bench_case(label: str, d: int, n: int, K: int, rng: np.random.Generator, args) -> list[dict]:
+    Z = rng.standard_normal((d, n)) / np.sqrt(d)
+    p = d // K  # orthonormal bases U_k (d, p) from one QR, as in CRATE (p = d/K)
+    U = np.linalg.qr(rng.standard_normal((d, d)))[0][:, : K * p].reshape(d, K, p).transpose(1, 0, 2)
+    groups: dict[str, dict[str, Callable[[], object]]] = {
+        "R (eq. 8)": {
+            "crate_theory": lambda: crate_theory.coding_rate(Z, EPS),
+            "naive n×n": lambda: rate_naive(Z, EPS),
+            "smaller Gram": lambda: rate_small_gram(Z, EPS),
+        },
+        "∇R (eq. 109)": {
+            "crate_theory": lambda: crate_theory.coding_rate_grad(Z, EPS),
+            "naive n×n": lambda: grad_naive(Z, EPS),
+            "smaller Gram": lambda: grad_small_gram(Z, EPS),
+        },
+        "R^c (eq. 13)": {
+            "crate_theory": lambda: crate_theory.compression_rate(Z, U, EPS),
+            "naive n×n": lambda: compression_naive(Z, U, EPS),
+        },
+    }
+    rows = []
+    for quantity, contenders in groups.items():
+        values = {name: np.asarray(fn()) for name, fn in contenders.items()}
+        reference = values["crate_theory"]
+        timings = common.interleaved(contenders, args.repeats, args.warmup, torch.device("cpu"))
+        naive = timings["naive n×n"].median
+        for name, timing in timings.items():
+            rows.append({
+                "case": label, "d": d, "n": n, "K": K, "quantity": quantity, "method": name,
+                "ms": 1e3 * timing.median, "speedup_vs_naive": naive / timing.median,
+                "max_rel_diff_vs_crate_theory": float(np.abs(values[name] - reference).max()
+                                                      / np.abs(reference).max()),
+                "timing": timing.summary(),
+            })
+    return rows
+
+
+def time_verify_quick(timeout: float) -> dict:
+    """Wall time and exit status of ``python -m verify --quick`` in a subprocess (report in a temp dir)."""
+    main_module = Path(__file__).resolve().parents[1] / "verify" / "__main__.py"
+    if not main_module.is_file():
+        return {"status": "absent: verify/__main__.py does not exist yet"}
+    with tempfile.TemporaryDirectory(prefix="crate_verify_bench_") as tmp:
+        command = [sys.executable, "-m", "verify", "--quick", "--no-progress", "--output-dir", tmp]
+        start = time.perf_counter()
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                                  cwd=main_module.parents[1])
+        except subprocess.TimeoutExpired:
+            return {"status": f"timed out after {timeout:.0f} s", "command": " ".join(command[1:])}
+    return {"status": "ran", "returncode": done.returncode, "wall_s": time.perf_counter() - start,
+            "command": " ".join(["python"] + command[1:3])}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.theory", description=__doc__.splitlines()[0])
+    common.add_common_args(parser, repeats=7, warmup=1)
+    parser.add_argument("--no-verify", action="store_true", help="do not time python -m verify --quick")
+    parser.add_argument("--verify-timeout", type=float, default=600.0)
+    args = parser.parse_args(argv)
+    if args.tiny:
+        args.repeats, args.warmup, args.no_verify = 2, 1, True
+    common.setup(args)
+    rng = np.random.default_rng(args.seed)
+    rows = []
+    for label, d, n, K in tqdm(cases(args.tiny), desc="theory", unit="case"):
+        rows += bench_case(label, d, n, K, rng, args)
+    verify = {"status": "skipped (--tiny or --no-verify)"} if args.no_verify else time_verify_quick(args.verify_timeout)
+    notes = [
+        f"float64 NumPy/SciPy, ε = {EPS}; median of {args.repeats} interleaved repeats; "
+        "max_rel_diff = max |value − crate_theory's| / max |crate_theory's|",
+        "verify --quick: " + ", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in verify.items()),
+    ]
+    columns: list[common.Column] = [
+        ("case", "case", ""), ("d", "d", "d"), ("n", "n", "d"), ("quantity", "quantity", ""), ("method", "method", ""),
+        ("ms", "ms", ".3f"), ("speedup_vs_naive", "× vs naive", ".2f"),
+        ("max_rel_diff_vs_crate_theory", "rel. diff", ".1e"),
+    ]
+    return common.report("theory", torch.device("cpu"), args, rows, columns, notes, extra={"verify_quick": verify})
+
+
+if __name__ == "__main__":
+    main()
