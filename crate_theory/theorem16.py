@@ -22,6 +22,7 @@ import numpy as np
 
 from ._checks import as_float_array, check_bases, check_int, check_nonnegative, check_positive
 from .coding_rate import compression_rate_grad
+from .synthetic import coherence, gaussian_codes, orthonormal_bases
 
 __all__ = [
     "Theorem16Sample",
@@ -75,20 +76,13 @@ def permutation_matrix(order) -> np.ndarray:
     return Pi
 
 
-def _pairwise_orthogonal_bases(rng, d, K, p):
-    Q, _ = np.linalg.qr(rng.standard_normal((d, K * p)))
-    return Q.reshape(d, K, p).transpose(1, 0, 2).copy()
-
-
 def _check_pairwise_orthogonal(U, d, name="U", tol=1e-8):
     U = check_bases(U, d, name=name, orthonormal=True, atol=tol)
-    K, d, p = U.shape
-    cross = np.einsum("kdp,ldq->klpq", U, U)
-    cross[np.arange(K), np.arange(K)] = 0.0
-    if K > 1 and np.max(np.abs(cross)) > tol:
+    mu = coherence(U)
+    if mu > tol:
         raise ValueError(
-            f"{name}: Theorem 16 assumes pairwise-orthogonal subspaces (U_k*U_l = 0 for k != l); "
-            f"max |U_k*U_l| = {np.max(np.abs(cross)):.2e} exceeds the tolerance {tol:.0e}"
+            f"{name} must span pairwise-orthogonal subspaces (U_k*U_l = 0 for k != l, Assumption 15); "
+            f"its coherence max ‖U_k*U_l‖ = {mu:.2e} exceeds the tolerance {tol:.0e}"
         )
     return U
 
@@ -100,7 +94,7 @@ def sample_theorem16(d: int, n: int, K: int, p: int, sigma: float, rng: np.rando
     K_k ~ Multinomial(n, 1/K) (the counts of i.i.d. uniform labels), A_k entries i.i.d. N(0, 1/p), Π uniform
     over permutations (so the labels in token order are i.i.d. uniform, as in Sec. 3.2), Δ entries i.i.d.
     N(0, σ²/d). U: optional (K, d, p) pairwise-orthogonal orthonormal bases (checked to 1e-8); by default
-    a uniformly random set (QR of a Gaussian d × Kp matrix, needs Kp ≤ d). σ ≥ 0.
+    ``synthetic.orthonormal_bases(K, d, p, rng)`` (Haar-random, needs Kp ≤ d). σ ≥ 0.
     """
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng: expected a numpy.random.Generator, got {type(rng).__name__}")
@@ -109,13 +103,13 @@ def sample_theorem16(d: int, n: int, K: int, p: int, sigma: float, rng: np.rando
         raise ValueError(f"K*p = {K * p} exceeds d = {d}: K pairwise-orthogonal p-dimensional subspaces need Kp <= d")
     sigma = check_nonnegative(sigma, "sigma")
     if U is None:
-        U = _pairwise_orthogonal_bases(rng, d, K, p)
+        U = orthonormal_bases(K, d, p, rng)
     else:
         U = _check_pairwise_orthogonal(U, d)
         if U.shape != (K, d, p):
             raise ValueError(f"U: expected shape ({K}, {d}, {p}), got {U.shape}")
     counts = rng.multinomial(n, np.full(K, 1.0 / K))
-    A = tuple(rng.standard_normal((p, c)) / np.sqrt(p) for c in counts)
+    A = tuple(gaussian_codes(p, c, rng, variance=1.0 / p) for c in counts)
     order = rng.permutation(n)
     block = np.concatenate([U[k] @ A[k] for k in range(K)], axis=1)        # [U_1A_1 … U_KA_K]
     X_nat = np.empty((d, n))
