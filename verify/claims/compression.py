@@ -1,0 +1,213 @@
+"""Compression: the Neumann approximation of ∇R^c, Approximation 9 (MSSA as a gradient step) and the implemented
+MSSA (paper-notes §1.7; checks 2.6–2.8).
+
+Tokens follow Approximation 9's hypotheses: unit-norm columns lying near a union of K mutually orthogonal
+p-dimensional subspaces with Kp = d (so Σ_k U_kU_k* = I, the hypothesis used silently at (104)→(105)).
+β = p/(nε²) is swept through ε.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from crate_theory import (
+    compression_rate,
+    compression_rate_grad,
+    compression_step,
+    mssa,
+    mssa_free,
+    neumann_compression_grad,
+    project_onto_bases,
+    tied_output_map,
+)
+from crate_theory.synthetic import orthonormal_bases, sample_tokens
+from verify import plots, verdicts
+from verify.numerics import cosine, fmt, loglog_slope, rel_err
+from verify.registry import Result, claim
+
+
+def _union_of_subspaces(ctx, sigma: float = 0.05):
+    """(Z, U): unit-norm tokens near ∪_k span(U_k), K orthogonal subspaces with Kp = d (quick or CRATE-Base sizes)."""
+    d, n, K = ctx.pick((64, 50, 4), (768, 196, 12))
+    U = orthonormal_bases(K, d, d // K, seed=ctx.rng)
+    return sample_tokens(U, n, ctx.rng, sigma=sigma / np.sqrt(d), unit_norm=True).Z, U
+
+
+def _eps_for_beta(beta: float, p: int, n: int) -> float:
+    """ε giving β = p/(nε²)."""
+    return float(np.sqrt(p / (n * beta)))
+
+
+def _neumann_sweep(ctx, rhos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Relative error and cosine of the Neumann gradient (33) vs the exact one (31) at ρ = β·max_k‖U_k*Z‖²."""
+    Z, U = _union_of_subspaces(ctx)
+    p, n = U.shape[2], Z.shape[1]
+    top = max(np.linalg.norm(A, 2) ** 2 for A in project_onto_bases(Z, U))  # max_k ‖U_k*Z‖²
+    errors, cosines = [], []
+    for rho in rhos:
+        eps = _eps_for_beta(rho / top, p, n)
+        exact, approx = compression_rate_grad(Z, U, eps), neumann_compression_grad(Z, U, eps)
+        errors.append(rel_err(approx, exact))
+        cosines.append(cosine(approx, exact))
+    return np.array(errors), np.array(cosines)
+
+
+@claim(
+    id="2.6-neumann-rate",
+    tags=("compression", "neumann", "rate"),
+    reference="004 eqs. (32)–(33)=(98)–(99)",
+    statement="(I + βG_k)^{-1} ≈ I − βG_k gives ∇R^c up to an error of second order in ρ = β‖U_k*Z‖² (for ρ < 1)",
+    measures="fitted log-log slope of ‖∇̂R^c − ∇R^c‖/‖∇R^c‖ against ρ = β max_k‖U_k*Z‖², ρ ∈ [0.01, 0.5]",
+    expected="slope 2 ± 0.3 (the first neglected Neumann term is (βG_k)²)",
+    expected_verdict="holds",
+)
+def neumann_rate(ctx) -> Result:
+    rhos = np.logspace(-2, np.log10(0.5), 7)
+    errors, _ = _neumann_sweep(ctx, rhos)
+    slope = loglog_slope(rhos, errors)
+    figure = plots.loglog_rates(ctx.figure_path("rate"), rhos, {"Neumann relative error": errors},
+                                xlabel="ρ = β max_k ‖U_k*Z‖²", ylabel="relative error",
+                                title="Neumann approximation (33) of ∇R^c", references={"slope 2": 2.0})
+    return Result(f"slope {slope:.2f}; rel err {fmt(errors[0])} @ρ=0.01, {fmt(errors[-1])} @ρ=0.5",
+                  verdicts.slope(slope, 2.0, 0.3), {"rho": rhos, "rel_err": errors, "slope": slope}, [figure])
+
+
+@claim(
+    id="2.6-neumann-beyond-1",
+    tags=("compression", "neumann"),
+    reference="004 eqs. (32)–(33); paper-notes §7.8",
+    statement="The Neumann gradient (33) approximates ∇R^c — stated without a range of validity",
+    measures="min over ρ ∈ [1, 10] of cos(∇̂R^c, ∇R^c); relative error at ρ = 1",
+    expected="`holds` only if it stays a descent-compatible direction (cos > 0) for all ρ ≤ 10; the series "
+             "diverges for ρ > 1, so a sign flip is expected",
+    expected_verdict="fails",
+)
+def neumann_beyond_one(ctx) -> Result:
+    rhos = np.logspace(-2, 1, 13)
+    errors, cosines = _neumann_sweep(ctx, rhos)
+    beyond = rhos >= 1
+    worst = float(cosines[beyond].min())
+    figure = plots.curves(ctx.figure_path("cosine"), rhos, {"cos(Neumann, exact)": cosines,
+                                                            "relative error": np.minimum(errors, 3)},
+                          xlabel="ρ = β max_k ‖U_k*Z‖²", ylabel="", title="Neumann gradient beyond ρ = 1 "
+                          "(relative error clipped at 3)", logx=True, hlines={"ρ-independent 0": 0.0})
+    return Result(f"min cos {worst:.2f} (at ρ={rhos[beyond][cosines[beyond].argmin()]:.2g}); rel err "
+                  f"{errors[rhos >= 1][0]:.2f} at ρ=1", verdicts.at_least(worst, 0.0),
+                  {"rho": rhos, "cosine": cosines, "rel_err": errors}, [figure])
+
+
+BETAS = (0.02, 0.08, 0.33, 1.3, 5.2)
+"""β swept for Approximation 9 (CRATE-Base with ε = 1 has β = 64/197 ≈ 0.33)."""
+
+
+def _mssa_directions(ctx):
+    """For each β: the MSSA step direction (Z − step)/κ = βZ − βMSSA(Z), the exact gradient, and Z itself."""
+    Z, U = _union_of_subspaces(ctx)
+    p, n = U.shape[2], Z.shape[1]
+    out = []
+    for beta in BETAS:
+        eps = _eps_for_beta(beta, p, n)
+        direction = Z - compression_step(Z, U, eps, kappa=1.0, method="mssa")
+        out.append((beta, eps, direction, compression_rate_grad(Z, U, eps)))
+    return Z, U, out
+
+
+@claim(
+    id="2.7-approx9-cosine",
+    tags=("compression", "mssa", "approx9"),
+    reference="004 Approximation 9, eqs. (91), (100)–(107)",
+    statement="Z − κ∇R^c(Z | U) ≈ (1 − κβ)Z + κβ MSSA(Z | U): the MSSA step points along −∇R^c",
+    measures=f"cos(βZ − βMSSA(Z), ∇R^c(Z)) for β ∈ {BETAS} on unit-norm union-of-subspace tokens",
+    expected="cos > 0 at every β (a descent-compatible direction); the paper gives no rate, it is a heuristic",
+    expected_verdict="holds",
+)
+def approx9_cosine(ctx) -> Result:
+    Z, _, rows = _mssa_directions(ctx)
+    cosines = [cosine(direction, grad) for _, _, direction, grad in rows]
+    first_order = [cosine(beta * Z, grad) for beta, _, _, grad in rows]  # the step without its attention term
+    errors = [rel_err(direction, grad) for _, _, direction, grad in rows]
+    figure = plots.curves(ctx.figure_path("cosine-vs-beta"), BETAS, {"cos(MSSA step, ∇R^c)": cosines,
+                                                                      "cos(βZ alone, ∇R^c)": first_order,
+                                                                      "relative error (clipped at 2)": np.minimum(errors, 2)},
+                          xlabel="β = p/(nε²)", ylabel="", title="Approximation 9 vs β", logx=True)
+    return Result("cos " + ", ".join(f"{c:.3f}" for c in cosines), verdicts.at_least(min(cosines), 0.0),
+                  {"beta": BETAS, "cosine": cosines, "cosine_first_order_only": first_order, "rel_err": errors},
+                  [figure])
+
+
+@claim(
+    id="2.7-approx9-descent",
+    tags=("compression", "mssa", "approx9"),
+    reference="004 Approximation 9, eq. (27)=(34)",
+    statement="For small κ the MSSA step decreases R^c(Z | U): R^c((1 − κβ)Z + κβMSSA(Z)) < R^c(Z)",
+    measures="R^c decrease of the MSSA step with κβ = 0.01, relative to that of the exact gradient step of equal length",
+    expected="decrease > 0 at every β (descent); the ratio shows how much of the exact step's decrease it achieves",
+    expected_verdict="holds",
+)
+def approx9_descent(ctx) -> Result:
+    Z, U, rows = _mssa_directions(ctx)
+    ratios, drops = [], []
+    for beta, eps, direction, grad in rows:
+        kappa = 0.01 / beta
+        drop = compression_rate(Z, U, eps) - compression_rate(Z - kappa * direction, U, eps)
+        exact_drop = compression_rate(Z, U, eps) - compression_rate(
+            Z - kappa * np.linalg.norm(direction) / np.linalg.norm(grad) * grad, U, eps)
+        drops.append(drop)
+        ratios.append(drop / exact_drop)
+    return Result("decrease / exact-step decrease " + ", ".join(f"{r:.2f}" for r in ratios),
+                  verdicts.at_least(min(drops), 1e-300), {"beta": BETAS, "decrease": drops, "ratio": ratios})
+
+
+@claim(
+    id="2.7-approx9-second-order",
+    tags=("compression", "mssa", "approx9"),
+    reference="004 Approximation 9, eqs. (100)–(106)",
+    statement="The attention term −β²Σ_k U_k SSA(Z | U_k) stands in for the second-order part of ∇R^c "
+              "(replacing the Gram matrix (U_k*Z)*(U_k*Z) by its softmax, (101))",
+    measures="r = ‖attention term − (∇R^c − βZ)‖ / ‖∇R^c − βZ‖ per β (r = 1: the term explains nothing of the "
+             "remainder beyond the first-order βZ; r = 0: all of it)",
+    expected="`holds` if r ≤ 0.5 at every β. Expected to fail: softmax(G_k) is column-stochastic while G_k is "
+             "not, so the replacement matches the remainder neither in size nor, beyond small β, in direction",
+    expected_verdict="fails",
+)
+def approx9_second_order(ctx) -> Result:
+    Z, _, rows = _mssa_directions(ctx)
+    ratios = [rel_err(direction - beta * Z, grad - beta * Z) for beta, _, direction, grad in rows]
+    return Result("r = " + ", ".join(f"{r:.2f}" for r in ratios), verdicts.at_most(max(ratios), 0.5),
+                  {"beta": BETAS, "remainder_ratio": ratios})
+
+
+@claim(
+    id="2.8-free-output-contains-paper",
+    tags=("compression", "mssa"),
+    reference="004 eqs. (36)–(37)",
+    statement="The implemented MSSA with a free output map W (37) reduces to the paper's (36) when "
+              "W = β[U_1 … U_K], b = 0 and the softmax temperature is 1",
+    measures="relative difference of mssa_free(Z, U, β[U_1…U_K], temperature=1) and mssa(Z, U, ε)",
+    expected="≤ 1e-13 (the same operator; float64 rounding)",
+    expected_verdict="holds",
+)
+def free_output_contains_paper(ctx) -> Result:
+    Z, U = _union_of_subspaces(ctx)
+    p, n = U.shape[2], Z.shape[1]
+    err = rel_err(mssa_free(Z, U, tied_output_map(U, p / n), temperature=1.0), mssa(Z, U, 1.0))
+    return Result(f"rel diff {fmt(err)}", verdicts.at_most(err, 1e-13), {"rel_diff": err})
+
+
+@claim(
+    id="2.8-temperature",
+    tags=("compression", "mssa", "erratum"),
+    reference="004 eq. (35) vs Alg. 2 (scale p^-1/2); paper-notes §7.15",
+    statement="The implemented attention (logits scaled by p^{-1/2}) is the paper's SSA (35) (no temperature)",
+    measures="relative difference of MSSA with temperature √p vs 1 (tied output β[U]); cosines of both steps with ∇R^c",
+    expected="an identity would differ by ≤ 1e-13; the temperature changes the operator, so `fails`",
+    expected_verdict="fails",
+)
+def temperature(ctx) -> Result:
+    Z, U = _union_of_subspaces(ctx)
+    p, n = U.shape[2], Z.shape[1]
+    paper, code = mssa(Z, U, 1.0), mssa(Z, U, 1.0, temperature=np.sqrt(p))
+    diff = rel_err(code, paper)
+    beta, grad = p / n, compression_rate_grad(Z, U, 1.0)
+    cos_paper, cos_code = cosine(beta * Z - paper, grad), cosine(beta * Z - code, grad)
+    return Result(f"rel diff {diff:.3f}; cos with ∇R^c: paper {cos_paper:.3f}, code {cos_code:.3f}",
+                  verdicts.at_most(diff, 1e-13), {"rel_diff": diff, "cos_paper": cos_paper, "cos_code": cos_code})
