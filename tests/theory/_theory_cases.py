@@ -1,0 +1,119 @@
+"""Shared hypothesis strategies and naive reference formulas for the crate_theory tests (part 1).
+
+The naive formulas are written straight from the papers' equations with dense linear algebra (slogdet, solve), so
+they are independent of the SVD-based implementation they check.
+"""
+from __future__ import annotations
+
+import mpmath
+import numpy as np
+from hypothesis import strategies as st
+
+MP_DPS = 50  # decimal digits of the high-precision references: far beyond float64's 16
+
+# Token scales drawn log-uniformly over the range the issue asks for (1e-3 .. 30).
+scales = st.floats(min_value=-3.0, max_value=float(np.log10(30.0))).map(lambda e: 10.0**e)
+seeds = st.integers(min_value=0, max_value=2**32 - 1)
+eps_values = st.sampled_from([0.1, 0.5, 1.0, 2.0])
+
+
+@st.composite
+def token_shapes(draw, max_d: int = 7, max_n: int = 7):
+    """(d, n) covering n < d, n > d, n = d and n = 1."""
+    d = draw(st.integers(1, max_d))
+    n = draw(st.integers(1, max_n))
+    return d, n
+
+
+@st.composite
+def bases_shapes(draw, max_d: int = 8, max_n: int = 6):
+    """(K, d, p, n) covering K = 1, p = d, p < d."""
+    d = draw(st.integers(1, max_d))
+    p = draw(st.integers(1, d))
+    K = draw(st.integers(1, 3))
+    n = draw(st.integers(1, max_n))
+    return K, d, p, n
+
+
+def random_bases(rng: np.random.Generator, K: int, d: int, p: int) -> np.ndarray:
+    """K independent orthonormal bases (QR of Gaussian matrices), shape (K, d, p)."""
+    return np.stack([np.linalg.qr(rng.standard_normal((d, p)))[0] for _ in range(K)])
+
+
+def naive_rate(Z: np.ndarray, eps: float, gram: str = "n") -> float:
+    """½ logdet(I_n + αZ*Z) (gram="n") or ½ logdet(I_d + αZZ*) (gram="d"), α = d/(nε²) — eq. (8)."""
+    d, n = Z.shape
+    alpha = d / (n * eps**2)
+    M = np.eye(n) + alpha * Z.T @ Z if gram == "n" else np.eye(d) + alpha * Z @ Z.T
+    sign, logdet = np.linalg.slogdet(M)
+    assert sign > 0
+    return 0.5 * logdet
+
+
+def naive_grad(Z: np.ndarray, eps: float) -> np.ndarray:
+    """α Z (I + αZ*Z)^{-1} — eq. (109), by a linear solve."""
+    d, n = Z.shape
+    alpha = d / (n * eps**2)
+    return alpha * np.linalg.solve(np.eye(n) + alpha * Z.T @ Z, Z.T).T
+
+
+def naive_compression_grad(Z: np.ndarray, U: np.ndarray, eps: float) -> np.ndarray:
+    """β Σ_k U_k (U_k*Z)(I + β(U_k*Z)*(U_k*Z))^{-1} — eq. (31), term by term."""
+    K, d, p = U.shape
+    n = Z.shape[1]
+    beta = p / (n * eps**2)
+    out = np.zeros_like(Z)
+    for k in range(K):
+        A = U[k].T @ Z
+        out += beta * U[k] @ A @ np.linalg.inv(np.eye(n) + beta * A.T @ A)
+    return out
+
+
+def naive_hvp(Z: np.ndarray, V: np.ndarray, eps: float) -> np.ndarray:
+    """α V M − α² Z M (Z*V + V*Z) M with M = (I + αZ*Z)^{-1} — eq. (127) as printed."""
+    d, n = Z.shape
+    alpha = d / (n * eps**2)
+    M = np.linalg.inv(np.eye(n) + alpha * Z.T @ Z)
+    return alpha * V @ M - alpha**2 * Z @ M @ (Z.T @ V + V.T @ Z) @ M
+
+
+def rel_err(a, b) -> float:
+    """‖a − b‖ / max(‖b‖, tiny) in the Frobenius norm (or absolute value for scalars)."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), np.finfo(float).tiny))
+
+
+def condition_number(Z: np.ndarray, eps: float) -> float:
+    """κ = cond(I + αZ*Z) = 1 + α s_max²: how much the naive float64 formulas amplify rounding."""
+    d, n = Z.shape
+    s_max = np.linalg.norm(Z, 2) if Z.size else 0.0
+    return 1.0 + d / (n * eps**2) * s_max**2
+
+
+def _mp(A: np.ndarray) -> "mpmath.matrix":
+    return mpmath.matrix(A.tolist())
+
+
+def _to_np(M: "mpmath.matrix") -> np.ndarray:
+    return np.array(M.tolist(), dtype=float)
+
+
+def mp_rate(Z: np.ndarray, eps: float) -> float:
+    """½ logdet(I_n + αZ*Z) (8) in 50-digit arithmetic (the float64 input taken as exact)."""
+    with mpmath.workdps(MP_DPS):
+        d, n = Z.shape
+        alpha = mpmath.mpf(d) / (n * mpmath.mpf(eps) ** 2)
+        Zm = _mp(Z)
+        return float(mpmath.log(mpmath.det(mpmath.eye(n) + alpha * Zm.T * Zm)) / 2)
+
+
+def mp_grad_and_hvp(Z: np.ndarray, V: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """(109) αZM and the printed (127) αVM − α²ZM(Z*V + V*Z)M, M = (I + αZ*Z)^{-1}, in 50-digit arithmetic."""
+    with mpmath.workdps(MP_DPS):
+        d, n = Z.shape
+        alpha = mpmath.mpf(d) / (n * mpmath.mpf(eps) ** 2)
+        Zm, Vm = _mp(Z), _mp(V)
+        M = (mpmath.eye(n) + alpha * Zm.T * Zm) ** -1
+        grad = alpha * Zm * M
+        hvp = alpha * Vm * M - alpha**2 * Zm * M * (Zm.T * Vm + Vm.T * Zm) * M
+        return _to_np(grad), _to_np(hvp)
