@@ -87,31 +87,48 @@ def peak_bf16_flops(device: torch.device | str) -> float | None:
 # ----------------------------------------------------------------------------------------------- timing
 @dataclass
 class Timing:
-    """Wall times (seconds) of one contender's repeats; ``median`` is the figure reported."""
+    """Wall and process-CPU times (seconds) of one contender's repeats; the wall ``median`` is the figure reported.
+
+    On a CPU shared with other users, process CPU time (``time.process_time``: all threads of this process)
+    leaves out the time this process waited for a core, so its ratios are the steadier ones there; with more
+    than one thread it also counts OpenMP spin-waiting.
+    """
 
     seconds: list[float] = field(default_factory=list)
+    cpu_seconds: list[float] = field(default_factory=list)
 
     @property
     def median(self) -> float:
         return statistics.median(self.seconds)
+
+    @property
+    def cpu_median(self) -> float:
+        return statistics.median(self.cpu_seconds)
 
     def summary(self) -> dict[str, Any]:
         return {
             "median_s": self.median,
             "min_s": min(self.seconds),
             "max_s": max(self.seconds),
+            "cpu_median_s": self.cpu_median,
             "repeats": len(self.seconds),
             "seconds": self.seconds,
+            "cpu_seconds": self.cpu_seconds,
         }
 
 
-def time_call(fn: Callable[[], Any], device: torch.device) -> float:
-    """Wall time of one call of ``fn``, with the device synchronised before and after."""
+def paired_ratio(slow: Timing, fast: Timing) -> float:
+    """Median over repeats of slow/fast wall time, each ratio taken between adjacent (A B) runs."""
+    return statistics.median(s / f for s, f in zip(slow.seconds, fast.seconds))
+
+
+def time_call(fn: Callable[[], Any], device: torch.device) -> tuple[float, float]:
+    """(wall, process CPU) seconds of one call of ``fn``, with the device synchronised before and after."""
     synchronize(device)
-    start = time.perf_counter()
+    cpu, start = time.process_time(), time.perf_counter()
     fn()
     synchronize(device)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 def interleaved(
@@ -126,7 +143,9 @@ def interleaved(
     timings = {name: Timing() for name in contenders}
     for _ in range(repeats):
         for name, fn in contenders.items():
-            timings[name].seconds.append(time_call(fn, device))
+            wall, cpu = time_call(fn, device)
+            timings[name].seconds.append(wall)
+            timings[name].cpu_seconds.append(cpu)
     return timings
 
 

@@ -89,6 +89,8 @@ COLUMNS: list[common.Column] = [
     ("baseline_img_s", "baseline img/s", ".1f"),
     ("ours_img_s", "ours img/s", ".1f"),
     ("ratio", "ours/baseline", ".2f"),
+    ("ratio_paired", "paired ratio", ".2f"),
+    ("ratio_cpu_time", "CPU-time ratio", ".2f"),
     ("baseline_peak_mem_mb", "baseline peak MiB", ".1f"),
     ("ours_peak_mem_mb", "ours peak MiB", ".1f"),
     ("baseline_mfu", "baseline MFU", ".1%"),
@@ -142,6 +144,8 @@ def pair_row(
         row[f"{key}_peak_mem_mb"] = memory[key] / 2**20
         row[f"{key}_timing"] = timings[key].summary()
     row["ratio"] = row["ours_img_s"] / row["baseline_img_s"]
+    row["ratio_paired"] = common.paired_ratio(timings["baseline"], timings["ours"])
+    row["ratio_cpu_time"] = timings["baseline"].cpu_median / timings["ours"].cpu_median
     return row
 
 
@@ -183,7 +187,9 @@ def run_paired(
     notes = [
         f"FLOPs: {FLOPS_FORMULA}; this benchmark counts {flops_per_forward}·F_fwd per image",
         f"median of {args.repeats} interleaved repeats (baseline, ours, baseline, ...) after {args.warmup} warm-up "
-        "steps each; peak memory = bytes allocated during one step above the level before it",
+        "steps each; ours/baseline = ratio of the median wall times; paired ratio = median of the per-repeat "
+        "ratios of adjacent runs; CPU-time ratio = ratio of the median process CPU times (steadier on a shared "
+        "CPU); peak memory = bytes allocated during one step above the level before it",
     ]
     if peak is None:
         notes.append("MFU: not reported (CPU, or a GPU missing from benchmarks.common.PEAK_BF16_FLOPS)")

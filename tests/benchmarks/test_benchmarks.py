@@ -37,6 +37,7 @@ def test_paired_benchmark_writes_results(module, tmp_path):
         assert row[f"{key}_timing"]["repeats"] == 1
         assert row[f"{key}_mfu"] is None  # CPU: no MFU
     assert row["ratio"] == pytest.approx(row["ours_img_s"] / row["baseline_img_s"])
+    assert row["ratio_paired"] > 0 and row["ratio_cpu_time"] > 0
     assert "F_fwd" in result["flops_formula"]
 
 
@@ -86,7 +87,7 @@ def test_interleaved_runs_contenders_in_turn():
         device=torch.device("cpu"),
     )
     assert calls == ["a", "b"] + ["a", "b"] * 3
-    assert all(len(t.seconds) == 3 for t in timings.values())
+    assert all(len(t.seconds) == len(t.cpu_seconds) == 3 for t in timings.values())
 
 
 def test_peak_memory_sees_a_temporary_allocation():
