@@ -204,6 +204,9 @@ def _infer_config(state: dict[str, torch.Tensor], name: str | None, overrides: d
         if key in overrides and key != "image_size" and overrides[key] != value:
             raise ValueError(f"{key}={overrides[key]} contradicts the checkpoint, whose tensors give {key}={value}")
     base = model_config(name) if name is not None else CRATEConfig()
+    for key in ("dim", "depth"):
+        if name is not None and getattr(base, key) != inferred[key]:
+            raise ValueError(f"the checkpoint has {key}={inferred[key]} but {name} has {key}={getattr(base, key)}")
     options = {**inferred, **overrides}
     if name is None and "heads" not in overrides:
         raise ValueError("heads cannot be inferred from the tensors; pass heads=… or a registered name=…")

@@ -119,19 +119,23 @@ def test_every_wrapper_and_prefix_loads(wrap):
 
 def test_a_ddp_training_file_loads_from_disk_with_weights_only(tmp_path):
     sd = authors_state_dict()
-    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.1, momentum=0.9)
+    # an optimizer state dict as torch.optim writes it (built by hand: importing torch.optim costs seconds here)
+    optimizer = {"state": {0: {"momentum_buffer": torch.zeros(2)}}, "param_groups": [{"lr": 0.1, "params": [0]}]}
     path = tmp_path / "checkpoint.pth.tar"
     torch.save({"epoch": 7, "arch": "CRATE_tiny", "state_dict": {"module." + k: v for k, v in sd.items()},
-                "best_acc1": 12.5, "optimizer": optimizer.state_dict(), "scheduler": {"last_epoch": 7}}, path)
+                "best_acc1": 12.5, "optimizer": optimizer, "scheduler": {"last_epoch": 7}}, path)
     model = crate_nn.load_official_checkpoint(path, heads=3)
     img = torch.randn(1, 3, 12, 12, dtype=torch.float64)
     assert (model(img) - authors_forward(sd, img, heads=3)).abs().max() < 1e-10
 
 
 def test_registered_name_supplies_the_heads():
-    sd = authors_state_dict(dim=12, heads=6)
-    model = crate_nn.load_official_checkpoint(sd, name="crate_tiny")  # crate_tiny: K = 6
-    assert (model.config.heads, model.config.head_dim, model.config.dim) == (6, 2, 12)
+    tiny = authors_state_dict(dim=384, depth=12, patch=2, channels=1, grid=2, classes=3)  # crate_tiny's d and L
+    model = crate_nn.load_official_checkpoint(tiny, name="crate_tiny", in_channels=1)  # crate_tiny: K = 6
+    assert (model.config.heads, model.config.head_dim, model.config.image_size) == (6, 64, 4)
+    sd = authors_state_dict()
+    with pytest.raises(ValueError, match="the checkpoint has dim=12 but crate_small has dim=576"):
+        crate_nn.load_official_checkpoint(sd, name="crate_small")
     with pytest.raises(ValueError, match="heads cannot be inferred"):
         crate_nn.load_official_checkpoint(sd)
     with pytest.raises(ValueError, match="heads=5 does not divide"):
