@@ -48,7 +48,9 @@ def build_pair(name: str, device: torch.device, **overrides) -> tuple[nn.Module,
     """(ours, baseline) for the registered model ``name``: the same weights, on ``device``, in float32."""
     config = crate_nn.model_config(name, **overrides)
     baseline = Baseline.from_config(config)
-    ours = crate_nn.load_official_checkpoint(baseline.state_dict(), name, **overrides)
+    # No ``name``: the loader infers width, depth, patches and classes from the tensors and checks them against
+    # the overrides; the heads are the one thing the tensors do not determine.
+    ours = crate_nn.load_official_checkpoint(baseline.state_dict(), **{**overrides, "heads": config.heads})
     return ours.to(device), baseline.to(device)
 
 
