@@ -196,6 +196,19 @@ def test_save_load_round_trip(tmp_path):
     assert os.listdir(path.parent) == ["last.pt"]
 
 
+def test_save_unwraps_ddp_style_wrappers(tmp_path):
+    class Wrapper(torch.nn.Module):  # DistributedDataParallel keeps the model under .module
+        def __init__(self, module):
+            super().__init__()
+            self.module = module
+
+    model = crate_nn.create_model("crate_tiny", image_size=8, patch_size=4, num_classes=2, dim=8, depth=1, heads=2)
+    crate_nn.save(tmp_path / "w.pt", Wrapper(model))
+    assert set(read(tmp_path / "w.pt")["model"]) == set(model.state_dict())
+    with pytest.raises(TypeError, match="CRATEConfig in .config"):
+        crate_nn.save(tmp_path / "x.pt", torch.nn.Linear(2, 2))
+
+
 def test_formats_are_not_confused(tmp_path):
     model = crate_nn.create_model("crate_tiny", image_size=8, patch_size=4, num_classes=2, dim=8, depth=1, heads=2)
     ours = tmp_path / "ours.pt"
