@@ -47,7 +47,10 @@ def _log_alpha(d: int, n: int, eps: float) -> float:
 
 
 def _alpha(d: int, n: int, eps: float) -> float:
-    """α = d/(nε²) (eq. 8); +inf only if it exceeds the float64 range."""
+    """α = d/(nε²) (eq. 8), or β = p/(nε²) with d → p; +inf only beyond the float64 range. With no tokens or no
+    dimensions (d·n = 0) every array it multiplies is empty, and 0 is returned."""
+    if d == 0 or n == 0:
+        return 0.0
     with np.errstate(over="ignore"):
         return float(np.exp(_log_alpha(d, n, eps)))
 

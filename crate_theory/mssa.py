@@ -19,7 +19,7 @@ from ._checks import (
     check_same_size,
     check_tokens,
 )
-from .coding_rate import _lift_from_bases, compression_rate_grad, project_onto_bases
+from .coding_rate import _alpha, _lift_from_bases, compression_rate_grad, project_onto_bases
 
 __all__ = [
     "column_softmax",
@@ -41,8 +41,13 @@ def column_softmax(A) -> np.ndarray:
     A = as_float_array(A, "A", min_ndim=2, finite=False, shape_hint="(..., n, m)")
     if np.isnan(A).any() or np.isposinf(A).any():
         raise ValueError("A must not contain NaN or +inf (only -inf, for masked entries)")
-    shifted = A - A.max(axis=-2, keepdims=True)
-    E = np.exp(shifted)
+    if A.shape[-2] and np.isneginf(A).all(axis=-2).any():
+        raise ValueError("A must have at least one finite entry in every column")
+    return _column_softmax(A)
+
+
+def _column_softmax(A: np.ndarray) -> np.ndarray:
+    E = np.exp(A - A.max(axis=-2, keepdims=True, initial=-np.inf))
     return E / E.sum(axis=-2, keepdims=True)
 
 
@@ -52,9 +57,11 @@ def causal_mask(A) -> np.ndarray:
     Args:
         A: logits ``(..., n, n)``.
     """
-    A = as_float_array(A, "A", min_ndim=2, finite=False)
-    n = A.shape[-1]
-    keep = np.triu(np.ones((A.shape[-2], n), dtype=bool))  # i <= j
+    return _causal_mask(as_float_array(A, "A", min_ndim=2, finite=False, shape_hint="(..., n, n)"))
+
+
+def _causal_mask(A: np.ndarray) -> np.ndarray:
+    keep = np.triu(np.ones(A.shape[-2:], dtype=bool))  # i <= j
     return np.where(keep, A, -np.inf)
 
 
@@ -75,10 +82,17 @@ def neumann_compression_grad(Z, U, eps) -> np.ndarray:
     U = check_bases(U, Z.shape[-2])
     eps = check_positive(eps, "eps")
     p, n = U.shape[2], Z.shape[-1]
-    beta = p / (n * eps**2)
+    beta = _alpha(p, n, eps)
     A = project_onto_bases(Z, U)  # (..., K, p, n)
     AAtA = A @ (np.swapaxes(A, -1, -2) @ A)
     return _lift_from_bases(beta * A - beta**2 * AAtA, U)
+
+
+def _tokens_and_head(Z, Uk) -> tuple[np.ndarray, np.ndarray]:
+    Z = check_tokens(Z)
+    Uk = as_float_array(Uk, "Uk", ndim=2, shape_hint="(d, p)")
+    check_same_size(Uk.shape[0], Z.shape[-2], "Uk", "rows (d)")
+    return Z, Uk
 
 
 def ssa_attention(Z, Uk, temperature=1.0, causal: bool = False) -> np.ndarray:
@@ -88,18 +102,16 @@ def ssa_attention(Z, Uk, temperature=1.0, causal: bool = False) -> np.ndarray:
     Args:
         Z: tokens ``(d, n)`` or ``(..., d, n)``; Uk: one basis ``(d, p)``; temperature: > 0; causal: apply (87).
     """
-    Z = check_tokens(Z)
-    Uk = as_float_array(Uk, "Uk", ndim=2, shape_hint="(d, p)")
-    check_same_size(Uk.shape[0], Z.shape[-2], "Uk", "rows (d)")
-    return _attention(Uk.T @ Z, check_positive(temperature, "temperature"), causal)
+    Z, Uk = _tokens_and_head(Z, Uk)
+    return _attention(Uk.T @ Z, check_positive(temperature, "temperature"), bool(causal))
 
 
 def _attention(A: np.ndarray, temperature: float, causal: bool) -> np.ndarray:
     """softmax over columns of ``A*A / temperature`` for codes A of shape (..., p, n)."""
     logits = np.swapaxes(A, -1, -2) @ A / temperature
     if causal:
-        logits = causal_mask(logits)
-    return column_softmax(logits)
+        logits = _causal_mask(logits)
+    return _column_softmax(logits)
 
 
 def ssa(Z, Uk, temperature=1.0, causal: bool = False) -> np.ndarray:
@@ -115,12 +127,9 @@ def ssa(Z, Uk, temperature=1.0, causal: bool = False) -> np.ndarray:
     Returns:
         Array ``(..., p, n)``.
     """
-    Z = check_tokens(Z)
-    Uk = as_float_array(Uk, "Uk", ndim=2, shape_hint="(d, p)")
-    check_same_size(Uk.shape[0], Z.shape[-2], "Uk", "rows (d)")
-    temperature = check_positive(temperature, "temperature")
+    Z, Uk = _tokens_and_head(Z, Uk)
     A = Uk.T @ Z
-    return A @ _attention(A, temperature, causal)
+    return A @ _attention(A, check_positive(temperature, "temperature"), bool(causal))
 
 
 def _all_heads(Z: np.ndarray, U: np.ndarray, temperature: float, causal: bool) -> np.ndarray:
@@ -145,7 +154,7 @@ def mssa(Z, U, eps, temperature=1.0, causal: bool = False) -> np.ndarray:
     eps = check_positive(eps, "eps")
     temperature = check_positive(temperature, "temperature")
     p, n = U.shape[2], Z.shape[-1]
-    beta = p / (n * eps**2)
+    beta = _alpha(p, n, eps)
     return beta * _lift_from_bases(_all_heads(Z, U, temperature, bool(causal)), U)
 
 
@@ -202,5 +211,5 @@ def compression_step(Z, U, eps, kappa, method: str = "exact", temperature=1.0, c
         return Z - kappa * compression_rate_grad(Z, U, eps)
     if method == "neumann":
         return Z - kappa * neumann_compression_grad(Z, U, eps)
-    beta = U.shape[2] / (Z.shape[-1] * eps**2)
+    beta = _alpha(U.shape[2], Z.shape[-1], eps)
     return (1.0 - kappa * beta) * Z + kappa * beta * mssa(Z, U, eps, temperature=temperature, causal=causal)
