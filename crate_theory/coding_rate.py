@@ -266,10 +266,11 @@ def coding_rate_hvp(Z, V, eps) -> np.ndarray:
     symmetric form ``α (I_d + αZZ*)^{-1} V (I_n + αZ*Z)^{-1} − G V* G``, which is what is evaluated (via the SVD).
 
     Args:
-        Z: tokens ``(d, n)`` or ``(..., d, n)``; V: direction, same shape as Z (or broadcastable batch); eps: ε > 0.
+        Z: tokens ``(d, n)`` or ``(..., d, n)``; V: directions ``(..., d, n)`` whose batch axes broadcast against
+            Z's (e.g. one Z and a stack of directions); eps: ε > 0.
 
     Returns:
-        Array of Z's shape.
+        Array of the broadcast shape.
     """
     Z = check_tokens(Z)
     V = check_tokens(V, "V")
@@ -299,7 +300,7 @@ def coding_rate_hessian(Z, eps) -> np.ndarray:
     eps = check_positive(eps, "eps")
     d, n = Z.shape
     basis = np.eye(d * n).reshape(d * n, d, n)
-    H = coding_rate_hvp(np.broadcast_to(Z, basis.shape), basis, eps).reshape(d * n, d * n).T
+    H = coding_rate_hvp(Z, basis, eps).reshape(d * n, d * n).T  # one SVD of Z, broadcast over the basis
     return 0.5 * (H + H.T)  # symmetric up to rounding; symmetrise the rounding away
 
 

@@ -323,7 +323,7 @@ def mm_majorizer(Z, Z0, eps, L=None) -> np.ndarray | float:
     return float(out) if np.ndim(out) == 0 else out
 
 
-def mm_step(Z, D=None, eps=1.0, lam=0.1, *, L=None, form: str = "general", atol: float = 1e-8) -> np.ndarray:
+def mm_step(Z, D, eps, lam, *, L=None, form: str = "general", atol: float = 1e-8) -> np.ndarray:
     """One majorisation–minimisation step on φ (108) — eqs. (111), (119), (123).
 
     ``form="general"`` evaluates the proximal MM step (111) at any Z, in the rotated frame of an orthogonal D
