@@ -229,3 +229,15 @@ def test_rotation_equivariance_120_and_121():
     printed_lhs = np.sum(D @ Delta * ct.coding_rate_hvp(Z, D @ Delta, eps))
     printed_rhs = np.sum(Delta * ct.coding_rate_hvp(D @ Z, Delta, eps))
     assert rel_err(printed_lhs, printed_rhs) > 1e-3
+
+
+def test_hessian_spectrum_batch_equals_loop():
+    rng = np.random.default_rng(5)
+    Zs = rng.standard_normal((2, 3, 4, 3))
+    eig = ct.coding_rate_hessian_eigenvalues(Zs, 0.6)
+    norms = ct.coding_rate_hessian_norm(Zs, 0.6)
+    assert eig.shape == (2, 3, 12) and norms.shape == (2, 3)
+    for i in range(2):
+        for j in range(3):
+            np.testing.assert_allclose(eig[i, j], ct.coding_rate_hessian_eigenvalues(Zs[i, j], 0.6), rtol=1e-13, atol=1e-14)
+            assert norms[i, j] == pytest.approx(ct.coding_rate_hessian_norm(Zs[i, j], 0.6), rel=1e-13)
