@@ -74,7 +74,7 @@ def evaluate(
         labels = batch.labels.to(ctx.device)
         with autocast(ctx.device, precision):
             logits = model(images)
-        logits = logits.float()
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
         top = logits.topk(min(5, logits.shape[-1]), dim=-1).indices
         totals[0] += F.cross_entropy(logits, labels, reduction="sum").double()
         totals[1] += (top[:, 0] == labels).sum()

@@ -102,6 +102,19 @@ def build_optimizer(config: TrainConfig, model: nn.Module) -> torch.optim.Optimi
     return torch.optim.AdamW(groups, lr=config.lr, betas=tuple(config.betas), weight_decay=config.weight_decay)
 
 
+def micro_step(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, label_smoothing: float,
+               accumulation: int, precision_context=contextlib.nullcontext()) -> torch.Tensor:
+    """Forward and backward of one micro-batch: adds grad(loss / accumulation) to the parameters' ``.grad`` and
+    returns the (detached) label-smoothed cross-entropy, so ``accumulation`` equal micro-batches accumulate the
+    gradient of their mean loss, i.e. of one batch of the total size."""
+    with precision_context:
+        logits = model(images)
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 autocast → loss in float32
+    loss = F.cross_entropy(logits, labels, label_smoothing=label_smoothing)
+    (loss / accumulation).backward()
+    return loss.detach()
+
+
 def rng_state() -> dict:
     """Python, NumPy, torch and CUDA generator states in weights_only-safe types (numpy's array as a tensor)."""
     name, keys, pos, has_gauss, cached = np.random.get_state()
@@ -237,25 +250,32 @@ class RunFiles:
 
 
 def measure(model: nn.Module, images: torch.Tensor, directory: Path, epoch: int) -> dict:
-    """Layer-wise R^c and sparsity (``crate_nn.measure_layers``, both protocols) saved as JSON and plots."""
-    from .diagnostics import measure_layers
-    from .plots import plot_layer_measurements
+    """Layer-wise R^c and sparsity (``crate_nn.measure_layers``, both protocols) of ``model`` after ``epoch``
+    epochs: ``directory/epoch_XXXX.json`` (per-image values, mean, std) and ``directory/layers_<protocol>.png``
+    with one curve per measured epoch so far (Fig. 15: random init vs trained)."""
+    from .diagnostics import PROTOCOLS, LayerMeasurements, Stat, measure_layers
+    from .plots import plot_layer_curves
 
     directory.mkdir(parents=True, exist_ok=True)
-    record = {}
-    for protocol in ("paper", "official"):
+    record = {"epoch": epoch}
+    for protocol in PROTOCOLS:
         result = measure_layers(model, images, protocol=protocol)
-        record[protocol] = {
-            kind: [{"mean": float(m.mean), "std": float(m.std)} for m in getattr(result, kind)]
-            for kind in ("compression", "sparsity")
+        record[protocol] = {"eps": result.eps, **{
+            kind: [{"mean": s.mean, "std": s.std, "values": s.values.tolist()} for s in getattr(result, kind)]
+            for kind in ("compression", "sparsity")}}
+    (directory / f"epoch_{epoch:04d}.json").write_text(json.dumps(record) + "\n")
+    saved = [json.loads(p.read_text()) for p in sorted(directory.glob("epoch_*.json"))]
+    for protocol in PROTOCOLS:
+        curves = {
+            f"epoch {r['epoch']}" if r["epoch"] else "random init": LayerMeasurements(
+                protocol, r[protocol]["eps"],
+                *([Stat(torch.tensor(s["values"], dtype=torch.float64)) for s in r[protocol][kind]]
+                  for kind in ("compression", "sparsity")),
+                thresholded={},
+            )
+            for r in saved
         }
-    (directory / f"epoch_{epoch:04d}.json").write_text(json.dumps({"epoch": epoch, **record}, indent=1) + "\n")
-    curves = {int(p.stem.split("_")[1]): json.loads(p.read_text()) for p in sorted(directory.glob("epoch_*.json"))}
-    for protocol in ("paper", "official"):
-        plot_layer_measurements(
-            {f"epoch {e}" if e else "random init": c[protocol] for e, c in curves.items()},
-            directory / f"layers_{protocol}.png",
-        )
+        plot_layer_curves(curves).savefig(directory / f"layers_{protocol}.png", dpi=120)
     return record
 
 
@@ -263,6 +283,7 @@ def measure(model: nn.Module, images: torch.Tensor, directory: Path, epoch: int)
 def train(config: TrainConfig) -> TrainResult:
     """Run (or resume) the training described by ``config``; returns the final metrics and checkpoint path."""
     config.validate()
+    resolve_batches(config, int(os.environ.get("WORLD_SIZE", "1")))  # fail before joining a process group
     ctx = distributed.setup(config.device)
     try:
         return _train(config, ctx)
@@ -383,11 +404,8 @@ def _train(config: TrainConfig, ctx: distributed.Context) -> TrainResult:
                 labels = batch.labels.to(ctx.device, non_blocking=True)
                 sync = model.no_sync() if ctx.distributed and i < accumulation - 1 else contextlib.nullcontext()
                 with sync:
-                    with autocast(ctx.device, config.precision):
-                        logits = model(images)
-                    loss = F.cross_entropy(logits.float(), labels, label_smoothing=config.label_smoothing)
-                    (loss / accumulation).backward()
-                loss_sum += loss.detach()
+                    loss_sum += micro_step(model, images, labels, config.label_smoothing, accumulation,
+                                           autocast(ctx.device, config.precision))
                 images_seen += labels.numel()
             mean_loss = distributed.all_reduce_sum(loss_sum / accumulation, ctx) / ctx.world_size
             loss_value = mean_loss.item()
