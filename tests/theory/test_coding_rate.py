@@ -184,3 +184,21 @@ def test_label_compression_rate_paper_and_mcr2_weighting():
     assert rel_err(ct.label_compression_rate(Z, labels, eps, weighting="mcr2"), mcr2) < 1e-12
     assert ct.label_compression_rate(Z, labels, eps, num_classes=5) == pytest.approx(paper, rel=1e-14)
 
+
+
+@pytest.mark.parametrize(
+    "K, d, p, n",
+    [(1, 5, 5, 1), (1, 1, 1, 4), (1, 4, 4, 4), (3, 6, 2, 1), (2, 3, 1, 7), (1, 6, 6, 2), (2, 2, 2, 5)],
+    ids=["K1-p=d-n1", "d1", "K1-p=d-square", "n1", "n>d", "K1-p=d-n<d", "p=d-n>d"],
+)
+def test_edge_shapes_explicitly(K, d, p, n):
+    """The edge shapes the issue names (n = 1, K = 1, p = d, n < d, n > d), independently of hypothesis' draws:
+    values against the 50-digit reference and R^c = Σ_k R(U_k*Z); with p = d and K = 1, R^c(Z|U) = R(Z)."""
+    rng = np.random.default_rng(K * 1000 + d * 100 + p * 10 + n)
+    U = random_bases(rng, K, d, p)
+    Z = rng.standard_normal((d, n))
+    assert abs(ct.coding_rate(Z, 0.5) - mp_rate(Z, 0.5)) <= MP_RTOL * mp_rate(Z, 0.5)
+    expected = sum(mp_rate(U[k].T @ Z, 0.5) for k in range(K))
+    assert abs(ct.compression_rate(Z, U, 0.5) - expected) <= MP_RTOL * expected
+    if K == 1 and p == d:  # an orthogonal change of basis: R(U*Z) = R(Z), β = α
+        assert abs(ct.rate_reduction(Z, U, 0.5)) <= MP_RTOL * expected
