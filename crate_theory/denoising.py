@@ -36,6 +36,7 @@ from ._checks import (
     check_same_size,
 )
 from .coding_rate import project_onto_bases
+from .synthetic import memberships
 
 __all__ = [
     "LowRankGaussianMixture",
@@ -58,7 +59,8 @@ class LowRankGaussianMixture:
 
     Attributes
     ----------
-    U : (K, d, p) orthonormal bases U_k (checked: max_k ‖U_k*U_k − I_p‖ ≤ ``ORTHONORMAL_TOL``).
+    U : (K, d, p) orthonormal bases U_k (checked: U_k*U_k = I_p entrywise within 1e-8; every closed form
+        below relies on it).
     lam : (K, p) diagonals of the code covariances Λ_k (non-negative). A (p,) array is one Λ shared by all
         components, as in Prop. 14.
     weights : (K,) mixture weights π (positive, summing to 1 within 1e-10); uniform when omitted.
@@ -112,7 +114,7 @@ class LowRankGaussianMixture:
             raise TypeError(f"rng: expected a numpy.random.Generator, got {type(rng).__name__}")
         n = check_int(n, "n")
         sigma = check_nonnegative(sigma, "sigma")
-        s = rng.choice(self.K, size=n, p=self.weights)
+        s = memberships(n, self.K, rng, self.weights)
         codes = rng.standard_normal((self.p, n)) * np.sqrt(self.lam[s].T)
         Z = np.einsum("ndp,pn->dn", self.U[s], codes)
         X = Z + sigma * rng.standard_normal((self.d, n))
@@ -137,8 +139,28 @@ def _restore(v: np.ndarray, single: bool) -> np.ndarray:
     return v[:, 0] if single else v
 
 
-def _component_terms(mix, x, sigma):
-    """Per-component pieces of N(x; 0, C_k): codes c = U_k*x (K, p, n), log N (K, n), C_k^{-1}x (K, d, n)."""
+@dataclass(frozen=True)
+class _Terms:
+    """Per-component pieces of N(x; 0, C_k) for tokens x (d, n): codes U_k*x (K, p, n), x*C_k^{-1}x (K, n),
+    log π_k N(x; 0, C_k) (K, n), C_k^{-1}x (K, d, n), and whether x was a single token."""
+
+    codes: np.ndarray
+    quad: np.ndarray
+    log_joint: np.ndarray
+    prec_x: np.ndarray
+    single: bool
+
+    @property
+    def posterior(self) -> np.ndarray:
+        """P[s = k | x], (K, n)."""
+        return softmax(self.log_joint, axis=0)
+
+
+def _component_terms(mix, x, sigma) -> _Terms:
+    """Validate (mix, x, σ) and compute the closed forms of the module docstring."""
+    mix = _check_mixture(mix)
+    sigma = check_positive(sigma, "sigma")
+    x, single = _tokens(x, mix.d)
     s2 = sigma**2
     codes = project_onto_bases(x, mix.U)                                    # U_k* x, (K, p, n)
     inv_var = 1.0 / (mix.lam + s2)                                          # (Λ_k + σ²)^{-1}, (K, p)
@@ -148,12 +170,20 @@ def _component_terms(mix, x, sigma):
     logdet = (mix.d - mix.p) * np.log(s2) + np.sum(np.log(mix.lam + s2), axis=1)  # logdet C_k, (K,)
     log_normal = -0.5 * (mix.d * np.log(2 * np.pi) + logdet[:, None] + quad)
     prec_x = x[None] / s2 - np.einsum("kdp,kpn->kdn", mix.U, (1.0 / s2 - inv_var)[:, :, None] * codes)
-    return codes, log_normal, quad, prec_x
+    return _Terms(codes, quad, np.log(mix.weights)[:, None] + log_normal, prec_x, single)
+
+
+def _component(mix, k) -> int:
+    k = check_int(k, "k")
+    if k >= mix.K:
+        raise ValueError(f"k must be a component index < K = {mix.K}, got {k}")
+    return k
 
 
 def component_covariance(mix: LowRankGaussianMixture, k: int) -> np.ndarray:
     """Σ_k = U_k Λ_k U_k* (212), the (d, d) covariance of z given s = k."""
     mix = _check_mixture(mix)
+    k = _component(mix, k)
     return (mix.U[k] * mix.lam[k]) @ mix.U[k].T
 
 
@@ -169,22 +199,15 @@ def log_density(mix: LowRankGaussianMixture, x, sigma: float) -> np.ndarray:
 
     x: (d,) or (d, n). Returns a scalar for one token, an (n,) array for a token set. Requires σ > 0.
     """
-    mix = _check_mixture(mix)
-    sigma = check_positive(sigma, "sigma")
-    x, single = _tokens(x, mix.d)
-    _, log_normal, _, _ = _component_terms(mix, x, sigma)
-    out = logsumexp(np.log(mix.weights)[:, None] + log_normal, axis=0)
-    return out[0] if single else out
+    terms = _component_terms(mix, x, sigma)
+    out = logsumexp(terms.log_joint, axis=0)
+    return out[0] if terms.single else out
 
 
 def posterior_component_probabilities(mix: LowRankGaussianMixture, x, sigma: float) -> np.ndarray:
     """P[s = k | x] = π_k N(x; 0, C_k) / q(x), the exact weights of (222)–(225). Returns (K,) or (K, n)."""
-    mix = _check_mixture(mix)
-    sigma = check_positive(sigma, "sigma")
-    x, single = _tokens(x, mix.d)
-    _, log_normal, _, _ = _component_terms(mix, x, sigma)
-    w = softmax(np.log(mix.weights)[:, None] + log_normal, axis=0)
-    return w[:, 0] if single else w
+    terms = _component_terms(mix, x, sigma)
+    return _restore(terms.posterior, terms.single)
 
 
 def score(mix: LowRankGaussianMixture, x, sigma: float) -> np.ndarray:
@@ -194,12 +217,8 @@ def score(mix: LowRankGaussianMixture, x, sigma: float) -> np.ndarray:
 
     valid for any weights and per-component Λ_k. x: (d,) or (d, n); returns the same shape. σ > 0.
     """
-    mix = _check_mixture(mix)
-    sigma = check_positive(sigma, "sigma")
-    x, single = _tokens(x, mix.d)
-    _, log_normal, _, prec_x = _component_terms(mix, x, sigma)
-    w = softmax(np.log(mix.weights)[:, None] + log_normal, axis=0)
-    return _restore(-np.einsum("kn,kdn->dn", w, prec_x), single)
+    terms = _component_terms(mix, x, sigma)
+    return _restore(-np.einsum("kn,kdn->dn", terms.posterior, terms.prec_x), terms.single)
 
 
 def score_normalised(mix: LowRankGaussianMixture, x, sigma: float) -> np.ndarray:
@@ -211,12 +230,9 @@ def score_normalised(mix: LowRankGaussianMixture, x, sigma: float) -> np.ndarray
     (213) π_i det(M_i) = π_j det(M_j) (e.g. uniform π and one Λ for all k). It is computed as printed, without
     checking (213), so that its failure when (213) is broken can be measured. x: (d,) or (d, n).
     """
-    mix = _check_mixture(mix)
-    sigma = check_positive(sigma, "sigma")
-    x, single = _tokens(x, mix.d)
-    _, _, quad, prec_x = _component_terms(mix, x, sigma)
-    w = softmax(-0.5 * quad, axis=0)
-    return _restore(-np.einsum("kn,kdn->dn", w, prec_x), single)
+    terms = _component_terms(mix, x, sigma)
+    w = softmax(-0.5 * terms.quad, axis=0)
+    return _restore(-np.einsum("kn,kdn->dn", w, terms.prec_x), terms.single)
 
 
 def posterior_mean(mix: LowRankGaussianMixture, x, sigma: float) -> np.ndarray:
@@ -226,19 +242,20 @@ def posterior_mean(mix: LowRankGaussianMixture, x, sigma: float) -> np.ndarray:
 
     (App. B.2; the object that Tweedie's formula (46) and Approximation 12 (187) describe). x: (d,) or (d, n).
     """
-    mix = _check_mixture(mix)
-    sigma = check_positive(sigma, "sigma")
-    x, single = _tokens(x, mix.d)
-    codes, log_normal, _, _ = _component_terms(mix, x, sigma)
-    w = softmax(np.log(mix.weights)[:, None] + log_normal, axis=0)
+    terms = _component_terms(mix, x, sigma)
     gain = mix.lam / (mix.lam + sigma**2)                                  # Λ_k (Λ_k + σ²)^{-1}
-    cond_means = np.einsum("kdp,kpn->kdn", mix.U, gain[:, :, None] * codes)
-    return _restore(np.einsum("kn,kdn->dn", w, cond_means), single)
+    cond_means = np.einsum("kdp,kpn->kdn", mix.U, gain[:, :, None] * terms.codes)
+    return _restore(np.einsum("kn,kdn->dn", terms.posterior, cond_means), terms.single)
 
 
 def tweedie_denoiser(mix: LowRankGaussianMixture, x, sigma: float) -> np.ndarray:
-    """Tweedie's formula (46)/(183): E[z | x] = x + σ² ∇_x log q(x), with the exact score (225)."""
-    return x + sigma**2 * score(mix, x, sigma)
+    """Tweedie's formula (46)/(183): E[z | x] = x + σ² ∇_x log q(x), with the exact score (225).
+
+    x: (d,) or (d, n); returns the same shape. σ > 0.
+    """
+    sigma = check_positive(sigma, "sigma")
+    x, single = _tokens(x, _check_mixture(mix).d)
+    return _restore(x + sigma**2 * score(mix, x, sigma), single)
 
 
 def approx12_denoiser(U, x, sigma: float) -> np.ndarray:
@@ -261,4 +278,5 @@ def denoising_projection(mix: LowRankGaussianMixture, k: int, sigma: float) -> n
     By (193)–(200) P_k = U_k (I_p − (σ^{-2}Λ_k + I_p)^{-1/2}) U_k* → U_k U_k* as σ → 0, with
     ‖P_k − U_kU_k*‖ = (1 + λ_min(Λ_k)/σ²)^{-1/2} exactly.
     """
+    sigma = check_positive(sigma, "sigma")
     return np.eye(_check_mixture(mix).d) - sigma * whitening_matrix(mix, k, sigma)

@@ -165,6 +165,7 @@ def _bases_at(U, t: float) -> np.ndarray:
 
 def _structured_drift(U, eps, sign: float, rate: Callable, when: Callable, d: int):
     """t ↦ sign · rate(t) · ∇R^c(Z | U(when(t)))."""
+    eps = check_positive(eps, "eps")
     if not callable(U):
         U = check_bases(U, d, name="U")
 

@@ -202,19 +202,31 @@ def exact_a_nominal_gradient(sample: Theorem16Sample, eps: float) -> np.ndarray:
 class Theorem16Residuals:
     """Measured residuals of Theorem 16 for one sample (operator norms unless stated).
 
-    beta: β = p/(nε²). grad_norm: ‖∇R^c(Z_o)‖. residual_nominal: ‖∇R^c(Z_o) − (315)‖ (the theorem's
-    bound (316) is on this). residual_exact_a: ‖∇R^c(Z_o) − exact-A nominal‖. noise_retention: the
-    fraction of noise energy a step keeps, ‖Z^+(X_♮ + Δ) − Z^+(X_♮)‖_F² / ‖Δ‖_F² with
-    Z^+(Z) = Z − η∇R^c(Z | U). nominal_noise_retention: the same for the nominal step,
-    ‖Δ − ηP_{U[K]}(βΔΠ*)Π‖_F² / ‖Δ‖_F².
+    beta: β = p/(nε²). eta: the step size η of (236). grad_norm: ‖∇R^c(Z_o)‖.
+    residual_nominal: ‖∇R^c(Z_o) − (315)‖ (the theorem's bound (316) is on this).
+    residual_exact_a: ‖∇R^c(Z_o) − exact-A nominal‖.
+    noise_retention: the fraction of noise energy a step keeps, ‖Z^+(X_♮ + Δ) − Z^+(X_♮)‖_F² / ‖Δ‖_F² with
+    Z^+(Z) = Z − η∇R^c(Z | U).
+    nominal_noise_retention: the same for the nominal step, ‖Δ − ηP_{U[K]}(βΔΠ*)Π‖_F² / ‖Δ‖_F².
     """
 
     beta: float
+    eta: float
     grad_norm: float
     residual_nominal: float
     residual_exact_a: float
     noise_retention: float
     nominal_noise_retention: float
+
+    @property
+    def step_residual_nominal(self) -> float:
+        """‖Z^+ − (237)‖ = η · residual_nominal (the quantity the bound (238) is on)."""
+        return self.eta * self.residual_nominal
+
+    @property
+    def step_residual_exact_a(self) -> float:
+        """‖Z^+ − (Z_o − η · exact-A nominal)‖ = η · residual_exact_a."""
+        return self.eta * self.residual_exact_a
 
 
 def theorem16_residuals(sample: Theorem16Sample, eps: float, eta: float | None = None) -> Theorem16Residuals:
@@ -238,11 +250,12 @@ def theorem16_residuals(sample: Theorem16Sample, eps: float, eta: float | None =
     noise_after = sample.Delta - eta * (grad - grad_clean)                 # Z^+(X_♮+Δ) − Z^+(X_♮)
     return Theorem16Residuals(
         beta=beta,
-        grad_norm=np.linalg.norm(grad, 2),
-        residual_nominal=np.linalg.norm(grad - nominal, 2),
-        residual_exact_a=np.linalg.norm(grad - exact_a, 2),
-        noise_retention=np.sum(noise_after**2) / delta_sq,
-        nominal_noise_retention=np.sum((sample.Delta - eta * noise_term) ** 2) / delta_sq,
+        eta=eta,
+        grad_norm=float(np.linalg.norm(grad, 2)),
+        residual_nominal=float(np.linalg.norm(grad - nominal, 2)),
+        residual_exact_a=float(np.linalg.norm(grad - exact_a, 2)),
+        noise_retention=float(np.sum(noise_after**2) / delta_sq),
+        nominal_noise_retention=float(np.sum((sample.Delta - eta * noise_term) ** 2) / delta_sq),
     )
 
 

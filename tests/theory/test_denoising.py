@@ -201,3 +201,7 @@ def test_bad_input_raises_named_errors():
         mix.sample(3, 0)
     with pytest.raises(ValueError, match="orthonormal"):
         approx12_denoiser(U * 2, x, 0.1)
+    with pytest.raises(ValueError, match="k"):
+        denoising_projection(mix, 2, 0.1)
+    with pytest.raises(ValueError, match="sigma"):
+        tweedie_denoiser(mix, x, -0.1)

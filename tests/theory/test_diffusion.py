@@ -146,9 +146,12 @@ def test_compression_rate_decreases_along_the_structured_denoising_ode(case, eps
     # The exact flow is a time-changed gradient flow of R^c; RK4 steps are small (h·β/(2(T−t)) ≤ 0.6), so the
     # discrete path must be non-increasing too, up to round-off of R^c (1e-12 relative).
     assert np.all(np.diff(rc) <= 1e-12 * (1 + np.abs(rc[:-1])))
-    off = lambda Z: sum(np.sum((Z[:, tokens.labels == k] - U[k] @ (U[k].T @ Z[:, tokens.labels == k])) ** 2)  # noqa: E731
-                        for k in range(U.shape[0]))
-    assert off(path[-1]) <= off(path[0]) + 1e-12  # tokens move (weakly) towards their own subspaces
+    own = U[tokens.labels]  # (n, d, p): each token's own basis
+
+    def off_subspace(Z):  # Σ_i ‖(I − U_{s_i}U_{s_i}*) z_i‖²
+        return np.sum((Z - np.einsum("ndp,nep,en->dn", own, own, Z)) ** 2)
+
+    assert off_subspace(path[-1]) <= off_subspace(path[0]) + 1e-12  # tokens move towards their own subspaces
     rd = np.array([compression_rate(Z, U, eps) for Z in structured_diffusion_ode(path[-1], U, eps, T,
                                                                                  np.linspace(0.1 * T, T, 31))])
     assert np.all(np.diff(rd) >= -1e-12 * (1 + np.abs(rd[:-1])))  # (52) is its reversal: R^c non-decreasing
