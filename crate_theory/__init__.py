@@ -86,3 +86,34 @@ __all__ = [
     "crate_forward",
     "synthetic",
 ]
+
+# Part 2 (issue 3): Gaussian-mixture denoising, diffusion, Theorem 16, the white-box decoder.
+from . import decoder, denoising, diffusion, theorem16
+from .decoder import DecoderLayerParams, crate_decode, decoder_layer, decoder_presets
+from .denoising import (
+    LowRankGaussianMixture,
+    approx12_denoiser,
+    denoising_projection,
+    log_density,
+    posterior_mean,
+    score,
+    score_normalised,
+    tweedie_denoiser,
+)
+from .diffusion import (
+    geometric_time_grid,
+    probability_flow_ode,
+    structured_denoising_ode,
+    structured_diffusion_ode,
+    ve_sde,
+)
+from .theorem16 import sample_theorem16, theorem16_residuals
+
+__all__ += [
+    "denoising", "diffusion", "theorem16", "decoder",
+    "LowRankGaussianMixture", "log_density", "score", "score_normalised", "posterior_mean", "tweedie_denoiser",
+    "approx12_denoiser", "denoising_projection",
+    "ve_sde", "probability_flow_ode", "structured_denoising_ode", "structured_diffusion_ode", "geometric_time_grid",
+    "sample_theorem16", "theorem16_residuals",
+    "DecoderLayerParams", "decoder_layer", "crate_decode", "decoder_presets",
+]
