@@ -45,10 +45,11 @@ def test_data_benchmark_writes_results(tmp_path):
     result = run_tiny(data, tmp_path)
     pipelines = {(row["pipeline"], row["workers"]) for row in result["rows"]}
     for workers in (0, 1):  # the --tiny worker counts
-        assert ("JPEG files: decode + augment", workers) in pipelines
-        assert ("uint8 shard: read + augment", workers) in pipelines
+        for pipeline in ("files-decode", "files-augment", "shard-read", "shard-augment"):
+            assert (data.PIPELINES[pipeline], workers) in pipelines
+    assert (data.PIPELINES["decode_draft"], None) in pipelines
     assert all(row["img_s"] > 0 and row["img_s_per_core"] > 0 for row in result["rows"])
-    assert result["h100_crate_base_40pct_mfu_img_s"] > 0 and result["best_jpeg_img_s_per_core"] > 0
+    assert result["h100_crate_base_40pct_mfu_img_s"] > 0 and result["best_jpeg_decode_img_s_per_core"] > 0
 
 
 def test_theory_benchmark_writes_results(tmp_path):
