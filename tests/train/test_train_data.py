@@ -1,0 +1,201 @@
+"""Data: fake ImageNet / CIFAR / Flowers-102 / Pets layouts load, augment and train; corrupt files are skipped and
+named (or stop the run under strict); the batch order is a deterministic partition; the digits split is fixed."""
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from _train_cases import tiny
+from hypothesis import given
+from hypothesis import strategies as st
+from PIL import Image
+from scipy.io import savemat
+
+from crate_nn.data import (IMAGENET_MEAN, IMAGENET_STD, CorruptImageError, DeviceTransform, EpochBatches,
+                           build_dataset, digits)
+from crate_nn.train import train
+
+SMALL = dict(image_size=16, load_size=20, eval_resize=20, batch_size=4, epochs=1, warmup_epochs=0.0, max_steps=2,
+             model_args=dict(patch_size=8, dim=16, depth=1, heads=2))
+
+
+def _image(path, size, mode="RGB", seed=0):
+    rng = np.random.default_rng(seed)
+    shape = (size[1], size[0]) + ((3,) if mode == "RGB" else ())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(rng.integers(0, 256, shape, dtype=np.uint8), mode).save(path)
+
+
+def _fake_imagenet(root):
+    sizes = [(40, 30), (30, 50), (64, 64), (25, 33)]
+    for split, count in (("train", 4), ("val", 2)):
+        for c, name in enumerate(("n01440764", "n01443537")):
+            for i in range(count):
+                number = c * count + i + 1
+                file = f"ILSVRC2012_val_{number:08d}.JPEG" if split == "val" else f"{name}_{i}.JPEG"
+                _image(root / split / name / file, sizes[i % 4], mode="L" if i == 3 else "RGB", seed=number)
+    return root
+
+
+def _pickle(path, payload):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(pickle.dumps(payload))
+
+
+def _fake_cifar(root, classes):
+    rng = np.random.default_rng(0)
+    batch = lambda n: {b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),  # noqa: E731
+                       (b"labels" if classes == 10 else b"fine_labels"): list(rng.integers(0, classes, n))}
+    if classes == 10:
+        folder = root / "cifar-10-batches-py"
+        for i in range(1, 6):
+            _pickle(folder / f"data_batch_{i}", batch(4))
+        _pickle(folder / "test_batch", batch(6))
+        _pickle(folder / "batches.meta", {b"label_names": [f"c{i}".encode() for i in range(10)]})
+    else:
+        folder = root / "cifar-100-python"
+        _pickle(folder / "train", batch(12))
+        _pickle(folder / "test", batch(6))
+        _pickle(folder / "meta", {b"fine_label_names": [f"c{i}".encode() for i in range(100)]})
+    return root
+
+
+def _fake_flowers(root):
+    for i in range(1, 13):
+        _image(root / "jpg" / f"image_{i:05d}.jpg", (30 + i, 28), seed=i)
+    savemat(root / "imagelabels.mat", {"labels": np.array([[1 + i % 102 for i in range(12)]])})
+    savemat(root / "setid.mat", {"trnid": np.array([[1, 2, 3, 4, 5, 6, 7, 8]]), "valid": np.array([[9, 10]]),
+                                 "tstid": np.array([[11, 12]])})
+    return root
+
+
+def _fake_pets(root):
+    rows = {"trainval": [], "test": []}
+    for i, breed in enumerate(["Abyssinian", "american_bulldog", "Bengal"]):
+        for j in range(1, 5):
+            _image(root / "images" / f"{breed}_{j}.jpg", (36, 30), seed=10 * i + j)
+            rows["trainval" if j <= 3 else "test"].append(f"{breed}_{j} {i + 1} {1 + i % 2} {j}")
+    (root / "annotations").mkdir()
+    for split, lines in rows.items():
+        (root / "annotations" / f"{split}.txt").write_text("\n".join(lines) + "\n")
+    return root
+
+
+@pytest.mark.parametrize(
+    "dataset, make, splits, augment",
+    [
+        ("imagenet", _fake_imagenet, ("train", "val"), "rrc_flip"),
+        ("cifar10", lambda r: _fake_cifar(r, 10), ("train", "test"), "randaugment"),
+        ("cifar100", lambda r: _fake_cifar(r, 100), ("train", "test"), "rrc_flip"),
+        ("flowers102", _fake_flowers, ("train", "val"), "randaugment"),
+        ("pets", _fake_pets, ("trainval", "test"), "flip"),
+    ],
+)
+def test_fake_layouts_load_augment_and_train(tmp_path, dataset, make, splits, augment):
+    root = make(tmp_path / "data")
+    config = tiny(tmp_path / "run", dataset=dataset, data_dir=str(root), train_split=splits[0],
+                  eval_split=splits[1], augment=augment, num_workers=1 if dataset == "imagenet" else 0, **SMALL)
+    result = train(config)
+    assert result.steps == 2
+    assert result.metrics["val_images"] == len(build_dataset(dataset, splits[1], data_dir=str(root), train=False,
+                                                             image_size=16, load_size=20, eval_resize=20))
+    assert np.isfinite(result.metrics["val_loss"]) and result.metrics["skipped_images"] == 0
+
+
+def test_image_files_decode_to_fixed_size_uint8(tmp_path):
+    root = _fake_imagenet(tmp_path)
+    train_set = build_dataset("imagenet", "train", data_dir=str(root), train=True, image_size=16, load_size=20,
+                              eval_resize=24)
+    eval_set = build_dataset("imagenet", "val", data_dir=str(root), train=False, image_size=16, load_size=20,
+                             eval_resize=24)
+    assert train_set.info.num_classes == 2 and len(train_set) == 8 and len(eval_set) == 4
+    for dataset, side in ((train_set, 20), (eval_set, 16)):
+        for i in range(len(dataset)):
+            image, label, index = dataset[i]
+            assert image.dtype == torch.uint8 and image.shape == (3, side, side) and index == i
+    # the grey image (mode L) became RGB with equal channels
+    grey = train_set[3][0]
+    assert torch.equal(grey[0], grey[1]) and torch.equal(grey[1], grey[2])
+
+
+def test_device_transform_normalises_and_augments():
+    images = torch.randint(0, 256, (5, 3, 20, 20), dtype=torch.uint8)
+    evaluation = DeviceTransform(20, IMAGENET_MEAN, IMAGENET_STD, train=False)
+    mean, std = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1), torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
+    torch.testing.assert_close(evaluation(images), (images / 255.0 - mean) / std)  # float32 formula
+    for augment in ("flip", "shift", "rrc_flip", "randaugment"):
+        out = DeviceTransform(16, IMAGENET_MEAN, IMAGENET_STD, train=True, augment=augment)(images)
+        assert out.shape == (5, 3, 16, 16) and torch.isfinite(out).all()
+    with pytest.raises(ValueError, match="augment"):
+        DeviceTransform(16, IMAGENET_MEAN, IMAGENET_STD, train=True, augment="mixup")
+
+
+def test_corrupt_images_are_skipped_counted_and_named(tmp_path, capfd):
+    root = _fake_imagenet(tmp_path / "data")
+    broken = root / "train" / "n01440764" / "n01440764_broken.JPEG"
+    broken.write_bytes(b"this is not a JPEG")
+    every_file = {**SMALL, "max_steps": None, "batch_size": 9}  # one step over all 9 training files
+    result = train(tiny(tmp_path / "run", dataset="imagenet", data_dir=str(root), **every_file))
+    assert result.metrics["skipped_images"] == 1
+    assert f"skipped unreadable image {broken}" in capfd.readouterr().err
+    with pytest.raises(CorruptImageError, match="n01440764_broken.JPEG"):
+        train(tiny(tmp_path / "strict", dataset="imagenet", data_dir=str(root), strict=True, **every_file))
+
+
+def test_missing_and_empty_data_directories_raise_clear_errors(tmp_path):
+    for name in ("imagenet", "cifar10", "flowers102", "pets"):
+        with pytest.raises(ValueError, match="data_dir: .*does not exist"):
+            build_dataset(name, "train", data_dir=str(tmp_path / "nowhere"), train=True, image_size=16,
+                          load_size=20, eval_resize=20)
+    with pytest.raises(ValueError, match="data_dir: .*pass --data-dir"):
+        build_dataset("imagenet", "train", data_dir=None, train=True, image_size=16, load_size=20, eval_resize=20)
+    (tmp_path / "train").mkdir()
+    with pytest.raises(ValueError, match="no class sub-folders"):
+        build_dataset("imagenet", "train", data_dir=str(tmp_path), train=True, image_size=16, load_size=20,
+                      eval_resize=20)
+
+
+@given(
+    n=st.integers(1, 60),
+    world=st.integers(1, 4),
+    micro=st.integers(1, 4),
+    accumulation=st.integers(1, 3),
+    seed=st.integers(0, 1000),
+    epoch=st.integers(0, 5),
+    data=st.data(),
+)
+def test_epoch_batches_partition_a_seeded_permutation(n, world, micro, accumulation, seed, epoch, data):
+    """Each optimizer step's global batch is split across ranks without overlap; the order depends only on
+    (seed, epoch); start_step skips exactly the first steps; evaluation covers every index once."""
+    batch = world * micro * accumulation
+    if batch > n:
+        with pytest.raises(ValueError, match="exceeds"):
+            EpochBatches(n, global_batch=batch, micro_batch=micro, world_size=world)
+        return
+    ranks = [list(EpochBatches(n, global_batch=batch, micro_batch=micro, rank=r, world_size=world, seed=seed,
+                               epoch=epoch)) for r in range(world)]
+    steps = n // batch
+    assert all(len(r) == steps * accumulation for r in ranks) and all(len(b) == micro for r in ranks for b in r)
+    seen = [i for r in ranks for b in r for i in b]
+    assert len(seen) == len(set(seen)) == steps * batch and set(seen) <= set(range(n))
+    again = list(EpochBatches(n, global_batch=batch, micro_batch=micro, rank=0, world_size=world, seed=seed,
+                              epoch=epoch))
+    assert again == ranks[0]
+    start = data.draw(st.integers(0, steps))
+    skipped = list(EpochBatches(n, global_batch=batch, micro_batch=micro, rank=0, world_size=world, seed=seed,
+                                epoch=epoch, start_step=start))
+    assert skipped == ranks[0][start * accumulation:]
+    evaluation = [i for r in range(world) for b in EpochBatches(n, global_batch=batch, micro_batch=micro, rank=r,
+                                                                world_size=world, shuffle=False) for i in b]
+    assert sorted(evaluation) == list(range(n))
+
+
+def test_digits_split_is_fixed_stratified_and_disjoint():
+    parts = {s: digits(s) for s in ("train", "val", "test")}
+    assert {s: len(d) for s, d in parts.items()} == {"train": 1293, "val": 144, "test": 360}
+    flat = {s: {tuple(x.flatten().tolist()) for x in d.images} for s, d in parts.items()}
+    assert not flat["train"] & flat["test"] and not flat["val"] & flat["test"] and not flat["train"] & flat["val"]
+    assert torch.equal(digits("test").images, parts["test"].images)
+    counts = torch.bincount(parts["test"].labels, minlength=10)
+    assert counts.min() >= 35 and counts.max() <= 37  # stratified: 360 test images over 10 balanced classes
+    assert parts["train"].images.min() == 0 and parts["train"].images.max() == 1  # values 0..16 scaled by 1/16

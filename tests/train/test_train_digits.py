@@ -1,0 +1,45 @@
+"""End to end on scikit-learn's digits with the preset the audit uses: ≥ 95% test accuracy, and the trained model's
+per-layer R^c (paper protocol) below its random initialisation's. Prints the numbers."""
+import json
+from pathlib import Path
+
+import pytest
+
+from crate_nn.evaluate import main as crate_eval
+from crate_nn.presets import get_preset
+from crate_nn.train import train
+
+
+@pytest.fixture(scope="module")
+def digits_run(tmp_path_factory):
+    output = tmp_path_factory.mktemp("digits")
+    return train(get_preset("digits", output_dir=str(output), progress=False))
+
+
+def test_digits_reaches_95_percent_and_compresses(digits_run):
+    metrics = digits_run.metrics
+    print(f"\ndigits preset: {digits_run.steps} steps in {digits_run.seconds:.1f} s; "
+          f"val top-1 {metrics['val_top1']:.4f}, test top-1 {metrics['test_top1']:.4f}")
+    assert metrics["test_top1"] >= 0.95
+    root = digits_run.output_dir
+    init = json.loads(open(f"{root}/measurements/epoch_0000.json").read())
+    trained = json.loads(open(f"{root}/measurements/epoch_0030.json").read())
+    for protocol in ("paper", "official"):
+        for kind in ("compression", "sparsity"):
+            before = [round(s["mean"], 3) for s in init[protocol][kind]]
+            after = [round(s["mean"], 3) for s in trained[protocol][kind]]
+            print(f"{protocol:8s} {kind:11s} random init {before}  trained {after}")
+    paper_init = [s["mean"] for s in init["paper"]["compression"]]
+    paper_trained = [s["mean"] for s in trained["paper"]["compression"]]
+    assert all(t < i for t, i in zip(paper_trained, paper_init)), (paper_init, paper_trained)
+    for protocol in ("paper", "official"):
+        assert Path(root, "measurements", f"layers_{protocol}.png").stat().st_size > 0
+
+
+def test_crate_eval_reproduces_the_test_accuracy(digits_run, tmp_path, capsys):
+    out = tmp_path / "eval.json"
+    assert crate_eval([digits_run.checkpoint, "--split", "test", "--num-workers", "0", "--device", "cpu",
+                       "--output", str(out)]) == 0
+    metrics = json.loads(out.read_text())
+    assert metrics["images"] == 360
+    assert metrics["top1"] == pytest.approx(digits_run.metrics["test_top1"], abs=1e-12)  # same images, same model
