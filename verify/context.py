@@ -55,6 +55,15 @@ class Context:
         """``quick`` in quick mode, ``full`` under ``--full``."""
         return quick if self.quick else full
 
+    def rng_for(self, stream: str) -> np.random.Generator:
+        """A generator shared by the claims that name the same ``stream``, for a measurement several claims read
+        (computed once and memoised by the claim module)."""
+        return np.random.default_rng([self.seed, zlib.crc32(stream.encode())])
+
+    def torch_seed_for(self, stream: str) -> int:
+        """A torch seed shared by the claims that name the same ``stream`` (e.g. one trained model for several claims)."""
+        return int(np.random.default_rng([self.seed, zlib.crc32(stream.encode()), 1]).integers(2**31))
+
     def figure_path(self, name: str) -> Path:
         """Path of a PNG figure for this claim inside the output directory (the ``figures/`` folder is created)."""
         folder = self.output_dir / "figures"

@@ -93,6 +93,7 @@ def per_layer(
         ax = fig.add_subplot(1, len(panels), i + 1)
         for label, y in series.items():
             ax.plot(np.arange(1, len(y) + 1), y, "o-", label=label)
+        ax.set_xticks(np.arange(1, max(len(y) for y in series.values()) + 1))
         ax.set_xlabel("layer ℓ")
         ax.set_ylabel(ylabel)
         ax.grid(True, lw=0.3)

@@ -89,7 +89,7 @@ def neumann_beyond_one(ctx) -> Result:
     figure = plots.curves(ctx.figure_path("cosine"), rhos, {"cos(Neumann, exact)": cosines,
                                                             "relative error": np.minimum(errors, 3)},
                           xlabel="ρ = β max_k ‖U_k*Z‖²", ylabel="", title="Neumann gradient beyond ρ = 1 "
-                          "(relative error clipped at 3)", logx=True, hlines={"ρ-independent 0": 0.0})
+                          "(relative error clipped at 3)", logx=True, hlines={"cos = 0": 0.0})
     return Result(f"min cos {worst:.2f} (at ρ={rhos[beyond][cosines[beyond].argmin()]:.2g}); rel err "
                   f"{errors[rhos >= 1][0]:.2f} at ρ=1", verdicts.at_least(worst, 0.0),
                   {"rho": rhos, "cosine": cosines, "rel_err": errors}, [figure])

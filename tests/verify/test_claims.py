@@ -1,0 +1,68 @@
+"""Every registered claim, measured in quick mode, gives the verdict its analysis expects; the CLI end to end."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from verify.registry import VERDICTS, all_claims
+
+CLAIMS = all_claims()
+
+
+def test_registry_is_large_and_well_formed():
+    ids = [c.id for c in CLAIMS]
+    assert len(ids) >= 30 and len(set(ids)) == len(ids)
+    assert not [c.id for c in CLAIMS if c.id.startswith("0-import")], "a claim module failed to import"
+    sections = {c.id.split("-")[0] for c in CLAIMS}
+    missing = {f"2.{i}" for i in range(1, 25)} - sections
+    assert not missing, f"paper-notes §2 checks without a claim: {sorted(missing)}"
+    for c in CLAIMS:
+        assert c.reference and c.statement and c.measures and c.expected, c.id
+        assert c.expected_verdict in VERDICTS
+
+
+@pytest.mark.parametrize("claim_id", [c.id for c in CLAIMS])
+def test_claim_gives_its_expected_verdict(quick_audit, claim_id):
+    entry = quick_audit.claim(claim_id)
+    assert entry["error"] is None, entry["error"]
+    assert entry["verdict"] == entry["expected_verdict"], (
+        f"{claim_id}: measured {entry['measured']} → {entry['verdict']}, expected {entry['expected_verdict']}"
+    )
+
+
+def test_cli_end_to_end(quick_audit):
+    assert quick_audit.exit_status == 0
+    report = quick_audit.report
+    assert [c["id"] for c in report["claims"]] == [c.id for c in CLAIMS]
+    for entry in report["claims"]:
+        for key in ("id", "reference", "statement", "measured", "expected", "verdict", "expected_verdict"):
+            assert entry[key] is not None, (entry["id"], key)
+        for figure in entry["figures"]:
+            path = quick_audit.output_dir / figure
+            assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", figure
+    assert report["meta"]["mode"] == "quick"
+    assert report["summary"]["mismatches"] == []
+    assert sum(len(c["figures"]) for c in report["claims"]) >= 5
+    md = (quick_audit.output_dir / "report.md").read_text()
+    assert all(c.id in md for c in CLAIMS)
+    assert "2.4-lemma11" in quick_audit.stdout and "as expected" in quick_audit.stdout
+
+
+def test_console_entry_point_runs_a_selection(tmp_path):
+    """``python -m verify`` as a user runs it: a cheap selection, with exit status and files."""
+    out = tmp_path / "report"
+    proc = subprocess.run([sys.executable, "-m", "verify", "--only", "2.1", "2.23-params-tiny", "--output-dir",
+                           str(out), "--seed", "3"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert {c["id"] for c in report["claims"]} == {"2.1-sylvester", "2.1-rc-sum", "2.1-rotation-invariance",
+                                                    "2.23-params-tiny"}
+    assert report["meta"]["seed"] == 3
+
+
+def test_unknown_selector_is_a_usage_error(capsys):
+    from verify.__main__ import main
+
+    assert main(["--only", "no-such-claim"]) == 2
+    assert "no-such-claim" in capsys.readouterr().err
