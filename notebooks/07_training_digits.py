@@ -33,6 +33,7 @@
 # %%
 # %matplotlib inline
 import json
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -203,3 +204,9 @@ remeasured = crate_nn.measure_layers(models["random init"], val_images, protocol
 assert np.allclose([s["mean"] for s in saved[0]["official"]["compression"]], [s.mean for s in remeasured.compression],
                    rtol=1e-6), (saved[0]["official"]["compression"], remeasured.compression)
 assert torch.allclose(row_sums, torch.ones_like(row_sums), atol=1e-5)
+
+# %% [markdown]
+# Clean up the temporary run directory.
+
+# %%
+shutil.rmtree(workdir)
