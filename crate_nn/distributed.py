@@ -58,8 +58,10 @@ def setup(device: str = "auto") -> Context:
 
 
 def teardown(ctx: Context) -> None:
-    """Leave the process group joined by ``setup``."""
+    """Leave the process group joined by ``setup``, after every process has arrived (no rank closes its
+    connections while another still uses them)."""
     if ctx.distributed and dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()
 
 

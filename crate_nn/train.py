@@ -145,7 +145,7 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def initialise_from(model: nn.Module, path: str, model_name: str) -> list[str]:
+def initialise_from(model: nn.Module, path: str) -> list[str]:
     """Copy the weights of a crate_nn or authors' checkpoint into ``model`` (fine-tuning).
 
     The head's final Linear is left freshly initialised when the class count differs; the position embedding is
@@ -158,12 +158,12 @@ def initialise_from(model: nn.Module, path: str, model_name: str) -> list[str]:
     if isinstance(payload, dict) and payload.get("format") == checkpoint.FORMAT:
         source = payload["model"]
     else:
-        source = load_official_checkpoint(payload, name=model_name).state_dict()
+        source = load_official_checkpoint(payload, heads=model.config.heads).state_dict()
     target = model.state_dict()
     copied, reinitialised = {}, []
     for key, value in target.items():
         if key not in source:
-            raise ValueError(f"init_from: {path} has no tensor {key!r} (model {model_name})")
+            raise ValueError(f"init_from: {path} has no tensor {key!r}")
         incoming = source[key]
         if key == "pos_embed" and incoming.shape != value.shape:
             side = math.isqrt(value.shape[1] - 1)
@@ -309,7 +309,7 @@ def _train(config: TrainConfig, ctx: distributed.Context) -> TrainResult:
 
     model = create_model(config.model, **{**config.model_args, "image_size": config.image_size,
                                           "num_classes": info.num_classes, "in_channels": info.in_channels})
-    reinitialised = initialise_from(model, config.init_from, config.model) if config.init_from else []
+    reinitialised = initialise_from(model, config.init_from) if config.init_from else []
     model.to(ctx.device)
     raw_model = model
     optimizer = build_optimizer(config, model)

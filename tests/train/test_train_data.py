@@ -1,94 +1,24 @@
 """Data: fake ImageNet / CIFAR / Flowers-102 / Pets layouts load, augment and train; corrupt files are skipped and
 named (or stop the run under strict); the batch order is a deterministic partition; the digits split is fixed."""
-import pickle
-
 import numpy as np
 import pytest
 import torch
-from _train_cases import tiny
+from _train_cases import SMALL, fake_cifar, fake_flowers, fake_imagenet, fake_pets, tiny
 from hypothesis import given
 from hypothesis import strategies as st
-from PIL import Image
-from scipy.io import savemat
 
 from crate_nn.data import (IMAGENET_MEAN, IMAGENET_STD, CorruptImageError, DeviceTransform, EpochBatches,
                            build_dataset, digits)
 from crate_nn.train import train
 
-SMALL = dict(image_size=16, load_size=20, eval_resize=20, batch_size=4, epochs=1, warmup_epochs=0.0, max_steps=2,
-             model_args=dict(patch_size=8, dim=16, depth=1, heads=2))
-
-
-def _image(path, size, mode="RGB", seed=0):
-    rng = np.random.default_rng(seed)
-    shape = (size[1], size[0]) + ((3,) if mode == "RGB" else ())
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(rng.integers(0, 256, shape, dtype=np.uint8), mode).save(path)
-
-
-def _fake_imagenet(root):
-    sizes = [(40, 30), (30, 50), (64, 64), (25, 33)]
-    for split, count in (("train", 4), ("val", 2)):
-        for c, name in enumerate(("n01440764", "n01443537")):
-            for i in range(count):
-                number = c * count + i + 1
-                file = f"ILSVRC2012_val_{number:08d}.JPEG" if split == "val" else f"{name}_{i}.JPEG"
-                _image(root / split / name / file, sizes[i % 4], mode="L" if i == 3 else "RGB", seed=number)
-    return root
-
-
-def _pickle(path, payload):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(pickle.dumps(payload))
-
-
-def _fake_cifar(root, classes):
-    rng = np.random.default_rng(0)
-    batch = lambda n: {b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),  # noqa: E731
-                       (b"labels" if classes == 10 else b"fine_labels"): list(rng.integers(0, classes, n))}
-    if classes == 10:
-        folder = root / "cifar-10-batches-py"
-        for i in range(1, 6):
-            _pickle(folder / f"data_batch_{i}", batch(4))
-        _pickle(folder / "test_batch", batch(6))
-        _pickle(folder / "batches.meta", {b"label_names": [f"c{i}".encode() for i in range(10)]})
-    else:
-        folder = root / "cifar-100-python"
-        _pickle(folder / "train", batch(12))
-        _pickle(folder / "test", batch(6))
-        _pickle(folder / "meta", {b"fine_label_names": [f"c{i}".encode() for i in range(100)]})
-    return root
-
-
-def _fake_flowers(root):
-    for i in range(1, 13):
-        _image(root / "jpg" / f"image_{i:05d}.jpg", (30 + i, 28), seed=i)
-    savemat(root / "imagelabels.mat", {"labels": np.array([[1 + i % 102 for i in range(12)]])})
-    savemat(root / "setid.mat", {"trnid": np.array([[1, 2, 3, 4, 5, 6, 7, 8]]), "valid": np.array([[9, 10]]),
-                                 "tstid": np.array([[11, 12]])})
-    return root
-
-
-def _fake_pets(root):
-    rows = {"trainval": [], "test": []}
-    for i, breed in enumerate(["Abyssinian", "american_bulldog", "Bengal"]):
-        for j in range(1, 5):
-            _image(root / "images" / f"{breed}_{j}.jpg", (36, 30), seed=10 * i + j)
-            rows["trainval" if j <= 3 else "test"].append(f"{breed}_{j} {i + 1} {1 + i % 2} {j}")
-    (root / "annotations").mkdir()
-    for split, lines in rows.items():
-        (root / "annotations" / f"{split}.txt").write_text("\n".join(lines) + "\n")
-    return root
-
-
 @pytest.mark.parametrize(
     "dataset, make, splits, augment",
     [
-        ("imagenet", _fake_imagenet, ("train", "val"), "rrc_flip"),
-        ("cifar10", lambda r: _fake_cifar(r, 10), ("train", "test"), "randaugment"),
-        ("cifar100", lambda r: _fake_cifar(r, 100), ("train", "test"), "rrc_flip"),
-        ("flowers102", _fake_flowers, ("train", "val"), "randaugment"),
-        ("pets", _fake_pets, ("trainval", "test"), "flip"),
+        ("imagenet", fake_imagenet, ("train", "val"), "rrc_flip"),
+        ("cifar10", lambda r: fake_cifar(r, 10), ("train", "test"), "randaugment"),
+        ("cifar100", lambda r: fake_cifar(r, 100), ("train", "test"), "rrc_flip"),
+        ("flowers102", fake_flowers, ("train", "val"), "randaugment"),
+        ("pets", fake_pets, ("trainval", "test"), "flip"),
     ],
 )
 def test_fake_layouts_load_augment_and_train(tmp_path, dataset, make, splits, augment):
@@ -103,7 +33,7 @@ def test_fake_layouts_load_augment_and_train(tmp_path, dataset, make, splits, au
 
 
 def test_image_files_decode_to_fixed_size_uint8(tmp_path):
-    root = _fake_imagenet(tmp_path)
+    root = fake_imagenet(tmp_path)
     train_set = build_dataset("imagenet", "train", data_dir=str(root), train=True, image_size=16, load_size=20,
                               eval_resize=24)
     eval_set = build_dataset("imagenet", "val", data_dir=str(root), train=False, image_size=16, load_size=20,
@@ -131,7 +61,7 @@ def test_device_transform_normalises_and_augments():
 
 
 def test_corrupt_images_are_skipped_counted_and_named(tmp_path, capfd):
-    root = _fake_imagenet(tmp_path / "data")
+    root = fake_imagenet(tmp_path / "data")
     broken = root / "train" / "n01440764" / "n01440764_broken.JPEG"
     broken.write_bytes(b"this is not a JPEG")
     every_file = {**SMALL, "max_steps": None, "batch_size": 9}  # one step over all 9 training files

@@ -1,0 +1,129 @@
+"""Command line, presets, fine-tuning initialisation, crate-eval with ImageNet-ReaL, and bad arguments."""
+import json
+
+import pytest
+import torch
+from _train_cases import SMALL, TINY_MODEL, fake_imagenet, tiny
+
+import crate_nn
+from crate_nn import checkpoint, create_model
+from crate_nn.data import DeviceTransform, build_dataset
+from crate_nn.evaluate import main as crate_eval
+from crate_nn.presets import PRESETS, get_preset
+from crate_nn.train import initialise_from, main, parse_args, train
+
+
+def test_every_preset_validates_and_documents_its_command():
+    for name, make in PRESETS.items():
+        config = make()
+        config.validate()
+        assert config.preset == name
+        assert "Command" in make.__doc__ and "Expected" in make.__doc__ and "crate-train --preset " + name in make.__doc__
+
+
+def test_paper_recipe_values_of_the_imagenet_and_finetune_presets():
+    imagenet = get_preset("imagenet")
+    assert (imagenet.optimizer, imagenet.lr, imagenet.weight_decay, imagenet.batch_size) == ("lion", 2.4e-4, 0.5, 2048)
+    assert (imagenet.epochs, imagenet.warmup_epochs, imagenet.label_smoothing) == (150, 5.0, 0.1)
+    assert (imagenet.augment, imagenet.image_size, imagenet.eval_resize) == ("rrc_flip", 224, 256)
+    finetune = get_preset("finetune")
+    assert (finetune.optimizer, finetune.lr, finetune.weight_decay, finetune.batch_size) == ("adamw", 5e-5, 0.01, 512)
+    assert (finetune.augment, finetune.randaugment_n, finetune.randaugment_m, finetune.image_size) == (
+        "randaugment", 2, 14.0, 224)
+
+
+def test_command_line_overrides_every_kind_of_field():
+    config = parse_args(["--preset", "digits", "--epochs", "5", "--model-args", "dim=64", "depth=2", "pool='mean'",
+                         "--betas", "0.8", "0.9", "--no-progress", "--grad-clip", "1.5", "--max-steps", "7",
+                         "--measure-epochs", "--weight-decay-all", "--test-split", "none", "--resume"])
+    assert config.preset == "digits" and config.epochs == 5 and config.max_steps == 7
+    assert config.model_args == {"dim": 64, "depth": 2, "pool": "mean"}
+    assert config.betas == (0.8, 0.9) and config.measure_epochs == () and config.grad_clip == 1.5
+    assert config.progress is False and config.weight_decay_all is True and config.test_split is None
+    assert config.resume is True and config.lr == get_preset("digits").lr
+
+
+def test_bad_arguments_give_clear_errors(tmp_path, capsys, monkeypatch):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--preset", "cifar", "--output-dir", str(tmp_path)])
+    assert exit_info.value.code == 2 and "invalid choice: 'cifar'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--preset", "digits", "--no-such-flag", "1"])
+    assert "unrecognized arguments: --no-such-flag" in capsys.readouterr().err
+    missing = tmp_path / "no-imagenet-here"
+    assert main(["--preset", "imagenet", "--data-dir", str(missing), "--output-dir", str(tmp_path / "run"),
+                 "--device", "cpu"]) == 1
+    assert f"data_dir: the dataset folder '{missing}' does not exist" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="unknown TrainConfig|preset"):
+        get_preset("imagenet2")
+    with pytest.raises(TypeError, match="unknown TrainConfig field"):
+        get_preset("digits", learning_rate=1.0)
+    with pytest.raises(ValueError, match="lr: expected a positive"):
+        train(tiny(tmp_path, lr=0.0))
+    with pytest.raises(ValueError, match="optimizer: expected one of lion, adamw"):
+        train(tiny(tmp_path, optimizer="sgd"))
+    with pytest.raises(ValueError, match="micro_batch_size: 3 does not divide"):
+        train(tiny(tmp_path, micro_batch_size=3))
+    monkeypatch.setenv("WORLD_SIZE", "3")  # checked before any process group is joined
+    with pytest.raises(ValueError, match="batch_size: 8 is not divisible across 3 processes"):
+        train(tiny(tmp_path))
+
+
+def test_finetune_initialisation_reinitialises_the_head_and_resamples_positions(tmp_path):
+    source = create_model("crate_tiny", image_size=8, num_classes=10, in_channels=3, **TINY_MODEL)
+    crate_nn.save(tmp_path / "pretrained.pt", source)
+    official = tmp_path / "official.pth"
+    torch.save({"state_dict": {"module." + k: v for k, v in
+                               checkpoint.crate_nn_to_official(source.state_dict()).items()}}, official)
+    for path in (tmp_path / "pretrained.pt", official):
+        target = create_model("crate_tiny", image_size=16, num_classes=5, in_channels=3, **TINY_MODEL)
+        head_before = target.head.fc.weight.detach().clone()
+        assert initialise_from(target, str(path)) == ["head.fc.weight", "head.fc.bias"]
+        assert torch.equal(target.head.fc.weight, head_before)
+        assert torch.equal(target.encoder.layers[1].ista.weight, source.encoder.layers[1].ista.weight)
+        # the 2×2 patch grid of 8-pixel images resampled (bicubic, class token kept) to the 4×4 grid of 16 pixels
+        assert torch.equal(target.pos_embed, crate_nn.resample_pos_embed(source.pos_embed, (4, 4)))
+        assert torch.equal(target.pos_embed[:, 0], source.pos_embed[:, 0])
+    with pytest.raises(ValueError, match="init_from: .* does not exist"):
+        initialise_from(target, str(tmp_path / "nothing.pt"))
+    wide = create_model("crate_tiny", image_size=8, num_classes=10, in_channels=3, **{**TINY_MODEL, "dim": 32})
+    with pytest.raises(ValueError, match="shape"):
+        initialise_from(wide, str(tmp_path / "pretrained.pt"))
+
+
+def test_finetune_preset_trains_from_a_checkpoint(tmp_path):
+    pretrained = train(tiny(tmp_path / "pre", max_steps=2))
+    config = get_preset("finetune", dataset="synthetic", synthetic_classes=4, synthetic_samples=16, image_size=8,
+                        model="crate_tiny", model_args=dict(TINY_MODEL), init_from=pretrained.checkpoint,
+                        batch_size=8, epochs=1, eval_split="val", progress=False, device="cpu", num_workers=0,
+                        output_dir=str(tmp_path / "fine"))
+    result = train(config)
+    saved = json.loads((tmp_path / "fine" / "config.json").read_text())
+    assert saved["reinitialised_from_init"] == ["head.fc.weight", "head.fc.bias"]
+    assert result.steps == 2 and crate_nn.load(result.checkpoint).config.num_classes == 4
+
+
+def test_crate_eval_top_k_and_imagenet_real(tmp_path, capsys):
+    root = fake_imagenet(tmp_path / "data")
+    run = train(tiny(tmp_path / "run", dataset="imagenet", data_dir=str(root), **SMALL))
+    # ReaL label sets for val images 1..4 (file numbers), one image without any plausible label
+    real = [[0], [1, 0], [], [1]]
+    (tmp_path / "real.json").write_text(json.dumps(real))
+    assert crate_eval([run.checkpoint, "--real-json", str(tmp_path / "real.json"), "--num-workers", "0",
+                       "--device", "cpu", "--output", str(tmp_path / "m.json")]) == 0
+    metrics = json.loads((tmp_path / "m.json").read_text())
+    model = crate_nn.load(run.checkpoint).eval()
+    val = build_dataset("imagenet", "val", data_dir=str(root), train=False, image_size=16, load_size=20,
+                        eval_resize=20)
+    images = torch.stack([val[i][0] for i in range(len(val))])
+    saved = checkpoint.read(run.checkpoint)["train_config"]
+    with torch.no_grad():
+        predicted = model(DeviceTransform(16, saved["mean"], saved["std"], train=False)(images))
+    predicted = predicted.argmax(-1).tolist()
+    labels = [val[i][1] for i in range(len(val))]
+    numbers = [int(p.split("_val_")[1][:8]) - 1 for p, _ in val.samples]
+    counted = [(predicted[i] in real[numbers[i]]) for i in range(len(val)) if real[numbers[i]]]
+    assert metrics["real_images"] == 3 and metrics["real_top1"] == pytest.approx(sum(counted) / 3, abs=1e-12)
+    assert metrics["top1"] == pytest.approx(sum(p == y for p, y in zip(predicted, labels)) / 4, abs=1e-12)
+    assert metrics["top5"] == 1.0  # two classes: the true one is always among the top 5
+
