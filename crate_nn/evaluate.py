@@ -26,7 +26,7 @@ from torch import nn
 
 from . import checkpoint
 from . import distributed
-from .data import DeviceTransform, EpochBatches, ImageFiles, build_dataset, loader
+from .data import IMAGENET_MEAN, IMAGENET_STD, DeviceTransform, EpochBatches, ImageFiles, build_dataset, loader
 
 
 def autocast(device: torch.device, precision: str):
@@ -125,12 +125,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not Path(args.checkpoint).is_file():
         raise SystemExit(f"crate-eval: checkpoint: {args.checkpoint!r} does not exist")
     train_config: dict = {}
-    if args.official:
-        model = checkpoint.load_official_checkpoint(args.checkpoint, name=args.model)
-    else:
-        model = checkpoint.load(args.checkpoint)
-        train_config = checkpoint.read(args.checkpoint).get("train_config") or {}
-    setting = lambda name, default: getattr(args, name) if getattr(args, name) is not None else train_config.get(name, default)  # noqa: E731
+    try:
+        if args.official:
+            model = checkpoint.load_official_checkpoint(args.checkpoint, name=args.model)
+        else:
+            model = checkpoint.load(args.checkpoint)
+            train_config = checkpoint.read(args.checkpoint).get("train_config") or {}
+    except ValueError as err:
+        raise SystemExit(f"crate-eval: {err}") from err
+
+    def setting(name: str, default):
+        """The command line's value, else the training config's, else ``default``."""
+        given = getattr(args, name)
+        return given if given is not None else train_config.get(name, default)
+
     image_size = setting("image_size", model.config.image_size)
     ctx = distributed.setup(args.device)
     try:
@@ -146,8 +154,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not isinstance(dataset, ImageFiles):
                 raise SystemExit("crate-eval: real_json: ReaL labels apply to the ImageNet validation image files")
             real_labels = json.loads(Path(args.real_json).read_text())
-        transform = DeviceTransform(image_size, train_config.get("mean", (0.485, 0.456, 0.406)),
-                                    train_config.get("std", (0.229, 0.224, 0.225)), train=False).to(ctx.device)
+        transform = DeviceTransform(image_size, train_config.get("mean", IMAGENET_MEAN),
+                                    train_config.get("std", IMAGENET_STD), train=False).to(ctx.device)
         model.to(ctx.device).float()
         metrics = evaluate(model, dataset, transform, ctx, batch_size=args.batch_size,
                            num_workers=args.num_workers, precision=args.precision, real_labels=real_labels)

@@ -48,7 +48,7 @@ from tqdm import tqdm
 from . import checkpoint, distributed
 from .checkpoint import load_official_checkpoint
 from .classifier import resample_pos_embed
-from .data import DeviceTransform, EpochBatches, build_dataset, loader
+from .data import DeviceTransform, EpochBatches, build_dataset, collate, loader
 from .evaluate import autocast, evaluate
 from .presets import PRESETS, TrainConfig, get_preset
 from .registry import create_model
@@ -352,7 +352,7 @@ def _train(config: TrainConfig, ctx: distributed.Context) -> TrainResult:
     measure_images = None
     if ctx.is_main and config.measure_epochs:
         count = min(config.measure_samples, len(eval_set))
-        measure_images = eval_transform(torch.stack([eval_set[i][0] for i in range(count)]).to(ctx.device))
+        measure_images = eval_transform(collate([eval_set[i] for i in range(count)]).images.to(ctx.device))
 
     def evaluate_now(dataset) -> dict:
         with torch.random.fork_rng(devices=[ctx.device] if ctx.device.type == "cuda" else []):
@@ -439,6 +439,7 @@ def _train(config: TrainConfig, ctx: distributed.Context) -> TrainResult:
             if config.checkpoint_every and step % config.checkpoint_every == 0 and step_in_epoch < steps_per_epoch:
                 save_checkpoint()
         if step_in_epoch == steps_per_epoch:
+            paused = time.perf_counter()  # evaluation and checkpoints do not count against images/s
             epoch, step_in_epoch = epoch + 1, 0
             finished = step == last_step
             if epoch % config.eval_every == 0 or finished:
@@ -449,6 +450,7 @@ def _train(config: TrainConfig, ctx: distributed.Context) -> TrainResult:
                                f"val_top1 {metrics['val_top1']:.4f} val_top5 {metrics['val_top5']:.4f}")
             measure_now(epoch)
             save_checkpoint()
+            window_start += time.perf_counter() - paused
     bar.close()
     if step_in_epoch:  # stopped inside an epoch (max_steps)
         save_checkpoint()
@@ -514,14 +516,16 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
                                      epilog=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="synthetic", choices=sorted(PRESETS),
                         help="the experiment whose values the other flags override (default: synthetic)")
+    if known.preset not in PRESETS:
+        parser.error(f"argument --preset: invalid choice: {known.preset!r} (choose from {', '.join(PRESETS)})")
+    defaults = PRESETS[known.preset]()
     hints = typing.get_type_hints(TrainConfig)
     for f in dataclasses.fields(TrainConfig):
         if f.name == "preset":
             continue
         kwargs, _ = _field_parser(hints[f.name])
-        parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=argparse.SUPPRESS, **kwargs)
-    if known.preset not in PRESETS:
-        parser.error(f"argument --preset: invalid choice: {known.preset!r} (choose from {', '.join(PRESETS)})")
+        parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=argparse.SUPPRESS,
+                            help=f"{known.preset}: {getattr(defaults, f.name)!r}", **kwargs)
     overrides = vars(parser.parse_args(argv))
     preset = overrides.pop("preset")
     for name, value in overrides.items():

@@ -96,3 +96,12 @@ def test_accumulated_micro_batches_train_like_one_batch(tmp_path):
     # float32 gradients summed in another order (~1e-7 relative); three Adam steps of size ≤ lr scale that by
     # at most ~|g|/(|g| + 1e-8) differences, far below 1e-4
     torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_bf16_autocast_on_cpu_trains(tmp_path):
+    """precision=bf16 runs the forward pass under bfloat16 autocast (what GPUs use), the loss in float32."""
+    result = train(tiny(tmp_path, precision="bf16", max_steps=2))
+    payload = checkpoint.read(result.checkpoint)
+    assert all(t.dtype == torch.float32 for t in payload["model"].values())  # master weights stay float32
+    assert torch.isfinite(torch.tensor(result.metrics["val_loss"]))
+
