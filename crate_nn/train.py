@@ -221,6 +221,13 @@ class RunFiles:
                     raise ValueError("tensorboard: the tensorboard package is not installed") from err
                 self.writer = SummaryWriter(str(self.root / "tensorboard"))
 
+    def forget_after(self, step: int) -> None:
+        """Drop the metrics.jsonl lines of steps after ``step`` (a resumed run writes them again)."""
+        path = self.root / "metrics.jsonl"
+        if self.enabled and path.is_file():
+            kept = [line for line in path.read_text().splitlines() if json.loads(line)["step"] <= step]
+            path.write_text("".join(line + "\n" for line in kept))
+
     def log(self, record: dict) -> None:
         if not self.enabled:
             return
@@ -329,6 +336,7 @@ def _train(config: TrainConfig, ctx: distributed.Context) -> TrainResult:
         scheduler.load_state_dict(state["scheduler"])
         epoch, step_in_epoch, step = (state["position"][k] for k in ("epoch", "step_in_epoch", "step"))
         set_rng_state(state["rng"][ctx.rank] if ctx.rank < len(state["rng"]) else state["rng"][0])
+        run.forget_after(step)
     if ctx.is_main:
         resolved = {**dataclasses.asdict(config), "world_size": ctx.world_size, "micro_batch_size": micro,
                     "accumulation_steps": accumulation, "steps_per_epoch": steps_per_epoch,
@@ -393,11 +401,11 @@ def _train(config: TrainConfig, ctx: distributed.Context) -> TrainResult:
         while step_in_epoch < steps_per_epoch and step < last_step:
             lr = optimizer.param_groups[0]["lr"]
             loss_sum = torch.zeros((), device=ctx.device)
-            images_seen = 0
+            images_seen, skipped = 0, 0
             for i in range(accumulation):
                 batch = next(micro_batches)
                 if batch.skipped:
-                    skipped_total += len(batch.skipped)
+                    skipped += len(batch.skipped)
                     for path in batch.skipped:
                         tqdm.write(f"crate-train: skipped unreadable image {path}", file=sys.stderr)
                 images = train_transform(batch.images.to(ctx.device, non_blocking=True))
@@ -407,17 +415,19 @@ def _train(config: TrainConfig, ctx: distributed.Context) -> TrainResult:
                     loss_sum += micro_step(model, images, labels, config.label_smoothing, accumulation,
                                            autocast(ctx.device, config.precision))
                 images_seen += labels.numel()
-            mean_loss = distributed.all_reduce_sum(loss_sum / accumulation, ctx) / ctx.world_size
-            loss_value = mean_loss.item()
-            if not math.isfinite(loss_value):
+            # one all-reduce for the mean loss over processes and the unreadable files of this step
+            summed = distributed.all_reduce_sum(torch.stack([loss_sum / accumulation, loss_sum.new_tensor(skipped)]),
+                                                ctx)
+            loss_value, skipped_total = summed[0].item() / ctx.world_size, skipped_total + int(summed[1].item())
+            grad_norm = (nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+                         if config.grad_clip is not None else torch.zeros(()))
+            if not (math.isfinite(loss_value) and torch.isfinite(grad_norm)):
                 optimizer.zero_grad(set_to_none=True)
                 where = run.last if run.last.is_file() else "none written yet"
                 raise NonFiniteLossError(
-                    f"training loss is {loss_value} at optimizer step {step + 1} (epoch {epoch}); stopped without "
-                    f"updating the weights; last good checkpoint: {where}"
+                    f"training loss is {loss_value} (gradient norm {grad_norm.item()}) at optimizer step {step + 1} "
+                    f"(epoch {epoch}); stopped without updating the weights; last good checkpoint: {where}"
                 )
-            if config.grad_clip is not None:
-                nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)

@@ -32,7 +32,7 @@ def _assert_same(a, b, where="checkpoint"):
 @pytest.mark.parametrize("interrupt_at", [4, 6])  # an epoch boundary (4 steps per epoch) and mid-epoch
 def test_interrupted_and_resumed_run_equals_uninterrupted(tmp_path, interrupt_at):
     """Lion, random-resized-crop + flip augmentation (so the RNG state matters), 10 of 12 scheduled steps."""
-    config = tiny(tmp_path / "straight", augment="rrc_flip", max_steps=10)
+    config = tiny(tmp_path / "straight", augment="rrc_flip", max_steps=10, log_every=1)
     straight = train(config)
     interrupted = dataclasses.replace(config, output_dir=str(tmp_path / "resumed"), max_steps=interrupt_at)
     assert train(interrupted).steps == interrupt_at
@@ -44,6 +44,12 @@ def test_interrupted_and_resumed_run_equals_uninterrupted(tmp_path, interrupt_at
     _assert_same(a, b)
     assert a["position"] == {"epoch": 2, "step_in_epoch": 2, "step": 10}
     assert resumed.metrics["val_loss"] == straight.metrics["val_loss"]
+
+    def logged(run):  # metrics.jsonl training lines, without the timing
+        lines = [json.loads(line) for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
+        return [(r["step"], r["train_loss"], r["lr"]) for r in lines if "train_loss" in r]
+
+    assert logged("resumed") == logged("straight") and len(logged("straight")) == 10
 
 
 def test_resume_refuses_a_changed_config_and_a_missing_checkpoint(tmp_path):
