@@ -253,7 +253,8 @@ def digits(split: str) -> TensorImages:
     data = load_digits()
     index = np.arange(len(data.target))
     trainval, test = train_test_split(index, test_size=0.2, random_state=DIGITS_SPLIT_SEED, stratify=data.target)
-    train, val = train_test_split(trainval, test_size=0.1, random_state=DIGITS_SPLIT_SEED, stratify=data.target[trainval])
+    train, val = train_test_split(trainval, test_size=0.1, random_state=DIGITS_SPLIT_SEED,
+                                  stratify=data.target[trainval])
     chosen = {"train": train, "val": val, "test": test, "trainval": trainval}[split]
     images = torch.from_numpy(data.images[np.sort(chosen)].astype(np.float32) / 16.0).unsqueeze(1)
     labels = torch.from_numpy(data.target[np.sort(chosen)].astype(np.int64))
@@ -391,9 +392,14 @@ class DeviceTransform(nn.Module):
     """Batch augmentation and normalisation on the training device (kornia), (B, C, H, W) → float (B, C, S, S).
 
     uint8 input is scaled by 1/255, float input is taken as [0, 1]. ``augment``:
-    ``none``; ``flip`` (horizontal flip, p = 0.5); ``shift`` (zero-pad by ``shift`` pixels, random crop back to
-    size: integer translations, for digits, which are not flip-invariant); ``rrc_flip`` (RandomResizedCrop(S, scale) + flip: the papers'
-    pre-training augmentation); ``randaugment`` (rrc_flip followed by RandAugment(n, m): fine-tuning).
+
+    * ``none``; ``flip`` (horizontal flip, p = 0.5);
+    * ``shift`` (zero-pad by ``shift`` pixels, random crop back: integer translations, for images that are not
+      flip-invariant such as digits);
+    * ``rrc_flip`` (RandomResizedCrop(S, scale) + flip: the papers' pre-training augmentation);
+    * ``randaugment`` (rrc_flip followed by RandAugment(n, m): fine-tuning).
+
+
     ``randaugment_m`` is on timm's scale (levels out of 10, which the paper's "timm auto_augment" m = 14 refers
     to); kornia's magnitude is out of 30, so it receives ``min(3 m, 29.9)``. Evaluation (``train=False``) only
     resizes to S when the input differs, then normalises.

@@ -116,7 +116,9 @@ def imagenet() -> TrainConfig:
     ``--weight-decay-all``), global batch 2048 (use ``--micro-batch-size`` for gradient accumulation), 5-epoch
     linear warm-up then cosine, stepped every optimizer step; RandomResizedCrop(224) + horizontal flip only; label
     smoothing 0.1; eval resize 256 / centre crop 224; bf16 autocast on GPUs. Layer-wise measurements at epochs
-    0, 1, 20, 150 (Fig. 15).
+    0, 1, 20, 150 (Fig. 15). One difference from a per-image pipeline: to augment whole batches on the GPU, the
+    DataLoader workers resize each image's shorter side to ``load_size`` (256) and keep the central square, and
+    the random-resized crop is drawn from that square (raise ``--load-size`` to crop from more pixels).
 
     Command (one GPU):  crate-train --preset imagenet --data-dir /data/imagenet --micro-batch-size 256
     Expected: top-1 70.8% (CRATE-B), 66.7 / 69.2 / 71.3% with ``--model crate_tiny / crate_small / crate_large``
