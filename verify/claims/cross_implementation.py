@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 import crate_nn
-from crate_theory import CrateLayerParams, crate_forward, crate_layer, ista, mssa, mssa_free
+from crate_theory import CrateLayerParams, crate_forward, ista, mssa, mssa_free
 from crate_theory.decoder import DecoderLayerParams, decoder_layer
 from verify import verdicts
 from verify.numerics import fmt
