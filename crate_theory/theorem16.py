@@ -155,7 +155,11 @@ def apply_projection(P, labels, V) -> np.ndarray:
     labels = np.asarray(labels)
     if V.ndim != 2 or labels.shape != (V.shape[1],):
         raise ValueError(f"labels: expected one label per column of V {V.shape}, got shape {labels.shape}")
-    return np.einsum("nde,en->dn", P[labels], V)
+    out = np.empty_like(V)
+    for k in range(P.shape[0]):  # one (d, d) @ (d, n_k) product per subspace: no (n, d, d) gather
+        cols = labels == k
+        out[:, cols] = P[k] @ V[:, cols]
+    return out
 
 
 def nominal_gradient(sample: Theorem16Sample, eps: float) -> np.ndarray:
