@@ -127,6 +127,8 @@ def pair_row(
     config = ours.config
     check_images = torch.randn(2, config.in_channels, config.image_size, config.image_size)
     logit_error = check_pair(ours, baseline, check_images)
+    if args.compile:  # after the float64 check, which runs an eager copy
+        ours = torch.compile(ours)
     images = torch.randn(args.batch_size, config.in_channels, config.image_size, config.image_size, device=device)
     labels = torch.randint(0, config.num_classes, (args.batch_size,), device=device)
     base_dtype = autocast_dtype(device)
@@ -138,6 +140,7 @@ def pair_row(
         "batch": args.batch_size,
         "baseline_precision": precision_name(base_dtype),
         "ours_precision": precision_name(dtype),
+        "ours_compiled": args.compile,
         "float64_logit_rel_error": logit_error,
         "forward_gflops_per_img": forward_flops(config) / 1e9,
     }
@@ -168,6 +171,7 @@ def run_paired(
         help=f"images per step (default {default_batch['cpu']} on CPU, {default_batch['cuda']} on GPU)",
     )
     parser.add_argument("--precision", default="auto", help="ours: auto (bf16 on GPU, fp32 on CPU), fp32, bf16, fp16")
+    parser.add_argument("--compile", action="store_true", help="ours: torch.compile (crate-train --compile)")
     args = parser.parse_args(argv)
     device = common.setup(args)
     if args.tiny:  # tiny model, one size, batch 4, one repeat after one warm-up
