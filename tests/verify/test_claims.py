@@ -66,3 +66,16 @@ def test_unknown_selector_is_a_usage_error(capsys):
 
     assert main(["--only", "no-such-claim"]) == 2
     assert "no-such-claim" in capsys.readouterr().err
+
+
+def test_full_mode_and_list(tmp_path, capsys):
+    """--full runs (here on one cheap claim, whose sizes come from the registry) and --list names every claim."""
+    from verify.__main__ import main
+
+    assert main(["--full", "--only", "2.18", "--output-dir", str(tmp_path), "--no-progress"]) == 0
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["meta"]["mode"] == "full" and report["claims"][0]["data"]["d"] == 768
+    capsys.readouterr()
+    assert main(["--list"]) == 0
+    listed = capsys.readouterr().out
+    assert all(c.id in listed for c in CLAIMS)
