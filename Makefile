@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 setup: $(VENV)/.installed
 
 test: setup
-	OPENBLAS_NUM_THREADS=1 MPLBACKEND=Agg $(PY) -m pytest $(PYTEST_ARGS)
+	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MPLBACKEND=Agg $(PY) -m pytest $(PYTEST_ARGS)
 
 audit: setup
 	MPLBACKEND=Agg $(PY) -m verify

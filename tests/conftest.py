@@ -8,7 +8,9 @@ import os
 
 # OpenBLAS's own threads oversubscribe the 2 cores when pytest-xdist runs workers side by side: a 768×196 SVD
 # then takes ~2 s instead of ~10 ms. One BLAS thread per process is both faster and reproducible.
+# torch's intra-op threads oversubscribe the same way (digits training ~19x slower with two workers × two threads).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import matplotlib  # noqa: E402
 from threadpoolctl import threadpool_limits  # noqa: E402
