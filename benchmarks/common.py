@@ -178,6 +178,18 @@ def peak_memory_bytes(fn: Callable[[], Any], device: torch.device) -> int:
     return peak
 
 
+def profile_table(fn: Callable[[], Any], device: torch.device, rows: int = 15) -> str:
+    """torch.profiler's table of the ops of one call of ``fn``, by self device time (self CPU time on a CPU)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        fn()
+        synchronize(device)
+    key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    return prof.key_averages().table(sort_by=key, row_limit=rows, max_name_column_width=48)
+
+
 # ----------------------------------------------------------------------------------------------- output
 Column = tuple[str, str, str]  # (key in the row, header, format spec)
 

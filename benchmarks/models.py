@@ -151,6 +151,10 @@ def pair_row(
     row["ratio"] = row["ours_img_s"] / row["baseline_img_s"]
     row["ratio_paired"] = common.paired_ratio(timings["baseline"], timings["ours"])
     row["ratio_cpu_time"] = timings["baseline"].cpu_median / timings["ours"].cpu_median
+    if args.profile:
+        row["profile"] = {key: common.profile_table(fn, device) for key, fn in steps.items()}
+        for key, table in row["profile"].items():
+            print(f"{name}, {key}: one step under torch.profiler\n{table}")
     return row
 
 
@@ -172,6 +176,7 @@ def run_paired(
     )
     parser.add_argument("--precision", default="auto", help="ours: auto (bf16 on GPU, fp32 on CPU), fp32, bf16, fp16")
     parser.add_argument("--compile", action="store_true", help="ours: torch.compile (crate-train --compile)")
+    parser.add_argument("--profile", action="store_true", help="print (and store) torch.profiler op tables of one step")
     args = parser.parse_args(argv)
     device = common.setup(args)
     if args.tiny:  # tiny model, one size, batch 4, one repeat after one warm-up

@@ -27,7 +27,7 @@ def run_tiny(module, tmp_path, *extra: str) -> dict:
 
 @pytest.mark.parametrize("module", [train_step, inference], ids=["train_step", "inference"])
 def test_paired_benchmark_writes_results(module, tmp_path):
-    result = run_tiny(module, tmp_path)
+    result = run_tiny(module, tmp_path, "--profile")
     assert result["benchmark"] == module.__name__.rsplit(".", 1)[1]
     (row,) = result["rows"]
     assert row["model"] == "crate_tiny" and row["batch"] == 4
@@ -38,6 +38,7 @@ def test_paired_benchmark_writes_results(module, tmp_path):
         assert row[f"{key}_mfu"] is None  # CPU: no MFU
     assert row["ratio"] == pytest.approx(row["ours_img_s"] / row["baseline_img_s"])
     assert row["ratio_paired"] > 0 and row["ratio_cpu_time"] > 0
+    assert set(row["profile"]) == {"baseline", "ours"} and "aten::" in row["profile"]["ours"]
     assert "F_fwd" in result["flops_formula"]
 
 
