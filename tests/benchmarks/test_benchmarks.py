@@ -10,9 +10,11 @@ import json
 
 import pytest
 import torch
+
+import crate_nn
 from crate_nn import model_config
 
-from benchmarks import common, data, inference, theory, train_step
+from benchmarks import common, data, fast_paths, inference, theory, train_step
 from benchmarks.models import LOGIT_RTOL, TINY_OVERRIDES, build_pair, check_pair, forward_flops
 
 
@@ -62,6 +64,30 @@ def test_theory_benchmark_writes_results(tmp_path):
         # float64: the three forms are the same number up to rounding (1e-16 per operation, ~100 operations)
         assert row["max_rel_diff_vs_crate_theory"] < 1e-12
     assert result["verify_quick"]["status"].startswith("skipped")
+
+
+def test_fast_paths_benchmark_writes_results(tmp_path):
+    result = run_tiny(fast_paths, tmp_path)
+    variants = {row["variant"]: row for row in result["rows"]}
+    assert set(variants) == {"baseline", "ours", "ours+folded ISTA"}
+    assert variants["ours+folded ISTA"]["float64_logit_rel_error"] <= LOGIT_RTOL
+    assert all(row["img_s"] > 0 for row in result["rows"])
+
+
+def test_folded_ista_gradients_match_crate_nn():
+    # The fold is an algebraic identity, so in float64 the loss and every parameter gradient agree with
+    # crate_nn's two-GEMM step up to rounding (~1e-16 per operation; 1e-10 leaves room for 2 layers' growth).
+    torch.manual_seed(0)
+    ours = crate_nn.create_model("crate_tiny", **TINY_OVERRIDES).double()
+    folded = fast_paths.with_folded_ista(ours)
+    images = torch.randn(3, 3, 32, 32, dtype=torch.float64)
+    grads = []
+    for model in (ours, folded):
+        model.zero_grad()
+        model(images).square().sum().backward()
+        grads.append({name: p.grad for name, p in model.named_parameters()})
+    for name, grad in grads[0].items():
+        torch.testing.assert_close(grads[1][name], grad, rtol=1e-10, atol=1e-10, msg=name)
 
 
 def test_pair_check_detects_a_different_computation():
