@@ -1,21 +1,27 @@
 """crate_nn: the production PyTorch CRATE (row convention, x is (batch, tokens, dim)).
 
-Modules: `config` (CRATEConfig), `mssa` (MSSA, eqs. 35–37), `ista` (ISTA, eq. 44 and variants), `layers`
-(CRATELayer, CRATEEncoder, CRATEDecoder), `classifier` (CRATEClassifier), `registry` (create_model),
-`checkpoint` (save, load, read, load_official_checkpoint), `diagnostics` (trace, measure_layers,
-coherence), `plots` (Figs. 14–17 style; import it explicitly, it loads matplotlib).
+Sub-packages:
+    models      the networks: MSSA, ISTA, the baselines' MHSA/MLP, layers, stacks, model families, the registry
+    data        dataset layouts from local paths, deterministic batch order, on-device augmentation
+    engine      the one training loop, its config, optimizers, schedules, EMA, checkpoints of runs
+    tasks       one task per system (classification, ...) and their presets
+    evaluation  metrics of trained models
+    analysis    the white-box measurements: layer-wise R^c, sparsity, coherence, figures
+    official    checkpoints in other codebases' formats (the authors')
+Modules: `checkpoint` (save, load, read), `train` (``crate-train``), `evaluate` (``crate-eval``).
+
+``import crate_nn`` loads the models, checkpoints and measurements only (no kornia, lion-pytorch or matplotlib).
 """
 from . import checkpoint
-from .checkpoint import load, load_official_checkpoint, save
-from .classifier import CRATEClassifier, PatchEmbed, patchify, resample_pos_embed
-from .config import CRATEConfig
-from .diagnostics import coherence, measure_layers, thresholded_sparsity, trace
-from .ista import ISTA
-from .layers import CRATEDecoder, CRATEDecoderLayer, CRATEEncoder, CRATELayer
-from .mssa import MSSA
-from .registry import create_model, list_models, model_config
+from .analysis.diagnostics import coherence, measure_layers, thresholded_sparsity, trace
+from .checkpoint import load, save
+from .models import (ISTA, MHSA, MLP, MSSA, BlockConfig, CRATEClassifier, CRATEConfig, CRATEDecoder,
+                     CRATEDecoderLayer, CRATEEncoder, CRATELayer, LayerTrace, PatchEmbed, create_model, list_models,
+                     model_config, patchify, resample_pos_embed)
+from .official import load_official_checkpoint
 
 __all__ = [
+    "BlockConfig",
     "CRATEClassifier",
     "CRATEConfig",
     "CRATEDecoder",
@@ -23,19 +29,22 @@ __all__ = [
     "CRATEEncoder",
     "CRATELayer",
     "ISTA",
+    "LayerTrace",
+    "MHSA",
+    "MLP",
     "MSSA",
     "PatchEmbed",
     "checkpoint",
     "coherence",
     "create_model",
+    "list_models",
     "load",
     "load_official_checkpoint",
     "measure_layers",
-    "save",
-    "thresholded_sparsity",
-    "trace",
-    "list_models",
     "model_config",
     "patchify",
     "resample_pos_embed",
+    "save",
+    "thresholded_sparsity",
+    "trace",
 ]

@@ -1,7 +1,7 @@
 """White-box diagnostics: per-layer compression R^c and sparsity (Sec. 4.2, Figs. 14–17, 21, 26), in torch.
 
-* `trace` walks the network layer by layer (the model's own ``embed``, ``compress`` and ``sparsify``; nothing is
-  modified, no hooks are left behind) and returns Z^ℓ, Z^{ℓ+1/2}, Z^{ℓ+1} and optionally the attention maps.
+* `trace` returns Z^ℓ, Z^{ℓ+1/2}, Z^{ℓ+1} and optionally the attention maps of every encoder layer, through the
+  model's ``forward_intermediates`` (nothing is modified, no hooks are left behind).
 * `measure_layers` reduces those to per-image scalars, then mean and std over the images, with two protocols:
 
   - ``"paper"``: R^c(Z^{ℓ+1/2} | U^ℓ_[K]) of eq. (13), ``½ Σ_k logdet(I + β (U_k*Z)*(U_k*Z))``, β = p/(nε²),
@@ -15,7 +15,8 @@
 * `coherence` gives the Gram matrix [U_1 … U_K]*[U_1 … U_K] of the column-normalised bases (Fig. 17).
 
 Rates are computed in float64 from singular values (½ Σ log1p(β s²)), on the model's device. Standard
-deviations are over images with ddof = 0.
+deviations are over images: ddof = 1 under the ``"official"`` protocol (the authors' ``torch.std``), ddof = 0 under
+``"paper"``.
 """
 from __future__ import annotations
 
@@ -27,36 +28,28 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from .checkpoint import unwrap_model
-from .classifier import CRATEClassifier
-from .layers import CRATEEncoder
-from .mssa import MSSA
+from ..models.backbone import LayerStack
+from ..models.blocks import LayerTrace
+from ..models.mssa import MSSA
+from ..models.registry import unwrap_model
 
 PROTOCOLS = ("paper", "official")
 OFFICIAL_EPS = 0.1  # ε² = 0.01 in the authors' measurement code
 
 
 @dataclass
-class LayerTrace:
-    """The tokens around encoder layer ℓ, each (batch, n, d); ``attention`` is (batch, K, n, n) or None."""
-
-    input: torch.Tensor  # Z^ℓ
-    half: torch.Tensor  # Z^{ℓ+1/2}, after MSSA
-    output: torch.Tensor  # Z^{ℓ+1}, after ISTA
-    attention: torch.Tensor | None = None
-
-
-@dataclass
 class Stat:
-    """A per-image quantity: ``values`` (batch,) float64 on the CPU, their ``mean`` and ``std`` (ddof = 0)."""
+    """A per-image quantity: ``values`` (batch,) float64 on the CPU, their ``mean`` and ``std`` (with ``ddof``)."""
 
     values: torch.Tensor
+    ddof: int = 0
     mean: float = field(init=False)
     std: float = field(init=False)
 
     def __post_init__(self) -> None:
         self.mean = float(self.values.mean())
-        self.std = float(self.values.std(correction=0)) if self.values.numel() else float("nan")
+        enough = self.values.numel() > self.ddof
+        self.std = float(self.values.std(correction=self.ddof)) if enough else float("nan")
 
 
 @dataclass
@@ -71,32 +64,26 @@ class LayerMeasurements:
 
 
 def _encoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The encoder layers of a model with an ``encoder`` stack, or of a bare stack."""
     model = unwrap_model(model)
-    if isinstance(model, CRATEClassifier):
-        return model.encoder.layers
-    if isinstance(model, CRATEEncoder):
-        return model.layers
-    raise TypeError(f"model must be a CRATEClassifier or CRATEEncoder, got {type(model).__name__}")
+    stack = model if isinstance(model, LayerStack) else getattr(model, "encoder", None)
+    if not isinstance(stack, LayerStack) or not hasattr(model, "forward_intermediates"):
+        raise TypeError(f"model must be a CRATE model with an encoder (e.g. CRATEClassifier) or a CRATEEncoder, got "
+                        f"{type(model).__name__}")
+    return stack.layers
 
 
 @torch.no_grad()
-def trace(model: nn.Module, images: torch.Tensor, return_attention: bool = False) -> list[LayerTrace]:
+def trace(model: nn.Module, inputs: torch.Tensor, return_attention: bool = False) -> list[LayerTrace]:
     """Z^ℓ, Z^{ℓ+1/2}, Z^{ℓ+1} (and attention maps) of every encoder layer, in the model's current train/eval mode.
 
     Args:
-        model: a `CRATEClassifier` (``images`` (B, C, H, W)) or a `CRATEEncoder` (``images`` are tokens (B, n, d)).
+        model: a CRATE model with ``forward_intermediates`` (a `CRATEClassifier` takes images (B, C, H, W)) or a
+            `CRATEEncoder` (``inputs`` are tokens (B, n, d)).
         return_attention: also return each layer's attention maps (batch, K, n, n) (explicit attention path).
     """
-    layers = _encoder_layers(model)
-    inner = unwrap_model(model)
-    x = inner.embed(images) if isinstance(inner, CRATEClassifier) else images
-    traces = []
-    for layer in layers:
-        half, attn = layer.compress(x, return_attention=True) if return_attention else (layer.compress(x), None)
-        out = layer.sparsify(half)
-        traces.append(LayerTrace(x, half, out, attn))
-        x = out
-    return traces
+    _encoder_layers(model)
+    return unwrap_model(model).forward_intermediates(inputs, return_attention=return_attention)[1]
 
 
 def head_codes(z: torch.Tensor, weight: torch.Tensor, heads: int) -> torch.Tensor:
@@ -134,6 +121,7 @@ def thresholded_sparsity(z: torch.Tensor, tau: float) -> torch.Tensor:
 
 
 def _batches(images, batch_size: int) -> Iterable[torch.Tensor]:
+    """Chunks of a tensor, or the inputs of an iterable of batches (tensors or (inputs, labels) pairs)."""
     if isinstance(images, torch.Tensor):
         yield from images.split(batch_size)
         return
@@ -153,10 +141,11 @@ def measure_layers(
     """Per-layer compression and sparsity of a CRATE model over a set of images (Sec. 4.2).
 
     Args:
-        model: `CRATEClassifier` (or `CRATEEncoder` with token batches); measured in its current mode (use
-            ``model.eval()``).
-        images: a tensor (B, C, H, W), split into ``batch_size`` chunks, or an iterable of batches (tensors or
-            ``(images, labels)`` pairs, e.g. a DataLoader). Batches are moved to the model's device and dtype.
+        model: a CRATE model with an MSSA encoder, e.g. `CRATEClassifier` (or `CRATEEncoder` with token batches);
+            measured in its current mode (use ``model.eval()``).
+        images: the model's inputs: a tensor (B, C, H, W) (or (B, n, d) tokens), split into ``batch_size`` chunks,
+            or an iterable of batches (tensors or ``(images, labels)`` pairs, e.g. a DataLoader). Batches are
+            moved to the model's device, and floating-point ones to its dtype.
         protocol: ``"paper"`` or ``"official"`` (module docstring).
         eps: ε of β = p/(nε²); default 0.1 (the authors' ε² = 0.01; the papers never state ε).
         thresholds: τ values for `thresholded_sparsity` (Fig. 26 uses 1.0, 0.5, 0.1).
@@ -171,14 +160,18 @@ def measure_layers(
     if eps <= 0:
         raise ValueError(f"eps must be positive, got {eps}")
     layers = _encoder_layers(model)
+    not_mssa = [i for i, layer in enumerate(layers) if not isinstance(getattr(layer, "attn", None), MSSA)]
+    if not_mssa:
+        raise TypeError(f"measure_layers needs MSSA layers (their U^ℓ define R^c); layers {not_mssa} have none")
     param = next(unwrap_model(model).parameters())
     depth = len(layers)
     rates = [[] for _ in range(depth)]
     zeros = [[] for _ in range(depth)]
     above = {float(t): [[] for _ in range(depth)] for t in thresholds}
     for batch in tqdm(_batches(images, batch_size), disable=not progress, desc="measure_layers"):
-        for i, t in enumerate(trace(model, batch.to(device=param.device, dtype=param.dtype))):
-            mssa: MSSA = layers[i].mssa
+        batch = batch.to(device=param.device, dtype=param.dtype if batch.is_floating_point() else None)
+        for i, t in enumerate(trace(model, batch)):
+            mssa: MSSA = layers[i].attn
             with torch.no_grad():
                 if protocol == "paper":
                     r = compression(t.half, mssa.qkv.weight, mssa.heads, eps)
@@ -189,8 +182,10 @@ def measure_layers(
             for tau, store in above.items():
                 store[i].append(thresholded_sparsity(t.output, tau).cpu())
 
+    ddof = 1 if protocol == "official" else 0  # the authors' torch.std has ddof = 1
+
     def stats(per_layer):
-        return [Stat(torch.cat(v)) for v in per_layer]
+        return [Stat(torch.cat(v), ddof) for v in per_layer]
 
     return LayerMeasurements(
         protocol=protocol,
@@ -215,4 +210,4 @@ def coherence(source) -> torch.Tensor:
         return u @ u.T
     if isinstance(source, MSSA):
         return coherence(source.qkv.weight)
-    return torch.stack([coherence(layer.mssa) for layer in _encoder_layers(source)])
+    return torch.stack([coherence(layer.attn) for layer in _encoder_layers(source)])

@@ -16,7 +16,8 @@ import torch
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from .diagnostics import LayerMeasurements, LayerTrace, Stat
+from ..models.blocks import LayerTrace
+from .diagnostics import LayerMeasurements, Stat
 
 
 def _curve(ax, stats: Sequence[Stat], label: str) -> None:

@@ -10,8 +10,9 @@ two d×d products per token (the authors' code spends three). Variants (``kind``
 * ``"relu"``  eq. (44) (default);
 * ``"soft"``  Table 13: the same gradient step followed by the soft threshold S_{ηλ}(v) = sgn(v)(|v| − ηλ)_+;
 * ``"mm"``    eq. (123): ``ReLU((1 + 4/(9(1+α))) D*Z − 4λ/(9α))``, α = d/(nε²), rows: y D;
-* ``"overcomplete"`` the CRATE-α block: D is (d, m); codes A = ReLU(η y D − ηλ) (one ISTA step started from
-  A = 0), decoded by a separate output dictionary D̂ (d, m): output A D̂ᵀ.
+* ``"overcomplete"`` the CRATE-α block: D is (d, m); two ISTA steps on the codes started from 0,
+  ``z₁ = ReLU(ηD*y − ηλ)``, ``z₂ = ReLU(z₁ − ηD*(Dz₁ − y) − ηλ)``, decoded by a separate output dictionary
+  D₁ (d, m): output ``D₁z₂`` (rows: ``z₂ D₁ᵀ``). CRATE-α puts a residual around it (``ista_skip``).
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ class ISTA(nn.Module):
         eps: ε in α = d/(nε²) (``kind="mm"`` only).
         dict_width: m, atoms of the overcomplete dictionary (``kind="overcomplete"`` only; default 4·d).
 
-    Parameters: ``weight`` = D, (d, d) or (d, m); ``out_weight`` = D̂ (d, m) for the overcomplete kind. Both
+    Parameters: ``weight`` = D, (d, d) or (d, m); ``out_weight`` = D₁ (d, m) for the overcomplete kind. Both
     are initialised with ``kaiming_uniform_`` (a = 0), as in the authors' code.
     """
 
@@ -65,8 +66,9 @@ class ISTA(nn.Module):
         if self.kind == "mm":
             alpha = y.shape[-1] / (y.shape[-2] * self.eps**2)
             return F.relu((1 + 4 / (9 * (1 + alpha))) * (y @ D) - 4 * lam / (9 * alpha))
-        codes = F.relu(eta * (y @ D) - eta * lam)  # A = ReLU(η D*Z − ηλ), rows (n, m)
-        return F.linear(codes, self.out_weight)  # (D̂ A)ᵀ
+        z1 = F.relu(eta * (y @ D) - eta * lam)  # ReLU(ηD*y − ηλ), rows (n, m)
+        z2 = F.relu(z1 - eta * ((F.linear(z1, D) - y) @ D) - eta * lam)  # ReLU(z₁ − ηD*(Dz₁ − y) − ηλ)
+        return F.linear(z2, self.out_weight)  # (D₁ z₂)ᵀ
 
     def extra_repr(self) -> str:
         return f"kind={self.kind}, eta={self.eta}, lam={self.lam}, atoms={self.weight.shape[1]}"

@@ -1,6 +1,6 @@
-"""Datasets, deterministic batch order and on-device augmentation for training CRATE.
+"""Image datasets of the classification systems, read from local paths (nothing is downloaded).
 
-Everything reads local paths; nothing is downloaded. Layouts understood (``--dataset``):
+Layouts understood (``--dataset``):
 
 * ``imagenet`` / ``imagefolder``: ``<root>/<split>/<class>/*.JPEG`` (ImageNet layout; any image extension).
 * ``cifar10``: ``<root>/data_batch_{1..5}``, ``test_batch``, ``batches.meta`` (the python-pickle release,
@@ -17,51 +17,27 @@ Everything reads local paths; nothing is downloaded. Layouts understood (``--dat
 Image files are decoded with Pillow in DataLoader workers into fixed-size uint8 tensors: for training the shorter
 side is resized to ``load_size`` and the central square kept (so batches can be augmented on the device; random
 crops are drawn from that square), for evaluation the shorter side is resized to ``eval_resize`` and the central
-``image_size`` square kept. Augmentation (kornia) and normalisation run in batches on the training device
-(``DeviceTransform``). A corrupt or unreadable file is reported by name and skipped (``Batch.skipped``), or raises
-``CorruptImageError`` naming it when ``strict``.
-
-The order of the training data is a deterministic function of (seed, epoch) (``EpochBatches``), so a resumed run
-skips exactly the batches it has already seen.
+``image_size`` square kept. Augmentation and normalisation run in batches on the training device
+(`crate_nn.data.transforms.DeviceTransform`). A corrupt or unreadable file is reported by name and skipped
+(``Batch.skipped``), or raises ``CorruptImageError`` naming it when ``strict``.
 """
 from __future__ import annotations
 
-import math
 import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, NamedTuple, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
-from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
+
+from .batching import Corrupt, CorruptImageError
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
 DATASETS = ("imagenet", "imagefolder", "cifar10", "cifar100", "flowers102", "pets", "digits", "synthetic")
-
-
-class CorruptImageError(RuntimeError):
-    """An image file that Pillow cannot decode (raised only under ``strict``; the message names the file)."""
-
-
-class Corrupt(NamedTuple):
-    """Placeholder a dataset returns for an unreadable file, so the collate step can skip and count it."""
-
-    path: str
-    reason: str
-
-
-class Batch(NamedTuple):
-    """A micro-batch: images (B, C, H, W) uint8 or float, labels (B,) int64, their dataset indices (B,) int64,
-    and the file names skipped."""
-
-    images: torch.Tensor
-    labels: torch.Tensor
-    indices: torch.Tensor
-    skipped: tuple[str, ...]
 
 
 @dataclass
@@ -144,19 +120,6 @@ class ImageFiles(Dataset):
             return Corrupt(str(path), f"{type(err).__name__}: {err}")
         return torch.from_numpy(array.copy()).permute(2, 0, 1), label, i
 
-
-def collate(items: list) -> Batch:
-    """Stack (image, label, index) triples, dropping and naming the ``Corrupt`` placeholders."""
-    skipped = tuple(item.path for item in items if isinstance(item, Corrupt))
-    good = [item for item in items if not isinstance(item, Corrupt)]
-    if not good:
-        raise CorruptImageError(f"every image of a batch was unreadable: {', '.join(skipped)}")
-    images = torch.stack([image for image, _, _ in good])
-    labels = torch.as_tensor([int(label) for _, label, _ in good], dtype=torch.long)
-    indices = torch.as_tensor([int(i) for _, _, i in good], dtype=torch.long)
-    return Batch(images, labels, indices, skipped)
-
-
 # --------------------------------------------------------------------------------------------- layouts
 def _require_dir(path: Path, what: str) -> Path:
     if not path.is_dir():
@@ -164,15 +127,25 @@ def _require_dir(path: Path, what: str) -> Path:
     return path
 
 
-def image_folder(root: str | Path) -> tuple[list[tuple[str, int]], list[str]]:
-    """``root/<class>/<image>`` → (sorted (path, label) list, sorted class names)."""
+def image_folder(root: str | Path, classes: Sequence[str] | None = None) -> tuple[list[tuple[str, int]], list[str]]:
+    """``root/<class>/<image>`` → (sorted (path, label) list, class names).
+
+    Without ``classes`` the labels index the sorted sub-folder names. With ``classes`` (the training split's), a
+    folder's label is the index of its name there, so an evaluation split missing a class keeps every other label
+    right; a folder whose name is not among ``classes`` raises ValueError naming it.
+    """
     root = _require_dir(Path(root), "the image folder")
-    classes = sorted(p.name for p in root.iterdir() if p.is_dir())
-    if not classes:
+    folders = sorted(p.name for p in root.iterdir() if p.is_dir())
+    if not folders:
         raise ValueError(f"data_dir: {str(root)!r} has no class sub-folders (expected {root}/<class>/<image>)")
+    classes = folders if classes is None else list(classes)
+    extra = [name for name in folders if name not in classes]
+    if extra:
+        raise ValueError(f"data_dir: {str(root)!r} has class folders the training split lacks: {extra}")
+    index = {name: label for label, name in enumerate(classes)}
     samples = [
-        (str(f), label)
-        for label, name in enumerate(classes)
+        (str(f), index[name])
+        for name in folders
         for f in sorted((root / name).rglob("*"))
         if f.is_file() and f.suffix.lower() in IMAGE_EXTENSIONS
     ]
@@ -207,11 +180,13 @@ def cifar(root: str | Path, num_classes: int, split: str) -> TensorImages:
     return TensorImages(torch.from_numpy(images), torch.from_numpy(labels), names)
 
 
-def flowers102(root: str | Path, split: str) -> tuple[list[tuple[str, int]], list[str]]:
-    """Oxford Flowers-102: the release's ``jpg/`` + ``imagelabels.mat`` + ``setid.mat``, or image folders."""
+def flowers102(root: str | Path, split: str, classes: Sequence[str] | None = None
+               ) -> tuple[list[tuple[str, int]], list[str]]:
+    """Oxford Flowers-102: the release's ``jpg/`` + ``imagelabels.mat`` + ``setid.mat``, or image folders (labelled
+    by ``classes`` when given, as `image_folder`)."""
     root = _require_dir(Path(root), "the Flowers-102 folder")
     if not (root / "setid.mat").is_file():
-        return image_folder(root / split)
+        return image_folder(root / split, classes)
     from scipy.io import loadmat
 
     keys = {"train": "trnid", "val": "valid", "test": "tstid"}
@@ -223,11 +198,12 @@ def flowers102(root: str | Path, split: str) -> tuple[list[tuple[str, int]], lis
     return samples, [str(c) for c in range(102)]
 
 
-def pets(root: str | Path, split: str) -> tuple[list[tuple[str, int]], list[str]]:
-    """Oxford-IIIT Pets: the release's ``images/`` + ``annotations/{trainval,test}.txt``, or image folders."""
+def pets(root: str | Path, split: str, classes: Sequence[str] | None = None) -> tuple[list[tuple[str, int]], list[str]]:
+    """Oxford-IIIT Pets: the release's ``images/`` + ``annotations/{trainval,test}.txt``, or image folders (labelled
+    by ``classes`` when given, as `image_folder`)."""
     root = _require_dir(Path(root), "the Pets folder")
     if not (root / "annotations").is_dir():
-        return image_folder(root / split)
+        return image_folder(root / split, classes)
     if split not in ("trainval", "test"):
         raise ValueError(f"split: Oxford-IIIT Pets has splits 'trainval' and 'test', got {split!r}")
     rows = [line.split() for line in (root / "annotations" / f"{split}.txt").read_text().splitlines()]
@@ -287,8 +263,12 @@ def build_dataset(
     strict: bool = False,
     synthetic_samples: int = 1024,
     synthetic_classes: int = 10,
+    classes: Sequence[str] | None = None,
 ) -> TensorImages | ImageFiles:
-    """The dataset ``name`` (one of ``DATASETS``), split ``split``, from the local folder ``data_dir``."""
+    """The dataset ``name`` (one of ``DATASETS``), split ``split``, from the local folder ``data_dir``.
+
+    ``classes``: the training split's class names, so that folder layouts label an evaluation split by name.
+    """
     if name not in DATASETS:
         raise ValueError(f"dataset: expected one of {', '.join(DATASETS)}, got {name!r}")
     if name == "digits":
@@ -302,150 +282,10 @@ def build_dataset(
     if name in ("cifar10", "cifar100"):
         return cifar(data_dir, 10 if name == "cifar10" else 100, split)
     if name == "flowers102":
-        samples, classes = flowers102(data_dir, split)
+        samples, classes = flowers102(data_dir, split, classes)
     elif name == "pets":
-        samples, classes = pets(data_dir, split)
+        samples, classes = pets(data_dir, split, classes)
     else:
-        samples, classes = image_folder(Path(_require_dir(Path(data_dir), "the dataset folder")) / split)
+        samples, classes = image_folder(Path(_require_dir(Path(data_dir), "the dataset folder")) / split, classes)
     return ImageFiles(samples, classes, train=train, image_size=image_size, load_size=load_size,
                       eval_resize=eval_resize, strict=strict)
-
-
-# --------------------------------------------------------------------------------------------- order
-class EpochBatches:
-    """Index lists of this rank's micro-batches for one epoch, a deterministic function of (seed, epoch).
-
-    Training (``shuffle=True``): a permutation of ``range(n)`` drawn from ``torch.Generator(seed, epoch)``; optimizer
-    step s of the epoch takes the global batch ``perm[s*B:(s+1)*B]`` (``B = global_batch``; an incomplete last
-    batch is dropped); rank r takes every ``world_size``-th element of it starting at r, split into consecutive
-    micro-batches of ``micro_batch``. ``start_step`` skips the epoch's first steps (resume). Evaluation
-    (``shuffle=False``): rank r takes ``range(r, n, world_size)`` in micro-batches, the last one possibly short.
-    """
-
-    def __init__(
-        self,
-        n: int,
-        *,
-        global_batch: int,
-        micro_batch: int,
-        rank: int = 0,
-        world_size: int = 1,
-        seed: int = 0,
-        epoch: int = 0,
-        shuffle: bool = True,
-        start_step: int = 0,
-    ):
-        if global_batch % (micro_batch * world_size):
-            raise ValueError(
-                f"batch_size: the global batch {global_batch} is not divisible by micro_batch_size × world size "
-                f"= {micro_batch} × {world_size}"
-            )
-        if shuffle and global_batch > n:
-            raise ValueError(f"batch_size: the global batch {global_batch} exceeds the {n} training samples")
-        self.n, self.global_batch, self.micro_batch = n, global_batch, micro_batch
-        self.rank, self.world_size, self.shuffle = rank, world_size, shuffle
-        self.seed, self.epoch, self.start_step = seed, epoch, start_step
-
-    @property
-    def steps(self) -> int:
-        """Optimizer steps in one epoch (training)."""
-        return self.n // self.global_batch
-
-    def __iter__(self) -> Iterator[list[int]]:
-        if not self.shuffle:
-            mine = list(range(self.rank, self.n, self.world_size))
-            for i in range(0, len(mine), self.micro_batch):
-                yield mine[i:i + self.micro_batch]
-            return
-        g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
-        perm = torch.randperm(self.n, generator=g).tolist()
-        for step in range(self.start_step, self.steps):
-            mine = perm[step * self.global_batch:(step + 1) * self.global_batch][self.rank::self.world_size]
-            for i in range(0, len(mine), self.micro_batch):
-                yield mine[i:i + self.micro_batch]
-
-    def __len__(self) -> int:
-        if not self.shuffle:
-            return math.ceil(len(range(self.rank, self.n, self.world_size)) / self.micro_batch)
-        per_step = self.global_batch // (self.world_size * self.micro_batch)
-        return (self.steps - self.start_step) * per_step
-
-
-def loader(dataset: Dataset, batches: EpochBatches, num_workers: int = 0, pin_memory: bool = False) -> DataLoader:
-    """A DataLoader over ``batches`` that draws nothing from the global RNG (resume stays exact)."""
-    return DataLoader(
-        dataset,
-        batch_sampler=batches,
-        num_workers=num_workers,
-        collate_fn=collate,
-        pin_memory=pin_memory,
-        persistent_workers=False,
-        generator=torch.Generator().manual_seed(batches.seed * 1_000_003 + batches.epoch),
-    )
-
-
-# --------------------------------------------------------------------------------------------- device side
-AUGMENTATIONS = ("none", "flip", "shift", "rrc_flip", "randaugment")
-
-
-class DeviceTransform(nn.Module):
-    """Batch augmentation and normalisation on the training device (kornia), (B, C, H, W) → float (B, C, S, S).
-
-    uint8 input is scaled by 1/255, float input is taken as [0, 1]. ``augment``:
-
-    * ``none``; ``flip`` (horizontal flip, p = 0.5);
-    * ``shift`` (zero-pad by ``shift`` pixels, random crop back: integer translations, for images that are not
-      flip-invariant such as digits);
-    * ``rrc_flip`` (RandomResizedCrop(S, scale) + flip: the papers' pre-training augmentation);
-    * ``randaugment`` (rrc_flip followed by RandAugment(n, m): fine-tuning).
-
-
-    ``randaugment_m`` is on timm's scale (levels out of 10, which the paper's "timm auto_augment" m = 14 refers
-    to); kornia's magnitude is out of 30, so it receives ``min(3 m, 29.9)``. Evaluation (``train=False``) only
-    resizes to S when the input differs, then normalises.
-    """
-
-    def __init__(
-        self,
-        image_size: int,
-        mean: Sequence[float],
-        std: Sequence[float],
-        *,
-        train: bool,
-        augment: str = "none",
-        crop_scale: tuple[float, float] = (0.08, 1.0),
-        randaugment_n: int = 2,
-        randaugment_m: float = 14.0,
-        shift: int = 1,
-    ):
-        super().__init__()
-        import kornia.augmentation as K
-
-        if augment not in AUGMENTATIONS:
-            raise ValueError(f"augment: expected one of {', '.join(AUGMENTATIONS)}, got {augment!r}")
-        self.image_size = image_size
-        ops: list[nn.Module] = []
-        if train and augment in ("rrc_flip", "randaugment"):
-            ops.append(K.RandomResizedCrop((image_size, image_size), scale=tuple(crop_scale)))
-        if train and augment == "shift":
-            ops.append(K.RandomCrop((image_size, image_size), padding=shift))
-        if train and augment in ("flip", "rrc_flip", "randaugment"):
-            ops.append(K.RandomHorizontalFlip(p=0.5))
-        if train and augment == "randaugment":
-            from kornia.augmentation.auto import RandAugment
-
-            ops.append(RandAugment(n=randaugment_n, m=min(3.0 * randaugment_m, 29.9)))
-        self.augment = nn.Sequential(*ops)
-        self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1), persistent=False)
-        self.register_buffer("std", torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1), persistent=False)
-
-    @torch.no_grad()
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        x = images.float() / 255.0 if images.dtype == torch.uint8 else images.float()
-        if len(self.augment):
-            x = self.augment(x)
-        if x.shape[-1] != self.image_size or x.shape[-2] != self.image_size:
-            x = nn.functional.interpolate(x, size=(self.image_size, self.image_size), mode="bilinear",
-                                          align_corners=False, antialias=True)
-        return (x - self.mean) / self.std
-

@@ -1,0 +1,15 @@
+"""The training engine: one loop (`train`) for every system, driven by a task (`Task`) and its config.
+
+    from crate_nn.tasks import get_preset      # importing crate_nn.tasks registers every task and preset
+    from crate_nn.engine import train
+    result = train(get_preset("digits", epochs=10, output_dir="runs/digits10"))
+
+Modules: `config` (TrainConfig, `option`), `task` (Task, presets), `loop` (train), `optim`, `schedule`, `ema`,
+`precision`, `distributed`, `run_dir`.
+"""
+from .config import TrainConfig, option
+from .loop import NonFiniteLossError, Preempted, TrainResult, train
+from .task import PRESETS, LossOutput, Task, get_preset, list_presets, preset, register_task
+
+__all__ = ["PRESETS", "LossOutput", "NonFiniteLossError", "Preempted", "Task", "TrainConfig", "TrainResult",
+           "get_preset", "list_presets", "option", "preset", "register_task", "train"]

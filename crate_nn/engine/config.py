@@ -1,0 +1,166 @@
+"""`TrainConfig`: what every training run needs from the engine, whatever the task; each task's config extends it.
+
+Every field is declared with `option`, which records in the field itself what the command line and the checks
+need: its help text, its allowed values, its bounds and whether it may change when a run is resumed
+(``resume_free``: bookkeeping such as the output directory or the number of workers, never anything that changes
+the numbers). `validate` checks every field against its type and its declaration and raises ValueError naming
+the field, before any work starts. The resolved config is written to ``<output_dir>/config.json`` and into every
+checkpoint.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+OPTIMIZERS = ("lion", "adamw")
+PRECISIONS = ("auto", "bf16", "fp32")
+_MISSING = dataclasses.MISSING
+
+
+def option(default: Any = _MISSING, help: str = "", *, factory: Any = _MISSING, choices: tuple | None = None,
+           minimum: float | None = None, above: float | None = None, maximum: float | None = None,
+           resume_free: bool = False) -> Any:
+    """A dataclass field with its command-line help, allowed ``choices`` and bounds (``minimum`` ≤ value,
+    ``above`` < value, value ≤ ``maximum``; for tuples, each element), and whether it is ``resume_free``."""
+    metadata = dict(help=help, choices=choices, minimum=minimum, above=above, maximum=maximum,
+                    resume_free=resume_free)
+    if factory is not _MISSING:
+        return dataclasses.field(default_factory=factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+@dataclass
+class TrainConfig:
+    """The engine's fields: optimisation, schedules, precision, checkpoints, logging. Tasks add their own."""
+
+    task: ClassVar[str] = ""
+
+    preset: str = option("", "the preset these values started from", resume_free=True)
+    # optimisation
+    optimizer: str = option("lion", "optimizer", choices=OPTIMIZERS)
+    lr: float = option(2.4e-4, "peak learning rate (after warm-up)", above=0.0)
+    weight_decay: float = option(0.5, "weight decay (decoupled) at the start of training", minimum=0.0)
+    weight_decay_end: float | None = option(
+        None, "weight decay at the end of a cosine schedule from weight_decay (DINO); None = constant", minimum=0.0)
+    betas: tuple[float, float] = option((0.9, 0.99), "the optimizer's β1 β2", minimum=0.0, maximum=1.0)
+    weight_decay_all: bool = option(False, "decay every parameter; default: no decay on norms, biases, embeddings")
+    batch_size: int = option(2048, "global batch per optimizer step, over all processes and accumulation steps",
+                             minimum=1)
+    micro_batch_size: int | None = option(
+        None, "per process and forward pass (gradient accumulation); None = batch_size / processes", minimum=1,
+        resume_free=True)
+    epochs: int = option(150, "epochs the schedules span", minimum=1)
+    warmup_epochs: float = option(5.0, "linear learning-rate warm-up, in epochs (fractions allowed)", minimum=0.0)
+    min_lr_ratio: float = option(0.0, "final learning rate / lr of the cosine decay", minimum=0.0, maximum=1.0)
+    grad_clip: float | None = option(None, "max global gradient norm; None = no clipping", above=0.0)
+    max_steps: int | None = option(
+        None, "stop after this many optimizer steps (the schedules still span `epochs`)", minimum=1,
+        resume_free=True)
+    precision: str = option("auto", "auto: bf16 autocast on CUDA, float32 on CPU", choices=PRECISIONS)
+    compile: bool = option(False, "torch.compile the model", resume_free=True)
+    ema: bool = option(False, "keep an exponential moving average of the weights (evaluated as ema_*)")
+    ema_momentum: float = option(0.9999, "EMA momentum m: ema ← m·ema + (1 − m)·weights", minimum=0.0, maximum=1.0)
+    ema_momentum_end: float | None = option(
+        None, "EMA momentum at the end of a cosine schedule from ema_momentum; None = constant",
+        minimum=0.0, maximum=1.0)
+    # bookkeeping
+    device: str = option("auto", "auto (cuda if available, else cpu), cpu, cuda, cuda:N", resume_free=True)
+    seed: int = option(0, "seed of initialisation, data order and augmentation", minimum=0)
+    output_dir: str = option("runs/run", "the run directory", resume_free=True)
+    resume: bool = option(False, "continue the run in output_dir from checkpoints/last.pt", resume_free=True)
+    overwrite: bool = option(False, "delete the run already in output_dir and start over", resume_free=True)
+    num_workers: int = option(8, "DataLoader worker processes", minimum=0, resume_free=True)
+    eval_every: int = option(1, "epochs between evaluations (and always at the end)", minimum=1, resume_free=True)
+    checkpoint_every: int = option(
+        1000, "optimizer steps between checkpoints (also at every epoch end); 0 = epoch ends only", minimum=0,
+        resume_free=True)
+    keep_checkpoints: int = option(3, "newest step_*.pt files kept (last.pt always); 0 = keep all", minimum=0,
+                                   resume_free=True)
+    log_every: int = option(20, "optimizer steps between metrics.jsonl lines", minimum=1, resume_free=True)
+    tensorboard: bool = option(False, "also write TensorBoard scalars", resume_free=True)
+    progress: bool = option(True, "tqdm progress bar", resume_free=True)
+
+    def validate(self) -> None:
+        """Raise ValueError (TypeError for a wrong type) naming the first field with an unusable value."""
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            check_field(f.name, getattr(self, f.name), hints[f.name], f.metadata)
+        if self.warmup_epochs > self.epochs:
+            raise ValueError(f"warmup_epochs: {self.warmup_epochs} exceeds epochs={self.epochs}")
+        if self.resume and self.overwrite:
+            raise ValueError("resume, overwrite: choose one (continue the run, or delete it and start over)")
+
+    @classmethod
+    def resume_free_fields(cls) -> set[str]:
+        """Fields that may differ between an interrupted run and its ``--resume`` without changing the result."""
+        return {f.name for f in dataclasses.fields(cls) if f.metadata.get("resume_free")}
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def strip_optional(hint) -> tuple[Any, bool]:
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        return rest[0], True
+    return hint, False
+
+
+def _check_scalar(name: str, value, hint, meta: typing.Mapping) -> None:
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise TypeError(f"{name}: expected True or False, got {value!r}")
+        return
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name}: expected an integer, got {value!r}")
+    elif hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{name}: expected a number, got {value!r}")
+        if not math.isfinite(value):
+            raise ValueError(f"{name}: expected a finite number, got {value!r}")
+    elif hint is str:
+        if not isinstance(value, str):
+            raise TypeError(f"{name}: expected a string, got {value!r}")
+    choices = meta.get("choices")
+    if choices is not None and value not in choices:
+        raise ValueError(f"{name}: expected one of {', '.join(map(str, choices))}, got {value!r}")
+    low, above, high = meta.get("minimum"), meta.get("above"), meta.get("maximum")
+    if low is not None and value < low:
+        expected = "a non-negative value" if low == 0 else f"a value ≥ {low}"
+        raise ValueError(f"{name}: expected {expected}, got {value!r}")
+    if above is not None and not value > above:
+        expected = "a positive value" if above == 0 else f"a value > {above}"
+        raise ValueError(f"{name}: expected {expected}, got {value!r}")
+    if high is not None and value > high:
+        raise ValueError(f"{name}: expected a value ≤ {high}, got {value!r}")
+
+
+def check_field(name: str, value, hint, meta: typing.Mapping) -> None:
+    """Check one field's value against its type hint and its `option` declaration."""
+    hint, optional = strip_optional(hint)
+    if value is None:
+        if not optional:
+            raise TypeError(f"{name}: expected a value, got None")
+        return
+    origin = typing.get_origin(hint)
+    if origin is tuple:
+        args = typing.get_args(hint)
+        if not isinstance(value, (tuple, list)):
+            raise TypeError(f"{name}: expected a tuple, got {value!r}")
+        variadic = len(args) == 2 and args[1] is Ellipsis
+        if not variadic and len(value) != len(args):
+            raise ValueError(f"{name}: expected {len(args)} values, got {len(value)}: {tuple(value)!r}")
+        for i, item in enumerate(value):
+            _check_scalar(f"{name}[{i}]", item, args[0], meta)
+        return
+    if hint is dict or origin is dict:
+        if not isinstance(value, dict):
+            raise TypeError(f"{name}: expected a dict of KEY=VALUE options, got {value!r}")
+        return
+    _check_scalar(name, value, hint, meta)

@@ -1,0 +1,39 @@
+"""Exponential moving average of a model's weights: DINO's teacher (eq. 79) and an option for any task.
+
+    ema ← m · ema + (1 − m) · weights          (parameters; floating-point buffers are copied)
+
+Written here rather than with ``torch.optim.swa_utils.AveragedModel`` because the momentum m follows a per-step
+schedule (DINO's cosine towards 1), which AveragedModel's averaging function cannot see, and because the update
+must equal its formula exactly (tests compare it bit for bit).
+"""
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+
+
+class EMA:
+    """An averaged copy ``module`` of ``model`` (same class, no gradients, eval mode)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.module = copy.deepcopy(model).eval()
+        for p in self.module.parameters():
+            p.requires_grad_(False)
+
+    @torch.no_grad()
+    def update(self, model: nn.Module, momentum: float) -> None:
+        """``ema ← momentum·ema + (1 − momentum)·model`` for every parameter; buffers are copied."""
+        if not 0.0 <= momentum <= 1.0:
+            raise ValueError(f"momentum: expected a value in [0, 1], got {momentum}")
+        for averaged, current in zip(self.module.parameters(), model.parameters(), strict=True):
+            averaged.mul_(momentum).add_(current.detach(), alpha=1.0 - momentum)
+        for averaged, current in zip(self.module.buffers(), model.buffers(), strict=True):
+            averaged.copy_(current)
+
+    def state_dict(self) -> dict:
+        return self.module.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.module.load_state_dict(state)

@@ -1,0 +1,360 @@
+"""The training loop every system shares: ``train(config) -> TrainResult``.
+
+The task (`crate_nn.engine.task.Task`, found from the config's class) supplies the model, the data, the loss of a
+micro-batch and the evaluation; the loop owns the rest:
+
+* processes: one process, or DistributedDataParallel under ``torchrun`` (NCCL on GPUs, gloo on CPU). Everything
+  that can fail on bad input — the config, the run directory, the data, the model — is checked in every process
+  *before* the process group forms, and no collective is entered on an error path, so a failure stops the job
+  with its message instead of hanging it.
+* each optimizer step: ``batch_size`` samples over all processes, split into micro-batches (gradient
+  accumulation, ``no_sync`` on all but the last), bf16 autocast on GPUs, one all-reduce for the loss, the logged
+  metrics and counters and the stop flag, optional global-norm clipping, a NaN/Inf stop *before* the update,
+  the per-step schedules (learning rate, weight decay, EMA momentum), the optional EMA.
+* data order: a deterministic function of (seed, epoch) (`crate_nn.data.batching.EpochBatches`), so a resumed
+  run sees exactly the batches the uninterrupted run would have seen.
+* checkpoints (``checkpoints/step_XXXXXXX.pt`` and ``last.pt``, atomic): model, optimizer, per-rank RNG states,
+  position, task state, EMA, counters and the partial log window — ``--resume`` continues bit-exactly on a CPU.
+* preemption: SIGTERM or SIGINT (what SLURM and cloud schedulers send before killing a job) lets the current
+  optimizer step finish in every process, writes a checkpoint, and raises `Preempted`; ``crate-train`` then
+  exits with 128 + the signal number after one line saying how to resume.
+* metrics.jsonl: a line per ``log_every`` steps (train_loss, lr, throughput, task metrics, counters), a line per
+  evaluation, and end-of-run lines marked ``"final"`` (which a resumed run replaces).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from .. import checkpoint
+from ..data.batching import EpochBatches, loader
+from . import distributed
+from .config import TrainConfig
+from .ema import EMA
+from .optim import build_optimizer
+from .precision import autocast
+from .run_dir import RunFiles, check_output_dir, clear_run, rng_state, seed_everything, set_rng_state
+from .schedule import Schedules
+from .task import Task, task_for
+
+
+class NonFiniteLossError(RuntimeError):
+    """The training loss became NaN or infinite; the run stopped before updating the weights."""
+
+
+class Preempted(RuntimeError):
+    """The run received SIGTERM/SIGINT, finished its optimizer step and saved a checkpoint to resume from."""
+
+    def __init__(self, message: str, signum: int, step: int):
+        super().__init__(message)
+        self.signum, self.step = signum, step
+
+
+@dataclass
+class TrainResult:
+    """What ``train`` returns: the run directory, the final checkpoint and the final metrics."""
+
+    output_dir: str
+    checkpoint: str
+    metrics: dict
+    steps: int
+    seconds: float
+
+
+def resolve_batches(config: TrainConfig, world_size: int) -> tuple[int, int]:
+    """(micro-batch per process, accumulation steps) such that micro × accumulation × processes = batch_size."""
+    if config.batch_size % world_size:
+        raise ValueError(f"batch_size: {config.batch_size} is not divisible across {world_size} processes")
+    per_process = config.batch_size // world_size
+    micro = config.micro_batch_size or per_process
+    if per_process % micro:
+        raise ValueError(
+            f"micro_batch_size: {micro} does not divide the per-process batch {per_process} "
+            f"(batch_size {config.batch_size} / {world_size} processes)"
+        )
+    return micro, per_process // micro
+
+
+def check_resumable(saved: dict, config: TrainConfig) -> None:
+    """Refuse to resume with a config that changes the run (anything but its ``resume_free`` fields)."""
+    current = json.loads(json.dumps(config.to_dict()))
+    saved = json.loads(json.dumps(saved))
+    free = config.resume_free_fields()
+    changed = sorted(k for k in current if k not in free and saved.get(k) != current[k])
+    if changed:
+        details = "; ".join(f"{k}: saved {saved.get(k)!r}, now {current[k]!r}" for k in changed)
+        raise ValueError(f"resume: the config differs from the checkpoint's in {details}")
+
+
+class StopSignals:
+    """While active (main thread only), SIGTERM and SIGINT set ``received`` instead of killing the process."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self) -> None:
+        self.received = 0
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum, frame) -> None:
+        if self.received:  # a second signal: give up at once
+            raise KeyboardInterrupt(f"second signal {signal.Signals(signum).name} while stopping")
+        self.received = signum
+        tqdm.write(f"crate-train: received {signal.Signals(signum).name}; finishing this optimizer step, then saving "
+                   "a checkpoint", file=sys.stderr)
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+
+
+@dataclass
+class LogWindow:
+    """The sums of one metrics.jsonl window; saved in checkpoints so a resumed run logs exactly the same lines."""
+
+    loss: float = 0.0
+    steps: int = 0
+    metrics: dict[str, float] = field(default_factory=dict)
+    samples: int = 0
+    start: float = field(default_factory=time.perf_counter)
+
+    def add(self, loss: float, metrics: dict[str, float], samples: int) -> None:
+        self.loss += loss
+        self.steps += 1
+        self.samples += samples
+        for key, value in metrics.items():
+            self.metrics[key] = self.metrics.get(key, 0.0) + value
+
+    def state(self) -> dict:
+        return {"loss": self.loss, "steps": self.steps, "metrics": dict(self.metrics)}
+
+    @classmethod
+    def from_state(cls, state: dict | None) -> LogWindow:
+        return cls(state["loss"], state["steps"], dict(state["metrics"])) if state else cls()
+
+
+def train(config: TrainConfig) -> TrainResult:
+    """Run (or resume) the training described by ``config``; returns the final metrics and checkpoint path.
+
+    Raises ValueError/TypeError naming the field for a bad config, `NonFiniteLossError` when the loss diverges
+    and `Preempted` after a SIGTERM/SIGINT (a checkpoint has been written; resume with ``resume=True``).
+    """
+    config.validate()
+    task_class = task_for(config)
+    resolve_batches(config, distributed.world_size())
+    check_output_dir(config.output_dir, config.resume, config.overwrite)
+    ctx = distributed.context(config.device)
+    failed = True
+    try:
+        result = _train(config, ctx, task_class)
+        failed = False
+        return result
+    except Preempted:
+        failed = False  # every process stopped at the same step
+        raise
+    finally:
+        distributed.teardown(ctx, failed)
+
+
+def _train(config: TrainConfig, ctx: distributed.Context, task_class: type[Task]) -> TrainResult:
+    started = time.perf_counter()
+    micro, accumulation = resolve_batches(config, ctx.world_size)
+    seed_everything(config.seed)
+    task = task_class(config, ctx)
+    steps_per_epoch = task.steps_per_epoch(config.batch_size)
+    if steps_per_epoch < 1:
+        raise ValueError(f"batch_size: {config.batch_size} exceeds the {len(task.train_set)} training samples")
+    total_steps = config.epochs * steps_per_epoch
+    warmup_steps = round(config.warmup_epochs * steps_per_epoch)
+    schedules = Schedules(warmup_steps, total_steps, config.min_lr_ratio, config.weight_decay,
+                          config.weight_decay_end, config.ema_momentum, config.ema_momentum_end)
+    raw_model = task.model.to(ctx.device)
+    optimizer = build_optimizer(config, raw_model)
+    ema = EMA(raw_model) if config.ema else None
+    # Augmentation randomness differs between processes; the initialisation above is the same everywhere.
+    torch.manual_seed(config.seed * 1000 + 1 + ctx.rank)
+    if ctx.is_main and config.overwrite:
+        clear_run(config.output_dir)
+    distributed.join(ctx)
+    run = RunFiles(config.output_dir, ctx.is_main, config.keep_checkpoints, config.tensorboard)
+
+    epoch, step_in_epoch, step = 0, 0, 0
+    totals: dict[str, float] = {}
+    window = LogWindow()
+    if config.resume:
+        state = checkpoint.read(run.last, map_location="cpu")
+        check_resumable(state["train_config"], config)
+        raw_model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        epoch, step_in_epoch, step = (state["position"][k] for k in ("epoch", "step_in_epoch", "step"))
+        set_rng_state(state["rng"][ctx.rank] if ctx.rank < len(state["rng"]) else state["rng"][0])
+        task.load_state_dict(state.get("task") or {})
+        if ema is not None:
+            ema.load_state_dict(state["ema"])
+        totals = dict(state.get("totals") or {})
+        window = LogWindow.from_state(state.get("log_window"))
+        run.forget_after(step)
+    run.write_config({
+        **config.to_dict(), "task": config.task, "world_size": ctx.world_size, "micro_batch_size": micro,
+        "accumulation_steps": accumulation, "steps_per_epoch": steps_per_epoch, "total_steps": total_steps,
+        "warmup_steps": warmup_steps,
+        "no_weight_decay": [n for g in optimizer.param_groups if not g["decay"] for n in g["names"]],
+        **task.resolved(),
+    })
+
+    model: nn.Module = torch.compile(raw_model) if config.compile else raw_model
+    if ctx.distributed:
+        model = nn.parallel.DistributedDataParallel(
+            model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
+    fork = dict(devices=[ctx.device] if ctx.device.type == "cuda" else [])
+
+    def evaluate_now() -> dict:
+        with torch.random.fork_rng(**fork):
+            metrics = task.evaluate(model)
+            if ema is not None:
+                metrics.update({f"ema_{k}": v for k, v in task.evaluate(ema.module).items()})
+        return metrics
+
+    def epoch_end(done_epochs: int) -> None:
+        if ctx.is_main:
+            with torch.random.fork_rng(**fork):
+                raw_model.eval()
+                task.epoch_end(raw_model, done_epochs, run.root)
+                raw_model.train()
+
+    def save_checkpoint() -> None:
+        run.save(raw_model, step, {
+            "optimizer": optimizer.state_dict(),
+            "scheduler": {"lr": [g["lr"] for g in optimizer.param_groups],
+                          "weight_decay": [g["weight_decay"] for g in optimizer.param_groups]},
+            "rng": distributed.all_gather_objects(rng_state(), ctx), "train_config": config.to_dict(),
+            "position": {"epoch": epoch, "step_in_epoch": step_in_epoch, "step": step},
+            "task": task.state_dict(), "ema": ema.state_dict() if ema is not None else None,
+            "totals": dict(totals), "log_window": window.state(),
+        })
+
+    last_step = total_steps if config.max_steps is None else min(total_steps, config.max_steps)
+    if step == 0:
+        epoch_end(0)
+    metrics: dict = {}
+    unit_key = f"{task.unit}_per_s"
+    bar = tqdm(total=last_step, initial=step, disable=not (ctx.is_main and config.progress), unit="step",
+               dynamic_ncols=True)
+    model.train()
+    window.start = time.perf_counter()
+    with StopSignals() as stop:
+        while step < last_step:
+            batches = EpochBatches(len(task.train_set), global_batch=config.batch_size, micro_batch=micro,
+                                   rank=ctx.rank, world_size=ctx.world_size, seed=config.seed, epoch=epoch,
+                                   start_step=step_in_epoch)
+            micro_batches = iter(loader(task.train_set, batches, config.num_workers,
+                                        pin_memory=ctx.device.type == "cuda", collate_fn=task.collate))
+            while step_in_epoch < steps_per_epoch and step < last_step:
+                multiplier, decay = schedules.lr_multiplier(step), schedules.weight_decay_at(step)
+                for group in optimizer.param_groups:
+                    group["lr"] = group["initial_lr"] * multiplier
+                    if group["decay"]:
+                        group["weight_decay"] = decay
+                lr = optimizer.param_groups[0]["lr"]
+                sums: dict[str, torch.Tensor] = {}
+                keys: tuple[list[str], list[str]] = ([], [])
+                for i in range(accumulation):
+                    batch = next(micro_batches)
+                    sync = model.no_sync() if ctx.distributed and i < accumulation - 1 else contextlib.nullcontext()
+                    with sync:
+                        with autocast(ctx.device, config.precision):
+                            out = task.loss(model, batch)
+                        loss = out.loss.to(torch.promote_types(out.loss.dtype, torch.float32))
+                        (loss / accumulation).backward()
+                    keys = (sorted(out.metrics), sorted(out.counts))
+                    for key, value in [("loss", loss.detach()), *out.metrics.items(), *out.counts.items()]:
+                        value = torch.as_tensor(value, dtype=torch.float64, device=ctx.device).detach()
+                        sums[key] = sums[key] + value if key in sums else value
+                metric_keys, count_keys = keys
+                # one all-reduce: mean loss and metrics over processes, counters, and whether any process must stop
+                reduced = distributed.all_reduce_sum(torch.stack(
+                    [sums["loss"] / accumulation, *(sums[k] / accumulation for k in metric_keys),
+                     *(sums[k] for k in count_keys),
+                     torch.tensor(float(stop.received != 0), dtype=torch.float64, device=ctx.device)]), ctx).tolist()
+                loss_value = reduced[0] / ctx.world_size
+                step_metrics = {k: v / ctx.world_size for k, v in zip(metric_keys, reduced[1:])}
+                for k, v in zip(count_keys, reduced[1 + len(metric_keys):]):
+                    totals[k] = totals.get(k, 0) + int(round(v))
+                stop_requested = reduced[-1] > 0
+                grad_norm = (nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+                             if config.grad_clip is not None else None)
+                if not (math.isfinite(loss_value) and (grad_norm is None or torch.isfinite(grad_norm))):
+                    optimizer.zero_grad(set_to_none=True)
+                    where = run.last if run.last.is_file() else "none written yet"
+                    norm = "not computed" if grad_norm is None else grad_norm.item()
+                    raise NonFiniteLossError(
+                        f"training loss is {loss_value} (gradient norm {norm}) at optimizer step {step + 1} "
+                        f"(epoch {epoch}); stopped without updating the weights; last good checkpoint: {where}"
+                    )
+                task.before_optimizer_step(model, step, epoch)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                if ema is not None:
+                    ema.update(raw_model, schedules.ema_momentum_at(step))
+                task.after_optimizer_step(raw_model, step)
+                step += 1
+                step_in_epoch += 1
+                window.add(loss_value, step_metrics, config.batch_size * task.units_per_sample())
+                bar.update(1)
+                if step % config.log_every == 0 or step == last_step:
+                    elapsed = time.perf_counter() - window.start
+                    record = {"epoch": step / steps_per_epoch, "step": step,
+                              "train_loss": window.loss / window.steps, "lr": lr,
+                              unit_key: window.samples / max(elapsed, 1e-9),
+                              **{f"train_{k}": v / window.steps for k, v in window.metrics.items()}, **totals}
+                    run.log(record)
+                    bar.set_postfix(loss=f"{record['train_loss']:.4f}", lr=f"{lr:.2e}")
+                    window = LogWindow()
+                if stop_requested:
+                    save_checkpoint()
+                    bar.close()
+                    name = signal.Signals(stop.received or signal.SIGTERM).name
+                    raise Preempted(f"stopped by {name} after optimizer step {step}; checkpoint {run.last}; continue "
+                                    "with the same command plus --resume", stop.received or signal.SIGTERM, step)
+                if config.checkpoint_every and step % config.checkpoint_every == 0 and step_in_epoch < steps_per_epoch:
+                    save_checkpoint()
+            if step_in_epoch == steps_per_epoch:
+                paused = time.perf_counter()  # evaluation and checkpoints do not count against throughput
+                epoch, step_in_epoch = epoch + 1, 0
+                scheduled = epoch % config.eval_every == 0
+                if scheduled or step == last_step:
+                    metrics = evaluate_now()
+                    run.log({"epoch": float(epoch), "step": step, **metrics, **({} if scheduled else {"final": True})})
+                    if ctx.is_main:
+                        tqdm.write(f"epoch {epoch}: " + " ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+                epoch_end(epoch)
+                save_checkpoint()
+                window.start += time.perf_counter() - paused
+    bar.close()
+    if step_in_epoch:  # stopped inside an epoch (max_steps)
+        save_checkpoint()
+        metrics = evaluate_now()
+        run.log({"epoch": step / steps_per_epoch, "step": step, **metrics, "final": True})
+    if not metrics:  # resumed a finished run
+        metrics = evaluate_now()
+    final = task.final_evaluate(model)
+    if final:
+        run.log({"epoch": step / steps_per_epoch, "step": step, **final, "final": True})
+    metrics = {**metrics, **final, **totals}
+    run.close()
+    return TrainResult(str(run.root), str(run.last), metrics, step, time.perf_counter() - started)

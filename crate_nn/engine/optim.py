@@ -1,0 +1,46 @@
+"""Optimizers of the papers' recipes and their parameter groups.
+
+Two groups: weight decay on matrices (projections, U, W, D, heads), none on norms, biases and the parameters a
+model names in ``no_weight_decay()`` (timm's convention; the classifier names ``pos_embed`` and ``cls_token``) —
+unless ``decay_all``. Each group records its parameters' names (``names``) and whether the engine's weight-decay
+schedule applies to it (``decay``).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .config import TrainConfig
+
+
+def param_groups(model: nn.Module, weight_decay: float, decay_all: bool) -> list[dict]:
+    """[decayed group, undecayed group (if any)] of ``model``'s trainable parameters."""
+    named = getattr(model, "no_weight_decay", None)
+    exempt = set(named()) if callable(named) else set()
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        skip = not decay_all and (p.ndim < 2 or name in exempt or name.split(".")[-1] in exempt)
+        (no_decay if skip else decay).append((name, p))
+    groups = [{"params": [p for _, p in decay], "weight_decay": weight_decay, "names": [n for n, _ in decay],
+               "decay": True}]
+    if no_decay:
+        groups.append({"params": [p for _, p in no_decay], "weight_decay": 0.0, "names": [n for n, _ in no_decay],
+                       "decay": False})
+    return groups
+
+
+def build_optimizer(config: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
+    """Lion (``lion-pytorch``: θ ← θ(1 − lr·wd) − lr·sign(β1·m + (1 − β1)·g), m ← β2·m + (1 − β2)·g) or AdamW.
+
+    Every group gets ``initial_lr`` = ``config.lr``; the engine sets ``lr`` and ``weight_decay`` before each step.
+    """
+    groups = param_groups(model, config.weight_decay, config.weight_decay_all)
+    for group in groups:
+        group["initial_lr"] = config.lr
+    if config.optimizer == "lion":
+        from lion_pytorch import Lion
+
+        return Lion(groups, lr=config.lr, betas=tuple(config.betas), weight_decay=config.weight_decay)
+    return torch.optim.AdamW(groups, lr=config.lr, betas=tuple(config.betas), weight_decay=config.weight_decay)

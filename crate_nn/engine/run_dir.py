@@ -1,0 +1,148 @@
+"""The run directory and the random state a run must save to resume exactly.
+
+    <output_dir>/config.json            the resolved config (engine, task, model)
+    <output_dir>/metrics.jsonl          one JSON line per log window, evaluation and end-of-run result
+    <output_dir>/checkpoints/           step_XXXXXXX.pt and last.pt (crate_nn.load reads the model of either)
+    <output_dir>/measurements/, figures/, tensorboard/   what tasks and options add
+
+A run directory belongs to one run: starting a run where another one lives is refused unless ``resume`` (continue
+it) or ``overwrite`` (delete what the engine and tasks wrote there, then start over) is given. The check is
+read-only and happens in every process before any process group forms.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from .. import checkpoint
+
+OWNED = ("checkpoints", "metrics.jsonl", "config.json", "measurements", "figures", "tensorboard")
+
+
+def check_output_dir(output_dir: str, resume: bool, overwrite: bool) -> None:
+    """Refuse an unusable run directory before any work: a file in its place, a run already there (without
+    ``resume``/``overwrite``), nothing to resume, or no permission to write."""
+    root = Path(output_dir)
+    if root.exists() and not root.is_dir():
+        raise ValueError(f"output_dir: {output_dir!r} exists and is not a directory")
+    last = root / "checkpoints" / "last.pt"
+    if resume:
+        if not last.is_file():
+            raise ValueError(f"resume: no checkpoint {last} to resume from")
+        return
+    existing = [name for name in OWNED if (root / name).exists()]
+    if existing and not overwrite:
+        raise ValueError(
+            f"output_dir: {output_dir!r} already holds a run ({', '.join(existing)}); pass --resume to continue it, "
+            "--overwrite to delete it and start over, or choose another --output-dir"
+        )
+    parent = root if root.exists() else next((p for p in root.absolute().parents if p.exists()), Path("/"))
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"output_dir: cannot write to {str(parent)!r}")
+
+
+def clear_run(output_dir: str) -> None:
+    """Delete what a previous run wrote to ``output_dir`` (only the entries in ``OWNED``)."""
+    root = Path(output_dir)
+    for name in OWNED:
+        path = root / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+
+
+class RunFiles:
+    """The run directory: config.json, metrics.jsonl, checkpoints/ (written by the main process only)."""
+
+    def __init__(self, output_dir: str, enabled: bool, keep: int, tensorboard: bool):
+        self.root = Path(output_dir)
+        self.checkpoints = self.root / "checkpoints"
+        self.last = self.checkpoints / "last.pt"
+        self.enabled, self.keep = enabled, keep
+        self.writer = None
+        if enabled:
+            self.checkpoints.mkdir(parents=True, exist_ok=True)
+            if tensorboard:
+                try:
+                    from torch.utils.tensorboard import SummaryWriter
+                except ImportError as err:
+                    raise ValueError("tensorboard: the tensorboard package is not installed") from err
+                self.writer = SummaryWriter(str(self.root / "tensorboard"))
+
+    def forget_after(self, step: int) -> None:
+        """Drop the metrics.jsonl lines a resumed run writes again: those of steps after ``step`` and the
+        end-of-run lines (``"final"``) of the interrupted run."""
+        path = self.root / "metrics.jsonl"
+        if self.enabled and path.is_file():
+            records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+            kept = [r for r in records if r["step"] <= step and not r.get("final")]
+            path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+
+    def write_config(self, resolved: dict) -> None:
+        if self.enabled:
+            (self.root / "config.json").write_text(json.dumps(resolved, indent=2) + "\n")
+
+    def log(self, record: dict) -> None:
+        if not self.enabled:
+            return
+        with open(self.root / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+        if self.writer is not None:
+            for key, value in record.items():
+                if key not in ("epoch", "step") and isinstance(value, (int, float)) and not isinstance(value, bool):
+                    self.writer.add_scalar(key, value, record["step"])
+
+    def save(self, model: nn.Module, step: int, extra: dict) -> None:
+        """``step_XXXXXXX.pt`` then an atomic copy to ``last.pt``; keeps the newest ``keep`` step files."""
+        if not self.enabled:
+            return
+        path = self.checkpoints / f"step_{step:07d}.pt"
+        checkpoint.save(path, model, extra)
+        tmp = self.checkpoints / ".last.pt.tmp"
+        shutil.copyfile(path, tmp)
+        os.replace(tmp, self.last)
+        if self.keep > 0:
+            for old in sorted(self.checkpoints.glob("step_*.pt"))[:-self.keep]:
+                old.unlink()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def rng_state() -> dict:
+    """Python, NumPy, torch and CUDA generator states in weights_only-safe types (numpy's array as a tensor)."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    return {
+        "python": list(random.getstate()[1]) + [random.getstate()[2]],
+        "python_version": random.getstate()[0],
+        "numpy": {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                  "has_gauss": int(has_gauss), "cached": float(cached)},
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_state(state: dict) -> None:
+    """Inverse of ``rng_state``."""
+    python = state["python"]
+    random.setstate((state["python_version"], tuple(python[:-1]), python[-1]))
+    n = state["numpy"]
+    np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"]))
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)

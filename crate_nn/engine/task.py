@@ -1,0 +1,162 @@
+"""What a system supplies to the engine: a `Task` — its model, its data, the loss of a micro-batch, its evaluation.
+
+The engine (`crate_nn.engine.loop.train`) owns everything else: the process group, the data order, gradient
+accumulation, autocast, ``torch.compile``, DistributedDataParallel, clipping, the optimizer and its schedules,
+the EMA, the NaN stop, preemption, checkpoints, exact resume, the progress bar and metrics.jsonl.
+
+A task is registered with its config class (``@register_task(MyConfig)``); a *preset* is a function returning a
+filled config of some task, registered with ``@preset`` under its function name and listed by ``crate-train
+--help``. ``train(config)`` finds the task from the config's class.
+"""
+from __future__ import annotations
+
+import abc
+import dataclasses
+from pathlib import Path
+from typing import Any, Callable, ClassVar, NamedTuple
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+from ..data.batching import collate
+from .config import TrainConfig
+from .distributed import Context
+
+
+class LossOutput(NamedTuple):
+    """The loss of one micro-batch and what to log with it.
+
+    ``loss``: the scalar to minimise (its mean over the micro-batch). ``metrics``: scalars averaged like the loss
+    (over micro-batches, processes and the log window) and logged as ``train_<name>``. ``counts``: numbers summed
+    over the whole run (e.g. unreadable files skipped), logged under their name and saved in checkpoints.
+    """
+
+    loss: torch.Tensor
+    metrics: dict[str, torch.Tensor | float] = {}
+    counts: dict[str, torch.Tensor | float] = {}
+
+
+class Task(abc.ABC):
+    """One system's training: built in every process from its config and this process's context.
+
+    The constructor builds ``self.model`` (on the CPU; the engine moves it, compiles and wraps it) and
+    ``self.train_set`` (a map-style dataset; the engine draws its deterministic batches) and anything the
+    evaluation needs. It must not communicate with other processes: it runs before the process group forms, so a
+    failure here (missing data, bad option) stops every process with its message instead of a hang.
+    """
+
+    config_class: ClassVar[type[TrainConfig]]
+    unit: ClassVar[str] = "samples"  # what throughput counts: "<unit>_per_s" in metrics.jsonl
+
+    model: nn.Module
+    train_set: Dataset
+
+    def __init__(self, config: TrainConfig, ctx: Context) -> None:
+        self.config, self.ctx = config, ctx
+
+    # -- data -----------------------------------------------------------------------------------------------
+    def collate(self, items: list) -> Any:
+        """Stack dataset items into a micro-batch (default: (image, label, index) triples → `Batch`)."""
+        return collate(items)
+
+    def steps_per_epoch(self, batch_size: int) -> int:
+        """Optimizer steps in one epoch: full global batches of ``train_set``."""
+        return len(self.train_set) // batch_size
+
+    def units_per_sample(self) -> int:
+        """How many ``unit`` one sample counts for (e.g. tokens per sequence); 1 by default."""
+        return 1
+
+    # -- training -------------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def loss(self, model: nn.Module, batch: Any) -> LossOutput:
+        """Forward one micro-batch (as yielded by the data loader, still on the CPU) through ``model`` (possibly
+        wrapped by DDP/compile; the engine has entered autocast) and return its loss."""
+
+    def before_optimizer_step(self, model: nn.Module, step: int, epoch: int) -> None:
+        """After the gradients of optimizer step ``step`` (0-based) are accumulated and clipped, before the update."""
+
+    def after_optimizer_step(self, model: nn.Module, step: int) -> None:
+        """After the update of optimizer step ``step`` (0-based), e.g. an EMA teacher."""
+
+    # -- evaluation and outputs -------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        """Held-out metrics (every process calls it; reduce across processes inside). Keys are logged as given."""
+
+    def final_evaluate(self, model: nn.Module) -> dict[str, float]:
+        """Metrics computed once at the end of the run (e.g. a test split); none by default."""
+        return {}
+
+    def epoch_end(self, model: nn.Module, epoch: int, run_dir: Path) -> None:
+        """Main process only, after ``epoch`` epochs (0 = before training): measurements, figures."""
+
+    # -- state ------------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Task state a resumed run needs besides the model and optimizer (e.g. a teacher, a centre)."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Inverse of `state_dict`."""
+
+    def resolved(self) -> dict:
+        """What the task resolved from its config, recorded in config.json (e.g. the model's full config)."""
+        config = getattr(self.model, "config", None)
+        return {"model_config": dataclasses.asdict(config)} if dataclasses.is_dataclass(config) else {}
+
+
+TASKS: dict[type[TrainConfig], type[Task]] = {}
+PRESETS: dict[str, Callable[[], TrainConfig]] = {}
+
+
+def register_task(config_class: type[TrainConfig]) -> Callable[[type[Task]], type[Task]]:
+    """Class decorator: ``config_class`` configures this task (``train(config)`` dispatches on it)."""
+
+    def wrap(cls: type[Task]) -> type[Task]:
+        if not config_class.task:
+            raise ValueError(f"{config_class.__name__}.task must name the task")
+        cls.config_class = config_class
+        TASKS[config_class] = cls
+        return cls
+
+    return wrap
+
+
+def task_for(config: TrainConfig) -> type[Task]:
+    """The task registered for ``type(config)`` (TypeError naming the registered config classes otherwise)."""
+    if type(config) not in TASKS:
+        raise TypeError(f"no task is registered for {type(config).__name__}; registered: "
+                        f"{sorted(c.__name__ for c in TASKS)}")
+    return TASKS[type(config)]
+
+
+def preset(fn: Callable[[], TrainConfig]) -> Callable[[], TrainConfig]:
+    """Function decorator: register ``fn`` as the preset named ``fn.__name__`` (its docstring gives the command,
+    the expected wall time and the expected result)."""
+    if fn.__name__ in PRESETS:
+        raise ValueError(f"preset {fn.__name__!r} is already registered")
+    PRESETS[fn.__name__] = fn
+    return fn
+
+
+def get_preset(name: str, **overrides) -> TrainConfig:
+    """The preset ``name`` with ``overrides`` (field names of its config) applied; nothing is validated yet
+    (``train`` validates; ``crate-train`` validates before it starts)."""
+    if name not in PRESETS:
+        raise ValueError(f"preset: expected one of {', '.join(sorted(PRESETS))}, got {name!r}")
+    config = PRESETS[name]()
+    known = {f.name for f in dataclasses.fields(config)}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise TypeError(f"unknown {type(config).__name__} field(s) {unknown} for preset {name!r}; known: "
+                        f"{sorted(known)}")
+    return dataclasses.replace(config, **{"preset": name, **overrides})
+
+
+def list_presets() -> dict[str, list[str]]:
+    """Preset names grouped by task name."""
+    grouped: dict[str, list[str]] = {}
+    for name, fn in PRESETS.items():
+        grouped.setdefault(fn().task, []).append(name)
+    return grouped

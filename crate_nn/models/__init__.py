@@ -1,0 +1,20 @@
+"""The networks: blocks (MSSA, ISTA, the baselines' MHSA and MLP), layer stacks, model families and their registry.
+
+Importing this package registers every family and named size (`create_model`, `list_models`).
+"""
+from .backbone import CRATEDecoder, CRATEEncoder, LayerStack
+from .baselines import MHSA, MLP
+from .blocks import CRATEDecoderLayer, CRATELayer, LayerTrace
+from .classifier import CRATEClassifier, CRATEConfig
+from .config import BlockConfig
+from .embedding import PatchEmbed, patchify, resample_pos_embed
+from .ista import ISTA
+from .mssa import MSSA
+from .registry import build_model, create_model, get_family, list_models, model_config, register_family, register_model, unwrap_model
+
+__all__ = [
+    "BlockConfig", "CRATEClassifier", "CRATEConfig", "CRATEDecoder", "CRATEDecoderLayer", "CRATEEncoder",
+    "CRATELayer", "ISTA", "LayerStack", "LayerTrace", "MHSA", "MLP", "MSSA", "PatchEmbed", "build_model",
+    "create_model", "get_family", "list_models", "model_config", "patchify", "register_family", "register_model",
+    "resample_pos_embed", "unwrap_model",
+]

@@ -1,0 +1,197 @@
+"""The CRATE image classifier, eqs. (65)–(66) with the authors' pre- and post-processing, and its sizes.
+
+    patches  = images cut into P×P patches                                                  (B, N, P²C)
+    Z^1      = [z_cls, PatchEmbed(images)] + E_pos                                          (65), (B, N+1, d)
+    Z^{L+1}  = encoder(Z^1)
+    logits   = Linear(LN(pool(Z^{L+1})))            pool = class token (66) or token mean (72)
+
+The position embedding is stored for the configured grid; `resample_pos_embed` moves it to another grid
+(bicubic on the patch grid, class token kept), used on the fly when ``config.dynamic_img_size`` is set and by
+`crate_nn.load_official_checkpoint(..., image_size=...)`.
+
+Registered sizes (``create_model(name)``; 224² images, 16² patches unless the name says /8, 1000 classes, p = d/K):
+
+| name | blocks | d | L | K | parameters |
+|---|---|---|---|---|---|
+| crate_tiny / small / base / large | MSSA + ISTA | 384 / 576 / 768 / 1024 | 12 / 12 / 12 / 24 | 6 / 12 / 12 / 16 | 6,090,856 / 13,116,328 / 22,796,008 / 77,641,192 (Table 8) |
+| vit_tiny / small / base / large | MHSA + MLP | 192 / 384 / 768 / 1024 | 12 / 12 / 12 / 24 | 3 / 6 / 12 / 16 | 5,719,336 / 22,052,968 / 86,570,728 / 304,330,216 |
+| crate_s8 / crate_mlp_s8 / crate_mhsa_s8 / vit_s8 (patch 8) | Table 17's four | 384 | 12 | 6 | 6,094,312 / 18,503,656 / 9,647,080 / 22,056,424 |
+
+The baselines share everything with CRATE but the block (same stem, head, LayerNorms and initialisation), so a
+comparison differs in what it compares. Table 8 prints ViT-T 5.72M and ViT-S 22.05M for timm's ViTs, whose
+Conv2d stem lacks our stem's two LayerNorms (1,536 + 2d parameters).
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .backbone import CRATEEncoder, LayerStack
+from .blocks import LayerTrace
+from .config import BlockConfig, check_choice, check_positive_int
+from .embedding import PATCH_EMBEDS, PatchEmbed, resample_pos_embed
+from .registry import register_family, register_model
+
+POOLS = ("cls", "mean")
+
+
+@dataclass
+class CRATEConfig(BlockConfig):
+    """Hyper-parameters of a CRATE image classifier: the block options of `BlockConfig` plus
+
+    Sizes:
+        depth: number of layers L.
+        image_size, patch_size: square images of ``image_size`` pixels cut into ``patch_size`` patches,
+            N = (image_size / patch_size)² patches, n = N + 1 tokens with the class token.
+        num_classes, in_channels: head width C and image channels.
+        pool: ``"cls"`` (eq. 66, the class token's output) or ``"mean"`` (eq. 72, mean over all tokens).
+        patch_embed: ``"linear"`` (LN → Linear → LN, the authors' CRATE) or ``"conv"`` (Conv2d, CRATE-α).
+
+    Input:
+        dynamic_img_size: accept any image size divisible by the patch size, resampling the position
+            embedding bicubically on the fly (class token kept). When False, other sizes are an error.
+
+    The defaults are the authors' CRATE-Tiny (224² images, 16² patches, 1000 classes, d = 384, L = 12, K = 6).
+    """
+
+    depth: int = 12
+    image_size: int = 224
+    patch_size: int = 16
+    num_classes: int = 1000
+    in_channels: int = 3
+    pool: str = "cls"
+    patch_embed: str = "linear"
+    dynamic_img_size: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("depth", "image_size", "patch_size", "num_classes", "in_channels"):
+            check_positive_int(name, getattr(self, name))
+        super().__post_init__()
+        if self.image_size % self.patch_size:
+            raise ValueError(f"image_size={self.image_size} is not divisible by patch_size={self.patch_size}")
+        check_choice("pool", self.pool, POOLS)
+        check_choice("patch_embed", self.patch_embed, PATCH_EMBEDS)
+        if self.causal and self.pool == "cls":
+            raise ValueError("causal=True with pool='cls' gives logits that do not depend on the image (the class "
+                             "token at position 0 attends only to itself); use pool='mean' or causal=False")
+
+    @property
+    def num_patches(self) -> int:
+        """N = (image_size / patch_size)²."""
+        return (self.image_size // self.patch_size) ** 2
+
+    @property
+    def patch_dim(self) -> int:
+        """P²·C, the length of a flattened patch."""
+        return self.patch_size**2 * self.in_channels
+
+
+@register_family("classifier", CRATEConfig)
+class CRATEClassifier(nn.Module):
+    """CRATE classifier: images (B, C, H, W) → logits (B, num_classes).
+
+    Attributes: ``patch_embed``, ``cls_token`` (1, 1, d), ``pos_embed`` (1, N+1, d), ``encoder``
+    (`CRATEEncoder`), ``head`` (``head.norm`` LayerNorm(d), ``head.fc`` Linear(d, C)), ``config``.
+    """
+
+    def __init__(self, config: CRATEConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.patch_embed = PatchEmbed(config.patch_size, config.in_channels, config.dim, config.patch_embed)
+        self.cls_token = nn.Parameter(torch.randn(1, 1, config.dim))  # std 1, as the authors
+        self.pos_embed = nn.Parameter(torch.randn(1, config.num_patches + 1, config.dim))
+        self.encoder: LayerStack = CRATEEncoder(config)
+        self.head = nn.Sequential(
+            OrderedDict(norm=nn.LayerNorm(config.dim, eps=config.norm_eps),
+                        fc=nn.Linear(config.dim, config.num_classes))
+        )
+
+    @property
+    def grid_size(self) -> tuple[int, int]:
+        side = self.config.image_size // self.config.patch_size
+        return side, side
+
+    def no_weight_decay(self) -> set[str]:
+        """Parameter names an optimizer should not decay besides norms and biases (timm's convention)."""
+        return {"pos_embed", "cls_token"}
+
+    def check_images(self, images: torch.Tensor) -> None:
+        """Raise TypeError/ValueError naming the problem if ``images`` is not a (B, C, H, W) batch this model takes."""
+        cfg = self.config
+        if not isinstance(images, torch.Tensor):
+            raise TypeError(f"images must be a torch.Tensor, got {type(images).__name__}")
+        if images.ndim != 4:
+            raise ValueError(f"images must have shape (batch, channels, height, width), got rank {images.ndim} shape {tuple(images.shape)}")
+        if not images.is_floating_point():
+            raise TypeError(f"images must be a floating-point tensor, got dtype {images.dtype}")
+        expected = self.pos_embed.dtype
+        if images.dtype != expected and not torch.is_autocast_enabled(images.device.type):
+            raise TypeError(f"images have dtype {images.dtype} but the model's parameters are {expected}")
+        if images.shape[1] != cfg.in_channels:
+            raise ValueError(f"images have {images.shape[1]} channels, the model expects in_channels={cfg.in_channels}")
+        h, w = images.shape[-2:]
+        if h % cfg.patch_size or w % cfg.patch_size:
+            raise ValueError(f"image size {h}x{w} is not divisible by patch_size={cfg.patch_size}")
+        if not cfg.dynamic_img_size and (h, w) != (cfg.image_size, cfg.image_size):
+            raise ValueError(
+                f"image size {h}x{w} differs from image_size={cfg.image_size} (set dynamic_img_size=True to resample "
+                "the position embedding)"
+            )
+
+    def embed(self, images: torch.Tensor) -> torch.Tensor:
+        """Z^1 = f_pre(images), eq. (65): (B, C, H, W) → (B, N+1, d)."""
+        self.check_images(images)
+        x = self.patch_embed(images)
+        grid = (images.shape[-2] // self.config.patch_size, images.shape[-1] // self.config.patch_size)
+        pos = resample_pos_embed(self.pos_embed, grid, self.grid_size)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
+        return x + pos
+
+    def pool(self, z: torch.Tensor) -> torch.Tensor:
+        """(B, n, d) → (B, d): the class token (eq. 66) or the mean over tokens (eq. 72)."""
+        return z.mean(dim=1) if self.config.pool == "mean" else z[:, 0]
+
+    def forward_features(self, images: torch.Tensor) -> torch.Tensor:
+        """Z^{L+1}, the encoder's output tokens: (B, C, H, W) → (B, N+1, d)."""
+        return self.encoder(self.embed(images))
+
+    def forward_intermediates(self, images: torch.Tensor, indices=None, return_attention: bool = False
+                              ) -> tuple[torch.Tensor, list[LayerTrace]]:
+        """Z^{L+1} (B, N+1, d) and the `LayerTrace` of the encoder layers in ``indices`` (default all)."""
+        return self.encoder.forward_intermediates(self.embed(images), indices, return_attention)
+
+    def forward_head(self, features: torch.Tensor) -> torch.Tensor:
+        """Logits from the encoder's output tokens: (B, N+1, d) → (B, C)."""
+        return self.head(self.pool(features))
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(images))
+
+    def reset_classifier(self, num_classes: int) -> None:
+        """Replace ``head.fc`` by a freshly initialised Linear(d, num_classes) (fine-tuning, Sec. 4.1)."""
+        self.config = dataclasses.replace(self.config, num_classes=num_classes)
+        fc = self.head.fc
+        self.head.fc = nn.Linear(self.config.dim, num_classes, device=fc.weight.device, dtype=fc.weight.dtype)
+
+
+_VIT = dict(attention="mhsa", feedforward="mlp")
+_S8 = dict(dim=384, depth=12, heads=6, patch_size=8)
+for _name, _values in {
+    "crate_tiny": dict(dim=384, depth=12, heads=6),
+    "crate_small": dict(dim=576, depth=12, heads=12),
+    "crate_base": dict(dim=768, depth=12, heads=12),
+    "crate_large": dict(dim=1024, depth=24, heads=16),
+    "vit_tiny": dict(dim=192, depth=12, heads=3, **_VIT),
+    "vit_small": dict(dim=384, depth=12, heads=6, **_VIT),
+    "vit_base": dict(dim=768, depth=12, heads=12, **_VIT),
+    "vit_large": dict(dim=1024, depth=24, heads=16, **_VIT),
+    "crate_s8": dict(_S8),
+    "crate_mlp_s8": dict(_S8, feedforward="mlp"),
+    "crate_mhsa_s8": dict(_S8, attention="mhsa"),
+    "vit_s8": dict(_S8, **_VIT),
+}.items():
+    register_model(_name, "classifier", **_values)

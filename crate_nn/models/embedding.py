@@ -1,0 +1,77 @@
+"""Patch embeddings and position embeddings of the image models (f_pre of eqs. 65, 69, 74).
+
+* `patchify`: (B, C, H, W) → (B, N, P·P·C), patches in row-major grid order, each flattened as (p1 p2 c) — the
+  authors' ``b c (h p1) (w p2) -> b (h w) (p1 p2 c)``.
+* `PatchEmbed`: ``kind="linear"`` — LN(P²C) → Linear(P²C, d) → LN(d), the authors' CRATE classifier;
+  ``kind="conv"`` — Conv2d(C, d, kernel = stride = P) with bias, no LayerNorm (CRATE-α, CRATE-MAE, ViT). The two
+  flatten patches in different orders ((p1 p2 c) vs the convolution's (c p1 p2)); converting weights between
+  them is a permutation.
+* `resample_pos_embed`: move a (1, 1 + N, d) position embedding to another patch grid (bicubic, class token kept).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+PATCH_EMBEDS = ("linear", "conv")
+
+
+def patchify(images: torch.Tensor, patch_size: int) -> torch.Tensor:
+    """(B, C, H, W) → (B, (H/P)(W/P), P·P·C), patches in row-major grid order, each flattened as (p1 p2 c)."""
+    b, c, h, w = images.shape
+    x = images.reshape(b, c, h // patch_size, patch_size, w // patch_size, patch_size)
+    return x.permute(0, 2, 4, 3, 5, 1).reshape(b, (h // patch_size) * (w // patch_size), patch_size * patch_size * c)
+
+
+def resample_pos_embed(pos_embed: torch.Tensor, new_grid: tuple[int, int], old_grid: tuple[int, int] | None = None) -> torch.Tensor:
+    """Resample a (1, 1 + N, d) position embedding (class token first) to a ``new_grid`` = (rows, cols) of patches.
+
+    The patch part is reshaped to its grid (``old_grid``, default square) and interpolated bicubically
+    (align_corners=False); the class token's embedding is kept as is. Returns (1, 1 + rows·cols, d).
+    """
+    if pos_embed.ndim != 3 or pos_embed.shape[0] != 1:
+        raise ValueError(f"pos_embed must have shape (1, 1 + N, d), got {tuple(pos_embed.shape)}")
+    cls_pos, grid_pos = pos_embed[:, :1], pos_embed[:, 1:]
+    n = grid_pos.shape[1]
+    if old_grid is None:
+        side = math.isqrt(n)
+        if side * side != n:
+            raise ValueError(f"pos_embed has {n} patch positions, not a square grid; pass old_grid")
+        old_grid = (side, side)
+    if old_grid[0] * old_grid[1] != n:
+        raise ValueError(f"old_grid={old_grid} does not hold the {n} patch positions of pos_embed")
+    if tuple(new_grid) == tuple(old_grid):
+        return pos_embed
+    d = pos_embed.shape[-1]
+    grid = grid_pos.reshape(1, *old_grid, d).permute(0, 3, 1, 2)
+    grid = F.interpolate(grid, size=tuple(new_grid), mode="bicubic", align_corners=False)
+    return torch.cat([cls_pos, grid.permute(0, 2, 3, 1).reshape(1, -1, d)], dim=1)
+
+
+class PatchEmbed(nn.Module):
+    """Patch embedding: (B, C, H, W) → (B, N, d).
+
+    ``kind="linear"``: LN(Linear(LN(patchify(images)))) (``norm_in``, ``proj``, ``norm_out``; the authors' CRATE).
+    ``kind="conv"``: ``proj`` = Conv2d(C, d, P, stride=P) with bias (CRATE-α, CRATE-MAE, ViT).
+    """
+
+    def __init__(self, patch_size: int, in_channels: int, dim: int, kind: str = "linear") -> None:
+        super().__init__()
+        if kind not in PATCH_EMBEDS:
+            raise ValueError(f"patch_embed must be one of {PATCH_EMBEDS}, got {kind!r}")
+        self.patch_size, self.in_channels, self.kind = patch_size, in_channels, kind
+        if kind == "conv":
+            self.proj = nn.Conv2d(in_channels, dim, kernel_size=patch_size, stride=patch_size)
+            return
+        patch_dim = patch_size * patch_size * in_channels
+        self.norm_in = nn.LayerNorm(patch_dim)
+        self.proj = nn.Linear(patch_dim, dim)  # W_pre of eq. (65), with bias
+        self.norm_out = nn.LayerNorm(dim)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        if self.kind == "conv":
+            return self.proj(images).flatten(2).transpose(1, 2)
+        return self.norm_out(self.proj(self.norm_in(patchify(images, self.patch_size))))

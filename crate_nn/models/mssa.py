@@ -1,0 +1,134 @@
+"""Multi-head subspace self-attention, eqs. (35)–(37), in the row convention (x is (batch, n, d)).
+
+One bias-free projection ``qkv`` whose weight (K·p, d) is [U_1 … U_K]* serves as query, key and value. Per head
+k, with w_k = x U_k (n, p):
+
+    SSA_k(x) = softmax(scale · w_k w_kᵀ) w_k                      (35), softmax over the last axis
+
+which is eq. (35) transposed (the Gram matrix is symmetric, so the row softmax of PyTorch equals the column
+softmax of the paper). The heads are concatenated in head order and mapped back to d dimensions either by a free
+Linear W (eq. 37, the authors' code; with bias unless ``out_bias=False`` as in CRATE-α) or by the tied map
+β[U_1 … U_K] with β = p/(nε²) (eq. 36). The causal mask of eqs. (86)–(87) keeps tokens i ≤ j for query j, i.e.
+``torch.tril`` in the row convention.
+
+`HeadAttention` holds what MSSA shares with the standard multi-head attention of the baselines
+(`crate_nn.models.baselines.MHSA`): the fused (SDPA) and explicit paths, the causal mask, the head merge.
+"""
+from __future__ import annotations
+
+import abc
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class HeadAttention(nn.Module, abc.ABC):
+    """Scaled-dot-product attention over K heads: (batch, n, d) → (batch, n, d).
+
+    Subclasses define ``qkv_heads(x)`` → (q, k, v), each (batch, K, n, p), and ``merge(heads, n)`` mapping the
+    concatenated head outputs (batch, n, K·p) back to (batch, n, d). ``fused_attn`` selects
+    ``F.scaled_dot_product_attention`` (default) or the explicit softmax path, which tests compare.
+    """
+
+    def __init__(self, heads: int, dim_head: int, *, scale: float | None, causal: bool, attn_dropout: float):
+        super().__init__()
+        self.heads, self.dim_head = heads, dim_head
+        self.scale = dim_head**-0.5 if scale is None else float(scale)
+        self.causal, self.attn_dropout = causal, attn_dropout
+        self.fused_attn = True  # scaled_dot_product_attention; False forces the explicit path
+
+    @abc.abstractmethod
+    def qkv_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries, keys and values, each (batch, K, n, p), of tokens x (batch, n, d)."""
+
+    @abc.abstractmethod
+    def merge(self, heads: torch.Tensor, n: int) -> torch.Tensor:
+        """The concatenated head outputs (batch, n, K·p) mapped back to (batch, n, d)."""
+
+    def attention_weights(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        """softmax(scale · q kᵀ) over the last axis (masked if causal): (batch, K, n, p)² → (batch, K, n, n)."""
+        logits = (q @ k.transpose(-2, -1)) * self.scale
+        if self.causal:
+            n = q.shape[-2]
+            keep = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
+            logits = logits.masked_fill(~keep, float("-inf"))
+        return logits.softmax(dim=-1)
+
+    def _combine(self, heads: torch.Tensor) -> torch.Tensor:
+        b, _, n, _ = heads.shape
+        return self.merge(heads.transpose(1, 2).reshape(b, n, self.heads * self.dim_head), n)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv_heads(x)
+        dropout = self.attn_dropout if self.training else 0.0
+        if self.fused_attn:
+            heads = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=self.causal,
+                                                   scale=self.scale)
+        else:
+            heads = F.dropout(self.attention_weights(q, k), dropout, training=self.training) @ v
+        return self._combine(heads)
+
+    def forward_with_attention(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The block's output (batch, n, d) and its attention maps (batch, K, n, n), by the explicit path."""
+        q, k, v = self.qkv_heads(x)
+        attn = self.attention_weights(q, k)
+        dropout = self.attn_dropout if self.training else 0.0
+        return self._combine(F.dropout(attn, dropout, training=self.training) @ v), attn
+
+
+class MSSA(HeadAttention):
+    """MSSA block: (batch, n, d) → (batch, n, d).
+
+    Args:
+        dim: d.  heads: K.  dim_head: p.
+        scale: factor on the attention logits; ``None`` means p^(-1/2).
+        output: ``"free"`` (eq. 37, ``self.out`` = Linear(K·p, d)) or ``"tied"`` (eq. 36, β[U_1 … U_K]).
+        out_bias: the free output map has a bias (authors' CRATE) or not (CRATE-α).
+        eps: ε in β = p/(nε²) for the tied output.
+        causal: apply the mask of eq. (87).
+        attn_dropout: dropout probability on the attention maps (training only).
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        heads: int,
+        dim_head: int,
+        *,
+        scale: float | None = None,
+        output: str = "free",
+        out_bias: bool = True,
+        eps: float = 1.0,
+        causal: bool = False,
+        attn_dropout: float = 0.0,
+    ) -> None:
+        super().__init__(heads, dim_head, scale=scale, causal=causal, attn_dropout=attn_dropout)
+        if output not in ("free", "tied"):
+            raise ValueError(f"output must be 'free' or 'tied', got {output!r}")
+        self.output, self.eps = output, float(eps)
+        self.qkv = nn.Linear(dim, heads * dim_head, bias=False)  # weight = [U_1 … U_K]*, shape (K·p, d)
+        self.out = nn.Linear(heads * dim_head, dim, bias=out_bias) if output == "free" else None
+
+    def project(self, x: torch.Tensor) -> torch.Tensor:
+        """Per-head codes w_k = x U_k: (batch, n, d) → (batch, K, n, p) (the qkv output, split by head)."""
+        b, n, _ = x.shape
+        return self.qkv(x).view(b, n, self.heads, self.dim_head).transpose(1, 2)
+
+    def qkv_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        w = self.project(x)
+        return w, w, w
+
+    def attention(self, w: torch.Tensor) -> torch.Tensor:
+        """Attention maps softmax(scale · w wᵀ) (masked if causal): (batch, K, n, p) → (batch, K, n, n)."""
+        return self.attention_weights(w, w)
+
+    def merge(self, heads: torch.Tensor, n: int) -> torch.Tensor:
+        """[SSA_1; …; SSA_K]ᵀ (batch, n, K·p) → W[…] + b (eq. 37) or β[U_1 … U_K][…] (eq. 36)."""
+        if self.out is not None:
+            return self.out(heads)
+        beta = self.dim_head / (n * self.eps**2)
+        return beta * (heads @ self.qkv.weight)
+
+    def extra_repr(self) -> str:
+        return f"heads={self.heads}, dim_head={self.dim_head}, scale={self.scale:.4g}, output={self.output}, causal={self.causal}"

@@ -1,0 +1,4 @@
+"""Checkpoints of other codebases: the authors' CRATE classifier (and, per system, its other published models)."""
+from .classifier import crate_nn_to_official, load_official_checkpoint, official_to_crate_nn
+
+__all__ = ["crate_nn_to_official", "load_official_checkpoint", "official_to_crate_nn"]
