@@ -22,6 +22,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
+from crate_nn.engine.distributed import resolve_device
+
 # Peak dense (no sparsity) bf16 tensor-core throughput, in FLOP/s, from the vendor data sheets.
 # Matched against torch.cuda.get_device_name() in order (first substring that matches wins).
 PEAK_BF16_FLOPS: tuple[tuple[str, float], ...] = (
@@ -56,18 +58,6 @@ def setup(args: argparse.Namespace) -> torch.device:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     return resolve_device(args.device)
-
-
-def resolve_device(name: str) -> torch.device:
-    """``auto`` means the first CUDA device when one is available, else the CPU."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={name!r} was asked for but torch.cuda.is_available() is False")
-    if device.type not in ("cpu", "cuda"):
-        raise ValueError(f"device must be cpu, cuda, cuda:N or auto, got {name!r}")
-    return device
 
 
 def synchronize(device: torch.device) -> None:

@@ -16,7 +16,8 @@ from typing import Callable
 import torch
 from torch import nn
 
-from benchmarks.models import autocast, run_paired
+from benchmarks.models import run_paired
+from crate_nn.engine.precision import autocast
 
 
 def make_eval_step(

@@ -8,7 +8,6 @@ a speed ratio between two models that compute different things would mean nothin
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 from typing import Callable
 
@@ -17,6 +16,7 @@ from torch import nn
 from tqdm import tqdm
 
 import crate_nn
+from crate_nn.engine.precision import autocast_dtype as precision_dtype
 from benchmarks import common
 from benchmarks.baseline import Baseline, autocast_dtype
 
@@ -80,8 +80,6 @@ def check_pair(ours: nn.Module, baseline: nn.Module, images: torch.Tensor) -> fl
 
 
 # ----------------------------------------------------------------------------------------------- driver
-PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-
 # A step factory: (model, images, labels, autocast dtype or None) -> a closure running one step.
 StepFactory = Callable[[nn.Module, torch.Tensor, torch.Tensor, "torch.dtype | None"], Callable[[], None]]
 
@@ -98,20 +96,6 @@ COLUMNS: list[common.Column] = [
     ("baseline_mfu", "baseline MFU", ".1%"),
     ("ours_mfu", "ours MFU", ".1%"),
 ]
-
-
-def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
-    """``torch.autocast`` to ``dtype`` on ``device``, or nothing for float32."""
-    return torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
-
-
-def resolve_precision(name: str, device: torch.device) -> torch.dtype | None:
-    """``auto`` is bf16 on GPUs and float32 on CPUs; otherwise one of PRECISIONS."""
-    if name == "auto":
-        return torch.bfloat16 if device.type == "cuda" else None
-    if name not in PRECISIONS:
-        raise ValueError(f"precision must be auto or one of {sorted(PRECISIONS)}, got {name!r}")
-    return PRECISIONS[name]
 
 
 def precision_name(dtype: torch.dtype | None) -> str:
@@ -186,7 +170,7 @@ def run_paired(
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
     overrides = dict(TINY_OVERRIDES) if args.tiny else {}
-    dtype = resolve_precision(args.precision, device)
+    dtype = precision_dtype(device, args.precision)
     peak = common.peak_bf16_flops(device)
     rows = []
     for name in tqdm(args.models, desc=benchmark, unit="model"):

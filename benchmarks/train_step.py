@@ -21,7 +21,8 @@ import torch.nn.functional as F
 from lion_pytorch import Lion
 from torch import nn
 
-from benchmarks.models import autocast, run_paired
+from benchmarks.models import run_paired
+from crate_nn.engine.precision import autocast
 
 
 def make_train_step(

@@ -26,7 +26,7 @@
 # `crate_nn.CRATEEncoder` (PyTorch, row convention, `mssa_output="tied"`, `attn_scale=1`) with its weights set to $U$
 # and $D$; the two agree to float64 rounding. The measurements use `crate_nn.measure_layers` (both protocols:
 # "paper" $R^c(Z^{\ell+1/2}\mid U^\ell)$ with ε = 1, and the authors' "official" hook protocol, scale-free) and the
-# figures use `crate_nn.plots` (Figs. 14/15 curves, Fig. 16 token heat maps, Fig. 17 subspace coherence). A
+# figures use `crate_nn.analysis.plots` (Figs. 14/15 curves, Fig. 16 token heat maps, Fig. 17 subspace coherence). A
 # randomly initialised encoder of the same size (the default CRATE layer) is the reference.
 #
 # Note what "ideal" does and does not mean: with an orthogonal $D$ and $\eta=0.1$ the ISTA block computes
@@ -42,7 +42,7 @@ import torch
 from IPython.display import display
 
 import crate_nn
-import crate_nn.plots
+import crate_nn.analysis.plots
 import crate_theory as ct
 from crate_theory import synthetic
 from verify.registry import all_claims, select
@@ -91,7 +91,7 @@ for protocol in ("paper", "official"):
         "random init": crate_nn.measure_layers(random_init, tokens, protocol=protocol,
                                                eps=eps if protocol == "paper" else None),
     }
-    display(crate_nn.plots.plot_layer_curves(measured[protocol]))
+    display(crate_nn.analysis.plots.plot_layer_curves(measured[protocol]))
 
 
 def means(result, kind):
@@ -122,8 +122,8 @@ print("R^c official protocol, ideal:", np.round(ideal_rc_official, 2))
 # 0–2 as in the paper.
 
 # %%
-display(crate_nn.plots.plot_token_heatmaps(traces, sample=0, size=50, seed=0))
-display(crate_nn.plots.plot_token_heatmaps(crate_nn.trace(random_init, tokens), sample=0, size=50, seed=0))
+display(crate_nn.analysis.plots.plot_token_heatmaps(traces, sample=0, size=50, seed=0))
+display(crate_nn.analysis.plots.plot_token_heatmaps(crate_nn.trace(random_init, tokens), sample=0, size=50, seed=0))
 
 # %% [markdown]
 # ## 4. Subspace coherence (Fig. 17)
@@ -134,8 +134,8 @@ display(crate_nn.plots.plot_token_heatmaps(crate_nn.trace(random_init, tokens), 
 # %%
 ideal_coherence = crate_nn.coherence(ideal)
 random_coherence = crate_nn.coherence(random_init)
-display(crate_nn.plots.plot_coherence(ideal_coherence[:4], heads=K))
-display(crate_nn.plots.plot_coherence(random_coherence[:4], heads=K))
+display(crate_nn.analysis.plots.plot_coherence(ideal_coherence[:4], heads=K))
+display(crate_nn.analysis.plots.plot_coherence(random_coherence[:4], heads=K))
 off_block = ~torch.block_diag(*[torch.ones(p, p, dtype=torch.bool)] * K)
 ideal_off = float(ideal_coherence[:, off_block].abs().max())
 random_off = float(random_coherence[:, off_block].abs().mean())

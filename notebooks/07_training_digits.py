@@ -19,7 +19,7 @@
 # ISTA outputs) per layer, for a random initialisation and for trained checkpoints; Fig. 16 shows the tokens, Fig. 17
 # the coherence of the learned subspaces, Fig. 18 the class token's attention (437). We reproduce each measurement
 # on the smallest dataset that ships with the environment — scikit-learn's 8×8 handwritten digits — with the
-# `digits` preset of `crate_nn.presets` (CRATE with image 8, patch 4, so 4 patches + [CLS]; $d=96$, 3 layers,
+# `digits` preset of `crate_nn.tasks` (CRATE with image 8, patch 4, so 4 patches + [CLS]; $d=96$, 3 layers,
 # 4 heads; AdamW), shortened to **10 epochs** to fit the notebooks' CI budget (the preset's 30 epochs reach ≈98%
 # validation accuracy).
 #
@@ -43,10 +43,10 @@ import torch
 from IPython.display import display
 
 import crate_nn
-import crate_nn.plots
+import crate_nn.analysis.plots
 from crate_nn.data import DeviceTransform, build_dataset
-from crate_nn.presets import get_preset
-from crate_nn.train import train
+from crate_nn.engine import train
+from crate_nn.tasks import get_preset
 
 workdir = Path(tempfile.mkdtemp(prefix="crate-digits-"))
 config = get_preset("digits", epochs=10, output_dir=str(workdir / "run"), init_from=str(workdir / "init.pt"),
@@ -104,7 +104,7 @@ with torch.no_grad():
 measured = {protocol: {name: crate_nn.measure_layers(m, images, protocol=protocol) for name, m in models.items()}
             for protocol in ("paper", "official")}
 for protocol in measured:
-    display(crate_nn.plots.plot_layer_curves(measured[protocol]))
+    display(crate_nn.analysis.plots.plot_layer_curves(measured[protocol]))
 
 
 def curve(protocol, name, kind="compression"):
@@ -132,14 +132,14 @@ for protocol in measured:
 # %%
 for name, model in models.items():
     print(name)
-    display(crate_nn.plots.plot_token_heatmaps(crate_nn.trace(model, images[:1]), sample=0, size=50, seed=0))
+    display(crate_nn.analysis.plots.plot_token_heatmaps(crate_nn.trace(model, images[:1]), sample=0, size=50, seed=0))
 heads, p = models["random init"].config.heads, models["random init"].config.head_dim
 off_block = ~torch.block_diag(*[torch.ones(p, p, dtype=torch.bool)] * heads)
 off_coherence = {}
 for name, model in models.items():
     c = crate_nn.coherence(model)
     off_coherence[name] = [float(m[off_block].abs().mean()) for m in c]
-    display(crate_nn.plots.plot_coherence(c, heads=heads))
+    display(crate_nn.analysis.plots.plot_coherence(c, heads=heads))
 print("mean off-block |coherence| per layer:", {k: np.round(v, 3) for k, v in off_coherence.items()})
 
 # %% [markdown]

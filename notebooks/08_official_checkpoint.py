@@ -47,7 +47,7 @@ import torch
 from IPython.display import display
 
 import crate_nn
-import crate_nn.plots
+import crate_nn.analysis.plots
 import crate_theory as ct
 from crate_nn import checkpoint
 from crate_theory import synthetic
@@ -154,8 +154,8 @@ for name, state in (("missing", damaged), ("shape", wrong)):
 # %%
 official = crate_nn.measure_layers(model, images, protocol="official", thresholds=(1.0, 0.5, 0.1))
 paper = crate_nn.measure_layers(model, images, protocol="paper")
-display(crate_nn.plots.plot_layer_curves({"stand-in (random CRATE-S), official": official}))
-display(crate_nn.plots.plot_thresholded_sparsity(official, label="stand-in CRATE-S"))
+display(crate_nn.analysis.plots.plot_layer_curves({"stand-in (random CRATE-S), official": official}))
+display(crate_nn.analysis.plots.plot_thresholded_sparsity(official, label="stand-in CRATE-S"))
 rng = np.random.default_rng(0)
 n_tokens, p = cfg.num_patches + 1, cfg.head_dim
 isotropic = np.mean([cfg.heads * ct.coding_rate(synthetic.normalize_columns(rng.standard_normal((p, n_tokens))), 0.1)

@@ -5,8 +5,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from crate_nn.config import CRATEConfig
-from crate_nn.layers import CRATEDecoderLayer
+from crate_nn.models import CRATEConfig, CRATEDecoderLayer
 from crate_theory.decoder import DecoderLayerParams, crate_decode, decoder_layer, decoder_presets
 from crate_theory.ista import ista
 from crate_theory.layer import CrateLayerParams

@@ -26,8 +26,8 @@ import torch
 
 import crate_nn
 from crate_nn.data import DeviceTransform, build_dataset
-from crate_nn.presets import get_preset
-from crate_nn.train import train
+from crate_nn.engine import train
+from crate_nn.tasks import get_preset
 from crate_theory import CrateLayerParams, coding_rate, compression_rate, crate_forward, layer_norm, project_onto_bases
 from crate_theory.synthetic import normalize_columns, orthonormal_bases, sample_tokens
 from verify import plots

@@ -9,8 +9,10 @@ import crate_nn
 from crate_nn import checkpoint, create_model
 from crate_nn.data import DeviceTransform, build_dataset
 from crate_nn.evaluate import main as crate_eval
-from crate_nn.presets import PRESETS, get_preset
-from crate_nn.train import initialise_from, main, parse_args, train
+from crate_nn.tasks import PRESETS, get_preset
+from crate_nn.engine import train
+from crate_nn.tasks.classification import initialise_from
+from crate_nn.train import main, parse_args
 
 
 def test_every_preset_validates_and_documents_its_command():

@@ -9,7 +9,7 @@ from _train_cases import tiny
 
 import crate_nn
 from crate_nn import checkpoint
-from crate_nn.train import NonFiniteLossError, train
+from crate_nn.engine import NonFiniteLossError, train
 
 
 def _assert_same(a, b, where="checkpoint"):

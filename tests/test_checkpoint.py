@@ -6,7 +6,8 @@ import pytest
 import torch
 
 import crate_nn
-from crate_nn.checkpoint import crate_nn_to_official, official_to_crate_nn, read
+from crate_nn.checkpoint import read
+from crate_nn.official import crate_nn_to_official, official_to_crate_nn
 
 # Independent forward pass written from the documented semantics of the authors' code
 # (../shared/docs/official-implementation.md), with plain tensor operations only.

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from crate_nn.data import (IMAGENET_MEAN, IMAGENET_STD, CorruptImageError, DeviceTransform, EpochBatches,
                            build_dataset, digits)
-from crate_nn.train import train
+from crate_nn.engine import train
 
 @pytest.mark.parametrize(
     "dataset, make, splits, augment",

@@ -9,7 +9,7 @@ import torch
 from _train_cases import TINY_MODEL, tiny
 
 from crate_nn import checkpoint
-from crate_nn.train import train
+from crate_nn.engine import train
 
 ROOT = Path(__file__).resolve().parents[2]
 
