@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import functools
 from pathlib import Path
 from typing import Any, Callable, ClassVar, NamedTuple
 
@@ -133,11 +134,17 @@ def task_for(config: TrainConfig) -> type[Task]:
 
 def preset(fn: Callable[[], TrainConfig]) -> Callable[[], TrainConfig]:
     """Function decorator: register ``fn`` as the preset named ``fn.__name__`` (its docstring gives the command,
-    the expected wall time and the expected result)."""
-    if fn.__name__ in PRESETS:
-        raise ValueError(f"preset {fn.__name__!r} is already registered")
-    PRESETS[fn.__name__] = fn
-    return fn
+    the expected wall time and the expected result); the configs it returns carry that name in ``preset``."""
+    name = fn.__name__
+    if name in PRESETS:
+        raise ValueError(f"preset {name!r} is already registered")
+
+    @functools.wraps(fn)
+    def named() -> TrainConfig:
+        return dataclasses.replace(fn(), preset=name)
+
+    PRESETS[name] = named
+    return named
 
 
 def get_preset(name: str, **overrides) -> TrainConfig:
@@ -151,7 +158,7 @@ def get_preset(name: str, **overrides) -> TrainConfig:
     if unknown:
         raise TypeError(f"unknown {type(config).__name__} field(s) {unknown} for preset {name!r}; known: "
                         f"{sorted(known)}")
-    return dataclasses.replace(config, **{"preset": name, **overrides})
+    return dataclasses.replace(config, **overrides)
 
 
 def list_presets() -> dict[str, list[str]]:

@@ -1,5 +1,6 @@
-"""The training loop's parts against their formulas (hypothesis): the learning-rate schedule, label-smoothed
-cross-entropy, one Lion step written out from the Lion paper, and k accumulated micro-batches vs one batch."""
+"""The engine's parts against their formulas (hypothesis): the per-step schedules, the EMA update, one Lion step
+written out from the Lion paper, the weight-decay groups, and the classification task's label-smoothed
+cross-entropy. (Accumulation, resume, preemption and DDP run through the real loop in test_engine_toy.py.)"""
 import math
 
 import numpy as np
@@ -10,9 +11,13 @@ from hypothesis import strategies as st
 from torch import nn
 
 from crate_nn import create_model
-from crate_nn.presets import get_preset
-from crate_nn.schedule import build_scheduler, warmup_cosine
-from crate_nn.train import build_optimizer, micro_step
+from crate_nn.data.batching import Batch
+from crate_nn.engine.distributed import context
+from crate_nn.engine.ema import EMA
+from crate_nn.engine.optim import build_optimizer
+from crate_nn.engine.schedule import Schedules, cosine, warmup_cosine
+from crate_nn.tasks import get_preset
+from crate_nn.tasks.classification import ClassificationTask
 
 
 # ----------------------------------------------------------------------------------------------- schedule
@@ -49,17 +54,51 @@ def test_warmup_cosine_endpoints_and_monotonicity(warmup, extra):
         assert values[int(midpoint)] == pytest.approx(0.5, abs=1e-15)  # cos(π/2) = 0 up to rounding
 
 
-@given(warmup=st.integers(0, 5), extra=st.integers(1, 10), lr=st.floats(1e-6, 1.0))
-def test_scheduler_sets_the_rate_of_every_optimizer_step(warmup, extra, lr):
-    """Optimizer step s (0-based) runs at lr · warmup_cosine(s): the scheduler is stepped per optimizer step."""
-    param = nn.Parameter(torch.zeros(1))
-    optimizer = torch.optim.SGD([param], lr=lr)
-    scheduler = build_scheduler(optimizer, warmup, warmup + extra)
-    for s in range(warmup + extra + 2):
-        assert optimizer.param_groups[0]["lr"] == pytest.approx(lr * warmup_cosine(s, warmup, warmup + extra),
-                                                                rel=1e-12)
-        optimizer.step()
-        scheduler.step()
+@given(total=st.integers(1, 300), start=st.floats(0.0, 2.0), end=st.floats(0.0, 2.0), data=st.data())
+def test_cosine_interpolates_from_start_to_end(total, start, end, data):
+    """DINO's schedules: end + (start − end)(1 + cos(π s/T))/2, start at 0, end from T on, monotone between."""
+    step = data.draw(st.integers(0, total + 5))
+    expected = end + (start - end) * (1 + math.cos(math.pi * min(step, total) / total)) / 2
+    assert cosine(step, total, start, end) == pytest.approx(expected, rel=1e-12, abs=1e-15)
+    assert cosine(0, total, start, end) == pytest.approx(start, abs=1e-15)
+    assert cosine(total + 3, total, start, end) == end
+    values = [cosine(s, total, start, end) for s in range(total + 1)]
+    diffs = np.diff(values) * (1 if end >= start else -1)
+    assert (diffs >= -1e-15).all()
+
+
+def test_schedules_hold_constants_when_no_end_is_given():
+    s = Schedules(2, 10, 0.1, weight_decay=0.04, weight_decay_end=0.4, ema_momentum=0.996, ema_momentum_end=1.0)
+    assert [s.lr_multiplier(i) for i in (0, 1)] == [0.5, 1.0] and s.lr_multiplier(10) == pytest.approx(0.1)
+    # end + (start − end)·1 at step 0: one rounding away from start
+    assert s.weight_decay_at(0) == pytest.approx(0.04, rel=1e-15)
+    assert s.weight_decay_at(10) == 0.4 and s.ema_momentum_at(10) == 1.0
+    constant = Schedules(0, 10, weight_decay=0.05, ema_momentum=0.9)
+    assert {constant.weight_decay_at(i) for i in range(12)} == {0.05}
+    assert {constant.ema_momentum_at(i) for i in range(12)} == {0.9}
+    with pytest.raises(ValueError, match="warmup_steps"):
+        Schedules(11, 10)
+
+
+@given(momentum=st.floats(0.0, 1.0), seed=st.integers(0, 2**16))
+def test_ema_update_is_its_formula_exactly(momentum, seed):
+    """ema ← m·ema + (1 − m)·θ with the same float operations (mul then add with alpha), buffers copied."""
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
+    ema = EMA(model)
+    assert all(not p.requires_grad for p in ema.module.parameters())
+    before = {n: p.detach().clone() for n, p in ema.module.named_parameters()}
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p))
+        model[1].running_mean.add_(1.0)
+    ema.update(model, momentum)
+    for (name, averaged), current in zip(ema.module.named_parameters(), model.parameters()):
+        expected = before[name].mul(momentum).add(current, alpha=1.0 - momentum)
+        assert torch.equal(averaged, expected), name  # same operations in the same order: bit-equal
+    assert torch.equal(ema.module[1].running_mean, model[1].running_mean)
+    with pytest.raises(ValueError, match="momentum"):
+        ema.update(model, 1.5)
 
 
 def test_schedule_rejects_bad_arguments():
@@ -81,20 +120,33 @@ class FixedLogits(nn.Module):
         return self.logits
 
 
+def _classification_task(tmp_path, smoothing: float) -> ClassificationTask:
+    config = get_preset("synthetic", image_size=8, synthetic_samples=8, synthetic_classes=12, augment="none",
+                        model_args=dict(patch_size=4, dim=8, depth=1, heads=2), label_smoothing=smoothing,
+                        device="cpu", output_dir=str(tmp_path))
+    return ClassificationTask(config, context("cpu"))
+
+
 @given(
     batch=st.integers(1, 6),
     classes=st.integers(2, 12),
     smoothing=st.floats(0.0, 0.9),
     seed=st.integers(0, 2**31 - 1),
 )
-def test_label_smoothed_cross_entropy_matches_formula(batch, classes, smoothing, seed):
+def test_label_smoothed_cross_entropy_matches_formula(tmp_path_factory, batch, classes, smoothing, seed):
     """loss = mean_i [ (1 − ε)(−log p_{i,y_i}) + ε/C · Σ_j (−log p_ij) ], gradient (p − q)/B with q the smoothed
-    target; computed here in float64 NumPy, the loop's ``micro_step`` in float64 torch."""
+    target; computed here in float64 NumPy, the classification task's ``loss`` in float64 torch."""
     rng = np.random.default_rng(seed)
     logits = rng.normal(scale=3.0, size=(batch, classes))
     labels = rng.integers(0, classes, size=batch)
     model = FixedLogits(torch.from_numpy(logits))
-    loss = micro_step(model, None, torch.from_numpy(labels), smoothing, accumulation=1)
+    task = _classification_task(tmp_path_factory.mktemp("ce"), smoothing)
+    batch_in = Batch(torch.zeros(batch, 3, 8, 8, dtype=torch.uint8), torch.from_numpy(labels),
+                     torch.arange(batch), ())
+    out = task.loss(model, batch_in)
+    out.loss.backward()
+    loss = out.loss.detach()
+    assert out.counts == {"skipped_images": 0}
     log_p = logits - np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1, keepdims=True)) - logits.max(
         1, keepdims=True)
     per_sample = -(1 - smoothing) * log_p[np.arange(batch), labels] - smoothing / classes * log_p.sum(1)
@@ -154,20 +206,3 @@ def test_weight_decay_groups_name_the_excluded_parameters():
     assert {"encoder.layers.0.mssa.qkv.weight", "encoder.layers.0.ista.weight", "head.fc.weight"} <= decayed
     assert all(g["weight_decay"] == 0.5 for g in build_optimizer(get_preset("imagenet", weight_decay_all=True),
                                                                  model).param_groups)
-
-
-# ----------------------------------------------------------------------------------------------- accumulation
-@given(k=st.sampled_from([1, 2, 4, 8]), smoothing=st.floats(0.0, 0.5), seed=st.integers(0, 2**31 - 1))
-def test_accumulated_micro_batches_equal_one_batch(k, smoothing, seed):
-    """k micro-batches of 8/k images through ``micro_step`` accumulate exactly the gradient of one batch of 8."""
-    torch.manual_seed(seed % 2**16)
-    model = _tiny_model()
-    images = torch.randn(8, 1, 8, 8, dtype=torch.float64)
-    labels = torch.randint(0, 3, (8,))
-    whole = micro_step(model, images, labels, smoothing, accumulation=1)
-    reference = {n: p.grad.clone() for n, p in model.named_parameters()}
-    model.zero_grad(set_to_none=True)
-    losses = [micro_step(model, x, y, smoothing, accumulation=k) for x, y in zip(images.chunk(k), labels.chunk(k))]
-    assert torch.stack(losses).mean().item() == pytest.approx(whole.item(), rel=1e-12)  # float64 sums
-    for n, p in model.named_parameters():
-        torch.testing.assert_close(p.grad, reference[n], rtol=1e-10, atol=1e-13, msg=n)  # float64 sum order
