@@ -16,8 +16,9 @@ micro-batch and the evaluation; the loop owns the rest:
 * checkpoints (``checkpoints/step_XXXXXXX.pt`` and ``last.pt``, atomic): model, optimizer, per-rank RNG states,
   position, task state, EMA, counters and the partial log window — ``--resume`` continues bit-exactly on a CPU.
 * preemption: SIGTERM or SIGINT (what SLURM and cloud schedulers send before killing a job) lets the current
-  optimizer step finish in every process, writes a checkpoint, and raises `Preempted`; ``crate-train`` then
-  exits with 128 + the signal number after one line saying how to resume.
+  optimizer step finish, writes a checkpoint, and raises `Preempted`; ``crate-train`` then exits with 128 + the
+  signal number after one line saying how to resume. Under torchrun the signal travels in the step's all-reduce,
+  so every process stops after the same step (the next one when the signal arrives after that all-reduce).
 * metrics.jsonl: a line per ``log_every`` steps (train_loss, lr, throughput, task metrics, counters), a line per
   evaluation, and end-of-run lines marked ``"final"`` (which a resumed run replaces).
 """
@@ -295,7 +296,6 @@ def _train(config: TrainConfig, ctx: distributed.Context, task_class: type[Task]
                 step_metrics = {k: v / ctx.world_size for k, v in zip(metric_keys, reduced[1:])}
                 for k, v in zip(count_keys, reduced[1 + len(metric_keys):]):
                     totals[k] = totals.get(k, 0) + int(round(v))
-                stop_requested = reduced[-1] > 0
                 grad_norm = (nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
                              if config.grad_clip is not None else None)
                 if not (math.isfinite(loss_value) and (grad_norm is None or torch.isfinite(grad_norm))):
@@ -316,16 +316,20 @@ def _train(config: TrainConfig, ctx: distributed.Context, task_class: type[Task]
                 step_in_epoch += 1
                 window.add(loss_value, step_metrics, config.batch_size * task.units_per_sample())
                 bar.update(1)
-                if step % config.log_every == 0 or step == last_step:
+                scheduled = step % config.log_every == 0
+                if scheduled or step == last_step:
                     elapsed = time.perf_counter() - window.start
                     record = {"epoch": step / steps_per_epoch, "step": step,
                               "train_loss": window.loss / window.steps, "lr": lr,
                               unit_key: window.samples / max(elapsed, 1e-9),
                               **{f"train_{k}": v / window.steps for k, v in window.metrics.items()}, **totals}
-                    run.log(record)
+                    run.log(record if scheduled else {**record, "final": True})
                     bar.set_postfix(loss=f"{record['train_loss']:.4f}", lr=f"{lr:.2e}")
-                    window = LogWindow()
-                if stop_requested:
+                    if scheduled:  # a partial window at a stop goes on in a resumed run
+                        window = LogWindow()
+                # one process stops after the step in which the signal arrived; several processes after the step
+                # whose all-reduce carried it, so that all stop together (at most one step later)
+                if (reduced[-1] > 0) if ctx.distributed else stop.received:
                     save_checkpoint()
                     bar.close()
                     name = signal.Signals(stop.received or signal.SIGTERM).name
