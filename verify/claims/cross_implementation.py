@@ -24,9 +24,12 @@ D, HEADS, N = 24, 4, 9
 """Small configuration: d = 24, K = 4 heads of p = 6, n = 9 tokens."""
 
 
-def _config(**overrides) -> crate_nn.CRATEConfig:
-    return crate_nn.CRATEConfig(dim=D, heads=HEADS, depth=3, image_size=8, patch_size=4, num_classes=3,
-                                **overrides)
+def _config(**overrides) -> crate_nn.BlockConfig:
+    """The layer options of the compared stacks (3 layers, see `DEPTH`)."""
+    return crate_nn.BlockConfig(dim=D, heads=HEADS, **overrides)
+
+
+DEPTH = 3
 
 
 def _randomise(module: torch.nn.Module, seed: int) -> torch.nn.Module:
@@ -133,7 +136,7 @@ _LAYER_VARIANTS = [
 ]
 
 
-def _theory_kwargs(config: crate_nn.CRATEConfig) -> dict:
+def _theory_kwargs(config: crate_nn.BlockConfig) -> dict:
     """crate_layer keyword arguments with the semantics of a crate_nn config."""
     return dict(
         eta=config.eta, lam=config.lam, eps=config.eps, skip=config.skip, causal=config.causal,
@@ -157,7 +160,7 @@ def nn_encoder(ctx) -> Result:
     worst = {}
     for i, overrides in enumerate(_LAYER_VARIANTS):
         config = _config(**overrides)
-        encoder = _randomise(crate_nn.CRATEEncoder(config), ctx.torch_seed + i)
+        encoder = _randomise(crate_nn.CRATEEncoder(config, DEPTH), ctx.torch_seed + i)
         trace = crate_forward(Z, [_layer_params(layer) for layer in encoder.layers], **_theory_kwargs(config))
         errs, h = [], x
         with torch.no_grad():
