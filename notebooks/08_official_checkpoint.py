@@ -49,13 +49,13 @@ from IPython.display import display
 import crate_nn
 import crate_nn.analysis.plots
 import crate_theory as ct
-from crate_nn import checkpoint
+from crate_nn.official import crate_nn_to_official
 from crate_theory import synthetic
 
 workdir = Path(tempfile.mkdtemp(prefix="crate-official-"))
 torch.manual_seed(0)
 original = crate_nn.create_model("crate_small").eval()
-official_state = checkpoint.crate_nn_to_official(original.state_dict())  # our names → the authors' names
+official_state = crate_nn_to_official(original.state_dict())  # our names → the authors' names
 payload = {
     "epoch": 150,
     "arch": "CRATE_small",

@@ -32,3 +32,16 @@ def test_package_imports_respect_independence(package):
     }
     offenders = {k: v for k, v in offenders.items() if v}
     assert not offenders, f"{package} imports what it must not: {offenders}"
+
+
+def test_importing_crate_nn_loads_no_training_or_plotting_dependency():
+    """``import crate_nn`` (models, checkpoints, measurements) must not pull kornia, lion-pytorch or matplotlib:
+    they belong to training and figures and are imported where used."""
+    import subprocess
+    import sys
+
+    code = ("import sys, crate_nn, crate_nn.engine, crate_nn.tasks; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'kornia', 'lion_pytorch', 'matplotlib'}))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
