@@ -31,11 +31,19 @@ import sys
 import typing
 from typing import Sequence
 
+from .data.batching import CorruptImageError
 from .engine.config import TrainConfig, strip_optional
 from .engine.loop import NonFiniteLossError, Preempted, train
 from .tasks import PRESETS, get_preset, list_presets
 
 DEFAULT_PRESET = "synthetic"
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line naming the flag (the usage is one ``--help`` away)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _field_parser(hint) -> dict:
@@ -84,14 +92,14 @@ def _presets_text() -> str:
 def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
     """``--preset NAME`` then any ``--field-name VALUE`` of that preset's config (tuples: several values;
     dicts: KEY=VALUE). The result is validated; errors exit with status 2 and one line naming the flag."""
-    first = argparse.ArgumentParser(add_help=False)
+    first = OneLineParser(add_help=False)
     first.add_argument("--preset", default=DEFAULT_PRESET)
     first.add_argument("--list-presets", action="store_true")
     known, _ = first.parse_known_args(argv)
     if known.list_presets:
         print(_presets_text())
         raise SystemExit(0)
-    parser = argparse.ArgumentParser(prog="crate-train", description=__doc__.split("\n\n")[0],
+    parser = OneLineParser(prog="crate-train", description=__doc__.split("\n\n")[0],
                                      epilog=__doc__.split("\n\n", 1)[1] + "\n" + _presets_text(),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default=DEFAULT_PRESET, choices=sorted(PRESETS),
@@ -140,6 +148,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 128 + int(stop.signum)
     except (ValueError, TypeError, NonFiniteLossError) as err:
         print(f"crate-train: {err}", file=sys.stderr)
+        return 1
+    except CorruptImageError as err:  # raised in a DataLoader worker, its message ends with the original line
+        print(f"crate-train: {str(err).strip().splitlines()[-1].split('CorruptImageError: ')[-1]}", file=sys.stderr)
         return 1
     if int(os.environ.get("RANK", "0")) == 0:
         print(json.dumps({"output_dir": result.output_dir, "checkpoint": result.checkpoint, "steps": result.steps,

@@ -19,7 +19,7 @@ class CorruptImageError(RuntimeError):
 
 
 class Corrupt(NamedTuple):
-    """Placeholder a dataset returns for an unreadable file, so the collate step can skip and count it."""
+    """Placeholder an evaluation dataset returns for an unreadable file, so the collate step can skip and count it."""
 
     path: str
     reason: str
@@ -36,15 +36,25 @@ class Batch(NamedTuple):
 
 
 def collate(items: list) -> Batch:
-    """Stack (image, label, index) triples, dropping and naming the ``Corrupt`` placeholders."""
-    skipped = tuple(item.path for item in items if isinstance(item, Corrupt))
-    good = [item for item in items if not isinstance(item, Corrupt)]
+    """Stack (image, label, index) samples into a `Batch`, naming the files skipped: ``Corrupt`` placeholders are
+    dropped (evaluation), refilled samples (image, label, index, skipped names) keep their substitute (training).
+    A batch whose every file was unreadable has no images (``images`` of shape (0,))."""
+    skipped: list[str] = []
+    good = []
+    for item in items:
+        if isinstance(item, Corrupt):
+            skipped.append(item.path)
+            continue
+        if len(item) == 4:
+            skipped.extend(item[3])
+        good.append(item[:3])
     if not good:
-        raise CorruptImageError(f"every image of a batch was unreadable: {', '.join(skipped)}")
+        empty = torch.empty(0, dtype=torch.long)
+        return Batch(torch.empty(0), empty, empty, tuple(skipped))
     images = torch.stack([image for image, _, _ in good])
     labels = torch.as_tensor([int(label) for _, label, _ in good], dtype=torch.long)
     indices = torch.as_tensor([int(i) for _, _, i in good], dtype=torch.long)
-    return Batch(images, labels, indices, skipped)
+    return Batch(images, labels, indices, tuple(skipped))
 
 
 class EpochBatches:

@@ -37,6 +37,7 @@ from .batching import Corrupt, CorruptImageError
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
+MAX_REFILL = 64  # consecutive unreadable files a training set skips before it declares the folder broken
 DATASETS = ("imagenet", "imagefolder", "cifar10", "cifar100", "flowers102", "pets", "digits", "synthetic")
 
 
@@ -90,7 +91,7 @@ class ImageFiles(Dataset):
     ):
         if not samples:
             raise ValueError("samples: expected at least one image file, found none")
-        self.samples, self.strict = list(samples), strict
+        self.samples, self.strict, self.train = list(samples), strict, train
         self.resize, self.crop = (load_size, load_size) if train else (eval_resize, image_size)
         if self.crop > self.resize:
             raise ValueError(f"image_size: the crop {self.crop} is larger than the resized side {self.resize}")
@@ -99,26 +100,57 @@ class ImageFiles(Dataset):
     def __len__(self) -> int:
         return len(self.samples)
 
-    def __getitem__(self, i: int):
+    def decode(self, path: str) -> torch.Tensor:
+        """One file as a (3, crop, crop) uint8 tensor (Pillow's exception when the file cannot be decoded)."""
         from PIL import Image  # imported in the worker
 
-        path, label = self.samples[i]
-        try:
-            with Image.open(path) as im:
-                im = im.convert("RGB")
-                w, h = im.size
-                scale = self.resize / min(w, h)
-                im = im.resize((max(self.resize, round(w * scale)), max(self.resize, round(h * scale))),
-                               Image.BILINEAR)
-                w, h = im.size
-                left, top = (w - self.crop) // 2, (h - self.crop) // 2
-                im = im.crop((left, top, left + self.crop, top + self.crop))
-                array = np.asarray(im, dtype=np.uint8)
-        except Exception as err:  # Pillow raises OSError, SyntaxError, ValueError... for broken files
-            if self.strict:
-                raise CorruptImageError(f"unreadable image {path}: {type(err).__name__}: {err}") from err
-            return Corrupt(str(path), f"{type(err).__name__}: {err}")
-        return torch.from_numpy(array.copy()).permute(2, 0, 1), label, i
+        with Image.open(path) as im:
+            im = im.convert("RGB")
+            w, h = im.size
+            scale = self.resize / min(w, h)
+            im = im.resize((max(self.resize, round(w * scale)), max(self.resize, round(h * scale))), Image.BILINEAR)
+            w, h = im.size
+            left, top = (w - self.crop) // 2, (h - self.crop) // 2
+            im = im.crop((left, top, left + self.crop, top + self.crop))
+            array = np.asarray(im, dtype=np.uint8)
+        return torch.from_numpy(array.copy()).permute(2, 0, 1)
+
+    def __getitem__(self, i: int):
+        """(image, label, index) of sample ``i``. An unreadable file raises `CorruptImageError` under ``strict``;
+        otherwise a training set refills it with the next readable sample (deterministically: i + 1, i + 2, …),
+        returning (image, label, index used, names skipped), so batches keep their size; an evaluation set returns
+        a `Corrupt` placeholder, which `collate` drops and counts (no image is evaluated twice)."""
+        skipped: list[str] = []
+        for k in range(min(len(self), MAX_REFILL) if self.train else 1):
+            j = (i + k) % len(self)
+            path, label = self.samples[j]
+            try:
+                image = self.decode(path)
+            except Exception as err:  # Pillow raises OSError, SyntaxError, ValueError... for broken files
+                if self.strict:
+                    raise CorruptImageError(f"unreadable image {path}: {type(err).__name__}: {err}") from err
+                if not self.train:
+                    return Corrupt(str(path), f"{type(err).__name__}: {err}")
+                skipped.append(str(path))
+                continue
+            return (image, label, j, tuple(skipped)) if skipped else (image, label, j)
+        raise CorruptImageError(f"{len(skipped)} consecutive unreadable images from {skipped[0]} on; the folder "
+                                "seems broken")
+
+    def scan(self, progress: bool = False) -> list[tuple[str, str]]:
+        """(path, reason) of every file Pillow cannot verify (header and structure; no full decode)."""
+        from PIL import Image
+        from tqdm.auto import tqdm
+
+        bad = []
+        for path, _ in tqdm(self.samples, desc="checking images", disable=not progress, unit="file"):
+            try:
+                with Image.open(path) as im:
+                    im.verify()
+            except Exception as err:  # as in decode: anything Pillow raises marks the file unreadable
+                bad.append((str(path), f"{type(err).__name__}: {err}"))
+        return bad
+
 
 # --------------------------------------------------------------------------------------------- layouts
 def _require_dir(path: Path, what: str) -> Path:
@@ -152,11 +184,42 @@ def image_folder(root: str | Path, classes: Sequence[str] | None = None) -> tupl
     return samples, classes
 
 
-def _unpickle(path: Path) -> dict:
+# What the CIFAR python release's pickles may reference: numpy arrays, scalars and dtypes, and the byte-string
+# codec of Python-2 pickles. Anything else (a crafted file naming os.system, say) is refused before it can run.
+_CIFAR_GLOBALS = {
+    ("_codecs", "encode"),
+    ("numpy", "ndarray"),
+    ("numpy", "dtype"),
+    *((module, name) for module in ("numpy.core.multiarray", "numpy._core.multiarray")
+      for name in ("_reconstruct", "scalar")),
+    *((module, "_frombuffer") for module in ("numpy.core.numeric", "numpy._core.numeric")),
+}
+
+
+class _CifarUnpickler(pickle.Unpickler):
+    """Unpickles only the dict/bytes/list/int/numpy-array content of the CIFAR release."""
+
+    def find_class(self, module: str, name: str):
+        if (module, name) not in _CIFAR_GLOBALS:
+            raise pickle.UnpicklingError(f"refuses to load {module}.{name} (not part of the CIFAR format)")
+        return super().find_class(module, name)
+
+
+def _unpickle(path: Path, keys: Sequence[bytes]) -> dict:
+    """The dictionary of one CIFAR file, which must hold ``keys`` (ValueError naming the file otherwise)."""
     if not path.is_file():
         raise ValueError(f"data_dir: expected the CIFAR file {str(path)!r}, it does not exist")
-    with open(path, "rb") as f:
-        return pickle.load(f, encoding="bytes")
+    try:
+        with open(path, "rb") as f:
+            payload = _CifarUnpickler(f, encoding="bytes").load()
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError) as err:
+        raise ValueError(f"data_dir: {str(path)!r} is not a CIFAR batch file: {type(err).__name__}: {err}") from err
+    if not isinstance(payload, dict):
+        raise ValueError(f"data_dir: {str(path)!r} is not a CIFAR batch file (holds a {type(payload).__name__})")
+    missing = [k.decode() for k in keys if k not in payload]
+    if missing:
+        raise ValueError(f"data_dir: {str(path)!r} is not a CIFAR batch file (no {missing})")
+    return payload
 
 
 def cifar(root: str | Path, num_classes: int, split: str) -> TensorImages:
@@ -172,11 +235,12 @@ def cifar(root: str | Path, num_classes: int, split: str) -> TensorImages:
     if (root / folder_name).is_dir():
         root = root / folder_name
     label_key = b"labels" if num_classes == 10 else b"fine_labels"
-    parts = [_unpickle(root / name) for name in files[split]]
+    names_key = b"label_names" if num_classes == 10 else b"fine_label_names"
+    parts = [_unpickle(root / name, (b"data", label_key)) for name in files[split]]
     images = np.concatenate([np.asarray(p[b"data"], dtype=np.uint8) for p in parts]).reshape(-1, 3, 32, 32)
     labels = np.concatenate([np.asarray(p[label_key], dtype=np.int64) for p in parts])
-    meta = _unpickle(root / ("batches.meta" if num_classes == 10 else "meta"))
-    names = [n.decode() for n in meta[b"label_names" if num_classes == 10 else b"fine_label_names"]]
+    meta = _unpickle(root / ("batches.meta" if num_classes == 10 else "meta"), (names_key,))
+    names = [n.decode() for n in meta[names_key]]
     return TensorImages(torch.from_numpy(images), torch.from_numpy(labels), names)
 
 

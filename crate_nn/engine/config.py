@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass
@@ -91,6 +92,8 @@ class TrainConfig:
             check_field(f.name, getattr(self, f.name), hints[f.name], f.metadata)
         if self.warmup_epochs > self.epochs:
             raise ValueError(f"warmup_epochs: {self.warmup_epochs} exceeds epochs={self.epochs}")
+        if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", self.device):
+            raise ValueError(f"device: expected auto, cpu, cuda, cuda:N or mps, got {self.device!r}")
         if self.resume and self.overwrite:
             raise ValueError("resume, overwrite: choose one (continue the run, or delete it and start over)")
 

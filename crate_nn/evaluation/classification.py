@@ -55,6 +55,11 @@ def evaluate(
     # loss sum, top-1, top-5, images, skipped, ReaL correct, ReaL counted
     totals = torch.zeros(7, dtype=torch.float64, device=ctx.device)
     for batch in loader(dataset, batches, num_workers, pin_memory=ctx.device.type == "cuda"):
+        totals[4] += len(batch.skipped)
+        for path in batch.skipped:
+            tqdm.write(f"skipped unreadable image {path}", file=sys.stderr)
+        if not batch.labels.numel():  # every file of this batch was unreadable
+            continue
         images = transform(batch.images.to(ctx.device, non_blocking=True))
         labels = batch.labels.to(ctx.device)
         with autocast(ctx.device, precision):
@@ -65,9 +70,6 @@ def evaluate(
         totals[1] += (top[:, 0] == labels).sum()
         totals[2] += (top == labels[:, None]).any(dim=-1).sum()
         totals[3] += labels.numel()
-        totals[4] += len(batch.skipped)
-        for path in batch.skipped:
-            tqdm.write(f"skipped unreadable image {path}", file=sys.stderr)
         if real_labels is not None:
             predictions = top[:, 0].tolist()
             for i, predicted in zip(batch.indices.tolist(), predictions):

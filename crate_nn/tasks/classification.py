@@ -20,14 +20,15 @@ from torch import nn
 from tqdm import tqdm
 
 from .. import checkpoint
-from ..data.batching import Batch, collate
-from ..data.images import DATASETS, IMAGENET_MEAN, IMAGENET_STD, build_dataset
+from ..data.batching import Batch, CorruptImageError, collate
+from ..data.images import DATASETS, IMAGENET_MEAN, IMAGENET_STD, ImageFiles, build_dataset
 from ..data.transforms import AUGMENTATIONS, DeviceTransform
 from ..engine.config import TrainConfig, option
 from ..engine.loop import resolve_batches
 from ..engine.task import LossOutput, Task, preset, register_task
 from ..evaluation.classification import evaluate
 from ..models.embedding import resample_pos_embed
+from ..models.classifier import CRATEClassifier, CRATEConfig
 from ..models.registry import create_model, list_models, model_config
 from ..official.classifier import load_official_checkpoint
 
@@ -96,10 +97,11 @@ class ClassificationConfig(TrainConfig):
         if from_data:
             raise ValueError(f"model_args: {from_data} come from the data (--image-size and the dataset), not "
                              "from model_args")
-        try:
-            model_config(self.model, **self.model_args, image_size=self.image_size)
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"model_args: {err}") from err
+        if not self.init_from:  # with init_from, the architecture may come from the checkpoint (build_classifier)
+            try:
+                model_config(self.model, **self.model_args, image_size=self.image_size)
+            except (TypeError, ValueError) as err:
+                raise ValueError(f"model_args: {err}") from err
 
 
 def initialise_from(model: nn.Module, path: str) -> list[str]:
@@ -136,6 +138,38 @@ def initialise_from(model: nn.Module, path: str) -> list[str]:
     return reinitialised
 
 
+STRICT_SCAN_LIMIT = 20_000  # files per split checked before training under --strict (≈ 1 ms each)
+
+
+def check_readable(datasets) -> None:
+    """Under ``strict``: verify every image file of the splits small enough to scan cheaply and raise
+    `CorruptImageError` naming all unreadable ones before training starts (larger splits fail at the first)."""
+    bad = [entry for ds in datasets if isinstance(ds, ImageFiles) and len(ds) <= STRICT_SCAN_LIMIT
+           for entry in ds.scan()]
+    if bad:
+        listed = "; ".join(f"{path} ({reason})" for path, reason in bad[:20])
+        more = f" and {len(bad) - 20} more" if len(bad) > 20 else ""
+        raise CorruptImageError(f"{len(bad)} unreadable image(s): {listed}{more}")
+
+
+def build_classifier(config: ClassificationConfig, from_data: dict) -> nn.Module:
+    """The model to train: ``config.model`` with ``model_args``; or, when ``init_from`` is a crate_nn classifier
+    checkpoint, the architecture stored in it, so a fine-tuning run rebuilds what was pre-trained.
+    ``from_data`` (image size, classes, channels) always comes from the data; a ``model_args`` entry that
+    contradicts the checkpoint's config raises ValueError naming it."""
+    if config.init_from and Path(config.init_from).is_file():
+        payload = checkpoint.read(config.init_from)
+        ours = isinstance(payload, dict) and payload.get("format") == checkpoint.FORMAT
+        if ours and payload.get("family", "classifier") == "classifier":
+            stored = payload["config"]
+            clash = sorted(k for k, v in config.model_args.items() if k in stored and stored[k] != v)
+            if clash:
+                raise ValueError(f"model_args: {clash} contradict the architecture stored in init_from "
+                                 f"{config.init_from} ({ {k: stored[k] for k in clash} })")
+            return CRATEClassifier(CRATEConfig(**{**stored, **config.model_args, **from_data}))
+    return create_model(config.model, **{**config.model_args, **from_data})
+
+
 @register_task(ClassificationConfig)
 class ClassificationTask(Task):
     """Supervised classification of images by a registered classifier."""
@@ -155,8 +189,10 @@ class ClassificationTask(Task):
                          if config.test_split else None)
         if len(config.mean) != info.in_channels:
             raise ValueError(f"mean, std: {len(config.mean)} values for images with {info.in_channels} channels")
-        self.model = create_model(config.model, **{**config.model_args, "image_size": config.image_size,
-                                                   "num_classes": info.num_classes, "in_channels": info.in_channels})
+        if config.strict:
+            check_readable([self.train_set, self.eval_set, self.test_set])
+        from_data = {"image_size": config.image_size, "num_classes": info.num_classes, "in_channels": info.in_channels}
+        self.model = build_classifier(config, from_data)
         self.reinitialised = initialise_from(self.model, config.init_from) if config.init_from else []
         self.train_transform = DeviceTransform(
             config.image_size, config.mean, config.std, train=True, augment=config.augment,

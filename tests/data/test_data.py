@@ -1,5 +1,7 @@
 """Data: fake ImageNet / CIFAR / Flowers-102 / Pets layouts load, augment and train; corrupt files are skipped and
 named (or stop the run under strict); the batch order is a deterministic partition; the digits split is fixed."""
+import pickle
+
 import numpy as np
 import pytest
 import torch
@@ -8,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from crate_nn.data import (IMAGENET_MEAN, IMAGENET_STD, CorruptImageError, DeviceTransform, EpochBatches,
-                           build_dataset, digits)
+                           build_dataset, collate, digits)
 from crate_nn.engine import train
 
 @pytest.mark.parametrize(
@@ -129,3 +131,75 @@ def test_digits_split_is_fixed_stratified_and_disjoint():
     counts = torch.bincount(parts["test"].labels, minlength=10)
     assert counts.min() >= 35 and counts.max() <= 37  # stratified: 360 test images over 10 balanced classes
     assert parts["train"].images.min() == 0 and parts["train"].images.max() == 1  # values 0..16 scaled by 1/16
+
+
+# ----------------------------------------------------------------------------------------------- reliability
+def test_a_whole_unreadable_micro_batch_is_refilled_in_training_and_named(tmp_path, capfd):
+    """Skip means skip: a micro-batch whose every file is unreadable is refilled with the next readable samples
+    (deterministically), so training goes on at full batch size; evaluation drops unreadable files instead."""
+    root = fake_imagenet(tmp_path / "data")
+    folder = root / "train" / "n01440764"
+    broken = sorted(folder.iterdir())[:3]
+    for path in broken:
+        path.write_bytes(b"not an image")
+    dataset = build_dataset("imagenet", "train", data_dir=str(root), train=True, image_size=16, load_size=20,
+                            eval_resize=20)
+    batch = collate([dataset[i] for i in range(3)])  # the three broken files
+    assert batch.images.shape == (3, 3, 20, 20) and set(batch.skipped) == {str(p) for p in broken}
+    assert batch.indices.tolist() == [3, 3, 3]  # each refilled by the next readable file
+    result = train(tiny(tmp_path / "run", dataset="imagenet", data_dir=str(root),
+                        **{**SMALL, "max_steps": None, "batch_size": 2, "micro_batch_size": 1}))
+    assert result.metrics["skipped_images"] >= 3 and "skipped unreadable image" in capfd.readouterr().err
+
+
+def test_strict_names_every_unreadable_file_before_training(tmp_path):
+    root = fake_imagenet(tmp_path / "data")
+    bad = [root / "train" / "n01440764" / "n01440764_1.JPEG", root / "val" / "n01443537" / "x.JPEG"]
+    for path in bad:
+        path.write_bytes(b"")
+    with pytest.raises(CorruptImageError, match="2 unreadable image") as info:
+        train(tiny(tmp_path / "strict", dataset="imagenet", data_dir=str(root), strict=True, **SMALL))
+    assert all(str(p) in str(info.value) for p in bad)
+    assert not (tmp_path / "strict" / "checkpoints").exists()  # refused before any training
+
+
+def test_evaluation_labels_classes_by_name_from_the_training_split(tmp_path):
+    """A val/ missing one class folder keeps every other label right; an extra class folder is refused."""
+    root = fake_imagenet(tmp_path / "data")
+    import shutil
+
+    shutil.rmtree(root / "val" / "n01440764")
+    train_set = build_dataset("imagenet", "train", data_dir=str(root), train=True, image_size=16, load_size=20,
+                              eval_resize=20)
+    val = build_dataset("imagenet", "val", data_dir=str(root), train=False, image_size=16, load_size=20,
+                        eval_resize=20, classes=train_set.info.classes)
+    assert {label for _, label in val.samples} == {train_set.info.classes.index("n01443537")} == {1}
+    (root / "val" / "n09999999").mkdir()
+    (root / "val" / "n09999999" / "a.JPEG").write_bytes((root / "train" / "n01443537" / "n01443537_0.JPEG").read_bytes())
+    with pytest.raises(ValueError, match=r"class folders the training split lacks: \['n09999999'\]"):
+        build_dataset("imagenet", "val", data_dir=str(root), train=False, image_size=16, load_size=20,
+                      eval_resize=20, classes=train_set.info.classes)
+
+
+def test_a_crafted_cifar_file_cannot_run_code(tmp_path):
+    """A pickle that would call os.system (here: touch a file) is refused by name; the genuine layout loads."""
+    root = fake_cifar(tmp_path / "cifar", 10)
+    marker = tmp_path / "pwned"
+
+    class Exploit:
+        def __reduce__(self):
+            import os
+
+            return os.system, (f"touch {marker}",)
+
+    folder = root / "cifar-10-batches-py"
+    (folder / "data_batch_2").write_bytes(pickle.dumps({b"data": Exploit(), b"labels": [0]}))
+    with pytest.raises(ValueError, match=r"data_batch_2.* is not a CIFAR batch file: UnpicklingError: refuses to load"):
+        build_dataset("cifar10", "train", data_dir=str(root), train=True, image_size=32, load_size=32, eval_resize=32)
+    assert not marker.exists()
+    (folder / "data_batch_2").write_bytes(pickle.dumps({b"labels": [0]}))
+    with pytest.raises(ValueError, match=r"data_batch_2.* is not a CIFAR batch file \(no \['data'\]\)"):
+        build_dataset("cifar10", "train", data_dir=str(root), train=True, image_size=32, load_size=32, eval_resize=32)
+    fake_cifar(tmp_path / "cifar", 10)
+    assert len(build_dataset("cifar10", "train", data_dir=str(root), train=True, image_size=32, load_size=32,
+                             eval_resize=32)) == 20

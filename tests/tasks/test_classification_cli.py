@@ -1,5 +1,8 @@
 """Command line, presets, fine-tuning initialisation, crate-eval with ImageNet-ReaL, and bad arguments."""
+import dataclasses
 import json
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -130,3 +133,71 @@ def test_crate_eval_top_k_and_imagenet_real(tmp_path, capsys):
     assert metrics["top1"] == pytest.approx(sum(p == y for p, y in zip(predicted, labels)) / 4, abs=1e-12)
     assert metrics["top5"] == 1.0  # two classes: the true one is always among the top 5
 
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--batch-size", "0"], "batch_size: expected a value ≥ 1, got 0"),
+    (["--model-args", "foo=1"], r"model_args: unknown CRATEConfig option\(s\) \['foo'\]"),
+    (["--betas", "0.9"], r"betas: expected 2 values, got 1: \(0.9,\)"),
+    (["--crop-scale", "0.5"], r"crop_scale: expected 2 values, got 1"),
+    (["--device", "tpu"], "device: expected auto, cpu, cuda, cuda:N or mps, got 'tpu'"),
+    (["--mean", "0.5", "0.5"], r"mean, std: expected one value per channel in each, got 2 means"),
+    (["--warmup-epochs", "nan"], "warmup_epochs: expected a finite number, got nan"),
+    (["--lr", "abc"], "argument --lr: expected float, got 'abc'"),
+    (["--measure-epochs", "31"], r"measure_epochs: \[31\] are after the last epoch \(30\)"),
+    (["--dataset", "mnist"], "dataset: expected one of imagenet, imagefolder, cifar10, .*got 'mnist'"),
+    (["--model", "gpt2"], "model: expected one of crate_tiny"),
+])
+def test_bad_flags_give_one_line_naming_the_flag(tmp_path, capsys, flags, message):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--preset", "digits", "--output-dir", str(tmp_path), *flags])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and re.search(message, err), err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "checkpoints").exists()
+
+
+def test_help_lists_presets_allowed_values_and_data_layouts(capsys):
+    with pytest.raises(SystemExit):
+        main(["--preset", "digits", "--help"])
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    assert "classification: imagenet, finetune, digits, synthetic" in out
+    assert "one of imagenet, imagefolder, cifar10" in out and "one of none, flip, shift, rrc_flip, randaugment" in out
+    assert "ImageNet's val/ must be" in out and "cifar-10-batches-py" in out
+
+
+def test_init_from_a_crate_nn_checkpoint_rebuilds_its_architecture(tmp_path):
+    """The fine-tuning preset names crate_base; a crate_nn checkpoint of another size decides the architecture."""
+    pretrained = train(tiny(tmp_path / "pre", max_steps=1))
+    config = get_preset("finetune", dataset="synthetic", synthetic_classes=4, synthetic_samples=16, image_size=16,
+                        init_from=pretrained.checkpoint, batch_size=8, epochs=1, eval_split="val", progress=False,
+                        device="cpu", num_workers=0, output_dir=str(tmp_path / "fine"), max_steps=1)
+    result = train(config)
+    model = crate_nn.load(result.checkpoint)
+    assert (model.config.dim, model.config.depth, model.config.image_size, model.config.num_classes) == (16, 2, 16, 4)
+    clash = dataclasses.replace(config, output_dir=str(tmp_path / "clash"), model_args={"dim": 32})
+    with pytest.raises(ValueError, match=r"model_args: \['dim'\] contradict the architecture stored in init_from"):
+        train(clash)
+
+
+def test_crate_eval_refuses_bad_inputs_with_one_line(tmp_path, capsys):
+    root = fake_imagenet(tmp_path / "data")
+    run = train(tiny(tmp_path / "run", dataset="imagenet", data_dir=str(root), **SMALL))
+    common = ["--num-workers", "0", "--device", "cpu"]
+    (tmp_path / "short.json").write_text("[[0]]")
+    (tmp_path / "dict.json").write_text('{"1": [0]}')
+    cases = [
+        (["--real-json", str(tmp_path / "short.json")], "real_json: .* has 1 entries but the validation files go up"),
+        (["--real-json", str(tmp_path / "dict.json")], "real_json: .* must be a JSON list"),
+        (["--real-json", str(tmp_path / "missing.json")], "real_json: .* does not exist"),
+        (["--dataset", "synthetic"], None),  # synthetic data, 10 classes, for a 2-class model
+    ]
+    for flags, message in cases:
+        assert crate_eval([run.checkpoint, *common, *flags]) == 2
+        err = capsys.readouterr().err
+        assert re.search(message or "dataset: 10 classes, but the model predicts 2", err), err
+    for content in (b"", b"hello, I am text", Path(run.checkpoint).read_bytes()[:1000]):
+        (tmp_path / "bad.pt").write_bytes(content)
+        with pytest.raises(ValueError, match=r"checkpoint: .*bad\.pt' is not a readable torch checkpoint"):
+            crate_nn.load(tmp_path / "bad.pt")
+        assert crate_eval([str(tmp_path / "bad.pt"), *common]) == 2
+        assert "is not a readable torch checkpoint" in capsys.readouterr().err
