@@ -15,9 +15,26 @@ Modules: `checkpoint` (save, load, read), `train` (``crate-train``), `evaluate` 
 from . import checkpoint
 from .analysis.diagnostics import coherence, measure_layers, thresholded_sparsity, trace
 from .checkpoint import load, save
-from .models import (ISTA, MHSA, MLP, MSSA, BlockConfig, CRATEClassifier, CRATEConfig, CRATEDecoder,
-                     CRATEDecoderLayer, CRATEEncoder, CRATELayer, LayerTrace, PatchEmbed, create_model, list_models,
-                     model_config, patchify, resample_pos_embed)
+from .models import (
+                     ISTA,
+                     MHSA,
+                     MLP,
+                     MSSA,
+                     BlockConfig,
+                     CRATEClassifier,
+                     CRATEConfig,
+                     CRATEDecoder,
+                     CRATEDecoderLayer,
+                     CRATEEncoder,
+                     CRATELayer,
+                     LayerTrace,
+                     PatchEmbed,
+                     create_model,
+                     list_models,
+                     model_config,
+                     patchify,
+                     resample_pos_embed,
+)
 from .official import load_official_checkpoint
 
 __all__ = [

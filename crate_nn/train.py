@@ -29,7 +29,7 @@ import json
 import os
 import sys
 import typing
-from typing import Sequence
+from collections.abc import Sequence
 
 from .data.batching import CorruptImageError
 from .engine.config import TrainConfig, strip_optional

@@ -13,8 +13,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import matplotlib  # noqa: E402
-from threadpoolctl import threadpool_limits  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
+from threadpoolctl import threadpool_limits  # noqa: E402
 
 matplotlib.use("Agg")
 threadpool_limits(limits=1, user_api="blas")  # in case numpy was imported before this file

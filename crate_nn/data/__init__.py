@@ -1,8 +1,21 @@
 """Data: dataset layouts read from local paths (`images`), deterministic batch order (`batching`) and on-device
 augmentation (`transforms`). Nothing is downloaded."""
 from .batching import Batch, Corrupt, CorruptImageError, EpochBatches, collate, loader
-from .images import (DATASETS, IMAGENET_MEAN, IMAGENET_STD, DatasetInfo, ImageFiles, TensorImages, build_dataset,
-                     cifar, digits, flowers102, image_folder, pets, synthetic)
+from .images import (
+                     DATASETS,
+                     IMAGENET_MEAN,
+                     IMAGENET_STD,
+                     DatasetInfo,
+                     ImageFiles,
+                     TensorImages,
+                     build_dataset,
+                     cifar,
+                     digits,
+                     flowers102,
+                     image_folder,
+                     pets,
+                     synthetic,
+)
 from .transforms import AUGMENTATIONS, DeviceTransform
 
 __all__ = [

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 import signal
-from typing import Callable, Iterator, NamedTuple
+from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
 import torch
 from torch.utils.data import DataLoader, Dataset

@@ -24,9 +24,9 @@ crops are drawn from that square), for evaluation the shorter side is resized to
 from __future__ import annotations
 
 import pickle
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch

@@ -1,7 +1,7 @@
 """On-device augmentation and normalisation (kornia), applied to whole batches on the training device."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn

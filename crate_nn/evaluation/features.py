@@ -5,7 +5,7 @@ no gradients) and returns the features and labels as float64/int64 NumPy arrays 
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch

@@ -10,7 +10,16 @@ from .config import BlockConfig
 from .embedding import PatchEmbed, patchify, resample_pos_embed
 from .ista import ISTA
 from .mssa import MSSA
-from .registry import build_model, create_model, get_family, list_models, model_config, register_family, register_model, unwrap_model
+from .registry import (
+    build_model,
+    create_model,
+    get_family,
+    list_models,
+    model_config,
+    register_family,
+    register_model,
+    unwrap_model,
+)
 
 __all__ = [
     "BlockConfig", "CRATEClassifier", "CRATEConfig", "CRATEDecoder", "CRATEDecoderLayer", "CRATEEncoder",

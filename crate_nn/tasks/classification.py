@@ -27,8 +27,8 @@ from ..engine.config import TrainConfig, option
 from ..engine.loop import resolve_batches
 from ..engine.task import LossOutput, Task, preset, register_task
 from ..evaluation.classification import evaluate
-from ..models.embedding import resample_pos_embed
 from ..models.classifier import CRATEClassifier, CRATEConfig
+from ..models.embedding import resample_pos_embed
 from ..models.registry import create_model, list_models, model_config
 from ..official.classifier import load_official_checkpoint
 

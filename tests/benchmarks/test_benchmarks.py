@@ -12,10 +12,9 @@ import pytest
 import torch
 
 import crate_nn
-from crate_nn import model_config
-
 from benchmarks import common, data, fast_paths, inference, theory, train_step
 from benchmarks.models import LOGIT_RTOL, TINY_OVERRIDES, build_pair, check_pair, forward_flops
+from crate_nn import model_config
 
 
 def run_tiny(module, tmp_path, *extra: str) -> dict:

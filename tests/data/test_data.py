@@ -9,9 +9,18 @@ from _train_cases import SMALL, fake_cifar, fake_flowers, fake_imagenet, fake_pe
 from hypothesis import given
 from hypothesis import strategies as st
 
-from crate_nn.data import (IMAGENET_MEAN, IMAGENET_STD, CorruptImageError, DeviceTransform, EpochBatches,
-                           build_dataset, collate, digits)
+from crate_nn.data import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    CorruptImageError,
+    DeviceTransform,
+    EpochBatches,
+    build_dataset,
+    collate,
+    digits,
+)
 from crate_nn.engine import train
+
 
 @pytest.mark.parametrize(
     "dataset, make, splits, augment",

@@ -13,9 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import crate_theory as ct
-from crate_theory.decoder import DecoderLayerParams, crate_decode
-from crate_nn import BlockConfig, CRATEDecoder, CRATEEncoder, ISTA, MSSA
+from crate_nn import ISTA, MSSA, BlockConfig, CRATEDecoder, CRATEEncoder
 from crate_nn.analysis.diagnostics import compression, measure_layers, sparsity, thresholded_sparsity, trace
+from crate_theory.decoder import DecoderLayerParams, crate_decode
 
 TOL = 1e-10
 

@@ -11,10 +11,10 @@ from _train_cases import SMALL, TINY_MODEL, fake_imagenet, tiny
 import crate_nn
 from crate_nn import checkpoint, create_model
 from crate_nn.data import DeviceTransform, build_dataset
-from crate_nn.evaluate import main as crate_eval
-from crate_nn.tasks import PRESETS, get_preset
 from crate_nn.engine import train
+from crate_nn.evaluate import main as crate_eval
 from crate_nn.official import crate_nn_to_official
+from crate_nn.tasks import PRESETS, get_preset
 from crate_nn.tasks.classification import initialise_from
 from crate_nn.train import main, parse_args
 

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
+from crate_nn.engine import train
 from crate_nn.evaluate import main as crate_eval
 from crate_nn.tasks import get_preset
-from crate_nn.engine import train
 
 
 @pytest.fixture(scope="module")
