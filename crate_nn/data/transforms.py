@@ -7,6 +7,22 @@ import torch
 from torch import nn
 
 AUGMENTATIONS = ("none", "flip", "shift", "rrc_flip", "randaugment")
+KORNIA_MAX_MAGNITUDE = 29.9  # kornia's RandAugment takes m strictly inside (0, 30)
+
+
+def kornia_magnitude(m: float) -> float:
+    """kornia's RandAugment magnitude for the magnitude ``m`` of timm's ``rand-m{m}`` policy (the papers' m = 14).
+
+    timm scales every operation by ``m / 10`` of its range (``_LEVEL_DENOM = 10``); kornia by ``m / 30`` of its own
+    ranges, which are timm's (rotate ±30°, shear ±0.3, translate ±0.1 of the side, colour/contrast/brightness/
+    sharpness factors 0.1–1.9, posterize, solarize). The same fraction of each range is therefore ``3 m``. timm lets
+    m exceed 10 and so leaves its ranges (m = 14: rotations up to 42°); kornia cannot, so m ≥ 10 is clipped to
+    kornia's largest magnitude, 29.9, i.e. 99.7% of each range (m = 14: rotations of ±29.9°). That clipping is the
+    one difference from timm's m14, and it makes the fine-tuning augmentation slightly milder than the papers'.
+    """
+    if not m > 0:
+        raise ValueError(f"randaugment_m: expected a positive magnitude, got {m}")
+    return min(3.0 * m, KORNIA_MAX_MAGNITUDE)
 
 
 class DeviceTransform(nn.Module):
@@ -21,9 +37,8 @@ class DeviceTransform(nn.Module):
     * ``randaugment`` (rrc_flip followed by RandAugment(n, m): fine-tuning).
 
 
-    ``randaugment_m`` is on timm's scale (levels out of 10, which the paper's "timm auto_augment" m = 14 refers
-    to); kornia's magnitude is out of 30, so it receives ``min(3 m, 29.9)``. Evaluation (``train=False``) only
-    resizes to S when the input differs, then normalises.
+    ``randaugment_m`` is on timm's scale (see `kornia_magnitude`). Evaluation (``train=False``) only resizes to S
+    when the input differs, then normalises.
     """
 
     def __init__(
@@ -55,7 +70,7 @@ class DeviceTransform(nn.Module):
         if train and augment == "randaugment":
             from kornia.augmentation.auto import RandAugment
 
-            ops.append(RandAugment(n=randaugment_n, m=min(3.0 * randaugment_m, 29.9)))
+            ops.append(RandAugment(n=randaugment_n, m=kornia_magnitude(randaugment_m)))
         self.augment = nn.Sequential(*ops)
         self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1), persistent=False)
         self.register_buffer("std", torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1), persistent=False)

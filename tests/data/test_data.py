@@ -212,3 +212,28 @@ def test_a_crafted_cifar_file_cannot_run_code(tmp_path):
     fake_cifar(tmp_path / "cifar", 10)
     assert len(build_dataset("cifar10", "train", data_dir=str(root), train=True, image_size=32, load_size=32,
                              eval_resize=32)) == 20
+
+
+@pytest.mark.parametrize("m, degrees", [(2.0, 6.0), (5.0, 15.0), (14.0, 29.9)])
+def test_randaugment_magnitude_maps_timm_levels_onto_kornia(m, degrees):
+    """timm's rand-m{m} rotates by m/10 of ±30°; kornia by m'/30: m' = 3m, clipped at 29.9 (m = 14 → 29.9°, where
+    timm would reach 42°). Measured on a fixed image: a thin bar through the centre, rotated by kornia's RandAugment
+    rotate operation at the mapped magnitude, has its principal axis at ±degrees."""
+    from kornia.augmentation.auto import RandAugment
+
+    from crate_nn.data.transforms import kornia_magnitude
+
+    assert kornia_magnitude(m) == pytest.approx(min(3 * m, 29.9))
+    image = torch.zeros(1, 1, 65, 65)
+    image[..., 32, 12:53] = 1.0
+    torch.manual_seed(0)
+    rotated = RandAugment(n=1, m=kornia_magnitude(m), policy=[[("rotate", -30.0, 30.0)]])(image)[0, 0].double()
+    ys, xs = torch.meshgrid(torch.arange(65.0), torch.arange(65.0), indexing="ij")
+    w = rotated / rotated.sum()
+    cy, cx = (w * ys).sum(), (w * xs).sum()
+    mu20, mu02, mu11 = (w * (xs - cx) ** 2).sum(), (w * (ys - cy) ** 2).sum(), (w * (xs - cx) * (ys - cy)).sum()
+    angle = 0.5 * torch.atan2(2 * mu11, mu20 - mu02).rad2deg().abs().item()
+    # bilinear resampling of a 41-pixel bar: its principal axis is recovered to a fraction of a degree
+    assert angle == pytest.approx(degrees, abs=0.5)
+    with pytest.raises(ValueError, match="randaugment_m: expected a positive magnitude"):
+        kornia_magnitude(0.0)
