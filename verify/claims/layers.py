@@ -118,6 +118,13 @@ def _inputs(x: np.ndarray) -> np.ndarray:
     return x[..., 0:-1:2]
 
 
+def _half_steps(values: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Changes of a measure over each layer's MSSA half-step (Z^ℓ → Z^{ℓ+1/2}) and LN + ISTA half-step
+    (Z^{ℓ+1/2} → Z^{ℓ+1}), each (seeds, L)."""
+    x = _measure(values, name)
+    return _halves(x) - _inputs(x), _outputs(x) - _halves(x)
+
+
 def _retained_alignment(values: np.ndarray) -> np.ndarray:
     """Per seed: (alignment of Z^{L+1} − isotropic floor) / (alignment of Z^1 − floor) — 1 = kept, 0 = lost."""
     a, floor = _measure(values, "alignment"), _measure(values, "isotropic_alignment")
@@ -206,9 +213,8 @@ def ideal_compression(ctx) -> Result:
 )
 def ideal_half_steps(ctx) -> Result:
     values = _stack(ctx, "CRATE")
-    raw, relative = _measure(values, "rate"), _measure(values, "relative")
-    mssa_raw, ista_raw = _halves(raw) - _inputs(raw), _outputs(raw) - _halves(raw)
-    mssa_rel = intervals(_halves(relative) - _inputs(relative))
+    mssa_raw, ista_raw = _half_steps(values, "rate")
+    mssa_rel = intervals(_half_steps(values, "relative")[0])
     lowered = np.mean([i.below_zero for i in mssa_rel])
     return Result(f"ΔR^c per MSSA half-step {mssa_raw.mean():+.2f}, per LN + ISTA half-step {ista_raw.mean():+.2f}; "
                   f"MSSA lowers R^c/isotropic at {lowered:.0%} of layers", "holds" if lowered >= 0.75 else "fails",
@@ -232,9 +238,9 @@ def ideal_half_steps(ctx) -> Result:
 )
 def ideal_shrink(ctx) -> Result:
     values = _stack(ctx, "(27) shrink")
-    raw, relative = _measure(values, "rate"), _measure(values, "relative")
-    mssa = intervals(_halves(raw) - _inputs(raw))
-    ista = (_outputs(raw) - _halves(raw)).mean()
+    relative = _measure(values, "relative")
+    mssa_raw, ista_raw = _half_steps(values, "rate")
+    mssa, ista = intervals(mssa_raw), ista_raw.mean()
     retained = interval(_retained_alignment(values))
     lowers = all(i.below_zero for i in mssa)
     verdict = "holds" if lowers and retained.mean >= 0.5 else "fails"
