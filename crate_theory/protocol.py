@@ -13,7 +13,9 @@ against bases ``U`` (K, d, p) with quantities that separate structure from scale
 * :func:`aligned_tokens` — the floor: every token moved onto its own subspace with its norm kept, i.e. what perfect
   alignment would give under the same measures.
 
-``U`` need not be orthonormal (a trained model's U is not): R^c uses it as is (eq. 13), projectors use its span.
+``U`` need not be orthonormal (a trained model's U is not): the paper's R^c and the authors' normalised R^c use it
+as is (eq. 13); the yardstick ratios and the projectors use only its span (each basis orthonormalised), so that
+neither the tokens' norms nor ‖U‖ enters them.
 """
 from __future__ import annotations
 
@@ -145,13 +147,14 @@ class TokenProfile:
     """The protocol's numbers for one token set (see :func:`token_profile`).
 
     Attributes:
-        rate: R^c(Z | U) at ε (eq. 13, the paper's measure; grows with the tokens' energy).
+        rate: R^c(Z | U) at ε (eq. 13, the paper's measure; grows with the tokens' energy and with ‖U‖).
         normalised: :func:`official_compression_rate` (per-subspace unit-norm codes) at the authors' ε = 0.1.
-        relative: rate / isotropic_rate — 1 means no more structure than random directions of the same norms.
-        relative_normalised: normalised / isotropic_normalised.
+        relative: R^c(Z | Q) / isotropic_rate with Q the orthonormalised bases — 1 means no more structure than
+            random directions of the same norms.
+        relative_normalised: the normalised rate with Q over isotropic_normalised.
         alignment: mean own-subspace energy fraction; norm: mean token ℓ2 norm.
-        isotropic_rate, isotropic_normalised, isotropic_alignment: the yardstick (means over the isotropic draws):
-            the ceiling of the rates, the floor of the alignment.
+        isotropic_rate, isotropic_normalised, isotropic_alignment: the yardstick (means over the isotropic draws,
+            rates with Q): the ceiling of the rates, the floor of the alignment.
         aligned_relative, aligned_relative_normalised: relative and relative_normalised of :func:`aligned_tokens` —
             the floor perfect alignment would reach (the alignment ceiling is 1).
     """
@@ -186,22 +189,21 @@ def token_profile(Z, U, eps, *, labels=None, official_eps=OFFICIAL_EPS, draws: i
     Z, U = _tokens_bases(Z, U)
     eps, official_eps = check_positive(eps, "eps"), check_positive(official_eps, "official_eps")
     labels = _labels(Z, U, labels)
-    P = subspace_projectors(U)
+    P, Q = subspace_projectors(U), np.linalg.qr(U)[0]  # Q_k: an orthonormal basis of span(U_k)
     iso = isotropic_tokens(Z, seed, draws)
-    iso_rate = float(np.mean(compression_rate(iso, U, eps)))
-    iso_normalised = float(np.mean(_official(iso, U, official_eps)))
+    iso_rate = float(np.mean(compression_rate(iso, Q, eps)))
+    iso_normalised = float(np.mean(_official(iso, Q, official_eps)))
     floor = _aligned(Z, P, labels)
-    rate, normalised = float(compression_rate(Z, U, eps)), float(_official(Z, U, official_eps))
     return TokenProfile(
-        rate=rate,
-        normalised=normalised,
-        relative=rate / iso_rate,
-        relative_normalised=normalised / iso_normalised,
+        rate=float(compression_rate(Z, U, eps)),
+        normalised=float(_official(Z, U, official_eps)),
+        relative=float(compression_rate(Z, Q, eps)) / iso_rate,
+        relative_normalised=float(_official(Z, Q, official_eps)) / iso_normalised,
         alignment=float(np.mean(_own_energy(_energy(Z, P), labels))),
         norm=float(np.mean(np.linalg.norm(Z, axis=0))),
         isotropic_rate=iso_rate,
         isotropic_normalised=iso_normalised,
         isotropic_alignment=float(np.mean(_own_energy(_energy(iso, P), labels))),
-        aligned_relative=float(compression_rate(floor, U, eps)) / iso_rate,
-        aligned_relative_normalised=float(_official(floor, U, official_eps)) / iso_normalised,
+        aligned_relative=float(compression_rate(floor, Q, eps)) / iso_rate,
+        aligned_relative_normalised=float(_official(floor, Q, official_eps)) / iso_normalised,
     )

@@ -9,8 +9,9 @@ Z^ℓ, the MSSA output Z^{ℓ+1/2} and the ISTA output Z^{ℓ+1} — all against
 * ``rate``: R^c(z | U^ℓ) at ε (eq. 13, the paper's measure, as in ``measure_layers(protocol="paper")``);
 * ``rate_orthonormal``: the same with each head's U_k orthonormalised (removes ‖U‖, keeps the tokens' scale);
 * ``normalised``: R^c of per-head unit-norm codes — the authors' figures' normalisation (ε = 0.1);
-* ``relative`` / ``relative_normalised``: ``rate`` / ``normalised`` divided by their mean over isotropic token
-  sets with the same count, dimension and norms (uniformly random directions): 1 = no structure, the ceiling;
+* ``relative`` / ``relative_normalised``: ``rate_orthonormal`` / the normalised rate with the orthonormalised
+  heads, each divided by its mean over isotropic token sets with the same count, dimension and norms (uniformly
+  random directions): 1 = no structure, the ceiling. Neither the tokens' scale nor ‖U‖ (weight decay) enters;
 * ``alignment``: each token's energy fraction in its own subspace, ‖P_k z_i‖²/‖z_i‖² with P_k the projector onto
   span(U_k) and k the subspace holding most of the token's energy; 1 = on a subspace (the ceiling);
 * ``norm``: mean token ℓ2 norm;
@@ -112,20 +113,21 @@ def token_measures(z: torch.Tensor, weight: torch.Tensor, heads: int, eps: float
         raise ValueError(f"eps must be positive, got {eps}")
     _check_weight(weight, heads)
     z, weight = z.to(torch.float64), weight.to(torch.float64)
+    ortho = orthonormalise_heads(weight, heads)
     isotropic = torch.stack([isotropic_like(z, generator) for _ in range(draws)])
-    rate, normalised = compression(z, weight, heads, eps), compression(z, weight, heads, eps, normalize=True)
-    iso_rate = compression(isotropic, weight, heads, eps).mean(0)
-    iso_normalised = compression(isotropic, weight, heads, eps, normalize=True).mean(0)
+    rate_ortho = compression(z, ortho, heads, eps)
+    iso_rate = compression(isotropic, ortho, heads, eps).mean(0)
+    iso_normalised = compression(isotropic, ortho, heads, eps, normalize=True).mean(0)
     return {
-        "rate": rate,
-        "rate_orthonormal": compression(z, orthonormalise_heads(weight, heads), heads, eps),
-        "normalised": normalised,
-        "relative": rate / iso_rate,
-        "relative_normalised": normalised / iso_normalised,
+        "rate": compression(z, weight, heads, eps),
+        "rate_orthonormal": rate_ortho,
+        "normalised": compression(z, weight, heads, eps, normalize=True),
+        "relative": rate_ortho / iso_rate,
+        "relative_normalised": compression(z, ortho, heads, eps, normalize=True) / iso_normalised,
         "alignment": alignment(z, weight, heads),
         "norm": z.norm(dim=-1).mean(-1),
         "isotropic_alignment": alignment(isotropic, weight, heads).mean(0),
-        "aligned_relative": compression(aligned_like(z, weight, heads), weight, heads, eps) / iso_rate,
+        "aligned_relative": compression(aligned_like(z, weight, heads), ortho, heads, eps) / iso_rate,
     }
 
 

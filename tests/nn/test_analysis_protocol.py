@@ -105,3 +105,14 @@ def test_bad_input_is_named():
         protocol.token_measures(z, weight, 2, eps=0.0)
     with pytest.raises(TypeError, match="model"):
         protocol.layer_profile(torch.nn.Linear(2, 2), z)
+
+
+def test_yardstick_is_free_of_the_scale_of_U():
+    """Weight decay shrinks U: the ratios must not move, the paper's R^c does."""
+    torch.manual_seed(2)
+    weight, z = torch.randn(8, 12, dtype=torch.float64), torch.randn(3, 6, 12, dtype=torch.float64)
+    a = protocol.token_measures(z, weight, 2, draws=2, generator=torch.Generator().manual_seed(0))
+    b = protocol.token_measures(z, 0.3 * weight, 2, draws=2, generator=torch.Generator().manual_seed(0))
+    for name in ("relative", "relative_normalised", "alignment", "aligned_relative", "rate_orthonormal"):
+        torch.testing.assert_close(b[name], a[name], rtol=TOL, atol=0)
+    assert (b["rate"] < a["rate"]).all()

@@ -115,3 +115,18 @@ def test_layer_controls_differ_from_the_layer_exactly_where_they_should():
         ct.crate_layer(Z, params, eps=1.0, shrink=1.5)
     with pytest.raises(ValueError, match="sparsify"):
         ct.crate_layer(Z, params, eps=1.0, sparsify="identity")
+
+
+@given(seed=seeds, scale=st.floats(0.1, 10.0))
+def test_yardstick_ratios_see_only_the_spans_of_the_bases(seed, scale):
+    """Rescaling or re-mixing each basis within its span (as weight decay and training do to U) leaves the ratios
+    and the alignment unchanged; the paper's R^c moves."""
+    rng = np.random.default_rng(seed)
+    U = orthonormal_bases(3, 12, 4, seed=rng)
+    mixed = scale * U @ (np.eye(4) + 0.3 * rng.standard_normal((3, 4, 4)))  # same spans, not orthonormal
+    Z = rng.standard_normal((12, 9))
+    a = protocol.token_profile(Z, U, 1.0, draws=3, seed=seed)
+    b = protocol.token_profile(Z, mixed, 1.0, draws=3, seed=seed)
+    for name in ("relative", "relative_normalised", "alignment", "aligned_relative", "isotropic_alignment"):
+        # the same numbers up to the rounding of a QR / pseudo-inverse of a 4-column basis (condition ≲ 10)
+        assert getattr(b, name) == pytest.approx(getattr(a, name), rel=1e-9), name
