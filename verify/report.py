@@ -73,12 +73,13 @@ def _why(claim) -> str:
     return text[at:] if at >= 0 else text
 
 
-def _summary_line(o: Outcome, why: bool) -> str:
+def _summary_line(o: Outcome, why: bool, statement: bool = True) -> str:
     c = o.claim
     figure = f" ([figure]({o.figures[0]}))" if o.figures else ""
     measured = o.result.measured if o.result else "raised"
     reason = f" — {_md_escape(_why(c))}" if why else ""
-    return f"- **{c.id}** · {_md_escape(c.statement)} → {_md_escape(measured)}{figure}{reason}"
+    said = f" · {_md_escape(c.statement)}" if statement else ""
+    return f"- **{c.id}**{said} → {_md_escape(measured)}{figure}{reason}"
 
 
 def summary_page(outcomes: list[Outcome], meta: dict[str, Any]) -> list[str]:
@@ -94,7 +95,8 @@ def summary_page(outcomes: list[Outcome], meta: dict[str, Any]) -> list[str]:
         group = [o for o in rest if o.verdict == verdict]
         if group:
             lines += ["", f"### {title} ({len(group)})", ""]
-            lines += [_summary_line(o, why=verdict in ("fails", "loose")) for o in group]
+            lines += [_summary_line(o, why=verdict in ("fails", "loose"), statement=verdict != "holds")
+                      for o in group]
     if meta.get("not_run_in_this_mode"):
         lines += ["", f"Not measured in `{meta['mode']}` mode (run `python -m verify --full`): "
                   + ", ".join(meta["not_run_in_this_mode"]) + "."]

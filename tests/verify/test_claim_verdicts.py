@@ -112,7 +112,7 @@ def run(init: dict, trained: dict, seed: int) -> dict:
                 "projector_sum_deviation": noisy["projector_sum_deviation"], "u_norm": noisy["u_norm"],
                 "profile": {"relative": {"half": noisy["relative"]}, "alignment": {"half": noisy["alignment"]}},
                 "test_accuracy": 0.97}
-    return {"init": model(init), "trained": model(trained), "metrics": {}}
+    return {"init": model(init), "trained": model(trained), "metrics": {"val_top1": 0.97 + 0.01 * rng.random()}}
 
 
 BASE = {"paper": [80, 70, 70], "official": [60, 60, 60], "relative": [1.0, 1.0, 1.0], "alignment": [0.3, 0.3, 0.3],
