@@ -77,7 +77,7 @@ def _profiles(mode: str, seed: int, sizes: tuple[int, int, int, int], name: str)
     out = []
     for s in range(SEEDS):
         data = base.rng_for(f"2.24-ideal-data-{s}")
-        U = orthonormal_bases(K, d, d // K, seed=data)
+        U = orthonormal_bases(K, d, d // K, seed=data)  # drawn for every control, so the codes below are paired
         if control.axis_aligned:
             U = np.eye(d).reshape(d, K, d // K).transpose(1, 0, 2).copy()
         tokens = sample_tokens(U, n, data, sigma=0.1)
