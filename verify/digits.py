@@ -7,7 +7,7 @@ the run's configuration, so a warm audit reads JSON; a cold one trains (≈ 0.43
 
 Quick mode trains 8 of the preset's 30 epochs (warm-up scaled alike; test accuracy 96.7–97.8%, and every verdict
 the same as at 6 or 10 epochs) and measures the scale-free protocol on the first 40 test images with 2 isotropic
-draws per image (the 12-layer random CRATEs on 24); ``--full`` trains the preset's 30 epochs and measures all 360
+draws per image (the 12-layer random CRATEs on 16); ``--full`` trains the preset's 30 epochs and measures all 360
 images with 8 draws.
 """
 from __future__ import annotations
@@ -52,7 +52,7 @@ class Budget:
     depth_images: int
 
 
-BUDGETS = {"quick": Budget(epochs=8, profile_images=40, draws=2, depth_images=24),
+BUDGETS = {"quick": Budget(epochs=8, profile_images=40, draws=2, depth_images=16),
            "full": Budget(epochs=30, profile_images=360, draws=8, depth_images=360)}
 
 

@@ -93,7 +93,7 @@ def _profiles(mode: str, seed: int, sizes: tuple[int, int, int, int], name: str)
         stations = [start] + [Z for pair in zip(trace.halves, trace.outputs) for Z in pair]
         rows = []
         for i, Z in enumerate(stations):
-            profile = token_profile(Z, U, 1.0, labels=tokens.labels, draws=2, seed=base.rng_for(f"iso-{s}-{i}"))
+            profile = token_profile(Z, U, 1.0, labels=tokens.labels, draws=1, seed=base.rng_for(f"iso-{s}-{i}"))
             rows.append([getattr(profile, m) for m in MEASURES[:-1]] + [float(np.mean(Z != 0))])
         out.append(rows)
     return np.array(out)
