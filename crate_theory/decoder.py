@@ -27,7 +27,7 @@ from .mssa import mssa, mssa_free
 __all__ = ["DecoderLayerParams", "decoder_layer", "crate_decode", "decoder_presets", "REMARK7_PRESETS"]
 
 _SKIPS = {"official": "official", "input": "official", "paper": "paper", "normed": "paper"}
-REMARK7_PRESETS = ("printed", "inverse")
+REMARK7_PRESETS = ("printed", "inverse", "first-order", "linear-inverse")
 
 
 @dataclass
@@ -119,7 +119,7 @@ def crate_decode(Z, layers, **kwargs) -> list[np.ndarray]:
     return path
 
 
-def decoder_presets(encoder_layers, preset: str = "inverse") -> list[DecoderLayerParams]:
+def decoder_presets(encoder_layers, preset: str = "inverse", eta=1.0) -> list[DecoderLayerParams]:
     """Decoder parameters from encoder parameters, the pre-sets of Remark 7 (not enforced by the paper).
 
     Decoder layer g^ℓ (ℓ = 0 … L−1) is paired with encoder layer f^{L−ℓ} (Fig. 10), i.e. the decoder list is
@@ -133,10 +133,15 @@ def decoder_presets(encoder_layers, preset: str = "inverse") -> list[DecoderLaye
         "inverse" — E^ℓ = D^{L−ℓ}: inverting the sparse coding Z^{ℓ+1/2} ≈ D Z^{ℓ+1} of (28)/(41) is
             multiplication by D, not D* (paper-notes §1.14, §7.10; for orthogonal D, ISTA with η = 1, λ = 0 is
             ReLU(D*Z), whose inverse on its range is D).
+        "first-order" — E^ℓ = I − η(D* − D*D), the first-order (in η) inverse of ISTA's linear part
+            A = I + η(D* − D*D) at λ = 0 (eq. 44 without its ReLU); (1 + η)I − ηD* for orthogonal D.
+        "linear-inverse" — E^ℓ = A^{-1}, the exact inverse of that linear part (= D for orthogonal D at η = 1).
 
-    encoder_layers: a sequence of ``crate_theory.layer.CrateLayerParams`` (f^1 first).
+    encoder_layers: a sequence of ``crate_theory.layer.CrateLayerParams`` (f^1 first); eta: the encoders' ISTA
+    step η > 0 (used by "first-order" and "linear-inverse").
     """
     check_choice(preset, "preset", REMARK7_PRESETS)
+    eta = check_positive(eta, "eta")
     encoder_layers = list(encoder_layers)
     layers = []
     for i in reversed(range(len(encoder_layers))):
@@ -144,6 +149,9 @@ def decoder_presets(encoder_layers, preset: str = "inverse") -> list[DecoderLaye
         if not isinstance(enc, CrateLayerParams):
             raise TypeError(f"encoder_layers[{i}] must be a CrateLayerParams, got {type(enc).__name__}")
         D = check_square(enc.D, f"encoder_layers[{i}].D")
-        E = D.T.copy() if preset == "printed" else D.copy()
+        step = eta * (D.T - D.T @ D)  # ISTA's linear part at λ = 0 is I + step
+        E = {"printed": lambda: D.T.copy(), "inverse": lambda: D.copy(),
+             "first-order": lambda: np.eye(len(D)) - step,
+             "linear-inverse": lambda: np.linalg.inv(np.eye(len(D)) + step)}[preset]()
         layers.append(DecoderLayerParams(E=E, V=np.array(enc.U, dtype=float), W=enc.W, b=enc.b))
     return layers

@@ -128,6 +128,8 @@ def crate_layer(
     skip: str = "official",
     causal: bool = False,
     sparsify: str = "ista",
+    compress: bool = True,
+    shrink=0.0,
     ln_eps=1e-5,
 ) -> tuple[np.ndarray, np.ndarray]:
     """One CRATE encoder layer ``Z^ℓ ↦ (Z^{ℓ+1/2}, Z^{ℓ+1})`` — eq. (45) with the LayerNorms of Fig. 10.
@@ -143,7 +145,11 @@ def crate_layer(
         causal: causal mask (87).
         sparsify: ``"ista"`` — eq. (44) (default); ``"soft"`` — Table 13's soft-threshold variant
             ``S_{ηλ}(Y − ηD*(DY − Y))``; ``"mm"`` — eq. (123) ``ReLU((1 + 4/(9(1+α))) D*Y − (4λ/(9α))1)``,
-            applied as printed (its derivation assumes ``Y*Y = I``, which a LayerNorm output does not satisfy).
+            applied as printed (its derivation assumes ``Y*Y = I``, which a LayerNorm output does not satisfy);
+            ``"none"`` — no ISTA block (Table 15's ablation): ``Z^{ℓ+1} = Z^{ℓ+1/2}``, no LN2 either.
+        compress: False drops the MSSA term (an ISTA-only control): ``Z^{ℓ+1/2} = S``.
+        shrink: s ∈ [0, 1], the ``(1 − κβ)`` factor of eq. (27) on the skip: ``Z^{ℓ+1/2} = (1 − s)·S + MSSA``
+            with s = κβ; 0 (default) is the implemented layer (45), which has no shrink.
         ln_eps: LayerNorm epsilon (torch's 1e-5).
 
     Returns:
@@ -156,20 +162,27 @@ def crate_layer(
     eta = check_positive(eta, "eta")
     lam = check_nonnegative(lam, "lam")
     check_choice(skip, "skip", tuple(_SKIPS))
-    check_choice(sparsify, "sparsify", ("ista", "soft", "mm"))
+    check_choice(sparsify, "sparsify", ("ista", "soft", "mm", "none"))
+    shrink = check_nonnegative(shrink, "shrink")
+    if shrink > 1:
+        raise ValueError(f"shrink must be in [0, 1] (it is κβ of eq. 27), got {shrink}")
     temperature = np.sqrt(U.shape[2]) if temperature is None else check_positive(temperature, "temperature")
     if (params.W is None or sparsify == "mm") and eps is None:
         raise ValueError("eps must be given for the tied output map (params.W is None) or sparsify='mm'")
     if eps is not None:
         eps = check_positive(eps, "eps")
     Y = layer_norm(Z, params.ln1_weight, params.ln1_bias, ln_eps)
-    if params.W is None:
+    if not compress:
+        attended = 0.0
+    elif params.W is None:
         attended = mssa(Y, U, eps, temperature=temperature, causal=causal)
         if params.b is not None:
             attended = attended + check_vector(params.b, "params.b", d)[:, None]
     else:
         attended = mssa_free(Y, U, params.W, params.b, temperature=temperature, causal=causal)
-    half = (Z if _SKIPS[skip] == "official" else Y) + attended
+    half = (1.0 - shrink) * (Z if _SKIPS[skip] == "official" else Y) + attended
+    if sparsify == "none":
+        return half, half
     Y2 = layer_norm(half, params.ln2_weight, params.ln2_bias, ln_eps)
     return half, _sparsify(Y2, D, eta, lam, sparsify, eps)
 
@@ -181,7 +194,7 @@ def crate_forward(Z, layers, **kwargs) -> CrateTrace:
         Z: ``Z^1``, ``(d, n)`` or ``(..., d, n)``.
         layers: a sequence of :class:`CrateLayerParams`, one per layer (``U^ℓ``, ``W^ℓ``, ``D^ℓ``, LayerNorms).
         **kwargs: passed to :func:`crate_layer` for every layer (eta, lam, temperature, eps, skip, causal,
-            sparsify, ln_eps).
+            sparsify, compress, shrink, ln_eps).
 
     Returns:
         :class:`CrateTrace` with every ``Z^ℓ``, ``Z^{ℓ+1/2}``, ``Z^{ℓ+1}``.

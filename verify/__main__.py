@@ -33,12 +33,16 @@ def audit(
     command: str = "python -m verify",
     echo: bool = True,
 ) -> int:
-    """Measure ``claims``, print the table, write the report; return the exit status (0 when all as expected)."""
+    """Measure ``claims``, print the table, write the report; return the exit status (0 when all as expected).
+
+    Claims not measured in ``mode`` (``Claim.modes``) are skipped and named in the report.
+    """
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     wall = time.perf_counter()
-    outcomes = run_claims(claims, mode=mode, seed=seed, output_dir=output_dir, progress=progress)
+    outcomes = run_claims([c for c in claims if mode in c.modes], mode=mode, seed=seed, output_dir=output_dir,
+                          progress=progress)
     meta = {
         "mode": mode,
         "seed": seed,
@@ -46,6 +50,7 @@ def audit(
         "started": started,
         "wall_seconds": round(time.perf_counter() - wall, 2),
         "versions": _versions(),
+        "not_run_in_this_mode": [c.id for c in claims if mode not in c.modes],
     }
     write_json(output_dir / "report.json", outcomes, meta)
     write_markdown(output_dir / "report.md", outcomes, meta)
@@ -104,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.list:
         for c in claims:
-            print(f"{c.id:28s} {c.expected_verdict:6s} {c.reference:40s} [{', '.join(c.tags)}]")
+            only = "" if len(c.modes) > 1 else f" ({c.modes[0]} only)"
+            print(f"{c.id:28s} {c.expected_verdict:6s} {c.reference:40s} [{', '.join(c.tags)}]{only}")
         return 0
     argv_list = sys.argv[1:] if argv is None else argv
     command = "python -m verify " + " ".join(shlex.quote(a) for a in argv_list)

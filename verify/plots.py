@@ -86,17 +86,29 @@ def per_layer(
     panels: Mapping[str, Mapping[str, Sequence[float]]],
     *,
     title: str,
+    x: Sequence[float] | None = None,
+    xlabel: str = "layer ℓ",
+    bands: Mapping[str, Mapping[str, tuple[Sequence[float], Sequence[float]]]] | None = None,
 ) -> str:
-    """One panel per measured quantity (e.g. R^c and sparsity), one curve per model, against the layer index."""
+    """One panel per measured quantity (e.g. R^c and sparsity), one curve per model, against the layer index.
+
+    ``x`` replaces the layer numbers 1 … L (e.g. half-steps 0, ½, 1, …); ``bands[panel][label] = (low, high)``
+    shades an interval (e.g. the 95% interval over seeds) around a curve.
+    """
     fig = Figure(figsize=(4.2 * len(panels), 3.6))
     for i, (ylabel, series) in enumerate(panels.items()):
         ax = fig.add_subplot(1, len(panels), i + 1)
         for label, y in series.items():
-            ax.plot(np.arange(1, len(y) + 1), y, "o-", label=label)
-        ax.set_xticks(np.arange(1, max(len(y) for y in series.values()) + 1))
-        ax.set_xlabel("layer ℓ")
+            xs = np.arange(1, len(y) + 1) if x is None else np.asarray(x, dtype=float)
+            line, = ax.plot(xs, y, "o-", ms=3, label=label)
+            if bands and label in bands.get(ylabel, {}):
+                low, high = bands[ylabel][label]
+                ax.fill_between(xs, low, high, color=line.get_color(), alpha=0.2, lw=0)
+        if x is None:
+            ax.set_xticks(np.arange(1, max(len(y) for y in series.values()) + 1))
+        ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.grid(True, lw=0.3)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=6)
     fig.suptitle(title, fontsize=9)
     return _save(fig, path)

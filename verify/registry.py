@@ -28,6 +28,8 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+from verify.context import MODES
+
 VERDICTS = ("holds", "fails", "loose")
 """``holds``: the statement is confirmed; ``fails``: it is contradicted by the measurement; ``loose``: it is
 true, but with a bound the data beat by a wide margin."""
@@ -65,6 +67,7 @@ class Claim:
     expected_verdict: str
     measure: Callable[..., Result]
     module: str = ""
+    modes: tuple[str, ...] = MODES
 
     def matches(self, selector: str) -> bool:
         """True when ``selector`` is this claim's id, an id prefix ending at a dash/dot (``2.11``), or a tag."""
@@ -85,16 +88,25 @@ def claim(
     measures: str,
     expected: str,
     expected_verdict: str,
+    modes: Iterable[str] = MODES,
 ) -> Callable[[Callable[..., Result]], Callable[..., Result]]:
-    """Register the decorated measurement function as a claim (see the module docstring)."""
+    """Register the decorated measurement function as a claim (see the module docstring).
+
+    ``modes``: the audit modes that measure the claim; ``("full",)`` for a claim whose measurement does not fit
+    the quick mode's time budget (it is listed, and named in the quick report as not run).
+    """
     if expected_verdict not in VERDICTS:
         raise ValueError(f"expected_verdict of {id!r} must be one of {VERDICTS}, got {expected_verdict!r}")
+    modes = tuple(modes)
+    if not modes or any(m not in MODES for m in modes):
+        raise ValueError(f"modes of {id!r} must be a non-empty subset of {MODES}, got {modes!r}")
 
     def register(fn: Callable[..., Result]) -> Callable[..., Result]:
         if id in _REGISTRY:
             raise ValueError(f"claim id {id!r} is registered twice ({_REGISTRY[id].measure.__module__} and {fn.__module__})")
         module = fn.__module__.rsplit(".", 1)[-1]
-        _REGISTRY[id] = Claim(id, tuple(tags), reference, statement, measures, expected, expected_verdict, fn, module)
+        _REGISTRY[id] = Claim(id, tuple(tags), reference, statement, measures, expected, expected_verdict, fn, module,
+                              modes)
         return fn
 
     return register

@@ -66,8 +66,46 @@ def _md_escape(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def _why(claim) -> str:
+    """The claim's explanation of its expected outcome: the part of ``expected`` from "Expected to …" on, else all."""
+    text = claim.expected
+    at = text.lower().find("expected to")
+    return text[at:] if at >= 0 else text
+
+
+def _summary_line(o: Outcome, why: bool, statement: bool = True) -> str:
+    c = o.claim
+    figure = f" ([figure]({o.figures[0]}))" if o.figures else ""
+    measured = o.result.measured if o.result else "raised"
+    reason = f" — {_md_escape(_why(c))}" if why else ""
+    said = f" · {_md_escape(c.statement)}" if statement else ""
+    return f"- **{c.id}**{said} → {_md_escape(measured)}{figure}{reason}"
+
+
+def summary_page(outcomes: list[Outcome], meta: dict[str, Any]) -> list[str]:
+    """The one-page summary report.md opens with: the layer-wise claims (does a CRATE layer compress?) first, then
+    every other claim grouped by verdict, failures and loose bounds with their explanation and figure."""
+    layers = [o for o in outcomes if "layers" in o.claim.tags]
+    rest = [o for o in outcomes if "layers" not in o.claim.tags]
+    lines = ["## Summary", "", "### Does a CRATE layer compress? (Sec. 4.2, Figs. 14–17)", "",
+             "Measured scale-free (R^c against isotropic tokens of the same norms, own-subspace energy, the authors'",
+             "per-head normalisation) and against controls, over seeds with 95% intervals (verify.statistics).", ""]
+    lines += [_summary_line(o, why=o.verdict != "holds") for o in layers]
+    for verdict, title in (("fails", "Fail"), ("loose", "Loose"), ("error", "Raised"), ("holds", "Hold")):
+        group = [o for o in rest if o.verdict == verdict]
+        if group:
+            lines += ["", f"### {title} ({len(group)})", ""]
+            lines += [_summary_line(o, why=verdict in ("fails", "loose"), statement=verdict != "holds")
+                      for o in group]
+    if meta.get("not_run_in_this_mode"):
+        lines += ["", f"Not measured in `{meta['mode']}` mode (run `python -m verify --full`): "
+                  + ", ".join(meta["not_run_in_this_mode"]) + "."]
+    return lines + [""]
+
+
 def write_markdown(path: Path, outcomes: list[Outcome], meta: dict[str, Any]) -> None:
-    """``report.md``: the summary, the full table, then one section per claim with its statement and figures."""
+    """``report.md``: the one-page summary, the full table, then one section per claim with its statement and
+    figures."""
     lines = [
         "# CRATE derivation audit",
         "",
@@ -78,6 +116,9 @@ def write_markdown(path: Path, outcomes: list[Outcome], meta: dict[str, Any]) ->
         "Verdicts: **holds** = confirmed; **fails** = contradicted by the measurement; **loose** = true, with a bound",
         "the data beat by a wide margin. Each claim states the verdict its analysis expects (paper-notes §2);",
         "a verdict marked *(expected …)* differs from it.",
+        "",
+        *summary_page(outcomes, meta),
+        "## All claims",
         "",
         "| " + " | ".join(COLUMNS) + " |",
         "|" + "---|" * len(COLUMNS),

@@ -89,7 +89,7 @@ def plot_token_heatmaps(traces: Sequence[LayerTrace], sample: int = 0, size: int
 
 
 def plot_coherence(matrices: torch.Tensor, heads: int, directions: int = 4, seed: int = 0) -> Figure:
-    """|[U_1 … U_K]*[U_1 … U_K]| per layer (``matrices`` (L, K·p, K·p) from `crate_nn.diagnostics.coherence`),
+    """|[U_1 … U_K]*[U_1 … U_K]| per layer (``matrices`` (L, K·p, K·p) from `crate_nn.analysis.diagnostics.coherence`),
     showing ``directions`` random columns of each subspace; block (i, j) is U_i*U_j."""
     if matrices.ndim == 2:
         matrices = matrices[None]

@@ -286,23 +286,24 @@ def finetune() -> ClassificationConfig:
 def digits() -> ClassificationConfig:
     """scikit-learn's 8×8 handwritten digits: a small CRATE trained on a CPU in seconds (tests and audit use it).
 
-    CRATE with image 8, patch 4 (4 patches + [CLS]), d = 96, 3 layers, 4 heads; AdamW lr 2e-3, weight decay 1.0
+    CRATE with image 8, patch 4 (4 patches + [CLS]), d = 96, 3 layers, 4 heads; AdamW lr 2e-3, weight decay 0.5
     (not on norms, biases, embeddings), batch 64, 30 epochs with a 3-epoch warm-up; no augmentation. Trained on the
     1,293-image training split, tuned on the 144-image validation split, tested once on the 360 held-out images.
     Tuning (validation top-1): patch 2 reached only 92% (the patch embedding's LayerNorm over 4 pixels discards
-    each patch's brightness), patch 4 97.9%; validation accuracy was tied (97.9%) for weight decay 0.05 … 2.0,
-    and 1.0 was kept because the paper-protocol R^c grows with ‖U‖: at 0.05 the trained layers 2–3 measure above
-    their random initialisation, at ≥ 1.0 every layer measures below.
+    each patch's brightness), patch 4 97.9%. Weight decay is the paper's ImageNet value (App. C.1), because
+    validation cannot tell the candidates apart: over 5 seeds (30 epochs) it gave 97.08 ± 0.91% at 0.05,
+    96.81 ± 1.05% at 0.5 and 96.94 ± 0.79% at 1.0 — differences below one of the 144 images. No value here was
+    chosen for what a measurement of the trained model (e.g. the audit's layer-wise R^c) shows.
     ``--model vit_tiny --model-args patch_size=4 dim=96 depth=3 heads=4`` (or crate_mlp_s8 / crate_mhsa_s8 with
     the same arguments) trains a baseline of the same size with the same recipe.
 
-    Command:  crate-train --preset digits            (``--epochs 15``: half the time, validation 97.9%)
-    Expected: validation 97.2–97.9%, test 97.2%; wall time ≈ 8–15 s on 1–2 CPU cores.
+    Command:  crate-train --preset digits            (``--epochs 15``: half the time, validation ≈ 97%)
+    Expected: validation 95–98% (seed-dependent), test 97.3 ± 0.3%; wall time ≈ 8–15 s on 1–2 CPU cores.
     """
     return ClassificationConfig(
         model="crate_tiny", model_args=dict(patch_size=4, dim=96, depth=3, heads=4),
         dataset="digits", image_size=8, test_split="test", mean=(0.5,), std=(0.5,), augment="none",
-        optimizer="adamw", lr=2e-3, weight_decay=1.0, betas=(0.9, 0.999), batch_size=64, epochs=30,
+        optimizer="adamw", lr=2e-3, weight_decay=0.5, betas=(0.9, 0.999), batch_size=64, epochs=30,
         warmup_epochs=3.0, label_smoothing=0.0, num_workers=0, checkpoint_every=0, log_every=10,
         output_dir="runs/digits", measure_epochs=(0, 30), measure_samples=360, precision="fp32",
     )

@@ -1,5 +1,5 @@
 """End to end on scikit-learn's digits with the preset the audit uses: ≥ 95% test accuracy, and the trained model's
-per-layer R^c (paper protocol) below its random initialisation's. Prints the numbers."""
+per-layer R^c under the authors' protocol below its random initialisation's. Prints the numbers."""
 import json
 from pathlib import Path
 
@@ -29,9 +29,12 @@ def test_digits_reaches_95_percent_and_compresses(digits_run):
             before = [round(s["mean"], 3) for s in init[protocol][kind]]
             after = [round(s["mean"], 3) for s in trained[protocol][kind]]
             print(f"{protocol:8s} {kind:11s} random init {before}  trained {after}")
-    paper_init = [s["mean"] for s in init["paper"]["compression"]]
-    paper_trained = [s["mean"] for s in trained["paper"]["compression"]]
-    assert all(t < i for t, i in zip(paper_trained, paper_init)), (paper_init, paper_trained)
+    # The authors' protocol (per-head unit-norm codes) is scale-free; the paper protocol's R^c follows ‖U‖ and hence
+    # the weight decay, and its trained-vs-init ordering is not a property of training (audit claims
+    # 2.24-digits-paper, 2.24-digits-weight-decay), so only the former is asserted.
+    official_init = [s["mean"] for s in init["official"]["compression"]]
+    official_trained = [s["mean"] for s in trained["official"]["compression"]]
+    assert all(t < i for t, i in zip(official_trained, official_init)), (official_init, official_trained)
     for protocol in ("paper", "official"):
         assert Path(root, "measurements", f"layers_{protocol}.png").stat().st_size > 0
 

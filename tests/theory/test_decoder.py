@@ -148,3 +148,24 @@ def test_bad_input_raises_named_errors():
         decoder_presets([params])
     with pytest.raises(TypeError, match="layers"):
         crate_decode(Z, [None])
+
+
+def test_eta_presets_invert_ista_linear_part():
+    """"linear-inverse" inverts ISTA's λ = 0 linear part A = I + η(D* − D*D) exactly (= D for orthogonal D at η = 1);
+    "first-order" is I − η(D* − D*D) = (1 + η)I − ηD* for orthogonal D, accurate to O(η²)."""
+    rng = np.random.default_rng(3)
+    d, K, p = 8, 2, 4
+    D = random_orthogonal(d, rng)
+    enc = [CrateLayerParams(U=orthonormal_bases(K, d, p, rng), D=D)]
+    for eta in (0.1, 0.3):  # eigenvalues of A have modulus ≥ 1 − 2η ≥ 0.4: A is well conditioned
+        A = (1 - eta) * np.eye(d) + eta * D.T
+        (exact,) = decoder_presets(enc, "linear-inverse", eta=eta)
+        np.testing.assert_allclose(exact.E @ A, np.eye(d), atol=1e-12)  # an 8×8 inverse of condition ≤ 2.5
+        (first,) = decoder_presets(enc, "first-order", eta=eta)
+        np.testing.assert_allclose(first.E, (1 + eta) * np.eye(d) - eta * D.T, atol=1e-15)
+        # the residual of the first-order inverse is −η²(D* − I)², of norm ≤ 4η²
+        assert np.linalg.norm(first.E @ A - np.eye(d), 2) <= 4 * eta**2 + 1e-12
+    (at_one,) = decoder_presets(enc, "linear-inverse", eta=1.0)
+    np.testing.assert_allclose(at_one.E, D, atol=1e-12)
+    with pytest.raises(ValueError, match="eta"):
+        decoder_presets(enc, "first-order", eta=0.0)

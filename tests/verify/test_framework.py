@@ -85,3 +85,39 @@ def test_audit_exit_status_and_reports(tmp_path, capsys):
     raised = report["claims"][1]
     assert raised["verdict"] == "error" and "broken measurement" in raised["error"]
     assert "broken measurement" in (tmp_path / "bad" / "report.md").read_text()
+
+
+def test_intervals_of_seeds():
+    from verify.statistics import interval, intervals
+
+    i = interval([1.0, 2.0, 3.0, 4.0, 5.0])
+    # t(0.975, 4) = 2.7764; std = √2.5: half-width 2.7764·1.5811/√5 = 1.9632 (closed form, float64 rounding)
+    assert (i.mean, i.n) == (3.0, 5) and i.high - i.mean == pytest.approx(1.9632, abs=1e-4)
+    assert i.above_zero and i.sign() == 1 and not i.below_zero
+    assert interval([-1.0, 1.0, -0.5, 0.5, 0.0]).sign() == 0
+    assert [x.sign() for x in intervals([[-2.0, 1.0, 1.0], [-2.1, 1.1, 3.0], [-1.9, 0.9, 2.0]])] == [-1, 1, 0]
+    with pytest.raises(ValueError, match="2 seeds"):
+        interval([1.0])
+    with pytest.raises(ValueError, match="finite"):
+        interval([1.0, float("nan")])
+
+
+def test_full_only_claims_are_skipped_in_quick_mode_and_named(tmp_path):
+    only_full = Claim(id="2.2-b", tags=("demo",), reference="000", statement="s", measures="m", expected="e",
+                      expected_verdict="holds", measure=_raises, modes=("full",))
+    claims = [_claim("2.1-a", "holds", _holds), only_full]
+    assert audit(claims, output_dir=tmp_path, progress=False, echo=False) == 0  # the raising claim never runs
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert [c["id"] for c in report["claims"]] == ["2.1-a"]
+    assert report["meta"]["not_run_in_this_mode"] == ["2.2-b"]
+    md = (tmp_path / "report.md").read_text()
+    assert "## Summary" in md and "Not measured in `quick` mode" in md and "2.2-b" in md
+    assert audit(claims, mode="full", output_dir=tmp_path / "full", progress=False, echo=False) == 1  # it raises
+
+
+def test_claim_modes_are_validated():
+    from verify.registry import claim
+
+    with pytest.raises(ValueError, match="modes"):
+        claim(id="x", tags=(), reference="r", statement="s", measures="m", expected="e", expected_verdict="holds",
+              modes=("medium",))

@@ -20,7 +20,7 @@ from crate_theory import (
     tied_output_map,
 )
 from crate_theory.synthetic import orthonormal_bases, sample_tokens
-from verify import plots, verdicts
+from verify import digits, plots, verdicts
 from verify.numerics import cosine, fmt, loglog_slope, rel_err
 from verify.registry import Result, claim
 
@@ -78,7 +78,8 @@ def neumann_rate(ctx) -> Result:
     statement="The Neumann gradient (33) approximates ∇R^c — stated without a range of validity",
     measures="min over ρ ∈ [1, 10] of cos(∇̂R^c, ∇R^c); relative error at ρ = 1",
     expected="`holds` only if it stays a descent-compatible direction (cos > 0) for all ρ ≤ 10; the series "
-             "diverges for ρ > 1, so a sign flip is expected",
+             "diverges for ρ > 1, so a sign flip is expected. At the papers' own setting (CRATE-Base sizes, ε = 1) "
+             "ρ ≈ 0.7 < 1: the approximation is used inside its range there",
     expected_verdict="fails",
 )
 def neumann_beyond_one(ctx) -> Result:
@@ -86,13 +87,24 @@ def neumann_beyond_one(ctx) -> Result:
     errors, cosines = _neumann_sweep(ctx, rhos)
     beyond = rhos >= 1
     worst = float(cosines[beyond].min())
+    rho_base = _rho_at_crate_base(ctx)
     figure = plots.curves(ctx.figure_path("cosine"), rhos, {"cos(Neumann, exact)": cosines,
                                                             "relative error": np.minimum(errors, 3)},
                           xlabel="ρ = β max_k ‖U_k*Z‖²", ylabel="", title="Neumann gradient beyond ρ = 1 "
                           "(relative error clipped at 3)", logx=True, hlines={"cos = 0": 0.0})
     return Result(f"min cos {worst:.2f} (at ρ={rhos[beyond][cosines[beyond].argmin()]:.2g}); rel err "
-                  f"{errors[rhos >= 1][0]:.2f} at ρ=1", verdicts.at_least(worst, 0.0),
-                  {"rho": rhos, "cosine": cosines, "rel_err": errors}, [figure])
+                  f"{errors[rhos >= 1][0]:.2f} at ρ=1; at the papers' setting ρ = {rho_base:.2f}",
+                  verdicts.at_least(worst, 0.0),
+                  {"rho": rhos, "cosine": cosines, "rel_err": errors, "rho_crate_base_eps_1": rho_base}, [figure])
+
+
+def _rho_at_crate_base(ctx) -> float:
+    """ρ = β max_k ‖U_k*Z‖² at CRATE-Base sizes (d 768, K 12, p 64, n = 197 tokens with [CLS]) and ε = 1, on
+    unit-norm union-of-subspace tokens (Approximation 9's hypotheses)."""
+    d, K, p, n = 768, 12, 64, 197
+    U = orthonormal_bases(K, d, p, seed=ctx.rng)
+    Z = sample_tokens(U, n, ctx.rng, sigma=0.05 / np.sqrt(d), unit_norm=True).Z
+    return float(p / n * max(np.linalg.norm(A, 2) ** 2 for A in project_onto_bases(Z, U)))
 
 
 BETAS = (0.02, 0.08, 0.33, 1.3, 5.2)
@@ -117,7 +129,9 @@ def _mssa_directions(ctx):
     reference="004 Approximation 9, eqs. (91), (100)–(107)",
     statement="Z − κ∇R^c(Z | U) ≈ (1 − κβ)Z + κβ MSSA(Z | U): the MSSA step points along −∇R^c",
     measures=f"cos(βZ − βMSSA(Z), ∇R^c(Z)) for β ∈ {BETAS} on unit-norm union-of-subspace tokens",
-    expected="cos > 0 at every β (a descent-compatible direction); the paper gives no rate, it is a heuristic",
+    expected="cos > 0 at every β (a descent-compatible direction); the paper gives no rate, it is a heuristic. "
+             "It holds through the step's first-order part: βZ alone scores as well or better "
+             "(2.7-approx9-attention-term)",
     expected_verdict="holds",
 )
 def approx9_cosine(ctx) -> Result:
@@ -140,7 +154,8 @@ def approx9_cosine(ctx) -> Result:
     reference="004 Approximation 9, eq. (27)=(34)",
     statement="For small κ the MSSA step decreases R^c(Z | U): R^c((1 − κβ)Z + κβMSSA(Z)) < R^c(Z)",
     measures="R^c decrease of the MSSA step with κβ = 0.01, relative to that of the exact gradient step of equal length",
-    expected="decrease > 0 at every β (descent); the ratio shows how much of the exact step's decrease it achieves",
+    expected="decrease > 0 at every β (descent); the ratio shows how much of the exact step's decrease it achieves. "
+             "As for the cosine, the βZ shrink alone gives this descent (2.7-approx9-attention-term)",
     expected_verdict="holds",
 )
 def approx9_descent(ctx) -> Result:
@@ -194,20 +209,46 @@ def free_output_contains_paper(ctx) -> Result:
 
 
 @claim(
-    id="2.8-temperature",
-    tags=("compression", "mssa", "erratum"),
-    reference="004 eq. (35) vs Alg. 2 (scale p^-1/2); paper-notes §7.15",
-    statement="The implemented attention (logits scaled by p^{-1/2}) is the paper's SSA (35) (no temperature)",
-    measures="relative difference of MSSA with temperature √p vs 1 (tied output β[U]); cosines of both steps with ∇R^c",
-    expected="an identity would differ by ≤ 1e-13; the temperature changes the operator, so `fails`",
+    id="2.7-approx9-attention-term",
+    tags=("compression", "mssa", "approx9"),
+    reference="004 Approximation 9, eqs. (100)–(107)",
+    statement="The attention term carries Approximation 9: the MSSA step βZ − βMSSA(Z) points along ∇R^c better "
+              "than its first-order part βZ alone (the shrink (1 − κβ)Z of eq. 27, without attention)",
+    measures=f"cos(βZ − βMSSA(Z), ∇R^c) − cos(βZ, ∇R^c) for β ∈ {BETAS}; size ‖βMSSA(Z)‖/‖βZ‖ and cos(−βMSSA(Z), "
+             "∇R^c − βZ) of the attention term against the part of the gradient it stands for",
+    expected="`holds` when the MSSA step's cosine exceeds βZ's at every β. Expected to fail: the attention term is "
+             "small next to βZ and only loosely aligned with what it replaces, so βZ alone does as well at small β "
+             "and better at large β; 2.7-approx9-cosine/-descent hold through the βZ shrink",
     expected_verdict="fails",
 )
-def temperature(ctx) -> Result:
-    Z, U = _union_of_subspaces(ctx)
-    p, n = U.shape[2], Z.shape[1]
-    paper, code = mssa(Z, U, 1.0), mssa(Z, U, 1.0, temperature=np.sqrt(p))
-    diff = rel_err(code, paper)
-    beta, grad = p / n, compression_rate_grad(Z, U, 1.0)
-    cos_paper, cos_code = cosine(beta * Z - paper, grad), cosine(beta * Z - code, grad)
-    return Result(f"rel diff {diff:.3f}; cos with ∇R^c: paper {cos_paper:.3f}, code {cos_code:.3f}",
-                  verdicts.at_most(diff, 1e-13), {"rel_diff": diff, "cos_paper": cos_paper, "cos_code": cos_code})
+def approx9_attention_term(ctx) -> Result:
+    Z, _, rows = _mssa_directions(ctx)
+    gain = [cosine(direction, grad) - cosine(beta * Z, grad) for beta, _, direction, grad in rows]
+    size = [float(np.linalg.norm(beta * Z - direction) / np.linalg.norm(beta * Z)) for beta, _, direction, _ in rows]
+    aim = [cosine(direction - beta * Z, grad - beta * Z) for beta, _, direction, grad in rows]
+    return Result("cosine gain over βZ " + ", ".join(f"{g:+.2g}" for g in gain) + "; attention term ‖·‖/‖βZ‖ "
+                  + ", ".join(f"{r:.2g}" for r in size), "holds" if min(gain) > 0 else "fails",
+                  {"beta": BETAS, "cosine_gain": gain, "relative_size": size, "cosine_with_remainder": aim})
+
+
+@claim(
+    id="2.7-sum-projectors",
+    tags=("compression", "approx9", "nn", "digits"),
+    reference="004 Approximation 9, the step (104) → (105); paper-notes §7.8",
+    statement="Σ_k U_kU_k* ≈ I_d (the hypothesis that turns β(Σ_k U_kU_k*)Z into βZ in (105)) holds for CRATE's "
+              "subspaces",
+    measures=f"‖Y(S/s − I)‖_F/‖Y‖_F with S = Σ_k U_kU_k* (= WᵀW of the qkv weight), s = tr S/d and Y = LN1(Z^ℓ) the "
+             f"tokens MSSA receives, per layer of the digits CRATE, trained and at initialisation, {digits.SEEDS} seeds",
+    expected="`holds` when the trained model's worst layer stays ≤ 0.1 (the replacement must be accurate to 10% for "
+             "βZ to stand in for β(Σ_k U_kU_k*)Z at the accuracy Approximation 9 claims: cos ≥ 0.98 at the papers' "
+             "β ≈ 0.33). Expected to fail: K·p = d heads of a random or trained U are not mutually orthogonal, "
+             "S has a Marchenko–Pastur-like spread (deviation ≈ 1 at initialisation, larger after training)",
+    expected_verdict="fails",
+)
+def sum_projectors(ctx) -> Result:
+    runs = digits.runs(ctx)
+    trained, init = (digits.per_seed(runs, m, ("projector_sum_deviation",)) for m in ("trained", "init"))
+    worst = float(trained.mean(0).max())
+    return Result(f"deviation per layer: trained {'→'.join(f'{v:.2f}' for v in trained.mean(0))}, init "
+                  f"{'→'.join(f'{v:.2f}' for v in init.mean(0))}", verdicts.at_most(worst, 0.1),
+                  {"trained": trained.mean(0), "init": init.mean(0), "worst_trained": worst})

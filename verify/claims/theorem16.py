@@ -71,34 +71,59 @@ def _sweep(mode: str, seed: int, sizes: tuple[int, int, int, int]):
     return [theorem16_residuals(sample_theorem16(*sizes, sigma, rng), 1.0) for sigma in SIGMAS]
 
 
+def floor_exponent(ratios, floors) -> float:
+    """Fitted exponent a of floor ∝ (n/d)^a."""
+    return loglog_slope(np.asarray(ratios), np.asarray(floors))
+
+
+@functools.lru_cache(maxsize=2)
+def _floors(mode: str, seed: int, sizes: tuple[int, int, int, int]) -> tuple[np.ndarray, np.ndarray, float]:
+    """(n/d, mean σ → 0 residual ‖∇R^c − (315)‖ per n, β) at a fixed β = p/(n_0ε²) with ε = 1 at the mode's n_0:
+    ε is rescaled with n so that only n/d moves. Seven n from p to d (geometric), ``reps`` samples each."""
+    d, n0, K, p = sizes
+    beta = p / n0
+    reps = 2 if mode == "quick" else 3
+    rng = Context(mode, seed, "2.16-floor", ".").rng_for("2.16-floor")
+    ns = np.unique(np.round(np.geomspace(p, d, 7)).astype(int))
+    floors = [np.mean([theorem16_residuals(sample_theorem16(d, n, K, p, SIGMAS[-1], rng), np.sqrt(p / (n * beta)))
+                       .residual_nominal for _ in range(reps)]) for n in ns]
+    return ns / d, np.array(floors), beta
+
+
 @claim(
-    id="2.16-nominal-vanishes",
-    tags=("theorem16",),
-    reference="004 Theorem 16, eqs. (237)–(238), (315)–(316); Theorem 6",
-    statement="The gradient step on R^c approaches the nominal denoising step (237) as σ → 0 (Theorem 6's "
-              "reading: −∇R^c points to the subspaces)",
-    measures="‖∇R^c − (315)‖ per σ (ε = 1): fitted slope in σ and the σ → 0 floor, in units of √(n/d)",
-    expected="`holds` if the residual vanishes at least like √σ (slope ≥ 0.5). Expected to fail: the bound "
-             "(238) keeps a σ-independent √(n/d) term (Lemma 20's A_k/(1+β^{-1}) replacement), never small "
-             "at these sizes",
-    expected_verdict="fails",
+    id="2.16-nominal-floor",
+    tags=("theorem16", "rate"),
+    reference="004 Theorem 16, eqs. (237)–(238), (315)–(318); Lemma 20",
+    statement="The gradient step on R^c matches the nominal denoising step (237) up to the bound (238): an O(σ) "
+              "part and a σ-independent part of order √(n/d) (Lemma 20's A_k/(1 + β^{-1}) replacement) — so as "
+              "σ → 0 the residual levels off at a floor that scales as √(n/d)",
+    measures="‖∇R^c − (315)‖ vs σ at the mode's sizes (ε = 1: slope and floor); the σ = 0.003 floor for seven "
+             "n ∈ [p, d] at fixed β (ε rescaled with n): fitted exponent of floor ∝ (n/d)^a",
+    expected="`holds` when the exponent is 0.5 ± 0.15 (the √(n/d) of (238); the tolerance allows the order-one "
+             "factors of the good event E⋆, which drift with n/d, and the sample-to-sample spread of a 7-point fit). "
+             "This restates the former 2.16-nominal-vanishes, which tested a misreading (that the residual vanishes "
+             "as σ → 0) and failed, as the theorem says it must",
+    expected_verdict="holds",
 )
-def nominal_vanishes(ctx) -> Result:
+def nominal_floor(ctx) -> Result:
     rows = _residual_sweep(ctx)
     d, n, _, _ = _sizes(ctx)
     nominal = np.array([r.residual_nominal for r in rows])
     exact_a = np.array([r.residual_exact_a for r in rows])
-    slope = loglog_slope(SIGMAS, nominal)
-    floor = nominal[-1] / np.sqrt(n / d)
-    step_floor = nominal[-1] / rows[-1].beta  # the step's residual with Remark 17's η = β^{-1}
-    figure = plots.loglog_rates(ctx.figure_path("residuals"), SIGMAS, {"vs nominal (315)": nominal,
-                                                                       "vs exact-A nominal": exact_a},
-                                xlabel="σ", ylabel="‖∇R^c − prediction‖ (operator norm)",
-                                title=f"Theorem 16 at d={d}, n={n} (ε = 1)", references={"slope 1": 1.0})
-    return Result(f"slope {slope:.3f}; floor {fmt(nominal[-1])} = {floor:.3f}·√(n/d) (step with η = 1/β: "
-                  f"{step_floor:.3f})",
-                  verdicts.at_least(slope, 0.5), {"sigma": SIGMAS, "residual_nominal": nominal, "slope": slope,
-                                                  "floor_over_sqrt_n_over_d": floor, "step_floor": step_floor}, [figure])
+    sigma_slope = loglog_slope(SIGMAS, nominal)
+    ratios, floors, beta = _floors(ctx.mode, ctx.seed, _sizes(ctx))
+    exponent = floor_exponent(ratios, floors)
+    figures = [plots.loglog_rates(ctx.figure_path("residuals"), SIGMAS, {"vs nominal (315)": nominal,
+                                                                         "vs exact-A nominal": exact_a},
+                                  xlabel="σ", ylabel="‖∇R^c − prediction‖ (operator norm)",
+                                  title=f"Theorem 16 at d={d}, n={n} (ε = 1)", references={"slope 1": 1.0}),
+               plots.loglog_rates(ctx.figure_path("floor"), ratios, {"σ → 0 floor": floors}, xlabel="n/d",
+                                  ylabel="‖∇R^c − (315)‖ at σ = 0.003", title=f"floor vs n/d at β = {beta:.3g}",
+                                  references={"slope ½ (√(n/d))": 0.5})]
+    return Result(f"σ-slope {sigma_slope:.3f} (floor {fmt(nominal[-1])} = {nominal[-1] / np.sqrt(n / d):.3f}·√(n/d)); "
+                  f"floor ∝ (n/d)^{exponent:.2f}", verdicts.slope(exponent, 0.5, 0.15),
+                  {"sigma": SIGMAS, "residual_nominal": nominal, "sigma_slope": sigma_slope, "n_over_d": ratios,
+                   "floor": floors, "exponent": exponent, "beta": beta}, figures)
 
 
 @claim(
