@@ -60,7 +60,7 @@ def test_console_entry_point_runs_a_selection(tmp_path):
                            str(out), "--seed", "3"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads((out / "report.json").read_text())
-    assert {c["id"] for c in report["claims"]} == {"2.1-sylvester", "2.1-rc-sum", "2.1-rotation-invariance",
+    assert {c["id"] for c in report["claims"]} == {"2.1-sylvester", "2.1-rc-sum", "2.1-rotation-invariance", "2.1-beta-N-vs-n",
                                                     "2.23-params-tiny"}
     assert report["meta"]["seed"] == 3
 
