@@ -5,7 +5,7 @@ in rows, ``ReLU(y + η(y − yDᵀ)D − ηλ)``, is linear in y before the ReLU
 
     y + η(y − yDᵀ)D = y + y N,    N = η(D − DᵀD)   (d×d, formed once per forward: 2d³ FLOPs)
 
-so one token GEMM (``torch.addmm(y, y, N)``, the identity kept exact as the addmm input) replaces the two of the
+so one token GEMM (``y + y @ N``, the identity added at y's precision) replaces the two of the
 earlier crate_nn and the authors' three; the backward pass needs two token GEMMs instead of four. It pays when the
 number of tokens B·n exceeds d, and crate_nn uses it exactly then. The variant "ours, two-product ISTA" is a copy
 of the crate_nn model whose ISTA blocks are given back the two-product step (`with_two_product_ista`), so the

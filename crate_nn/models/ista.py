@@ -84,9 +84,9 @@ class ISTA(nn.Module):
         the two products.
         """
         D, eta = self.weight, self.eta
-        flat = y.reshape(-1, y.shape[-1])
-        if flat.shape[0] > D.shape[0]:
-            return torch.addmm(flat, flat, eta * (D - D.t() @ D)).view(y.shape)
+        if y.numel() // y.shape[-1] > D.shape[0]:  # more tokens than d
+            # the identity term is added at y's precision: under bf16 autocast only the product y N is rounded
+            return y + y @ (eta * (D - D.t() @ D))
         return y + eta * ((y - F.linear(y, D)) @ D)
 
     def extra_repr(self) -> str:

@@ -51,6 +51,7 @@ def test_data_benchmark_writes_results(tmp_path):
         for pipeline in ("files-decode", "files-augment", "shard-read", "shard-augment"):
             assert (data.PIPELINES[pipeline], workers) in pipelines
     assert (data.PIPELINES["decode_draft"], None) in pipelines
+    assert (data.PIPELINES["pack-pillow"], 1) in pipelines  # the largest --tiny worker count
     assert all(row["img_s"] > 0 and row["img_s_per_core"] > 0 for row in result["rows"])
     assert result["h100_crate_base_40pct_mfu_img_s"] > 0 and result["best_jpeg_decode_img_s_per_core"] > 0
 
