@@ -14,7 +14,7 @@ import torch
 import crate_nn
 from crate_nn import model_config
 
-from benchmarks import common, data, fast_paths, inference, theory, train_step
+from benchmarks import common, data, fast_paths, gpu_check, inference, pipeline, task_step, theory, train_step
 from benchmarks.models import LOGIT_RTOL, TINY_OVERRIDES, build_pair, check_pair, forward_flops
 
 
@@ -54,6 +54,45 @@ def test_data_benchmark_writes_results(tmp_path):
     assert (data.PIPELINES["pack-pillow"], 1) in pipelines  # the largest --tiny worker count
     assert all(row["img_s"] > 0 and row["img_s_per_core"] > 0 for row in result["rows"])
     assert result["h100_crate_base_40pct_mfu_img_s"] > 0 and result["best_jpeg_decode_img_s_per_core"] > 0
+
+
+def test_task_step_benchmark_writes_results(tmp_path):
+    result = run_tiny(task_step, tmp_path)
+    (row,) = result["rows"]
+    assert (row["preset"], row["unit"], row["batch"]) == ("digits", "images", 8)
+    assert row["units_per_s"] > 0 and row["step_gflops"] > 0 and row["mfu"] is None  # CPU: no MFU
+    assert row["state_mb"] > 0 and row["parameters"] > 0
+
+
+def test_pipeline_benchmark_compares_the_engine_with_the_bare_step(tmp_path):
+    result = run_tiny(pipeline, tmp_path)
+    stages = {row["stage"]: row for row in result["rows"]}
+    assert {"pack, Pillow", "bare training step (data loading excluded)", "crate-train from crate-pack shards",
+            "crate-train from JPEG files (Pillow in workers)"} <= set(stages)
+    for label in ("crate-train from crate-pack shards", "crate-train from JPEG files (Pillow in workers)"):
+        row = stages[label]
+        assert len(row["windows_img_s"]) == 2 and row["img_s"] > 0  # 4 steps, windows of 2
+        assert row["ratio_to_bare"] == pytest.approx(row["img_s"] / stages[
+            "bare training step (data loading excluded)"]["img_s"])
+
+
+def test_gpu_check_skips_the_benchmarks_without_cuda(tmp_path, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("this checks the CPU behaviour")
+    assert gpu_check.main(["--no-install", "--skip", "tests", "--out-dir", str(tmp_path / "gpu")]) == 0
+    out = capsys.readouterr().out
+    assert "no CUDA device" in out and not (tmp_path / "gpu").exists()
+    assert gpu_check.main(["--list"]) == 0
+    listed = capsys.readouterr().out
+    assert "pytest -m gpu tests/gpu" in listed and "--beside vit_base_patch16_224" in listed
+    with pytest.raises(SystemExit):
+        gpu_check.main(["--only", "nonsense"])
+
+
+def test_gpu_check_installs_only_missing_wheels(tmp_path):
+    (tmp_path / "torch-9.9.9-py3-none-any.whl").write_bytes(b"")  # installed under another version: kept
+    (tmp_path / "no_such_dist_xyz-1.0-py3-none-any.whl").write_bytes(b"")
+    assert [w.name for w in gpu_check.missing_wheels(tmp_path)] == ["no_such_dist_xyz-1.0-py3-none-any.whl"]
 
 
 def test_theory_benchmark_writes_results(tmp_path):
