@@ -51,17 +51,22 @@ MODELS = crate_nn.list_models()
 SEQUENCE_FIELDS = ("block_size", "context_length", "max_seq_len", "seq_len")
 
 # Relative Frobenius error ‖a − b‖ / ‖b‖ allowed between two fp32 computations of the same function that differ
-# only in kernels and summation order (SDPA vs explicit softmax, inductor vs eager, GPU vs CPU). Each layer adds
-# a few float32 roundings (u = 6e-8) per sum of up to d = 1024 terms, ~1e-6; through 24 layers and their
-# LayerNorms it stays below ~1e-5 (measured on CPU for every registered size). 1e-4 keeps a 10× margin; a
-# wrong computation (a skipped layer, a wrong mask, a transposed weight) differs at order 1.
+# only in kernels and summation order (SDPA vs explicit softmax, inductor vs eager, GPU vs CPU). Measured on the
+# CPU (CRATE_GPU_TEST_DEVICE=cpu): SDPA vs explicit differ by at most 7.3e-7 in the outputs of every registered
+# size and 8e-7 in the gradients; 1e-4 leaves a margin of > 100 for other kernels, while a wrong computation (a
+# skipped layer, a wrong mask, a transposed weight) differs at order 1. Gradients get 10×: a tensor whose gradient
+# is small (a bias, the class token) has a larger relative rounding error.
 FP32_RTOL = 1e-4
-# bf16 autocast against fp32: bf16 keeps 8 significant bits (u = 2^-9 = 2e-3); every matrix product rounds its
-# operands and output, so each layer adds errors of a few u, which grow through depth to ~1e-2 in the deepest
-# (24-layer) models at initialisation (measured on CPU for every registered size: at most 2.4e-2). 6e-2 is the
-# bar: bf16 semantics, with a margin of ~2.5; a wrong cast (fp16 overflow, an int path, a lost residual) is
-# order 1.
-BF16_RTOL = 6e-2
+FP32_GRAD_RTOL = 1e-3
+# bf16 autocast against fp32 (outputs): bf16 keeps 8 significant bits (u = 2^-9 = 2e-3) and every matrix product
+# rounds its operands and output; measured on the CPU at initialisation, batch 4: 3.4e-3 (the ViTs) to 8.0e-3
+# (crate_large) for every registered size, 4.6e-3 between SDPA and explicit attention under bf16. 3e-2 leaves a
+# margin of ~4; a wrong cast (fp16 overflow, an integer path, a lost residual) is order 1.
+BF16_RTOL = 3e-2
+# Gradients under bf16, SDPA against explicit attention: two bf16 backward passes through every layer, per tensor;
+# measured up to 5.5e-2 (crate_tiny), 1.4e-2 (vit_tiny). 0.2 keeps a margin of ~4; a missing term of the
+# symmetric q = k = v gradient (MSSA) changes the gradients by order 1.
+BF16_GRAD_RTOL = 0.2
 
 
 @pytest.fixture(autouse=True)
@@ -182,10 +187,9 @@ def test_fused_attention_equals_explicit(name, dtype):
         outputs = run(model, inputs, dtype, backward=True)
         grads = [p.grad.float() for p in model.parameters() if p.grad is not None]
         results.append((outputs, grads))
-    # bf16: both paths round the same operands to bf16 but accumulate differently: the bf16 bar applies
-    rtol = FP32_RTOL if dtype is None else BF16_RTOL
+    rtol, grad_rtol = (FP32_RTOL, FP32_GRAD_RTOL) if dtype is None else (BF16_RTOL, BF16_GRAD_RTOL)
     assert_close_outputs(results[0][0], results[1][0], rtol, f"{name} SDPA vs explicit outputs")
-    assert_close_outputs(results[0][1], results[1][1], rtol * 10, f"{name} SDPA vs explicit gradients")
+    assert_close_outputs(results[0][1], results[1][1], grad_rtol, f"{name} SDPA vs explicit gradients")
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -199,8 +203,7 @@ def test_compiled_equals_eager(name):
     compiled = run(torch.compile(model), inputs, backward=True)
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     assert_close_outputs(compiled, eager, FP32_RTOL, f"{name} compiled vs eager outputs")
-    # gradients pass through the backward graph as well: twice the operations, ten times the bar
-    assert_close_outputs(grads, eager_grads, FP32_RTOL * 10, f"{name} compiled vs eager gradients")
+    assert_close_outputs(grads, eager_grads, FP32_GRAD_RTOL, f"{name} compiled vs eager gradients")
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -287,7 +290,7 @@ def test_ddp_over_nccl_matches_one_process():
     finally:
         dist.destroy_process_group()
     assert_close_outputs(wrapped, plain, 0.0, "DDP forward")
-    assert_close_outputs([p.grad for p in model.parameters()], plain_grads, FP32_RTOL, "DDP gradients")
+    assert_close_outputs([p.grad for p in model.parameters()], plain_grads, FP32_GRAD_RTOL, "DDP gradients")
 
 
 @needs_cuda
