@@ -39,7 +39,8 @@ class FileBytes(Dataset):
         return len(self.paths)
 
     def __getitem__(self, i: int) -> torch.Tensor:
-        return torch.frombuffer(bytearray(Path(self.paths[i]).read_bytes()), dtype=torch.uint8)
+        data = Path(self.paths[i]).read_bytes()
+        return torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.zeros(0, dtype=torch.uint8)
 
 
 def resize_center_crop(image: torch.Tensor, geometry: Geometry) -> torch.Tensor:
@@ -64,7 +65,7 @@ def nvjpeg_decoder(device: str | torch.device = "cuda", workers: int = 4, batch_
     def decode_one(path: str, data: torch.Tensor, geometry: Geometry) -> torch.Tensor | str:
         try:
             return resize_center_crop(decode_jpeg(data, mode=ImageReadMode.RGB, device=device), geometry).cpu()
-        except RuntimeError:
+        except (RuntimeError, ValueError):
             item = ImageFiles([(path, 0)], ["all"], train=False, image_size=geometry.crop, load_size=geometry.resize,
                               eval_resize=geometry.resize)[0]
             return item.reason if isinstance(item, Corrupt) else item[0]
@@ -84,7 +85,7 @@ def nvjpeg_decoder(device: str | torch.device = "cuda", workers: int = 4, batch_
                     try:  # one batched nvJPEG call; a file it rejects sends the batch through decode_one
                         decoded = decode_jpeg(pending, mode=ImageReadMode.RGB, device=device)
                         pending = list(torch.stack([resize_center_crop(image, geometry) for image in decoded]).cpu())
-                    except RuntimeError:
+                    except (RuntimeError, ValueError):
                         pending = [decode_one(files[position + k], data, geometry) for k, data in enumerate(pending)]
                 result = pending.pop(0)
                 position += 1

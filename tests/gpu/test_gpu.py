@@ -9,7 +9,8 @@ iterated, not listed by hand, so a model family or a task merged later is covere
 * every preset of ``crate_nn.tasks.PRESETS``: a smoke run (`TrainConfig.smoke`: a few steps at the preset's model
   size, built-in data) through the engine on the GPU, with a falling loss and a checkpoint the CPU reads;
 * the engine with ``compile=True``; DistributedDataParallel over NCCL (one process on a one-GPU machine; a
-  ``torchrun`` job over every GPU when there are several).
+  ``torchrun`` job over every GPU when there are several);
+* ``crate-pack``'s nvJPEG decoder against its Pillow decoder (when torchvision is installed).
 
 A model's inputs come from its ``example_inputs(batch_size)`` method when it has one; otherwise from its config:
 images for a config with ``image_size`` and ``in_channels``, token ids for one with ``vocab_size`` and a
@@ -31,9 +32,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from PIL import Image
 from torch import nn
 
 import crate_nn
+from benchmarks.data import write_jpeg_folder
+from crate_nn.data import jpeg
+from crate_nn.data.images import image_folder
+from crate_nn.data.shards import Geometry, ShardImages, pack_split
 from crate_nn.engine import train
 from crate_nn.models.mssa import HeadAttention
 from crate_nn.tasks import PRESETS, get_preset
@@ -307,3 +313,32 @@ def test_torchrun_job_over_every_gpu(tmp_path):
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert config["world_size"] == gpus
     assert len(train_losses(tmp_path / "run")) == 5
+
+
+# ----------------------------------------------------------------------------------------------- nvJPEG
+def test_nvjpeg_pack_matches_the_pillow_pack(tmp_path):
+    """crate-pack --decode gpu against the Pillow pack on photograph-like JPEGs (and a PNG and a broken file,
+    which the GPU decoder hands to Pillow): nvJPEG's inverse DCT and chroma upsampling differ from libjpeg's by a
+    few grey levels, the resize filter by ≤ 1 (tests/data/test_shards.py); a wrong channel order, orientation or
+    crop differs by tens of levels on average. The mean absolute difference must stay ≤ 2 levels."""
+    pytest.importorskip("torchvision")
+    source = write_jpeg_folder(tmp_path / "src", 24, (120, 90), 3, seed=0)
+    folder = source / "train" / "class_00"
+    Image.open(folder / "img_00000.JPEG").save(folder / "img_png.png")
+    (folder / "img_broken.JPEG").write_bytes(b"\xff\xd8 not really a jpeg")
+    samples, classes = image_folder(source / "train")
+    packs = {}
+    for name, decoder in (("pillow", None), ("nvjpeg", jpeg.nvjpeg_decoder(DEVICE, workers=2, batch_size=8))):
+        manifest = pack_split(samples, classes, source, tmp_path / name, Geometry(64, 64), shard_size=10,
+                              decoder=decoder, strict=False, progress=False)
+        assert list(manifest["skipped"]) == [str(folder / "img_broken.JPEG")]
+        packs[name] = ShardImages(tmp_path / name)
+    assert len(packs["pillow"]) == len(packs["nvjpeg"]) == 25
+    paths = [p for p, _ in samples if not p.endswith("img_broken.JPEG")]
+    for i, path in enumerate(paths):
+        ours, reference = packs["nvjpeg"][i], packs["pillow"][i]
+        assert int(ours[1]) == int(reference[1])
+        diff = (ours[0].float() - reference[0].float()).abs()
+        if path.endswith(".png"):  # decoded by Pillow in both packs
+            assert diff.max() == 0
+        assert diff.mean() <= 2.0, (path, diff.mean().item(), diff.max().item())
