@@ -15,16 +15,17 @@ default 560 s of the 10 minutes), and a stage that would not fit is skipped with
     tests        ``pytest -m gpu tests/gpu``: every registered model and every preset on the GPU
     train_base   CRATE-Base training step at 224², bf16, compiled, batch 256, against the authors' computation
                  (fp16 + GradScaler, as published) and timm's ViT-B/16 in the same run: MFU and ratios
+    tasks        the training step of every preset (every task: MAE, DINO, GPT … once merged), units/s and MFU
     pipeline     crate-train --preset imagenet end to end from a synthetic ImageNet-shaped folder packed into
                  shards (Pillow and nvJPEG packing), against the bare step (goal ≥ 0.9)
-    tasks        the training step of every preset (every task: MAE, DINO, GPT … once merged), units/s and MFU
     train_sizes  crate_tiny / small / large training steps (compiled) against the baseline
-    train_eager  CRATE-Base, eager (what --compile adds)
+    train_eager  CRATE-Base, eager (what --compile adds), with torch.profiler's op tables (what limits the step)
     data         input-pipeline rates per worker count (decode, shard read, augmentation, packing)
     inference    evaluation forward passes of every CRATE size
 
 Results: one JSON per benchmark stage and ``gpu_check.json`` (device, driver, CUDA, torch, the command, each
-stage's command, status, wall time and output tail) under ``--out-dir`` (default ``benchmarks/results/gpu``).
+stage's command, status, time and output tail; a later run adds its stages to the earlier ones) under
+``--out-dir`` (default ``benchmarks/results/gpu``).
 Exit status: 0 when every stage that ran succeeded, 1 otherwise. Without CUDA the tests stage runs (every GPU
 test is skipped, with its reason), the benchmarks are skipped, nothing is written, and the status is 0.
 """
@@ -63,13 +64,13 @@ def stages(out: Path, workers: int) -> list[Stage]:
         bench("train_base", "train_step", "--models", "crate_base", "--batch-size", "256", "--compile",
               "--beside", "vit_base_patch16_224", "--repeats", "20", "--warmup", "5",
               output="train_step_base.json", minimum_s=150),
+        bench("tasks", "task_step", "--batch-size", "256", output="task_step.json", minimum_s=60),
         bench("pipeline", "pipeline", "--batch-size", "256", "--steps", "40", "--workers", str(workers), "--compile",
               output="pipeline.json", minimum_s=150),
-        bench("tasks", "task_step", "--batch-size", "256", output="task_step.json", minimum_s=60),
         bench("train_sizes", "train_step", "--models", "crate_tiny", "crate_small", "crate_large", "--batch-size",
               "256", "--compile", "--repeats", "10", "--warmup", "3", output="train_step_sizes.json", minimum_s=180),
         bench("train_eager", "train_step", "--models", "crate_base", "--batch-size", "256", "--repeats", "20",
-              "--warmup", "5", output="train_step_base_eager.json", minimum_s=45),
+              "--warmup", "5", "--profile", output="train_step_base_eager.json", minimum_s=45),
         bench("data", "data", "--workers", "0", "4", str(workers), "--images", "2048", "--repeats", "2",
               output="data.json", minimum_s=90),
         bench("inference", "inference", "--models", "crate_tiny", "crate_small", "crate_base", "crate_large",
@@ -145,6 +146,7 @@ def run_stage(stage: Stage, env: dict, timeout: float) -> dict:
     tail = output[-6000:]
     print(tail, flush=True)
     return {"command": " ".join(["python3", "-m", *stage.args]), "status": status, "returncode": rc,
+            "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "seconds": round(seconds, 1), "output": stage.output, "output_tail": tail}
 
 
@@ -200,9 +202,14 @@ def main(argv: list[str] | None = None) -> int:
     summary["seconds"] = round(time.perf_counter() - started, 1)
     statuses = {name: record["status"] for name, record in summary["stages"].items()}
     print("[gpu-check] " + json.dumps(statuses))
-    if cuda:
-        (args.out_dir / "gpu_check.json").write_text(json.dumps(summary, indent=2) + "\n")
-        print(f"[gpu-check] wrote {args.out_dir / 'gpu_check.json'}")
+    if cuda:  # a later run with --only adds its stages to what an earlier run recorded
+        path = args.out_dir / "gpu_check.json"
+        earlier = json.loads(path.read_text()).get("stages", {}) if path.is_file() else {}
+        kept = {name: record for name, record in earlier.items() if name not in summary["stages"]
+                or summary["stages"][name]["status"].startswith("skipped")}
+        summary["stages"] = {**summary["stages"], **kept}
+        path.write_text(json.dumps(summary, indent=2) + "\n")
+        print(f"[gpu-check] wrote {path}")
     else:
         print("[gpu-check] no CUDA device: the GPU tests were skipped, nothing was measured or written")
     return 1 if any(s in ("failed", "timed out") for s in statuses.values()) else 0
