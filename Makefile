@@ -5,7 +5,15 @@ PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 PYTEST_ARGS ?= -n 2
 
-.PHONY: setup test audit clean
+# The GPU check runs with the GPU machine's own python3 (its CUDA PyTorch), not with the virtual environment.
+GPU_PYTHON ?= python3
+GPU_CHECK_ARGS ?=
+# What the GPU image lacks, for its Python (3.12, x86-64): `make wheels` on a machine with a package registry.
+WHEELS := kornia==0.9.0 kornia_rs==0.2.0 lion-pytorch==0.2.5
+WHEEL_PLATFORMS := --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 \
+	--platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
+
+.PHONY: setup test audit clean gpu-check wheels
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -21,6 +29,12 @@ test: setup
 
 audit: setup
 	MPLBACKEND=Agg $(PY) -m verify
+
+gpu-check:
+	$(GPU_PYTHON) -m benchmarks.gpu_check $(GPU_CHECK_ARGS)
+
+wheels:
+	python3 -m pip download --no-deps --only-binary=:all: $(WHEEL_PLATFORMS) -d wheels $(WHEELS)
 
 clean:
 	rm -rf $(VENV) verify-report .pytest_cache .hypothesis

@@ -168,6 +168,17 @@ def peak_memory_bytes(fn: Callable[[], Any], device: torch.device) -> int:
     return peak
 
 
+def counted_flops(fn: Callable[[], Any]) -> int:
+    """FLOPs (2 per multiply-add) of the matrix products one call of ``fn`` runs, as ``torch.utils.flop_counter``
+    counts them: linear layers, matmuls and, on CUDA, the SDPA kernels (the CPU's SDPA kernel is not counted);
+    elementwise work is left out, as for MFU."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        fn()
+    return counter.get_total_flops()
+
+
 def profile_table(fn: Callable[[], Any], device: torch.device, rows: int = 15) -> str:
     """torch.profiler's table of the ops of one call of ``fn``, by self device time (self CPU time on a CPU)."""
     from torch.profiler import ProfilerActivity, profile
@@ -213,11 +224,38 @@ def environment(device: torch.device) -> dict[str, Any]:
         "loadavg_1_5_15": list(os.getloadavg()),
         "git_commit": _git_commit(),
     }
+    env["cpu_model"] = cpu_model()
     if device.type == "cuda":
         env["gpu"] = torch.cuda.get_device_name(device)
+        env["gpu_count"] = torch.cuda.device_count()
+        env["gpu_capability"] = ".".join(map(str, torch.cuda.get_device_capability(device)))
+        env["gpu_memory_gib"] = torch.cuda.get_device_properties(device).total_memory / 2**30
         env["cuda"] = torch.version.cuda
+        env["cudnn"] = torch.backends.cudnn.version()
+        env["driver"] = nvidia_driver()
         env["peak_bf16_flops"] = peak_bf16_flops(device)
     return env
+
+
+def cpu_model() -> str | None:
+    """The CPU's model name (``/proc/cpuinfo``), e.g. to tell Intel from AMD figures; None where unreadable."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def nvidia_driver() -> str | None:
+    """The NVIDIA driver version from ``nvidia-smi``; None where it cannot be run."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
 
 
 def _git_commit() -> str | None:

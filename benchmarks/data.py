@@ -6,9 +6,12 @@ compressed like photographs) is written first. Then, in one run, interleaved:
 * ``files``: crate_nn.data's training pipeline as `crate_nn.train` uses it — `ImageFiles` (Pillow decode,
   shorter side → ``load_size``, central square) in DataLoader workers, then `DeviceTransform` (kornia
   RandomResizedCrop + flip + normalisation) on ``--device`` — for each ``--workers`` count;
-* ``shard``: the same augmentation fed from a pre-resized uint8 shard (the decoded ``load_size`` squares written
-  once to a ``.npy`` file and memory-mapped into `TensorImages`): what is left when no JPEG is decoded;
-* ``augment``: `DeviceTransform` alone on a ready uint8 batch.
+* ``shard``: the same augmentation fed from the folder packed by `crate_nn.data.shards` (``crate-pack``: the
+  decoded ``load_size`` squares, memory-mapped by `ShardImages`): what is left when no JPEG is decoded;
+* ``augment``: `DeviceTransform` alone on a ready uint8 batch;
+* ``pack``: ``crate-pack``'s decoding of the whole folder into shards, with Pillow in the largest ``--workers``
+  count of processes, and with nvJPEG (`crate_nn.data.jpeg`) when torchvision is importable and the device is a
+  GPU.
 
 A fourth table compares, per image in one process, Pillow's full decode + resize with a *draft* decode
 (``Image.draft``: libjpeg decodes directly at 1/2, 1/4 or 1/8 scale when that still covers ``load_size``).
@@ -34,25 +37,46 @@ from tqdm import tqdm
 from benchmarks import common
 from benchmarks.models import forward_flops
 from crate_nn import data as cdata
+from crate_nn.data import jpeg
+from crate_nn.data.shards import Decoder, Geometry, ShardImages, pack_split, pillow_decoder
 from crate_nn import model_config
 
 
-def write_jpeg_folder(root: Path, n_images: int, size: tuple[int, int], n_classes: int, seed: int) -> Path:
-    """Write ``n_images`` JPEGs (quality 90) of ``size`` = (width, height) under ``root/train/class_XX/``.
-
-    Content: 8×-upsampled uniform noise (smooth, photograph-like spectra) plus mild pixel noise, so that the
-    files have realistic sizes and decode costs (a pure-noise JPEG is far larger than a photograph).
-    """
+def write_jpeg(path: Path, size: tuple[int, int], seed: int) -> None:
+    """One JPEG (quality 90) of ``size`` = (width, height): 8×-upsampled uniform noise (smooth, photograph-like
+    spectra) plus mild pixel noise, so that the file has a realistic size and decode cost (a pure-noise JPEG is
+    far larger than a photograph)."""
     rng = np.random.default_rng(seed)
     width, height = size
-    for i in tqdm(range(n_images), desc="writing JPEGs", unit="img", leave=False):
-        folder = root / "train" / f"class_{i % n_classes:02d}"
+    coarse = rng.integers(0, 256, (max(height // 8, 1), max(width // 8, 1), 3), dtype=np.uint8)
+    smooth = np.asarray(Image.fromarray(coarse).resize((width, height), Image.BICUBIC), dtype=np.int16)
+    pixels = np.clip(smooth + rng.integers(-8, 9, smooth.shape), 0, 255).astype(np.uint8)
+    Image.fromarray(pixels).save(path, quality=90)
+
+
+def write_jpeg_folder(root: Path, n_images: int, size: tuple[int, int], n_classes: int, seed: int,
+                      split: str = "train", workers: int = 0) -> Path:
+    """Write ``n_images`` JPEGs of ``size`` (see `write_jpeg`) under ``root/split/class_XX/``, with ``workers``
+    processes (0: in this one)."""
+    jobs = []
+    for i in range(n_images):
+        folder = root / split / f"class_{i % n_classes:02d}"
         folder.mkdir(parents=True, exist_ok=True)
-        coarse = rng.integers(0, 256, (max(height // 8, 1), max(width // 8, 1), 3), dtype=np.uint8)
-        smooth = np.asarray(Image.fromarray(coarse).resize((width, height), Image.BICUBIC), dtype=np.int16)
-        pixels = np.clip(smooth + rng.integers(-8, 9, smooth.shape), 0, 255).astype(np.uint8)
-        Image.fromarray(pixels).save(folder / f"img_{i:05d}.JPEG", quality=90)
+        jobs.append((folder / f"img_{i:05d}.JPEG", size, seed * 1_000_003 + i))
+    if workers:
+        from multiprocessing import Pool
+
+        with Pool(workers) as pool:
+            list(tqdm(pool.imap_unordered(_write_job, jobs, chunksize=16), total=len(jobs), desc="writing JPEGs",
+                      unit="img", leave=False))
+    else:
+        for job in tqdm(jobs, desc="writing JPEGs", unit="img", leave=False):
+            _write_job(job)
     return root
+
+
+def _write_job(job: tuple[Path, tuple[int, int], int]) -> None:
+    write_jpeg(*job)
 
 
 def decode_resize(path: str, load_size: int, draft: bool) -> np.ndarray:
@@ -92,6 +116,8 @@ PIPELINES = {
     "augment": "augment only (DeviceTransform rrc_flip, one batch)",
     "decode_full": "decode + resize, Pillow full (1 process)",
     "decode_draft": "decode + resize, Pillow draft (1 process)",
+    "pack-pillow": "crate-pack, Pillow (workers decode)",
+    "pack-nvjpeg": "crate-pack, nvJPEG on the GPU (workers read files)",
 }
 
 
@@ -123,20 +149,29 @@ def main(argv: list[str] | None = None) -> dict:
             "imagefolder", "train", data_dir=str(root), train=True, image_size=args.image_size,
             load_size=args.load_size, eval_resize=args.load_size,
         )
-        shard = Path(tmp) / "shard.npy"  # decoded once: (N, 3, load_size, load_size) uint8
-        np.save(shard, np.stack([files[i][0].numpy() for i in range(len(files))]))
-        shard_images = torch.from_numpy(np.load(shard, mmap_mode="c"))
-        shards = cdata.TensorImages(shard_images, torch.zeros(len(files), dtype=torch.long), files.info.classes)
+        geometry = Geometry(args.load_size, args.load_size)
+        pack_split(files.samples, files.info.classes, root, Path(tmp) / "shards", geometry, progress=False,
+                   decoder=pillow_decoder(max(args.workers)))
+        shards = ShardImages(Path(tmp) / "shards")
+        packs = iter(range(10**6))  # a fresh output folder for every timed pack
+
+        def packer(decoder: Decoder) -> Callable[[], None]:
+            return lambda: pack_split(files.samples, files.info.classes, root, Path(tmp) / f"pack{next(packs)}",
+                                      geometry, decoder=decoder, progress=False)
+
         transform = cdata.DeviceTransform(
             args.image_size, cdata.IMAGENET_MEAN, cdata.IMAGENET_STD, train=True, augment="rrc_flip"
         ).to(device)
-        ready = shard_images[: args.batch_size].to(device)
+        ready = torch.stack([shards[i][0] for i in range(args.batch_size)]).to(device)
         paths = [path for path, _ in files.samples]
         contenders: dict[str | tuple[str, int], Callable[[], None]] = {
             "augment": lambda: transform(ready),
             "decode_full": lambda: [decode_resize(p, args.load_size, draft=False) for p in paths],
             "decode_draft": lambda: [decode_resize(p, args.load_size, draft=True) for p in paths],
+            ("pack-pillow", max(args.workers)): packer(pillow_decoder(max(args.workers))),
         }
+        if device.type == "cuda" and jpeg.available():
+            contenders["pack-nvjpeg", max(args.workers)] = packer(jpeg.nvjpeg_decoder(device, max(args.workers)))
         for w in args.workers:
             for source, dataset in (("files", files), ("shard", shards)):
                 contenders[f"{source}-decode" if source == "files" else f"{source}-read", w] = epoch_runner(

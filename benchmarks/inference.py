@@ -21,9 +21,9 @@ from crate_nn.engine.precision import autocast
 
 
 def make_eval_step(
-    model: nn.Module, images: torch.Tensor, labels: torch.Tensor, dtype: torch.dtype | None
+    model: nn.Module, images: torch.Tensor, labels: torch.Tensor, dtype: torch.dtype | None, recipe: str = "authors"
 ) -> Callable[[], None]:
-    """A closure running one evaluation forward pass of ``model`` on the fixed batch (labels unused)."""
+    """A closure running one evaluation forward pass of ``model`` on the fixed batch (labels and recipe unused)."""
     model.eval()
 
     def step() -> None:

@@ -16,6 +16,7 @@ from torch import nn
 from tqdm import tqdm
 
 import crate_nn
+from crate_nn.engine.precision import autocast
 from crate_nn.engine.precision import autocast_dtype as precision_dtype
 from benchmarks import common
 from benchmarks.baseline import Baseline, autocast_dtype
@@ -71,6 +72,13 @@ def max_logit_error(ours: nn.Module, baseline: nn.Module, images: torch.Tensor) 
 LOGIT_RTOL = 1e-10
 
 
+def check_images(config) -> torch.Tensor:
+    """Random images for `check_pair`: at least 2, and more tokens than d, so that the check runs the folded ISTA
+    step crate_nn trains with (`crate_nn.models.ista`)."""
+    count = max(2, config.dim // (config.num_patches + 1) + 1)
+    return torch.randn(count, config.in_channels, config.image_size, config.image_size)
+
+
 def check_pair(ours: nn.Module, baseline: nn.Module, images: torch.Tensor) -> float:
     """Raise AssertionError unless ours and the baseline agree in float64 (see LOGIT_RTOL); return the error."""
     error = max_logit_error(ours, baseline, images)
@@ -80,8 +88,9 @@ def check_pair(ours: nn.Module, baseline: nn.Module, images: torch.Tensor) -> fl
 
 
 # ----------------------------------------------------------------------------------------------- driver
-# A step factory: (model, images, labels, autocast dtype or None) -> a closure running one step.
-StepFactory = Callable[[nn.Module, torch.Tensor, torch.Tensor, "torch.dtype | None"], Callable[[], None]]
+# A step factory: (model, images, labels, autocast dtype or None, recipe) -> a closure running one step. The recipe
+# is "authors" (the published script's optimizer set-up) or "crate_nn" (crate-train's), see benchmarks.train_step.
+StepFactory = Callable[..., Callable[[], None]]
 
 COLUMNS: list[common.Column] = [
     ("model", "model", ""),
@@ -95,6 +104,9 @@ COLUMNS: list[common.Column] = [
     ("ours_peak_mem_mb", "ours peak MiB", ".1f"),
     ("baseline_mfu", "baseline MFU", ".1%"),
     ("ours_mfu", "ours MFU", ".1%"),
+    ("beside", "beside", ""),
+    ("beside_img_s", "beside img/s", ".1f"),
+    ("beside_mfu", "beside MFU", ".1%"),
 ]
 
 
@@ -102,32 +114,48 @@ def precision_name(dtype: torch.dtype | None) -> str:
     return {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
 
 
+def beside_model(name: str, config, device: torch.device) -> nn.Module:
+    """timm's model ``name`` (random weights) with CRATE's image size and classes: what a user would otherwise pick."""
+    import timm
+
+    return timm.create_model(name, pretrained=False, num_classes=config.num_classes, img_size=config.image_size).to(device)
+
+
+def compiled(model: nn.Module, args: argparse.Namespace) -> nn.Module:
+    if not args.compile:
+        return model
+    return torch.compile(model, mode=None if args.compile_mode == "default" else args.compile_mode)
+
+
 def pair_row(
     name: str, overrides: dict, device: torch.device, args: argparse.Namespace, dtype: torch.dtype | None,
-    make_step: StepFactory,
+    make_step: StepFactory, flops_per_forward: int,
 ) -> dict:
-    """Build the pair, check it in float64, time ``make_step``'s closures interleaved, measure their memory."""
+    """Build the pair (and timm's ``--beside`` model), check the pair in float64, time ``make_step``'s closures
+    interleaved, measure their memory; count the FLOPs ours and the beside model run (`common.counted_flops`)."""
     ours, baseline = build_pair(name, device, **overrides)
     config = ours.config
-    check_images = torch.randn(2, config.in_channels, config.image_size, config.image_size)
-    logit_error = check_pair(ours, baseline, check_images)
-    if args.compile:  # after the float64 check, which runs an eager copy
-        ours = torch.compile(ours)
+    logit_error = check_pair(ours, baseline, check_images(config))
     images = torch.randn(args.batch_size, config.in_channels, config.image_size, config.image_size, device=device)
     labels = torch.randint(0, config.num_classes, (args.batch_size,), device=device)
+    models = {"ours": ours}
+    if args.beside:
+        models["beside"] = beside_model(args.beside, config, device)
     base_dtype = autocast_dtype(device)
-    steps = {"baseline": make_step(baseline, images, labels, base_dtype), "ours": make_step(ours, images, labels, dtype)}
+    row = {"model": name, "batch": args.batch_size, "beside": args.beside,
+           "baseline_precision": precision_name(base_dtype), "ours_precision": precision_name(dtype), "ours_compiled": args.compile,
+           "compile_mode": args.compile_mode if args.compile else None,
+           "float64_logit_rel_error": logit_error, "forward_gflops_per_img": forward_flops(config) / 1e9}
+    for key, model in models.items():  # eager, before compiling: what the step multiplies, per image
+        def forward(model=model):
+            with torch.no_grad(), autocast(device, dtype):
+                model.eval()(images)
+        row[f"{key}_counted_gflops_per_img"] = flops_per_forward * common.counted_flops(forward) / args.batch_size / 1e9
+    steps = {"baseline": make_step(baseline, images, labels, base_dtype, "authors")}
+    steps.update({key: make_step(compiled(model, args), images, labels, dtype, "crate_nn")
+                  for key, model in models.items()})
     timings = common.interleaved(steps, args.repeats, args.warmup, device)
     memory = {key: common.peak_memory_bytes(fn, device) for key, fn in steps.items()}
-    row = {
-        "model": name,
-        "batch": args.batch_size,
-        "baseline_precision": precision_name(base_dtype),
-        "ours_precision": precision_name(dtype),
-        "ours_compiled": args.compile,
-        "float64_logit_rel_error": logit_error,
-        "forward_gflops_per_img": forward_flops(config) / 1e9,
-    }
     for key in steps:
         row[f"{key}_img_s"] = args.batch_size / timings[key].median
         row[f"{key}_peak_mem_mb"] = memory[key] / 2**20
@@ -159,7 +187,13 @@ def run_paired(
         help=f"images per step (default {default_batch['cpu']} on CPU, {default_batch['cuda']} on GPU)",
     )
     parser.add_argument("--precision", default="auto", help="ours: auto (bf16 on GPU, fp32 on CPU), fp32, bf16, fp16")
-    parser.add_argument("--compile", action="store_true", help="ours: torch.compile (crate-train --compile)")
+    parser.add_argument("--compile", action="store_true", help="ours (and --beside): torch.compile (crate-train --compile)")
+    parser.add_argument("--compile-mode", default="default",
+                        choices=("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
+                        help="torch.compile mode with --compile (reduce-overhead: CUDA graphs)")
+    parser.add_argument("--beside", default=None,
+                        help="a timm model timed beside in the same run with ours' precision, compilation and "
+                             "optimizer, e.g. vit_base_patch16_224 (needs timm)")
     parser.add_argument("--profile", action="store_true", help="print (and store) torch.profiler op tables of one step")
     args = parser.parse_args(argv)
     device = common.setup(args)
@@ -174,13 +208,21 @@ def run_paired(
     peak = common.peak_bf16_flops(device)
     rows = []
     for name in tqdm(args.models, desc=benchmark, unit="model"):
-        row = pair_row(name, overrides, device, args, dtype, make_step)
+        row = pair_row(name, overrides, device, args, dtype, make_step, flops_per_forward)
         flops = flops_per_forward * row["forward_gflops_per_img"] * 1e9
         for key in ("baseline", "ours"):
             row[f"{key}_mfu"] = None if peak is None else flops * row[f"{key}_img_s"] / peak
+        row["ours_hfu"] = None if peak is None else row["ours_counted_gflops_per_img"] * 1e9 * row["ours_img_s"] / peak
+        if args.beside:
+            row["beside_mfu"] = (None if peak is None else
+                                 row["beside_counted_gflops_per_img"] * 1e9 * row["beside_img_s"] / peak)
         rows.append(row)
     notes = [
         f"FLOPs: {FLOPS_FORMULA}; this benchmark counts {flops_per_forward}·F_fwd per image",
+        f"MFU = model FLOPs (the formula) × images/s / peak dense bf16 FLOP/s; ours_hfu uses the FLOPs ours "
+        f"executes instead (torch.utils.flop_counter on the eager forward at this batch × {flops_per_forward}: the "
+        "folded ISTA step runs one token product where the formula counts two); the beside model's MFU uses its "
+        "counted FLOPs",
         f"median of {args.repeats} interleaved repeats (baseline, ours, baseline, ...) after {args.warmup} warm-up "
         "steps each; ours/baseline = ratio of the median wall times; paired ratio = median of the per-repeat "
         "ratios of adjacent runs; CPU-time ratio = ratio of the median process CPU times (steadier on a shared "

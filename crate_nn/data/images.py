@@ -13,6 +13,8 @@ Layouts understood (``--dataset``):
 * ``digits``: scikit-learn's built-in 8×8 handwritten digits (1,797 images, values 0..16), split once with a fixed
   seed into train/val/test (stratified; 20% test, then 10% of the rest for validation: 1,293 / 144 / 360).
 * ``synthetic``: seeded random images of any size with random labels, for smoke and throughput runs.
+* ``shards``: ``<root>/<split>/`` written by ``crate-pack`` from an image folder: images decoded once and stored
+  pre-resized as memory-mapped uint8 arrays (`crate_nn.data.shards`).
 
 Image files are decoded with Pillow in DataLoader workers into fixed-size uint8 tensors: for training the shorter
 side is resized to ``load_size`` and the central square kept (so batches can be augmented on the device; random
@@ -38,7 +40,7 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
 MAX_REFILL = 64  # consecutive unreadable files a training set skips before it declares the folder broken
-DATASETS = ("imagenet", "imagefolder", "cifar10", "cifar100", "flowers102", "pets", "digits", "synthetic")
+DATASETS = ("imagenet", "imagefolder", "cifar10", "cifar100", "flowers102", "pets", "digits", "synthetic", "shards")
 
 
 @dataclass
@@ -345,6 +347,11 @@ def build_dataset(
         raise ValueError(f"data_dir: dataset {name!r} reads a local folder; pass --data-dir")
     if name in ("cifar10", "cifar100"):
         return cifar(data_dir, 10 if name == "cifar10" else 100, split)
+    if name == "shards":
+        from .shards import open_split
+
+        return open_split(data_dir, split, train=train, image_size=image_size, load_size=load_size,
+                          eval_resize=eval_resize)
     if name == "flowers102":
         samples, classes = flowers102(data_dir, split, classes)
     elif name == "pets":

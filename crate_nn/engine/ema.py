@@ -27,8 +27,11 @@ class EMA:
         """``ema ← momentum·ema + (1 − momentum)·model`` for every parameter; buffers are copied."""
         if not 0.0 <= momentum <= 1.0:
             raise ValueError(f"momentum: expected a value in [0, 1], got {momentum}")
-        for averaged, current in zip(self.module.parameters(), model.parameters(), strict=True):
-            averaged.mul_(momentum).add_(current.detach(), alpha=1.0 - momentum)
+        averaged, current = list(self.module.parameters()), [p.detach() for p in model.parameters()]
+        if len(averaged) != len(current):
+            raise ValueError(f"model: expected {len(averaged)} parameters like the averaged copy, got {len(current)}")
+        torch._foreach_mul_(averaged, momentum)  # multi-tensor kernels: a few launches for all parameters
+        torch._foreach_add_(averaged, current, alpha=1.0 - momentum)
         for averaged, current in zip(self.module.buffers(), model.buffers(), strict=True):
             averaged.copy_(current)
 

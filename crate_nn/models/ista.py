@@ -5,7 +5,14 @@ Eq. (44) for tokens as columns, ``ReLU(Z − ηD*(DZ − Z) − ηλ1)``, become
     t = y Dᵀ                                   (= (DZ)ᵀ, first product)
     ISTA(y) = ReLU(y + η (y − t) D − ηλ)       (second product)
 
-two d×d products per token (the authors' code spends three). Variants (``kind``):
+two d×d products per token (the authors' code spends three). Before the ReLU the step is linear in y,
+
+    y + η (y − y Dᵀ) D = y + y N,    N = η (D − DᵀD)   (d×d, 2d³ FLOPs to form)
+
+so when a batch holds more tokens T than d (always in training: 16·197 > 768) one token product ``y N`` replaces
+the two, and the backward pass needs two token products instead of four: 2Td² + 2d³ FLOPs forward instead of
+4Td², the same function up to rounding (`benchmarks/fast_paths.py` measured it; the float64 tests compare both
+forms with crate_theory). Variants (``kind``):
 
 * ``"relu"``  eq. (44) (default);
 * ``"soft"``  Table 13: the same gradient step followed by the soft threshold S_{ηλ}(v) = sgn(v)(|v| − ηλ)_+;
@@ -61,7 +68,7 @@ class ISTA(nn.Module):
     def forward(self, y: torch.Tensor) -> torch.Tensor:
         D, eta, lam = self.weight, self.eta, self.lam
         if self.kind in ("relu", "soft"):
-            v = y + eta * ((y - F.linear(y, D)) @ D)  # y + η(y − yDᵀ)D, the gradient step of (44)
+            v = self.gradient_step(y)
             return F.relu(v - eta * lam) if self.kind == "relu" else F.softshrink(v, eta * lam)
         if self.kind == "mm":
             alpha = y.shape[-1] / (y.shape[-2] * self.eps**2)
@@ -69,6 +76,18 @@ class ISTA(nn.Module):
         z1 = F.relu(eta * (y @ D) - eta * lam)  # ReLU(ηD*y − ηλ), rows (n, m)
         z2 = F.relu(z1 - eta * ((F.linear(z1, D) - y) @ D) - eta * lam)  # ReLU(z₁ − ηD*(Dz₁ − y) − ηλ)
         return F.linear(z2, self.out_weight)  # (D₁ z₂)ᵀ
+
+    def gradient_step(self, y: torch.Tensor) -> torch.Tensor:
+        """y + η(y − yDᵀ)D, the gradient step of eq. (44): (..., d) → (..., d).
+
+        Folded into ``y + y N`` with N = η(D − DᵀD) when the tokens outnumber d (see the module docstring), else
+        the two products.
+        """
+        D, eta = self.weight, self.eta
+        if y.numel() // y.shape[-1] > D.shape[0]:  # more tokens than d
+            # the identity term is added at y's precision: under bf16 autocast only the product y N is rounded
+            return y + y @ (eta * (D - D.t() @ D))
+        return y + eta * ((y - F.linear(y, D)) @ D)
 
     def extra_repr(self) -> str:
         return f"kind={self.kind}, eta={self.eta}, lam={self.lam}, atoms={self.weight.shape[1]}"

@@ -36,7 +36,7 @@ DATA_LAYOUTS = """Data layouts (--data-dir): imagenet/imagefolder: <dir>/<split>
 in class folders too); cifar10: data_batch_1..5, test_batch, batches.meta (or the folder holding
 cifar-10-batches-py); cifar100: train, test, meta (or cifar-100-python/); flowers102: jpg/, imagelabels.mat,
 setid.mat (splits train/val/test) or <split>/<class>/ folders; pets: images/, annotations/{trainval,test}.txt
-or <split>/<class>/ folders; digits and synthetic are built in."""
+or <split>/<class>/ folders; shards: <dir>/<split>/ written by crate-pack; digits and synthetic are built in."""
 
 
 @dataclass
@@ -102,6 +102,17 @@ class ClassificationConfig(TrainConfig):
                 model_config(self.model, **self.model_args, image_size=self.image_size)
             except (TypeError, ValueError) as err:
                 raise ValueError(f"model_args: {err}") from err
+
+    def smoke(self, steps: int = 20, batch_size: int = 32, **overrides) -> ClassificationConfig:
+        """`TrainConfig.smoke`, plus: a dataset read from a folder becomes the built-in synthetic images of the same
+        size, one batch of them (every step sees the same images, so the loss must fall); no layer-wise
+        measurements, no ``init_from`` checkpoint."""
+        changes: dict = dict(measure_epochs=(), init_from=None)
+        if self.dataset not in ("digits", "synthetic"):
+            changes.update(dataset="synthetic", data_dir=None, test_split=None)
+        if changes.get("dataset", self.dataset) == "synthetic":
+            changes.update(synthetic_samples=min(self.batch_size, batch_size))
+        return super().smoke(steps, batch_size, **{**changes, **overrides})
 
 
 def initialise_from(model: nn.Module, path: str) -> list[str]:

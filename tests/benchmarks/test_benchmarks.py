@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import crate_nn
-from benchmarks import common, data, fast_paths, inference, theory, train_step
+from benchmarks import common, data, fast_paths, gpu_check, inference, pipeline, task_step, theory, train_step
 from benchmarks.models import LOGIT_RTOL, TINY_OVERRIDES, build_pair, check_pair, forward_flops
 from crate_nn import model_config
 
@@ -50,8 +50,48 @@ def test_data_benchmark_writes_results(tmp_path):
         for pipeline in ("files-decode", "files-augment", "shard-read", "shard-augment"):
             assert (data.PIPELINES[pipeline], workers) in pipelines
     assert (data.PIPELINES["decode_draft"], None) in pipelines
+    assert (data.PIPELINES["pack-pillow"], 1) in pipelines  # the largest --tiny worker count
     assert all(row["img_s"] > 0 and row["img_s_per_core"] > 0 for row in result["rows"])
     assert result["h100_crate_base_40pct_mfu_img_s"] > 0 and result["best_jpeg_decode_img_s_per_core"] > 0
+
+
+def test_task_step_benchmark_writes_results(tmp_path):
+    result = run_tiny(task_step, tmp_path)
+    (row,) = result["rows"]
+    assert (row["preset"], row["unit"], row["batch"]) == ("digits", "images", 8)
+    assert row["units_per_s"] > 0 and row["step_gflops"] > 0 and row["mfu"] is None  # CPU: no MFU
+    assert row["state_mb"] > 0 and row["parameters"] > 0
+
+
+def test_pipeline_benchmark_compares_the_engine_with_the_bare_step(tmp_path):
+    result = run_tiny(pipeline, tmp_path)
+    stages = {row["stage"]: row for row in result["rows"]}
+    assert {"pack, Pillow", "bare training step (data loading excluded)", "crate-train from crate-pack shards",
+            "crate-train from JPEG files (Pillow in workers)"} <= set(stages)
+    for label in ("crate-train from crate-pack shards", "crate-train from JPEG files (Pillow in workers)"):
+        row = stages[label]
+        assert len(row["windows_img_s"]) == 2 and row["img_s"] > 0  # 4 steps, windows of 2
+        assert row["ratio_to_bare"] == pytest.approx(row["img_s"] / stages[
+            "bare training step (data loading excluded)"]["img_s"])
+
+
+def test_gpu_check_skips_the_benchmarks_without_cuda(tmp_path, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("this checks the CPU behaviour")
+    assert gpu_check.main(["--no-install", "--skip", "tests", "--out-dir", str(tmp_path / "gpu")]) == 0
+    out = capsys.readouterr().out
+    assert "no CUDA device" in out and not (tmp_path / "gpu").exists()
+    assert gpu_check.main(["--list"]) == 0
+    listed = capsys.readouterr().out
+    assert "pytest -m gpu tests/gpu" in listed and "--beside vit_base_patch16_224" in listed
+    with pytest.raises(SystemExit):
+        gpu_check.main(["--only", "nonsense"])
+
+
+def test_gpu_check_installs_only_missing_wheels(tmp_path):
+    (tmp_path / "torch-9.9.9-py3-none-any.whl").write_bytes(b"")  # installed under another version: kept
+    (tmp_path / "no_such_dist_xyz-1.0-py3-none-any.whl").write_bytes(b"")
+    assert [w.name for w in gpu_check.missing_wheels(tmp_path)] == ["no_such_dist_xyz-1.0-py3-none-any.whl"]
 
 
 def test_theory_benchmark_writes_results(tmp_path):
@@ -68,20 +108,22 @@ def test_theory_benchmark_writes_results(tmp_path):
 def test_fast_paths_benchmark_writes_results(tmp_path):
     result = run_tiny(fast_paths, tmp_path)
     variants = {row["variant"]: row for row in result["rows"]}
-    assert set(variants) == {"baseline", "ours", "ours+folded ISTA"}
-    assert variants["ours+folded ISTA"]["float64_logit_rel_error"] <= LOGIT_RTOL
+    assert set(variants) == {"baseline", "ours", fast_paths.TWO_PRODUCTS}
+    assert variants["ours"]["float64_logit_rel_error"] <= LOGIT_RTOL
+    assert variants[fast_paths.TWO_PRODUCTS]["float64_logit_rel_error"] <= LOGIT_RTOL
     assert all(row["img_s"] > 0 for row in result["rows"])
 
 
-def test_folded_ista_gradients_match_crate_nn():
-    # The fold is an algebraic identity, so in float64 the loss and every parameter gradient agree with
-    # crate_nn's two-GEMM step up to rounding (~1e-16 per operation; 1e-10 leaves room for 2 layers' growth).
+def test_two_product_ista_gradients_match_the_folded_step():
+    # The fold is an algebraic identity, so in float64 the loss and every parameter gradient agree with the
+    # two-product step up to rounding (~1e-16 per operation; 1e-10 leaves room for 2 layers' growth). 3 images
+    # of 17 tokens > d = 32: crate_nn folds.
     torch.manual_seed(0)
     ours = crate_nn.create_model("crate_tiny", **TINY_OVERRIDES).double()
-    folded = fast_paths.with_folded_ista(ours)
+    unfolded = fast_paths.with_two_product_ista(ours)
     images = torch.randn(3, 3, 32, 32, dtype=torch.float64)
     grads = []
-    for model in (ours, folded):
+    for model in (ours, unfolded):
         model.zero_grad()
         model(images).square().sum().backward()
         grads.append({name: p.grad for name, p in model.named_parameters()})

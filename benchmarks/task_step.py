@@ -1,0 +1,135 @@
+"""Training-step throughput of every preset (every task the engine knows), through the engine's own parts.
+
+For each preset (``crate_nn.tasks.PRESETS``: the classification presets, and the MAE, DINO, language-model …
+presets once their tasks are merged) the task is built from the preset's smoke config
+(`crate_nn.engine.TrainConfig.smoke`: the preset's model, optimizer and precision; built-in data, at most
+``--batch-size`` samples), and one optimizer step is timed as the engine runs it, data loading excepted: the
+micro-batch (pinned on GPUs) goes through ``task.loss`` under the preset's autocast (device transfer and
+augmentation included), backward, the task's hooks, the optimizer step. Reported per preset: units/s
+(``task.unit``: images, tokens, …), the FLOPs one step runs (``torch.utils.flop_counter``: matrix products and,
+on CUDA, the attention kernels), MFU against the GPU's peak dense bf16 rate, the peak memory of a step and the
+memory of the training state (weights, gradients, optimizer state).
+
+    python -m benchmarks.task_step --device cuda --batch-size 256 --compile --out task_step.json
+    python -m benchmarks.task_step --presets digits synthetic --batch-size 16
+"""
+from __future__ import annotations
+
+import argparse
+from typing import Callable, NamedTuple
+
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from benchmarks import common
+from crate_nn.data.batching import EpochBatches, loader
+from crate_nn.engine import distributed
+from crate_nn.engine.config import TrainConfig
+from crate_nn.engine.optim import build_optimizer
+from crate_nn.engine.precision import autocast
+from crate_nn.engine.run_dir import seed_everything
+from crate_nn.engine.task import Task, task_for
+from crate_nn.tasks import PRESETS, get_preset
+
+
+class TaskStep(NamedTuple):
+    """A task built for timing: its config, the task, the optimizer and the closure running one step."""
+
+    config: TrainConfig
+    task: Task
+    optimizer: torch.optim.Optimizer
+    step: Callable[[], None]
+
+
+def build_step(config: TrainConfig) -> TaskStep:
+    """Build ``config``'s task on its device and a closure running one optimizer step on one fixed micro-batch
+    of its training data, as `crate_nn.engine.train` runs a step (one process, no accumulation)."""
+    ctx = distributed.context(config.device)
+    seed_everything(config.seed)
+    task = task_for(config)(config, ctx)
+    model = task.model.to(ctx.device)
+    optimizer = build_optimizer(config, model)
+    running: nn.Module = torch.compile(model) if config.compile else model
+    batches = EpochBatches(len(task.train_set), global_batch=config.batch_size, micro_batch=config.batch_size,
+                           seed=config.seed)
+    batch = next(iter(loader(task.train_set, batches, 0, pin_memory=ctx.device.type == "cuda",
+                             collate_fn=task.collate)))
+    running.train()
+
+    def step() -> None:
+        with autocast(ctx.device, config.precision):
+            out = task.loss(running, batch)
+        out.loss.float().backward()
+        task.before_optimizer_step(running, 0, 0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        task.after_optimizer_step(model, 0)
+
+    return TaskStep(config, task, optimizer, step)
+
+
+def state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    """Bytes of the training state: weights, their gradients (one per weight) and the optimizer's tensors."""
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    grads = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    moments = sum(t.numel() * t.element_size() for state in optimizer.state.values() for t in state.values()
+                  if isinstance(t, torch.Tensor))
+    return weights + grads + moments
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.task_step", description=__doc__.splitlines()[0])
+    common.add_common_args(parser, repeats=10, warmup=3)
+    parser.add_argument("--presets", nargs="+", default=sorted(PRESETS), choices=sorted(PRESETS))
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="at most this many samples per step (default 16 on CPU, 256 on GPU; a preset with a "
+                             "smaller batch keeps its own)")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model (crate-train --compile)")
+    args = parser.parse_args(argv)
+    device = common.setup(args)
+    if args.tiny:
+        args.presets, args.batch_size, args.repeats, args.warmup = ["digits"], 8, 1, 1
+    if args.batch_size is None:
+        args.batch_size = 256 if device.type == "cuda" else 16
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
+    peak = common.peak_bf16_flops(device)
+    rows = []
+    for name in tqdm(args.presets, desc="task_step", unit="preset"):
+        config = get_preset(name).smoke(1, args.batch_size, device=str(device), compile=args.compile)
+        built = build_step(config)
+        for _ in range(args.warmup):
+            built.step()
+        flops = common.counted_flops(built.step)
+        timing = common.interleaved({name: built.step}, args.repeats, 0, device)[name]
+        units = config.batch_size * built.task.units_per_sample()
+        model = built.task.model
+        rows.append({
+            "preset": name, "task": config.task, "model": getattr(config, "model", type(model).__name__),
+            "batch": config.batch_size, "unit": built.task.unit, "units_per_s": units / timing.median,
+            "precision": config.precision, "compiled": config.compile, "step_gflops": flops / 1e9,
+            "mfu": None if peak is None else flops / timing.median / peak,
+            "peak_mem_mb": common.peak_memory_bytes(built.step, device) / 2**20,
+            "state_mb": state_bytes(model, built.optimizer) / 2**20,
+            "parameters": sum(p.numel() for p in model.parameters()), "timing": timing.summary(),
+        })
+    columns: list[common.Column] = [
+        ("preset", "preset", ""), ("model", "model", ""), ("batch", "batch", "d"), ("unit", "unit", ""),
+        ("units_per_s", "units/s", ",.0f"), ("step_gflops", "GFLOP/step", ",.2f"), ("mfu", "MFU", ".1%"),
+        ("peak_mem_mb", "step peak MiB", ",.1f"), ("state_mb", "state MiB", ",.1f"),
+    ]
+    notes = [
+        f"one optimizer step on one fixed micro-batch of the preset's smoke config (at most {args.batch_size} "
+        f"samples, the preset's model, optimizer and precision), median of {args.repeats} after {args.warmup} "
+        "warm-up steps; data loading not included (benchmarks.pipeline measures it)",
+        "FLOPs: torch.utils.flop_counter over one step (forward and backward matrix products; on CUDA the SDPA "
+        "kernels too); MFU = FLOPs / step time / peak dense bf16 FLOP/s",
+        "state = weights + gradients + optimizer tensors (what FSDP would shard); step peak = memory allocated "
+        "during a step above what was allocated before it (activations and temporaries)",
+    ]
+    return common.report("task_step", device, args, rows, columns, notes)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,344 @@
+"""The CUDA path, checked on a real GPU (`make gpu-check`): every registered model and every preset.
+
+Marked ``gpu`` and skipped, with the reason, where CUDA is not available (CI runs on CPUs). The registries are
+iterated, not listed by hand, so a model family or a task merged later is covered without touching this file:
+
+* every model of ``crate_nn.list_models()``: forward and backward in fp32 and under bf16 autocast, bf16 outputs
+  close to fp32 ones, the fused (SDPA) and explicit attention paths equal, ``torch.compile`` equal to eager, a
+  checkpoint written on the GPU read on the CPU and the other way round;
+* every preset of ``crate_nn.tasks.PRESETS``: a smoke run (`TrainConfig.smoke`: a few steps at the preset's model
+  size, built-in data) through the engine on the GPU, with a falling loss and a checkpoint the CPU reads;
+* the engine with ``compile=True``; DistributedDataParallel over NCCL (one process on a one-GPU machine; a
+  ``torchrun`` job over every GPU when there are several);
+* ``crate-pack``'s nvJPEG decoder against its Pillow decoder (when torchvision is installed).
+
+A model's inputs come from its ``example_inputs(batch_size)`` method when it has one; otherwise from its config:
+images for a config with ``image_size`` and ``in_channels``, token ids for one with ``vocab_size`` and a
+sequence length. Outputs may be a tensor or any nesting of tuples, lists and dicts of tensors; every
+floating-point tensor in them is compared and enters the backward pass.
+
+TF32 is switched off, so "fp32" means float32 arithmetic on both sides of every fp32 comparison.
+``CRATE_GPU_TEST_DEVICE=cpu`` runs the same checks on the CPU (slowly; NCCL excepted), to check the checks.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+from torch import nn
+
+import crate_nn
+from benchmarks.data import write_jpeg_folder
+from crate_nn.data import jpeg
+from crate_nn.data.images import image_folder
+from crate_nn.data.shards import Geometry, ShardImages, pack_split
+from crate_nn.engine import train
+from crate_nn.models.mssa import HeadAttention
+from crate_nn.tasks import PRESETS, get_preset
+
+DEVICE = os.environ.get("CRATE_GPU_TEST_DEVICE", "cuda")
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(DEVICE == "cuda" and not torch.cuda.is_available(),
+                       reason="needs a CUDA GPU: run `make gpu-check` on a GPU machine"),
+]
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="NCCL needs CUDA GPUs")
+
+ROOT = Path(__file__).resolve().parents[2]
+MODELS = crate_nn.list_models()
+SEQUENCE_FIELDS = ("block_size", "context_length", "max_seq_len", "seq_len")
+
+# Relative Frobenius error ‖a − b‖ / ‖b‖ allowed between two fp32 computations of the same function that differ
+# only in kernels and summation order (SDPA vs explicit softmax, inductor vs eager, GPU vs CPU). Measured on the
+# CPU (CRATE_GPU_TEST_DEVICE=cpu): SDPA vs explicit differ by at most 7.3e-7 in the outputs of every registered
+# size and 8e-7 in the gradients; 1e-4 leaves a margin of > 100 for other kernels, while a wrong computation (a
+# skipped layer, a wrong mask, a transposed weight) differs at order 1. Gradients get 10×: a tensor whose gradient
+# is small (a bias, the class token) has a larger relative rounding error.
+FP32_RTOL = 1e-4
+FP32_GRAD_RTOL = 1e-3
+# bf16 autocast against fp32 (outputs): bf16 keeps 8 significant bits (u = 2^-9 = 2e-3) and every matrix product
+# rounds its operands and output; measured on the CPU at initialisation, batch 4: 3.4e-3 (the ViTs) to 8.0e-3
+# (crate_large) for every registered size, 4.6e-3 between SDPA and explicit attention under bf16. 3e-2 leaves a
+# margin of ~4; a wrong cast (fp16 overflow, an integer path, a lost residual) is order 1.
+BF16_RTOL = 3e-2
+# Gradients under bf16, SDPA against explicit attention: two bf16 backward passes through every layer, per tensor;
+# measured up to 5.5e-2 (crate_tiny), 1.4e-2 (vit_tiny). 0.2 keeps a margin of ~4; a missing term of the
+# symmetric q = k = v gradient (MSSA) changes the gradients by order 1.
+BF16_GRAD_RTOL = 0.2
+
+
+@pytest.fixture(autouse=True)
+def no_tf32():
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+# ----------------------------------------------------------------------------------------------- helpers
+def example_inputs(model: nn.Module, batch: int, device) -> tuple[torch.Tensor, ...]:
+    """A batch of inputs for one forward pass of ``model`` (see the module docstring)."""
+    g = torch.Generator().manual_seed(0)
+    own = getattr(model, "example_inputs", None)
+    if callable(own):
+        return tuple(t.to(device) for t in own(batch))
+    config = model.config
+    if hasattr(config, "image_size") and hasattr(config, "in_channels"):
+        size = config.image_size
+        return (torch.randn(batch, config.in_channels, size, size, generator=g).to(device),)
+    length = next((getattr(config, k) for k in SEQUENCE_FIELDS if hasattr(config, k)), None)
+    if hasattr(config, "vocab_size") and length:
+        return (torch.randint(0, config.vocab_size, (batch, length), generator=g).to(device),)
+    raise TypeError(f"{type(model).__name__} ({model.family}): its config has neither image fields nor a vocabulary "
+                    "and a sequence length; give the model an example_inputs(batch_size) method")
+
+
+def float_tensors(output) -> list[torch.Tensor]:
+    """Every floating-point tensor in a model's output (a tensor or tuples, lists, dicts of them)."""
+    if isinstance(output, torch.Tensor):
+        return [output] if output.is_floating_point() else []
+    if isinstance(output, dict):
+        output = list(output.values())
+    if isinstance(output, (tuple, list)):
+        return [t for item in output for t in float_tensors(item)]
+    if dataclasses.is_dataclass(output):
+        return float_tensors([getattr(output, f.name) for f in dataclasses.fields(output)])
+    return []
+
+
+def run(model: nn.Module, inputs, dtype: torch.dtype | None = None, backward: bool = False) -> list[torch.Tensor]:
+    """The model's floating outputs (float32) under ``dtype`` autocast; the same random draws on every call (for
+    models that sample, e.g. masks); with ``backward``, the gradient of the sum of the outputs' means."""
+    torch.manual_seed(0)
+    with torch.autocast(DEVICE, dtype=dtype, enabled=dtype is not None):
+        outputs = float_tensors(model(*inputs))
+    assert outputs, f"{type(model).__name__} returned no floating-point tensor"
+    if backward:
+        sum(o.float().mean() for o in outputs).backward()
+    return [o.detach().float() for o in outputs]
+
+
+def rel_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
+
+
+def assert_close_outputs(ours: list[torch.Tensor], reference: list[torch.Tensor], rtol: float, what: str) -> None:
+    assert len(ours) == len(reference), what
+    for i, (a, b) in enumerate(zip(ours, reference)):
+        assert a.shape == b.shape, f"{what}: output {i} has shape {tuple(a.shape)}, expected {tuple(b.shape)}"
+        assert torch.isfinite(a).all(), f"{what}: output {i} is not finite"
+        error = rel_error(a.to(b.device), b)
+        assert error <= rtol, f"{what}: output {i} differs by {error:.2e} (relative), allowed {rtol:.0e}"
+
+
+def reduced(name: str) -> nn.Module:
+    """The registered model with one layer (when its config has ``depth``): for checks whose cost grows with the
+    number of layers but whose outcome does not (compilation, checkpoint round trips)."""
+    config = crate_nn.model_config(name)
+    return crate_nn.create_model(name, **({"depth": 1} if hasattr(config, "depth") else {}))
+
+
+def set_fused_attention(model: nn.Module, fused: bool) -> int:
+    modules = [m for m in model.modules() if isinstance(m, HeadAttention)]
+    for m in modules:
+        m.fused_attn = fused
+    return len(modules)
+
+
+# ----------------------------------------------------------------------------------------------- models
+@pytest.mark.parametrize("name", MODELS)
+def test_forward_backward_in_fp32_and_bf16(name):
+    torch.manual_seed(0)
+    model = crate_nn.create_model(name).to(DEVICE).train()
+    inputs = example_inputs(model, 4, DEVICE)
+    for dtype in (None, torch.bfloat16):
+        model.zero_grad(set_to_none=True)
+        outputs = run(model, inputs, dtype, backward=True)
+        assert all(torch.isfinite(o).all() for o in outputs), f"{name}: non-finite output under {dtype}"
+        grads = {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
+        missing = sorted(n for n, g in grads.items() if g is None)
+        assert not missing, f"{name} under {dtype}: no gradient reached {missing[:5]}"
+        assert all(torch.isfinite(g).all() for g in grads.values()), f"{name}: non-finite gradient under {dtype}"
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_bf16_outputs_are_close_to_fp32(name):
+    torch.manual_seed(0)
+    model = crate_nn.create_model(name).to(DEVICE).eval()
+    inputs = example_inputs(model, 4, DEVICE)
+    with torch.no_grad():
+        assert_close_outputs(run(model, inputs, torch.bfloat16), run(model, inputs), BF16_RTOL, f"{name} bf16 vs fp32")
+
+
+@pytest.mark.parametrize("dtype", [None, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("name", MODELS)
+def test_fused_attention_equals_explicit(name, dtype):
+    torch.manual_seed(0)
+    model = crate_nn.create_model(name).to(DEVICE).eval()
+    if not set_fused_attention(model, True):
+        pytest.skip(f"{name} has no attention module")
+    inputs = example_inputs(model, 4, DEVICE)
+    results = []
+    for fused in (True, False):
+        set_fused_attention(model, fused)
+        model.zero_grad(set_to_none=True)
+        outputs = run(model, inputs, dtype, backward=True)
+        grads = [p.grad.float() for p in model.parameters() if p.grad is not None]
+        results.append((outputs, grads))
+    rtol, grad_rtol = (FP32_RTOL, FP32_GRAD_RTOL) if dtype is None else (BF16_RTOL, BF16_GRAD_RTOL)
+    assert_close_outputs(results[0][0], results[1][0], rtol, f"{name} SDPA vs explicit outputs")
+    assert_close_outputs(results[0][1], results[1][1], grad_rtol, f"{name} SDPA vs explicit gradients")
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_compiled_equals_eager(name):
+    torch.manual_seed(0)
+    model = reduced(name).to(DEVICE).train()
+    inputs = example_inputs(model, 4, DEVICE)
+    eager = run(model, inputs, backward=True)
+    eager_grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+    model.zero_grad(set_to_none=True)
+    compiled = run(torch.compile(model), inputs, backward=True)
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert_close_outputs(compiled, eager, FP32_RTOL, f"{name} compiled vs eager outputs")
+    assert_close_outputs(grads, eager_grads, FP32_GRAD_RTOL, f"{name} compiled vs eager gradients")
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_checkpoints_move_between_gpu_and_cpu(name, tmp_path):
+    torch.manual_seed(0)
+    model = reduced(name).eval()
+    inputs_cpu = example_inputs(model, 2, "cpu")
+    with torch.no_grad():
+        reference = run(model, inputs_cpu)
+    gpu_file, cpu_file = tmp_path / "gpu.pt", tmp_path / "cpu.pt"
+    crate_nn.save(gpu_file, model.to(DEVICE))
+    on_cpu = crate_nn.load(gpu_file, map_location="cpu").eval()
+    assert all(t.device.type == "cpu" for t in on_cpu.state_dict().values())
+    crate_nn.save(cpu_file, on_cpu)
+    on_gpu = crate_nn.load(cpu_file, map_location=DEVICE).eval()
+    assert all(t.device.type == DEVICE for t in on_gpu.state_dict().values())
+    for key, value in on_cpu.state_dict().items():  # weights travel bit for bit
+        assert torch.equal(value, on_gpu.state_dict()[key].cpu()), key
+    with torch.no_grad():
+        assert_close_outputs(run(on_cpu, inputs_cpu), reference, 0.0, f"{name} read on the CPU")
+        gpu_outputs = run(on_gpu, tuple(t.to(DEVICE) for t in inputs_cpu))
+    assert_close_outputs([o.cpu() for o in gpu_outputs], reference, FP32_RTOL, f"{name} read on the GPU vs CPU")
+
+
+# ----------------------------------------------------------------------------------------------- presets
+def train_losses(run_dir: Path) -> list[float]:
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [line["train_loss"] for line in lines if "train_loss" in line]
+
+
+SMOKE_STEPS = 20
+
+
+def assert_loss_falls(losses: list[float], what: str) -> None:
+    """The mean of the last 5 logged losses is below the mean of the first 5 (each step is logged)."""
+    assert len(losses) >= 10 and all(map(lambda v: v == v, losses)), f"{what}: losses {losses}"
+    first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+    assert last < first, f"{what}: the loss did not fall: first five {losses[:5]}, last five {losses[-5:]}"
+
+
+@pytest.mark.parametrize("preset_name", sorted(PRESETS))
+def test_every_preset_trains_on_the_gpu(preset_name, tmp_path):
+    config = get_preset(preset_name).smoke(SMOKE_STEPS, output_dir=str(tmp_path / "run"), device=DEVICE)
+    result = train(config)
+    assert result.steps == SMOKE_STEPS
+    assert_loss_falls(train_losses(tmp_path / "run"), preset_name)
+    model = crate_nn.load(result.checkpoint, map_location="cpu")
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_engine_compiles_the_model_on_the_gpu(tmp_path):
+    config = get_preset("synthetic").smoke(SMOKE_STEPS, output_dir=str(tmp_path / "run"), device=DEVICE,
+                                           compile=True, image_size=64, model_args=dict(patch_size=8, depth=2))
+    train(config)
+    assert_loss_falls(train_losses(tmp_path / "run"), "synthetic, compiled")
+
+
+# ----------------------------------------------------------------------------------------------- NCCL
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@needs_cuda
+def test_ddp_over_nccl_matches_one_process():
+    """One NCCL process group of one rank (what a one-GPU machine can hold): DDP's all-reduced gradients equal the
+    plain model's (an all-reduce over one rank averages nothing; only the bucketing path differs)."""
+    import torch.distributed as dist
+
+    torch.manual_seed(0)
+    model = reduced("crate_tiny").cuda()
+    inputs = example_inputs(model, 4, DEVICE)
+    plain = run(model, inputs, backward=True)
+    plain_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    try:
+        ddp = nn.parallel.DistributedDataParallel(model, device_ids=[torch.cuda.current_device()])
+        wrapped = run(ddp, inputs, backward=True)
+        flag = torch.ones(1, device=DEVICE)
+        dist.all_reduce(flag)
+        assert flag.item() == 1.0
+    finally:
+        dist.destroy_process_group()
+    assert_close_outputs(wrapped, plain, 0.0, "DDP forward")
+    assert_close_outputs([p.grad for p in model.parameters()], plain_grads, FP32_GRAD_RTOL, "DDP gradients")
+
+
+@needs_cuda
+def test_torchrun_job_over_every_gpu(tmp_path):
+    """The README's torchrun command, shrunk: one process per GPU (NCCL when there are several)."""
+    gpus = torch.cuda.device_count()
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={gpus}",
+               "-m", "crate_nn.train", "--preset", "synthetic", "--image-size", "64", "--model-args", "patch_size=8",
+               "depth=2", "--batch-size", str(8 * gpus), "--max-steps", "5", "--num-workers", "2",
+               "--output-dir", str(tmp_path / "run"), "--no-progress"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["world_size"] == gpus
+    assert len(train_losses(tmp_path / "run")) == 5
+
+
+# ----------------------------------------------------------------------------------------------- nvJPEG
+def test_nvjpeg_pack_matches_the_pillow_pack(tmp_path):
+    """crate-pack --decode gpu against the Pillow pack on photograph-like JPEGs (and a PNG and a broken file,
+    which the GPU decoder hands to Pillow): nvJPEG's inverse DCT and chroma upsampling differ from libjpeg's by a
+    few grey levels, the resize filter by ≤ 1 (tests/data/test_shards.py); a wrong channel order, orientation or
+    crop differs by tens of levels on average. The mean absolute difference must stay ≤ 2 levels."""
+    pytest.importorskip("torchvision")
+    source = write_jpeg_folder(tmp_path / "src", 24, (120, 90), 3, seed=0)
+    folder = source / "train" / "class_00"
+    Image.open(folder / "img_00000.JPEG").save(folder / "img_png.png")
+    (folder / "img_broken.JPEG").write_bytes(b"\xff\xd8 not really a jpeg")
+    samples, classes = image_folder(source / "train")
+    packs = {}
+    for name, decoder in (("pillow", None), ("nvjpeg", jpeg.nvjpeg_decoder(DEVICE, workers=2, batch_size=8))):
+        manifest = pack_split(samples, classes, source, tmp_path / name, Geometry(64, 64), shard_size=10,
+                              decoder=decoder, strict=False, progress=False)
+        assert list(manifest["skipped"]) == [str(folder / "img_broken.JPEG")]
+        packs[name] = ShardImages(tmp_path / name)
+    assert len(packs["pillow"]) == len(packs["nvjpeg"]) == 25
+    paths = [p for p, _ in samples if not p.endswith("img_broken.JPEG")]
+    for i, path in enumerate(paths):
+        ours, reference = packs["nvjpeg"][i], packs["pillow"][i]
+        assert int(ours[1]) == int(reference[1])
+        diff = (ours[0].float() - reference[0].float()).abs()
+        if path.endswith(".png"):  # decoded by Pillow in both packs
+            assert diff.max() == 0
+        assert diff.mean() <= 2.0, (path, diff.mean().item(), diff.max().item())

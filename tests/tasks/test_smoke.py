@@ -1,0 +1,45 @@
+"""`TrainConfig.smoke` for every preset: what `make gpu-check` trains on the GPU, checked on the CPU.
+
+Every preset's smoke config must validate, keep the preset's recipe (model, optimizer, learning rate, precision)
+and need no local data; its task must build on the CPU. One of them (digits, the CPU preset) trains here with the
+same falling-loss criterion the GPU test applies.
+"""
+import dataclasses
+import json
+
+import pytest
+
+from crate_nn.engine import train
+from crate_nn.engine.distributed import context
+from crate_nn.engine.task import task_for
+from crate_nn.tasks import PRESETS, get_preset
+
+RECIPE = ("optimizer", "lr", "weight_decay", "betas", "precision", "epochs", "warmup_epochs")
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_has_a_smoke_run_without_local_data(name, tmp_path):
+    preset = get_preset(name)
+    smoke = preset.smoke(20, 32, output_dir=str(tmp_path / "run"), device="cpu")
+    smoke.validate()
+    assert (smoke.max_steps, smoke.log_every, smoke.checkpoint_every, smoke.num_workers) == (20, 1, 0, 0)
+    assert smoke.batch_size == min(preset.batch_size, 32) and smoke.micro_batch_size is None
+    assert all(getattr(smoke, field) == getattr(preset, field) for field in RECIPE if hasattr(preset, field))
+    assert getattr(smoke, "data_dir", None) is None and getattr(smoke, "init_from", None) is None
+    task = task_for(smoke)(smoke, context("cpu"))  # builds the model and the data, nothing read from disk
+    assert len(task.train_set) >= smoke.batch_size
+
+
+def test_smoke_keeps_the_model_and_takes_overrides_last():
+    smoke = get_preset("imagenet").smoke(5, 8, model="crate_tiny", dataset="digits")
+    assert (smoke.model, smoke.dataset, smoke.batch_size, smoke.max_steps) == ("crate_tiny", "digits", 8, 5)
+    assert get_preset("imagenet").smoke().model == "crate_base"
+    assert dataclasses.replace(get_preset("finetune"), init_from="x.pt").smoke().init_from is None
+
+
+def test_the_digits_smoke_run_lowers_its_loss(tmp_path):
+    train(get_preset("digits").smoke(20, 32, output_dir=str(tmp_path / "run"), device="cpu"))
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    losses = [line["train_loss"] for line in lines if "train_loss" in line]
+    assert len(losses) == 20
+    assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5
