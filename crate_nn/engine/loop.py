@@ -180,10 +180,11 @@ def _train(config: TrainConfig, ctx: distributed.Context, task_class: type[Task]
     steps_per_epoch = task.steps_per_epoch(config.batch_size)
     if steps_per_epoch < 1:
         raise ValueError(f"batch_size: {config.batch_size} exceeds the {len(task.train_set)} training samples")
-    total_steps = config.epochs * steps_per_epoch
-    warmup_steps = round(config.warmup_epochs * steps_per_epoch)
+    total_steps = config.total_steps or config.epochs * steps_per_epoch
+    warmup_steps = (config.warmup_steps if config.warmup_steps is not None
+                    else round(config.warmup_epochs * steps_per_epoch))
     schedules = Schedules(warmup_steps, total_steps, config.min_lr_ratio, config.weight_decay,
-                          config.weight_decay_end, config.ema_momentum, config.ema_momentum_end)
+                          config.weight_decay_end, config.ema_momentum, config.ema_momentum_end, config.lr_schedule)
     raw_model = task.model.to(ctx.device)
     optimizer = build_optimizer(config, raw_model)
     ema = EMA(raw_model) if config.ema else None
@@ -337,6 +338,11 @@ def _train(config: TrainConfig, ctx: distributed.Context, task_class: type[Task]
                                     "with the same command plus --resume", stop.received or signal.SIGTERM, step)
                 if config.checkpoint_every and step % config.checkpoint_every == 0 and step_in_epoch < steps_per_epoch:
                     save_checkpoint()
+                if (config.eval_every_steps and step % config.eval_every_steps == 0 and step < last_step
+                        and step_in_epoch < steps_per_epoch):  # epoch ends and the last step evaluate anyway
+                    paused = time.perf_counter()
+                    run.log({"epoch": step / steps_per_epoch, "step": step, **evaluate_now()})
+                    window.start += time.perf_counter() - paused
             if step_in_epoch == steps_per_epoch:
                 paused = time.perf_counter()  # evaluation and checkpoints do not count against throughput
                 epoch, step_in_epoch = epoch + 1, 0
