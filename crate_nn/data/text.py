@@ -17,8 +17,8 @@ document and token counts (it is written last: its presence marks a complete pre
 
 Documents and the split: every input file is a document, except ``.jsonl`` files, where each line's ``"text"``
 is one (the usual export of OpenWebText, Wikipedia, BookCorpus). The validation documents are the
-⌈val_fraction · N⌉ (at least one) whose CRC-32 of their identifier (relative path, ``path:line`` for JSONL) is
-smallest: deterministic, independent of the order files are listed in, and stable when documents are added.
+⌈val_fraction · N⌉ (at least one, at most N − 1) whose CRC-32 of their identifier (relative path, ``path:line`` for
+JSONL) is smallest: deterministic, and independent of the order in which the files are listed or found.
 
 The built-in corpus (`builtin_corpus`, `stdlib_documents`): every ``*.py`` file of the running interpreter's
 standard library (``sysconfig``'s ``stdlib`` path, ``site-packages`` excluded), sorted by relative path, read as
@@ -276,9 +276,9 @@ def token_dtype(vocab_size: int) -> np.dtype:
 _WORKER_TOKENIZER: Tokenizer | None = None
 
 
-def _init_worker(spec: str) -> None:
+def _init_worker(tokenizer: Tokenizer | str) -> None:
     global _WORKER_TOKENIZER
-    _WORKER_TOKENIZER = get_tokenizer(spec)
+    _WORKER_TOKENIZER = get_tokenizer(tokenizer) if isinstance(tokenizer, str) else tokenizer
 
 
 def _encode_text(text: str) -> np.ndarray:
@@ -292,7 +292,7 @@ def encode_documents(documents: Sequence[Document], tokenizer: Tokenizer, worker
     """Each document's ids followed by the end-of-text id, in order (``workers`` processes when > 1)."""
     bar = functools.partial(tqdm, total=len(documents), disable=not progress, unit="doc", desc="tokenizing")
     if workers <= 1:
-        _init_worker(tokenizer.spec)
+        _init_worker(tokenizer)
         yield from bar(map(_encode_text, read_texts(documents)))
         return
     with multiprocessing.get_context("spawn").Pool(workers, _init_worker, (tokenizer.spec,)) as pool:
@@ -432,7 +432,8 @@ IGNORE = -100  # the label of a position that is not predicted (F.cross_entropy'
 class Masking:
     """BERT's masking (Devlin et al. 2019; RoBERTa's dynamic masking draws a new mask every time a sequence is used).
 
-    Every token that is not special is selected with probability ``probability`` (0.15); a selected token becomes
+    Every token that is not special (``special_ids`` and ``mask_id``) is selected with probability ``probability``
+    (0.15); a selected token becomes
     ``<mask>`` with probability ``mask_fraction`` (0.8), a random non-special token with probability
     ``random_fraction`` (0.1), and stays itself otherwise (0.1). The labels are the original ids at the selected
     positions and `IGNORE` elsewhere: the loss of eq. (85) is taken over the selected set Ω.
@@ -458,11 +459,12 @@ class Masking:
                  ) -> tuple[torch.Tensor, torch.Tensor]:
         """(inputs, labels), each like ``tokens`` (B, T) int64 on the CPU; ``generator`` None draws from torch's
         global generator (which the training engine saves and restores, so a resumed run masks identically)."""
-        special = torch.isin(tokens, torch.tensor(self.special_ids, dtype=tokens.dtype))
+        excluded = sorted({*self.special_ids, self.mask_id})
+        special = torch.isin(tokens, torch.tensor(excluded, dtype=tokens.dtype))
         selected = (torch.rand(tokens.shape, generator=generator) < self.probability) & ~special
         action = torch.rand(tokens.shape, generator=generator)
         allowed = torch.ones(self.vocab_size, dtype=torch.bool)
-        allowed[list(self.special_ids)] = False
+        allowed[excluded] = False
         candidates = allowed.nonzero()[:, 0]
         random_ids = candidates[torch.randint(len(candidates), tokens.shape, generator=generator)]
         masked = selected & (action < self.mask_fraction)

@@ -29,6 +29,11 @@ from ..engine.precision import autocast
 from ..models.registry import unwrap_model
 
 
+def as_float(logits: torch.Tensor) -> torch.Tensor:
+    """Logits in at least float32 (bf16 autocast outputs are promoted; float64 stays float64)."""
+    return logits.to(torch.promote_types(logits.dtype, torch.float32))
+
+
 def spread(available: int, count: int) -> list[int]:
     """``count`` indices evenly spread over ``range(available)`` (all of them when ``count ≥ available``)."""
     if count >= available:
@@ -71,7 +76,7 @@ def lm_loss(model: nn.Module, tokens: np.ndarray, block_size: int, ctx: distribu
         totals = torch.zeros(2, dtype=torch.float64, device=ctx.device)
         for indices in mine:
             batch = torch.stack([windows[i] for i in indices]).to(ctx.device)
-            logits = net(batch[:, :-1]).float()
+            logits = as_float(net(batch[:, :-1]))
             totals[0] += F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten(), reduction="sum").double()
             totals[1] += batch[:, 1:].numel()
         return totals
@@ -107,7 +112,7 @@ def mlm_metrics(model: nn.Module, tokens: np.ndarray, block_size: int, ctx: dist
             pairs = [mask(windows[i][None], torch.Generator().manual_seed(seed * 1_000_003 + i)) for i in indices]
             inputs, labels = (torch.cat(parts).to(ctx.device) for parts in zip(*pairs))
             selected = labels != IGNORE
-            logits = net(inputs, selected=selected).float()
+            logits = as_float(net(inputs, selected=selected))
             losses = sequence_losses(logits, labels)
             totals[0] += losses.double().sum()
             totals[1] += losses.numel()

@@ -236,7 +236,7 @@ class CRATEGPT(LanguageBackbone):
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__(config)
-        self.lm_head = nn.Linear(config.dim, config.vocab_size, bias=False)
+        self.lm_head = nn.Linear(config.dim, config.vocab_size, bias=False, device="meta")  # weight replaced: tied
         self.lm_head.weight = self.wte.weight
         init_gpt_weights(self, self.encoder)
 
@@ -254,7 +254,7 @@ class MLMHead(nn.Module):
         dim, vocab = embedding.embedding_dim, embedding.num_embeddings
         self.dense = nn.Linear(dim, dim) if transform else None
         self.norm = nn.LayerNorm(dim, eps=norm_eps) if transform else None
-        self.decoder = nn.Linear(dim, vocab, bias=transform)
+        self.decoder = nn.Linear(dim, vocab, bias=transform, device=embedding.weight.device)
         self.decoder.weight = embedding.weight
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:

@@ -136,3 +136,16 @@ def to_crate_lm(model: CRATEGPT, masks: bool = True) -> dict[str, torch.Tensor]:
         tril = torch.ones(config.block_size, config.block_size).tril().view(1, 1, config.block_size, config.block_size)
         theirs.update({f"transformer.h.{i}.attn.bias": tril.clone() for i in range(config.depth)})
     return theirs
+
+
+def load_causal_lm(path: str, heads: int | None = None) -> CRATEGPT:
+    """A causal LM from a crate_nn checkpoint of the ``gpt`` family or from a crate-lm / nanoGPT file."""
+    from .. import checkpoint
+
+    payload = checkpoint.read(path)
+    if payload.get("format") != checkpoint.FORMAT:
+        return load_gpt_checkpoint(payload, heads)
+    model = checkpoint.model_from_payload(payload)
+    if not isinstance(model, CRATEGPT):
+        raise ValueError(f"checkpoint: {path!r} holds a {payload.get('family')!r} model, not a causal LM (gpt)")
+    return model

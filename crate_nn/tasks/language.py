@@ -40,7 +40,8 @@ from ..engine.config import TrainConfig, option
 from ..engine.loop import resolve_batches
 from ..engine.precision import autocast
 from ..engine.task import LossOutput, Task, preset, register_task
-from ..evaluation.language import classification_metrics, lm_loss, mlm_metrics, sequence_losses, spread
+from ..evaluation.language import (as_float, classification_metrics, lm_loss, mlm_metrics, sequence_losses,
+                                   spread)
 from ..models.language import BERTClassifierConfig
 from ..models.registry import build_model, create_model, list_models, model_config, unwrap_model
 from ..official.gpt import gpt_config_of
@@ -206,8 +207,8 @@ class CausalLMTask(LanguageModelTask):
 
     def loss(self, model: nn.Module, batch: torch.Tensor) -> LossOutput:
         batch = batch.to(self.ctx.device, non_blocking=True)
-        logits = model(batch[:, :-1])
-        loss = F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten())
+        logits = as_float(model(batch[:, :-1]))
+        loss = F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten())
         return LossOutput(loss)
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
@@ -234,7 +235,7 @@ class MaskedLMTask(LanguageModelTask):
     def loss(self, model: nn.Module, batch: torch.Tensor) -> LossOutput:
         inputs, labels = (t.to(self.ctx.device, non_blocking=True) for t in self.masking(batch))
         selected = labels != IGNORE
-        logits = model(inputs, selected=selected).float()
+        logits = as_float(model(inputs, selected=selected))
         loss = sequence_losses(logits, labels).mean()
         accuracy = (logits.detach().argmax(dim=-1) == labels[selected]).float().mean()
         return LossOutput(loss, metrics={"accuracy": accuracy})
@@ -329,6 +330,14 @@ class SequenceClassificationTask(Task):
     def __init__(self, config: SequenceClassificationConfig, ctx: distributed.Context) -> None:
         super().__init__(config, ctx)
         self.micro, _ = resolve_batches(config, ctx.world_size)
+        if config.init_from:
+            payload = checkpoint.read(config.init_from)
+            if payload.get("family") not in ("bert", "bert_classifier"):
+                raise ValueError(f"init_from: {config.init_from!r} is not a crate_nn CRATE-BERT checkpoint (family "
+                                 f"{payload.get('family')!r})")
+            backbone = payload["config"]
+        else:
+            backbone = dataclasses.asdict(model_config(config.model, **config.model_args))
         if config.data_dir is None:
             train, dev = (stdlib_next_lines(split, n, config.seed) for split, n in
                           zip(("train", "val"), config.builtin_examples))
@@ -338,14 +347,6 @@ class SequenceClassificationTask(Task):
             dev = read_glue_tsv(root / config.eval_file, config.text_columns, config.label_column, train.classes)
         self.train_set = EncodedExamples(train, config.tokenizer, config.max_length)
         self.eval_set = EncodedExamples(dev, config.tokenizer, config.max_length)
-        if config.init_from:
-            payload = checkpoint.read(config.init_from)
-            if payload.get("family") not in ("bert", "bert_classifier"):
-                raise ValueError(f"init_from: {config.init_from!r} is not a crate_nn CRATE-BERT checkpoint (family "
-                                 f"{payload.get('family')!r})")
-            backbone = payload["config"]
-        else:
-            backbone = dataclasses.asdict(model_config(config.model, **config.model_args))
         fields = {f.name for f in dataclasses.fields(BERTClassifierConfig)}
         values = {k: v for k, v in backbone.items() if k in fields}
         self.model = build_model(BERTClassifierConfig(**{**values, "causal": False, "num_labels": len(train.classes)}))
@@ -360,7 +361,7 @@ class SequenceClassificationTask(Task):
 
     def loss(self, model: nn.Module, batch) -> LossOutput:
         tokens, mask, labels = (t.to(self.ctx.device, non_blocking=True) for t in batch)
-        logits = model(tokens, mask).float()
+        logits = as_float(model(tokens, mask))
         return LossOutput(F.cross_entropy(logits, labels),
                           metrics={"accuracy": (logits.detach().argmax(-1) == labels).float().mean()})
 
@@ -375,7 +376,7 @@ class SequenceClassificationTask(Task):
             tokens, mask, target = (t.to(self.ctx.device) for t in
                                     pad_examples([self.eval_set[i] for i in mine[start:start + self.micro]]))
             with autocast(self.ctx.device, self.config.precision):
-                logits = net(tokens, mask).float()
+                logits = as_float(net(tokens, mask))
             loss += F.cross_entropy(logits, target, reduction="sum").double()
             predictions.append(logits.argmax(-1).cpu())
             labels.append(target.cpu())
@@ -407,6 +408,7 @@ def gpt_owt() -> CausalLMConfig:
     without-ISTA ablation (Table 16).
 
     Prepare:  crate-prepare-text --input /data/openwebtext --tokenizer tiktoken:gpt2 --output-dir data/owt --workers 16
+    Command (one GPU):  crate-train --preset gpt_owt --data-dir data/owt
     Command (8 GPUs):  torchrun --standalone --nproc_per_node 8 -m crate_nn.train --preset gpt_owt --data-dir data/owt
     Expected: validation loss ≈ 3.37 nats/token (Table 6; GPT-2 124M reaches 2.85 with nanoGPT), ≈ 3.68 without
     ISTA (Table 16). Wall time: not measured here; nanoGPT's GPT-2 (124M, batch 480) takes ≈ 4 days on 8 A100-40GB
@@ -434,6 +436,7 @@ def bert_wiki() -> MaskedLMConfig:
 
     Prepare:  crate-prepare-text --input /data/wikipedia.jsonl /data/bookcorpus.jsonl --tokenizer hf:roberta-base \\
                   --output-dir data/wiki --val-fraction 0.001 --workers 16
+    Command (one GPU):  crate-train --preset bert_wiki --data-dir data/wiki
     Command (8 GPUs):  torchrun --standalone --nproc_per_node 8 -m crate_nn.train --preset bert_wiki --data-dir data/wiki
     Expected: training loss ≈ 8 → ≈ 2 over 30k steps (Fig. 12, left); GLUE after fine-tuning as Table 5 (SST-2 85.9,
     MRPC F1 80.0). Wall time: not measured here (≈ 1.3·10^11 tokens; about a day on 8 A100s by a 6·N·tokens estimate).
