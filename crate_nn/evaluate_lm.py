@@ -59,14 +59,9 @@ def run(args: argparse.Namespace) -> dict:
         raise ValueError(f"block_size: {block} exceeds the model's block_size={model.config.block_size}")
     ctx = distributed.context(args.device)
     model.to(ctx.device)
-    distributed.join(ctx)
-    failed = True
-    try:
+    with distributed.joined(ctx):
         metrics = lm_loss(model, tokens, block, ctx, batch_size=args.batch_size, batches=args.batches,
                           precision=args.precision)
-        failed = False
-    finally:
-        distributed.teardown(ctx, failed)
     return metrics if ctx.is_main else {}
 
 

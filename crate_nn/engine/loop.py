@@ -20,7 +20,10 @@ micro-batch and the evaluation; the loop owns the rest:
   signal number after one line saying how to resume. Under torchrun the signal travels in the step's all-reduce,
   so every process stops after the same step (the next one when the signal arrives after that all-reduce).
 * metrics.jsonl: a line per ``log_every`` steps (train_loss, lr, throughput, task metrics, counters), a line per
-  evaluation, and end-of-run lines marked ``"final"`` (which a resumed run replaces).
+  evaluation (at epoch ends and every ``eval_every_steps``), and end-of-run lines marked ``"final"`` (which a
+  resumed run replaces).
+* schedules span ``epochs`` (warm-up ``warmup_epochs``) or, for recipes stated in steps, ``total_steps`` (warm-up
+  ``warmup_steps``); the decay after the warm-up is cosine or linear (``lr_schedule``).
 """
 from __future__ import annotations
 
@@ -341,7 +344,10 @@ def _train(config: TrainConfig, ctx: distributed.Context, task_class: type[Task]
                 if (config.eval_every_steps and step % config.eval_every_steps == 0 and step < last_step
                         and step_in_epoch < steps_per_epoch):  # epoch ends and the last step evaluate anyway
                     paused = time.perf_counter()
-                    run.log({"epoch": step / steps_per_epoch, "step": step, **evaluate_now()})
+                    evaluated = evaluate_now()
+                    run.log({"epoch": step / steps_per_epoch, "step": step, **evaluated})
+                    if ctx.is_main:
+                        tqdm.write(f"step {step}: " + " ".join(f"{k} {v:.4f}" for k, v in evaluated.items()))
                     window.start += time.perf_counter() - paused
             if step_in_epoch == steps_per_epoch:
                 paused = time.perf_counter()  # evaluation and checkpoints do not count against throughput
