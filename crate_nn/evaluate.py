@@ -109,14 +109,9 @@ def run(args: argparse.Namespace) -> dict:
     transform = DeviceTransform(image_size, train_config.get("mean", IMAGENET_MEAN),
                                 train_config.get("std", IMAGENET_STD), train=False).to(ctx.device)
     model.to(ctx.device).float()
-    distributed.join(ctx)
-    failed = True
-    try:
+    with distributed.joined(ctx):
         metrics = evaluate(model, dataset, transform, ctx, batch_size=args.batch_size, num_workers=args.num_workers,
                            precision=args.precision, real_labels=real_labels)
-        failed = False
-    finally:
-        distributed.teardown(ctx, failed)
     return metrics if ctx.is_main else {}
 
 

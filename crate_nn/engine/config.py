@@ -17,6 +17,8 @@ import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from .schedule import LR_SCHEDULES
+
 OPTIMIZERS = ("lion", "adamw")
 PRECISIONS = ("auto", "bf16", "fp32")
 _MISSING = dataclasses.MISSING
@@ -56,7 +58,12 @@ class TrainConfig:
         resume_free=True)
     epochs: int = option(150, "epochs the schedules span", minimum=1)
     warmup_epochs: float = option(5.0, "linear learning-rate warm-up, in epochs (fractions allowed)", minimum=0.0)
-    min_lr_ratio: float = option(0.0, "final learning rate / lr of the cosine decay", minimum=0.0, maximum=1.0)
+    total_steps: int | None = option(
+        None, "optimizer steps the schedules span, instead of `epochs` (recipes stated in steps)", minimum=1)
+    warmup_steps: int | None = option(None, "linear learning-rate warm-up in optimizer steps, instead of "
+                                      "`warmup_epochs`", minimum=0)
+    lr_schedule: str = option("cosine", "learning-rate decay after the warm-up", choices=LR_SCHEDULES)
+    min_lr_ratio: float = option(0.0, "final learning rate / lr of the decay", minimum=0.0, maximum=1.0)
     grad_clip: float | None = option(None, "max global gradient norm; None = no clipping", above=0.0)
     max_steps: int | None = option(
         None, "stop after this many optimizer steps (the schedules still span `epochs`)", minimum=1,
@@ -76,6 +83,8 @@ class TrainConfig:
     overwrite: bool = option(False, "delete the run already in output_dir and start over", resume_free=True)
     num_workers: int = option(8, "DataLoader worker processes", minimum=0, resume_free=True)
     eval_every: int = option(1, "epochs between evaluations (and always at the end)", minimum=1, resume_free=True)
+    eval_every_steps: int | None = option(None, "also evaluate every this many optimizer steps", minimum=1,
+                                          resume_free=True)
     checkpoint_every: int = option(
         1000, "optimizer steps between checkpoints (also at every epoch end); 0 = epoch ends only", minimum=0,
         resume_free=True)
@@ -90,10 +99,12 @@ class TrainConfig:
         hints = typing.get_type_hints(type(self))
         for f in dataclasses.fields(self):
             check_field(f.name, getattr(self, f.name), hints[f.name], f.metadata)
-        if self.warmup_epochs > self.epochs:
+        if self.total_steps is None and self.warmup_epochs > self.epochs:
             raise ValueError(f"warmup_epochs: {self.warmup_epochs} exceeds epochs={self.epochs}")
         if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", self.device):
             raise ValueError(f"device: expected auto, cpu, cuda, cuda:N or mps, got {self.device!r}")
+        if None not in (self.total_steps, self.warmup_steps) and self.warmup_steps > self.total_steps:
+            raise ValueError(f"warmup_steps: {self.warmup_steps} exceeds total_steps={self.total_steps}")
         if self.resume and self.overwrite:
             raise ValueError("resume, overwrite: choose one (continue the run, or delete it and start over)")
 

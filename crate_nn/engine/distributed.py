@@ -6,7 +6,9 @@ process group with NCCL on GPUs and gloo on CPU. Multi-node runs use torchrun's 
 """
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -88,6 +90,18 @@ def teardown(ctx: Context, failed: bool = False) -> None:
         if not failed:
             dist.barrier()
         dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def joined(ctx: Context) -> Iterator[Context]:
+    """`join` for the work inside the block, then `teardown` (at once, without a barrier, if the block raised)."""
+    join(ctx)
+    failed = True
+    try:
+        yield ctx
+        failed = False
+    finally:
+        teardown(ctx, failed)
 
 
 def all_reduce_sum(tensor: torch.Tensor, ctx: Context) -> torch.Tensor:

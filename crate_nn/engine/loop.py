@@ -20,7 +20,10 @@ micro-batch and the evaluation; the loop owns the rest:
   signal number after one line saying how to resume. Under torchrun the signal travels in the step's all-reduce,
   so every process stops after the same step (the next one when the signal arrives after that all-reduce).
 * metrics.jsonl: a line per ``log_every`` steps (train_loss, lr, throughput, task metrics, counters), a line per
-  evaluation, and end-of-run lines marked ``"final"`` (which a resumed run replaces).
+  evaluation (at epoch ends and every ``eval_every_steps``), and end-of-run lines marked ``"final"`` (which a
+  resumed run replaces).
+* schedules span ``epochs`` (warm-up ``warmup_epochs``) or, for recipes stated in steps, ``total_steps`` (warm-up
+  ``warmup_steps``); the decay after the warm-up is cosine or linear (``lr_schedule``).
 """
 from __future__ import annotations
 
@@ -180,10 +183,11 @@ def _train(config: TrainConfig, ctx: distributed.Context, task_class: type[Task]
     steps_per_epoch = task.steps_per_epoch(config.batch_size)
     if steps_per_epoch < 1:
         raise ValueError(f"batch_size: {config.batch_size} exceeds the {len(task.train_set)} training samples")
-    total_steps = config.epochs * steps_per_epoch
-    warmup_steps = round(config.warmup_epochs * steps_per_epoch)
+    total_steps = config.total_steps or config.epochs * steps_per_epoch
+    warmup_steps = (config.warmup_steps if config.warmup_steps is not None
+                    else round(config.warmup_epochs * steps_per_epoch))
     schedules = Schedules(warmup_steps, total_steps, config.min_lr_ratio, config.weight_decay,
-                          config.weight_decay_end, config.ema_momentum, config.ema_momentum_end)
+                          config.weight_decay_end, config.ema_momentum, config.ema_momentum_end, config.lr_schedule)
     raw_model = task.model.to(ctx.device)
     optimizer = build_optimizer(config, raw_model)
     ema = EMA(raw_model) if config.ema else None
@@ -337,6 +341,14 @@ def _train(config: TrainConfig, ctx: distributed.Context, task_class: type[Task]
                                     "with the same command plus --resume", stop.received or signal.SIGTERM, step)
                 if config.checkpoint_every and step % config.checkpoint_every == 0 and step_in_epoch < steps_per_epoch:
                     save_checkpoint()
+                if (config.eval_every_steps and step % config.eval_every_steps == 0 and step < last_step
+                        and step_in_epoch < steps_per_epoch):  # epoch ends and the last step evaluate anyway
+                    paused = time.perf_counter()
+                    evaluated = evaluate_now()
+                    run.log({"epoch": step / steps_per_epoch, "step": step, **evaluated})
+                    if ctx.is_main:
+                        tqdm.write(f"step {step}: " + " ".join(f"{k} {v:.4f}" for k, v in evaluated.items()))
+                    window.start += time.perf_counter() - paused
             if step_in_epoch == steps_per_epoch:
                 paused = time.perf_counter()  # evaluation and checkpoints do not count against throughput
                 epoch, step_in_epoch = epoch + 1, 0

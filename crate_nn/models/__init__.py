@@ -9,6 +9,7 @@ from .classifier import CRATEClassifier, CRATEConfig
 from .config import BlockConfig
 from .embedding import PatchEmbed, patchify, resample_pos_embed
 from .ista import ISTA
+from .language import CRATEBERT, CRATEGPT, BERTClassifierConfig, BERTConfig, CRATEBERTClassifier, GPTConfig
 from .mssa import MSSA
 from .registry import (
     build_model,
@@ -22,7 +23,8 @@ from .registry import (
 )
 
 __all__ = [
-    "BlockConfig", "CRATEClassifier", "CRATEConfig", "CRATEDecoder", "CRATEDecoderLayer", "CRATEEncoder",
+    "BERTClassifierConfig", "BERTConfig", "BlockConfig", "CRATEBERT", "CRATEBERTClassifier", "CRATEGPT", "GPTConfig",
+    "CRATEClassifier", "CRATEConfig", "CRATEDecoder", "CRATEDecoderLayer", "CRATEEncoder",
     "CRATELayer", "ISTA", "LayerStack", "LayerTrace", "MHSA", "MLP", "MSSA", "PatchEmbed", "build_model",
     "create_model", "get_family", "list_models", "model_config", "patchify", "register_family", "register_model",
     "resample_pos_embed", "unwrap_model",

@@ -27,13 +27,15 @@ class LayerStack(nn.Module):
         check_positive_int("depth", depth)
         self.layers = nn.ModuleList(self.layer_class(config) for _ in range(depth))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``attention_mask`` (batch, n), True for real tokens, keeps attention off padding (None: no padding)."""
         for layer in self.layers:
-            x = layer(x)
+            x = layer(x, attention_mask)
         return x
 
     def forward_intermediates(
-        self, x: torch.Tensor, indices: Sequence[int] | None = None, return_attention: bool = False
+        self, x: torch.Tensor, indices: Sequence[int] | None = None, return_attention: bool = False,
+        attention_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, list[LayerTrace]]:
         """The stack's output and the `LayerTrace` of the layers in ``indices`` (0-based; default: all).
 
@@ -46,11 +48,11 @@ class LayerStack(nn.Module):
         traces = []
         for i, layer in enumerate(self.layers):
             if i in wanted:
-                t = layer.forward_intermediates(x, return_attention=return_attention)
+                t = layer.forward_intermediates(x, return_attention=return_attention, attention_mask=attention_mask)
                 traces.append(t)
                 x = t.output
             else:
-                x = layer(x)
+                x = layer(x, attention_mask)
         return x, traces
 
 

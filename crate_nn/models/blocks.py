@@ -18,7 +18,8 @@ Decoder layer ℓ, eq. (64) ``Z̃^{ℓ+1} = E^ℓ Z̃^ℓ − MSSA(E^ℓ Z̃^ℓ
     Z̃^{ℓ+1} = LN2(H) − MSSA(LN2(H))               (skip="normed", Appendix D Alg. 5)
 
 Every layer maps (batch, n, d) → (batch, n, d) and offers ``forward_intermediates`` returning a `LayerTrace`
-of its input, its half-step (after the first block) and its output, and optionally the attention maps.
+of its input, its half-step (after the first block) and its output, and optionally the attention maps. Both take
+an optional ``attention_mask`` (batch, n), True for real tokens, that keeps attention off padding.
 """
 from __future__ import annotations
 
@@ -61,7 +62,8 @@ def build_feedforward(config: BlockConfig) -> nn.Module:
     """The second block ``config.feedforward`` names: ISTA (eq. 44 and variants) or the baselines' MLP."""
     if config.feedforward == "mlp":
         return MLP(config.dim, round(config.mlp_ratio * config.dim))
-    return ISTA(config.dim, config.eta, config.lam, kind=config.ista, eps=config.eps, dict_width=config.dict_width)
+    return ISTA(config.dim, config.eta, config.lam, kind=config.ista, eps=config.eps, dict_width=config.dict_width,
+                tied=config.ista_output == "tied")
 
 
 class CRATELayer(nn.Module):
@@ -74,8 +76,9 @@ class CRATELayer(nn.Module):
         self.attention_name = config.attention
         self.norm1 = nn.LayerNorm(config.dim, eps=config.norm_eps)
         setattr(self, config.attention, build_attention(config))
-        self.norm2 = nn.LayerNorm(config.dim, eps=config.norm_eps)
-        setattr(self, config.feedforward, build_feedforward(config))
+        if config.feedforward != "none":  # "none": Z^{ℓ+1} = Z^{ℓ+1/2} (Tables 15–16, without ISTA)
+            self.norm2 = nn.LayerNorm(config.dim, eps=config.norm_eps)
+            setattr(self, config.feedforward, build_feedforward(config))
 
     @property
     def attn(self) -> HeadAttention:
@@ -83,36 +86,40 @@ class CRATELayer(nn.Module):
         return getattr(self, self.attention_name)
 
     @property
-    def ffn(self) -> nn.Module:
-        """The second block (``self.ista`` or ``self.mlp``)."""
-        return getattr(self, self.feedforward)
+    def ffn(self) -> nn.Module | None:
+        """The second block (``self.ista`` or ``self.mlp``; None without one)."""
+        return getattr(self, self.feedforward, None)
 
-    def _compress(self, x: torch.Tensor, return_attention: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _compress(self, x: torch.Tensor, return_attention: bool, attention_mask: torch.Tensor | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor | None]:
         y = self.norm1(x)
         if return_attention:
-            update, attn = self.attn.forward_with_attention(y)
+            update, attn = self.attn.forward_with_attention(y, attention_mask)
         else:
-            update, attn = self.attn(y), None
+            update, attn = self.attn(y, attention_mask), None
         return (x if self.skip == "input" else y) + update, attn
 
-    def compress(self, x: torch.Tensor) -> torch.Tensor:
+    def compress(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Z^{ℓ+1/2} from Z^ℓ."""
-        return self._compress(x, False)[0]
+        return self._compress(x, False, attention_mask)[0]
 
     def sparsify(self, half: torch.Tensor) -> torch.Tensor:
         """Z^{ℓ+1} from Z^{ℓ+1/2}."""
+        if self.ffn is None:
+            return half
         y = self.norm2(half)
         out = self.ffn(y)
         if self.residual_ffn:
             out = (half if self.skip == "input" else y) + out
         return out
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.sparsify(self.compress(x))
+    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        return self.sparsify(self.compress(x, attention_mask))
 
-    def forward_intermediates(self, x: torch.Tensor, return_attention: bool = False) -> LayerTrace:
+    def forward_intermediates(self, x: torch.Tensor, return_attention: bool = False,
+                              attention_mask: torch.Tensor | None = None) -> LayerTrace:
         """Z^ℓ, Z^{ℓ+1/2}, Z^{ℓ+1} (and the attention maps (batch, K, n, n) if asked)."""
-        half, attn = self._compress(x, return_attention)
+        half, attn = self._compress(x, return_attention, attention_mask)
         return LayerTrace(x, half, self.sparsify(half), attn)
 
 
@@ -132,16 +139,19 @@ class CRATEDecoderLayer(nn.Module):
     def attn(self) -> MSSA:
         return self.mssa
 
-    def _step(self, h: torch.Tensor, return_attention: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _step(self, h: torch.Tensor, return_attention: bool, attention_mask: torch.Tensor | None = None
+              ) -> tuple[torch.Tensor, torch.Tensor | None]:
         y = self.norm2(h)
-        update, attn = self.mssa.forward_with_attention(y) if return_attention else (self.mssa(y), None)
+        update, attn = (self.mssa.forward_with_attention(y, attention_mask) if return_attention
+                        else (self.mssa(y, attention_mask), None))
         return (h if self.skip == "input" else y) - update, attn
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self._step(self.linear(self.norm1(x)), False)[0]
+    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        return self._step(self.linear(self.norm1(x)), False, attention_mask)[0]
 
-    def forward_intermediates(self, x: torch.Tensor, return_attention: bool = False) -> LayerTrace:
+    def forward_intermediates(self, x: torch.Tensor, return_attention: bool = False,
+                              attention_mask: torch.Tensor | None = None) -> LayerTrace:
         """Z̃^ℓ, H = E^ℓ LN1(Z̃^ℓ), Z̃^{ℓ+1} (and the attention maps if asked)."""
         h = self.linear(self.norm1(x))
-        out, attn = self._step(h, return_attention)
+        out, attn = self._step(h, return_attention, attention_mask)
         return LayerTrace(x, h, out, attn)

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 SKIPS = ("input", "normed")
 MSSA_OUTPUTS = ("free", "tied")
 ISTA_KINDS = ("relu", "soft", "mm", "overcomplete")
+ISTA_OUTPUTS = ("free", "tied")
 ATTENTIONS = ("mssa", "mhsa")
-FEEDFORWARDS = ("ista", "mlp")
+FEEDFORWARDS = ("ista", "mlp", "none")
 
 
 @dataclass
@@ -29,7 +30,8 @@ class BlockConfig:
         attention: ``"mssa"`` — multi-head subspace self-attention, eqs. (35)–(37) (CRATE); ``"mhsa"`` — the
             standard multi-head self-attention with separate query/key/value maps (ViT, CRATE-MHSA).
         feedforward: ``"ista"`` — the sparsification block (CRATE); ``"mlp"`` — the standard two-layer GELU
-            MLP of width ``mlp_ratio``·d with a residual connection (ViT, CRATE-MLP).
+            MLP of width ``mlp_ratio``·d with a residual connection (ViT, CRATE-MLP); ``"none"`` — no second
+            block and no LayerNorm before it, Z^{ℓ+1} = Z^{ℓ+1/2} (the "without ISTA" ablations, Tables 15–16).
         CRATE = mssa + ista, ViT = mhsa + mlp, CRATE-MLP = mssa + mlp, CRATE-MHSA = mhsa + ista.
         mlp_ratio: hidden width of the MLP over d (4 in ViT).
 
@@ -42,6 +44,8 @@ class BlockConfig:
             shape (d, m) started from 0, ``z₁ = ReLU(ηD*y − ηλ)``, ``z₂ = ReLU(z₁ − ηD*(Dz₁ − y) − ηλ)``, decoded
             by a separate output dictionary D₁ (d, m): ``D₁ z₂``. CRATE-α adds a residual: ``ista_skip=True``.
         dict_width: m, the number of atoms of the overcomplete dictionary; ``None`` means 4·d.
+        ista_output: how the overcomplete block decodes z₂: ``"free"`` — the separate output dictionary D₁
+            (CRATE-α); ``"tied"`` — the dictionary D itself, ``D z₂`` (the trained CRATE-GPT of crate-lm).
         ista_skip: add a skip connection around the sparsification block (absent in CRATE; CRATE-α has one).
 
     Compression (MSSA block):
@@ -73,6 +77,7 @@ class BlockConfig:
     lam: float = 0.1
     ista: str = "relu"
     dict_width: int | None = None
+    ista_output: str = "free"
     ista_skip: bool = False
     skip: str = "input"
     attn_scale: float | None = None
@@ -94,6 +99,10 @@ class BlockConfig:
         check_choice("attention", self.attention, ATTENTIONS)
         check_choice("feedforward", self.feedforward, FEEDFORWARDS)
         check_choice("ista", self.ista, ISTA_KINDS)
+        check_choice("ista_output", self.ista_output, ISTA_OUTPUTS)
+        if self.ista_output == "tied" and self.ista != "overcomplete":
+            raise ValueError(f"ista_output='tied' decodes overcomplete codes; it needs ista='overcomplete', got "
+                             f"ista={self.ista!r}")
         check_choice("skip", self.skip, SKIPS)
         check_choice("mssa_output", self.mssa_output, MSSA_OUTPUTS)
         for name in ("eta", "lam", "attn_dropout"):

@@ -19,7 +19,8 @@ forms with crate_theory). Variants (``kind``):
 * ``"mm"``    eq. (123): ``ReLU((1 + 4/(9(1+α))) D*Z − 4λ/(9α))``, α = d/(nε²), rows: y D;
 * ``"overcomplete"`` the CRATE-α block: D is (d, m); two ISTA steps on the codes started from 0,
   ``z₁ = ReLU(ηD*y − ηλ)``, ``z₂ = ReLU(z₁ − ηD*(Dz₁ − y) − ηλ)``, decoded by a separate output dictionary
-  D₁ (d, m): output ``D₁z₂`` (rows: ``z₂ D₁ᵀ``). CRATE-α puts a residual around it (``ista_skip``).
+  D₁ (d, m): output ``D₁z₂`` (rows: ``z₂ D₁ᵀ``). CRATE-α puts a residual around it (``ista_skip``). With
+  ``tied=True`` the codes are decoded by D itself, ``Dz₂`` (the trained CRATE-GPT of crate-lm).
 """
 from __future__ import annotations
 
@@ -36,9 +37,11 @@ class ISTA(nn.Module):
         kind: ``"relu"`` | ``"soft"`` | ``"mm"`` | ``"overcomplete"`` (see the module docstring).
         eps: ε in α = d/(nε²) (``kind="mm"`` only).
         dict_width: m, atoms of the overcomplete dictionary (``kind="overcomplete"`` only; default 4·d).
+        tied: decode the overcomplete codes with D instead of a separate D₁ (``kind="overcomplete"`` only).
 
-    Parameters: ``weight`` = D, (d, d) or (d, m); ``out_weight`` = D₁ (d, m) for the overcomplete kind. Both
-    are initialised with ``kaiming_uniform_`` (a = 0), as in the authors' code.
+    Parameters: ``weight`` = D, (d, d) or (d, m); ``out_weight`` = D₁ (d, m) for the untied overcomplete kind.
+    Both are initialised with ``kaiming_uniform_`` (a = 0), as in the authors' code; a tied D with fan-in d (it is
+    stored as Dᵀ (m, d) by crate-lm, whose initialisation this reproduces).
     """
 
     def __init__(
@@ -50,18 +53,21 @@ class ISTA(nn.Module):
         kind: str = "relu",
         eps: float = 1.0,
         dict_width: int | None = None,
+        tied: bool = False,
     ) -> None:
         super().__init__()
         if kind not in ("relu", "soft", "mm", "overcomplete"):
             raise ValueError(f"kind must be 'relu', 'soft', 'mm' or 'overcomplete', got {kind!r}")
-        self.eta, self.lam, self.kind, self.eps = float(eta), float(lam), kind, float(eps)
+        if tied and kind != "overcomplete":
+            raise ValueError(f"tied=True decodes overcomplete codes; it needs kind='overcomplete', got {kind!r}")
+        self.eta, self.lam, self.kind, self.eps, self.tied = float(eta), float(lam), kind, float(eps), tied
         atoms = (dict_width or 4 * dim) if kind == "overcomplete" else dim
         self.weight = nn.Parameter(torch.empty(dim, atoms))
-        self.out_weight = nn.Parameter(torch.empty(dim, atoms)) if kind == "overcomplete" else None
+        self.out_weight = nn.Parameter(torch.empty(dim, atoms)) if kind == "overcomplete" and not tied else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        nn.init.kaiming_uniform_(self.weight)
+        nn.init.kaiming_uniform_(self.weight.T if self.tied else self.weight)
         if self.out_weight is not None:
             nn.init.kaiming_uniform_(self.out_weight)
 
@@ -75,7 +81,7 @@ class ISTA(nn.Module):
             return F.relu((1 + 4 / (9 * (1 + alpha))) * (y @ D) - 4 * lam / (9 * alpha))
         z1 = F.relu(eta * (y @ D) - eta * lam)  # ReLU(ηD*y − ηλ), rows (n, m)
         z2 = F.relu(z1 - eta * ((F.linear(z1, D) - y) @ D) - eta * lam)  # ReLU(z₁ − ηD*(Dz₁ − y) − ηλ)
-        return F.linear(z2, self.out_weight)  # (D₁ z₂)ᵀ
+        return F.linear(z2, D if self.out_weight is None else self.out_weight)  # (D₁ z₂)ᵀ, or (D z₂)ᵀ if tied
 
     def gradient_step(self, y: torch.Tensor) -> torch.Tensor:
         """y + η(y − yDᵀ)D, the gradient step of eq. (44): (..., d) → (..., d).

@@ -9,7 +9,8 @@ which is eq. (35) transposed (the Gram matrix is symmetric, so the row softmax o
 softmax of the paper). The heads are concatenated in head order and mapped back to d dimensions either by a free
 Linear W (eq. 37, the authors' code; with bias unless ``out_bias=False`` as in CRATE-α) or by the tied map
 β[U_1 … U_K] with β = p/(nε²) (eq. 36). The causal mask of eqs. (86)–(87) keeps tokens i ≤ j for query j, i.e.
-``torch.tril`` in the row convention.
+``torch.tril`` in the row convention. An optional ``attention_mask`` (batch, n), True for real tokens, keeps every
+query from attending to padding (text batches of unequal lengths).
 
 `HeadAttention` holds what MSSA shares with the standard multi-head attention of the baselines
 (`crate_nn.models.baselines.MHSA`): the fused (SDPA) and explicit paths, the causal mask, the head merge.
@@ -46,12 +47,21 @@ class HeadAttention(nn.Module, abc.ABC):
     def merge(self, heads: torch.Tensor, n: int) -> torch.Tensor:
         """The concatenated head outputs (batch, n, K·p) mapped back to (batch, n, d)."""
 
-    def attention_weights(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-        """softmax(scale · q kᵀ) over the last axis (masked if causal): (batch, K, n, p)² → (batch, K, n, n)."""
+    def keep_mask(self, n: int, attention_mask: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
+        """Which keys each query may attend to, broadcastable to (batch, K, n, n), or None for all: the causal mask
+        of eq. (87) (``tril``) and/or the real tokens of ``attention_mask`` (batch, n)."""
+        keep = torch.ones(n, n, dtype=torch.bool, device=device).tril() if self.causal else None
+        if attention_mask is not None:
+            keys = attention_mask.bool()[:, None, None, :]
+            keep = keys if keep is None else keep & keys
+        return keep
+
+    def attention_weights(self, q: torch.Tensor, k: torch.Tensor,
+                          attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """softmax(scale · q kᵀ) over the last axis (masked if causal or padded): (batch, K, n, p)² → (batch, K, n, n)."""
         logits = (q @ k.transpose(-2, -1)) * self.scale
-        if self.causal:
-            n = q.shape[-2]
-            keep = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
+        keep = self.keep_mask(q.shape[-2], attention_mask, q.device)
+        if keep is not None:
             logits = logits.masked_fill(~keep, float("-inf"))
         return logits.softmax(dim=-1)
 
@@ -59,20 +69,22 @@ class HeadAttention(nn.Module, abc.ABC):
         b, _, n, _ = heads.shape
         return self.merge(heads.transpose(1, 2).reshape(b, n, self.heads * self.dim_head), n)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         q, k, v = self.qkv_heads(x)
         dropout = self.attn_dropout if self.training else 0.0
         if self.fused_attn:
-            heads = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=self.causal,
-                                                   scale=self.scale)
+            keep = None if attention_mask is None else self.keep_mask(x.shape[1], attention_mask, x.device)
+            heads = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=dropout,
+                                                   is_causal=self.causal and keep is None, scale=self.scale)
         else:
-            heads = F.dropout(self.attention_weights(q, k), dropout, training=self.training) @ v
+            heads = F.dropout(self.attention_weights(q, k, attention_mask), dropout, training=self.training) @ v
         return self._combine(heads)
 
-    def forward_with_attention(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward_with_attention(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None
+                               ) -> tuple[torch.Tensor, torch.Tensor]:
         """The block's output (batch, n, d) and its attention maps (batch, K, n, n), by the explicit path."""
         q, k, v = self.qkv_heads(x)
-        attn = self.attention_weights(q, k)
+        attn = self.attention_weights(q, k, attention_mask)
         dropout = self.attn_dropout if self.training else 0.0
         return self._combine(F.dropout(attn, dropout, training=self.training) @ v), attn
 

@@ -1,4 +1,6 @@
 """Checkpoints of other codebases: the authors' CRATE classifier (and, per system, its other published models)."""
 from .classifier import crate_nn_to_official, load_official_checkpoint, official_to_crate_nn
+from .gpt import load_gpt_checkpoint, to_crate_lm
 
-__all__ = ["crate_nn_to_official", "load_official_checkpoint", "official_to_crate_nn"]
+__all__ = ["crate_nn_to_official", "load_gpt_checkpoint", "load_official_checkpoint", "official_to_crate_nn",
+           "to_crate_lm"]

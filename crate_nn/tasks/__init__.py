@@ -1,9 +1,11 @@
 """One task per system, each with its config and presets; importing this package registers them all.
 
     classification   supervised image classification (CRATE and the ViT-family baselines)
+    language         causal and masked language modelling (CRATE-GPT, CRATE-BERT), GLUE fine-tuning
 """
 from ..engine.task import PRESETS, get_preset, list_presets
 from . import classification
+from . import language  # noqa: F401 - registers the language tasks and presets
 from .classification import ClassificationConfig, ClassificationTask
 
 __all__ = ["PRESETS", "ClassificationConfig", "ClassificationTask", "classification", "get_preset", "list_presets"]

@@ -1,0 +1,82 @@
+"""``crate-eval-lm``: held-out cross-entropy and perplexity of a causal language model, Table 6's protocol
+(`crate_nn.evaluation.language.lm_loss`: the mean loss per token over ``--batches`` batches of ``--batch-size``
+full windows of ``--block-size`` + 1 tokens).
+
+    crate-eval-lm runs/gpt_stdlib/checkpoints/last.pt                      (its training run's validation split)
+    crate-eval-lm runs/gpt_owt/checkpoints/last.pt --data-dir data/owt --batch-size 4 --batches 1000
+    crate-eval-lm ckpt.pt --tokens data/wikitext/val.bin --block-size 1024       (any token file, uint16 by default)
+    torchrun --nproc_per_node 8 -m crate_nn.evaluate_lm ckpt.pt --data-dir data/owt     (windows shared by 8 GPUs)
+
+The corpus defaults to the one the checkpoint's run trained on (the built-in corpus when it had no data_dir).
+Errors are one line naming the argument or file, exit status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+from . import checkpoint
+from .data.text import SPLITS, corpus, read_tokens
+from .engine import distributed
+from .evaluation.language import lm_loss
+from .official.gpt import load_causal_lm
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="crate-eval-lm", description=__doc__.split("\n\n")[0],
+                                     epilog=__doc__.split("\n\n", 1)[1],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("checkpoint", help="a crate_nn gpt-family checkpoint, or a crate-lm / nanoGPT file")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--data-dir", default=None, help="a corpus prepared by crate-prepare-text")
+    source.add_argument("--tokens", default=None, help="a token file (.bin) to evaluate on")
+    parser.add_argument("--builtin", action="store_true", help="the built-in corpus, whatever the run used")
+    parser.add_argument("--split", default="val", choices=SPLITS)
+    parser.add_argument("--dtype", default="uint16", help="ids' dtype in --tokens (uint16 or uint32)")
+    parser.add_argument("--block-size", type=int, default=None, help="default: the model's")
+    parser.add_argument("--batch-size", type=int, default=4, help="windows per batch and process (Table 6: 4)")
+    parser.add_argument("--batches", type=int, default=1000, help="batches (Table 6: 1,000)")
+    parser.add_argument("--heads", type=int, default=None, help="heads of a crate-lm/nanoGPT file without model_args")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--precision", default="auto", choices=("auto", "bf16", "fp32"))
+    return parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> dict:
+    model = load_causal_lm(args.checkpoint, args.heads)
+    if args.tokens:
+        tokens = read_tokens(args.tokens, args.dtype)
+    else:
+        data_dir = args.data_dir
+        if data_dir is None and not args.builtin:
+            payload = checkpoint.read(args.checkpoint)
+            data_dir = (payload.get("train_config") or {}).get("data_dir")
+        tokens = corpus(data_dir).split(args.split)
+    block = args.block_size or model.config.block_size
+    if block > model.config.block_size:
+        raise ValueError(f"block_size: {block} exceeds the model's block_size={model.config.block_size}")
+    ctx = distributed.context(args.device)
+    model.to(ctx.device)
+    with distributed.joined(ctx):
+        metrics = lm_loss(model, tokens, block, ctx, batch_size=args.batch_size, batches=args.batches,
+                          precision=args.precision)
+    return metrics if ctx.is_main else {}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``crate-eval-lm``: prints ``loss``, ``perplexity`` and ``tokens`` as JSON."""
+    args = parse_args(argv)
+    try:
+        metrics = run(args)
+    except (ValueError, TypeError, OSError) as err:
+        print(f"crate-eval-lm: {err}", file=sys.stderr)
+        return 2
+    if metrics:
+        print(json.dumps(metrics, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""Evaluation of the language models: held-out cross-entropy and perplexity (Table 6's protocol), masked-LM loss and
+accuracy, sequence-classification accuracy and F1.
+
+* `lm_loss` (Table 6, App. C.4: "block size 1,024, evaluation batch size 4, 1,000 iterations"): the mean
+  cross-entropy per predicted token of next-token prediction over ``batches`` batches of ``batch_size`` full
+  windows of ``block_size`` + 1 tokens (every window predicts ``block_size`` tokens, eq. 89), and its exponential,
+  the perplexity. The windows are the split's non-overlapping ones (`TokenBlocks`), evenly spread over the file
+  when it holds more than needed, all of them otherwise — deterministic, where nanoGPT draws random offsets.
+* `mlm_metrics`: cross-entropy (eq. 85) and accuracy of the masked-LM predictions at the masked positions of
+  full windows, masked by `crate_nn.data.text.Masking` with a fixed seed (the same masks every call).
+* `classification_metrics`: accuracy, and F1 of class 1 for two classes (GLUE's MRPC and QQP).
+
+Under torchrun every process evaluates every ``world_size``-th window and the sums are all-reduced. The functions
+evaluate the unwrapped model in eval mode and restore its mode; they draw nothing from the global RNG.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..data.text import IGNORE, Masking, TokenBlocks
+from ..engine import distributed
+from ..engine.precision import autocast
+from ..models.registry import unwrap_model
+
+
+def as_float(logits: torch.Tensor) -> torch.Tensor:
+    """Logits in at least float32 (bf16 autocast outputs are promoted; float64 stays float64)."""
+    return logits.to(torch.promote_types(logits.dtype, torch.float32))
+
+
+def spread(available: int, count: int) -> list[int]:
+    """``count`` indices evenly spread over ``range(available)`` (all of them when ``count ≥ available``)."""
+    if count >= available:
+        return list(range(available))
+    return [(k * available) // count for k in range(count)]
+
+
+def _evaluation_windows(tokens: np.ndarray, block_size: int, extra: int, batch_size: int, batches: int,
+                        ctx: distributed.Context) -> tuple[TokenBlocks, list[list[int]]]:
+    """This process's batches of window indices (every world_size-th window of the spread)."""
+    if batch_size < 1 or batches < 1:
+        raise ValueError(f"batch_size, batches: expected positive integers, got {batch_size}, {batches}")
+    windows = TokenBlocks(tokens, block_size, extra)
+    mine = spread(len(windows), batch_size * batches)[ctx.rank::ctx.world_size]
+    return windows, [mine[i:i + batch_size] for i in range(0, len(mine), batch_size)]
+
+
+def _run(model: nn.Module, ctx: distributed.Context, precision: str, count: int,
+         body: Callable[[nn.Module], torch.Tensor]) -> torch.Tensor:
+    """``body(model)`` → float64 sums (``count`` of them) on the unwrapped model in eval mode, all-reduced."""
+    model = unwrap_model(model)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), autocast(ctx.device, precision):
+            totals = body(model)
+    finally:
+        model.train(was_training)
+    assert totals.shape == (count,)
+    return distributed.all_reduce_sum(totals, ctx)
+
+
+def lm_loss(model: nn.Module, tokens: np.ndarray, block_size: int, ctx: distributed.Context, *, batch_size: int = 4,
+            batches: int = 1000, precision: str = "auto") -> dict[str, float]:
+    """``loss`` (nats per token), ``perplexity`` and the number of predicted ``tokens`` of a causal LM on
+    ``tokens`` (a 1-D array of ids): the module docstring's protocol."""
+    windows, mine = _evaluation_windows(tokens, block_size, 1, batch_size, batches, ctx)
+
+    def body(net: nn.Module) -> torch.Tensor:
+        totals = torch.zeros(2, dtype=torch.float64, device=ctx.device)
+        for indices in mine:
+            batch = torch.stack([windows[i] for i in indices]).to(ctx.device)
+            logits = as_float(net(batch[:, :-1]))
+            totals[0] += F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten(), reduction="sum").double()
+            totals[1] += batch[:, 1:].numel()
+        return totals
+
+    total, count = _run(model, ctx, precision, 2, body).tolist()
+    loss = total / count
+    return {"loss": loss, "perplexity": math.exp(loss), "tokens": int(count)}
+
+
+def sequence_losses(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Eq. (85) per sequence: the mean cross-entropy over each sequence's predicted positions Ω, for the sequences
+    with a non-empty Ω. ``logits`` (N, V) at the N positions where ``labels`` (B, T) ≠ `IGNORE`, in row-major
+    order; returns (B',) in the logits' dtype."""
+    selected = labels != IGNORE
+    per_token = F.cross_entropy(logits, labels[selected], reduction="none")
+    counts = selected.sum(dim=1)
+    sums = per_token.new_zeros(labels.shape[0]).index_add_(0, selected.nonzero()[:, 0], per_token)
+    kept = counts > 0
+    return sums[kept] / counts[kept]
+
+
+def mlm_metrics(model: nn.Module, tokens: np.ndarray, block_size: int, ctx: distributed.Context, mask: Masking, *,
+                batch_size: int = 8, batches: int = 100, seed: int = 0, precision: str = "auto") -> dict[str, float]:
+    """``loss`` (eq. 85: per-sequence mean over its masked tokens, then the mean over sequences), ``accuracy``
+    (fraction of masked tokens predicted exactly) and the number of ``masked`` tokens of a masked LM on windows of
+    ``tokens``. Each window is masked by ``mask`` with a generator seeded by (``seed``, window index), so it gets
+    the same mask on every call."""
+    windows, mine = _evaluation_windows(tokens, block_size, 0, batch_size, batches, ctx)
+
+    def body(net: nn.Module) -> torch.Tensor:
+        totals = torch.zeros(4, dtype=torch.float64, device=ctx.device)  # Σ sequence losses, sequences, hits, masked
+        for indices in mine:
+            pairs = [mask(windows[i][None], torch.Generator().manual_seed(seed * 1_000_003 + i)) for i in indices]
+            inputs, labels = (torch.cat(parts).to(ctx.device) for parts in zip(*pairs))
+            selected = labels != IGNORE
+            logits = as_float(net(inputs, selected=selected))
+            losses = sequence_losses(logits, labels)
+            totals[0] += losses.double().sum()
+            totals[1] += losses.numel()
+            totals[2] += (logits.argmax(dim=-1) == labels[selected]).sum()
+            totals[3] += selected.sum()
+        return totals
+
+    loss_sum, sequences, hits, masked = _run(model, ctx, precision, 4, body).tolist()
+    return {"loss": loss_sum / max(sequences, 1.0), "accuracy": hits / max(masked, 1.0), "masked": int(masked)}
+
+
+def classification_metrics(predictions: torch.Tensor, labels: torch.Tensor, num_classes: int) -> dict[str, float]:
+    """``accuracy``; for two classes also ``f1`` of class 1 (2·TP / (2·TP + FP + FN); 0 when it never occurs)."""
+    if predictions.shape != labels.shape:
+        raise ValueError(f"predictions, labels: expected equal shapes, got {tuple(predictions.shape)} and "
+                         f"{tuple(labels.shape)}")
+    metrics = {"accuracy": (predictions == labels).double().mean().item() if labels.numel() else float("nan")}
+    if num_classes == 2:
+        tp = ((predictions == 1) & (labels == 1)).sum().item()
+        fp = ((predictions == 1) & (labels == 0)).sum().item()
+        fn = ((predictions == 0) & (labels == 1)).sum().item()
+        metrics["f1"] = 2 * tp / (2 * tp + fp + fn) if tp else 0.0
+    return metrics

@@ -1,0 +1,151 @@
+"""Checkpoints of the public CRATE-GPT (crate-lm, a nanoGPT fork) and of nanoGPT's GPT-2, loaded as `CRATEGPT`.
+
+Their files are ``torch.save`` dictionaries ``{"model": state_dict, "model_args": {n_layer, n_head, n_embd,
+block_size, bias, vocab_size, dropout}, "optimizer", "iter_num", "best_val_loss", "config"}`` (a bare state dict
+works too); a run trained with ``torch.compile`` prefixes every key with ``_orig_mod.``. Keys (layer i):
+
+    crate-lm                                    ours
+    transformer.wte.weight (V, d)               wte.weight (and lm_head.weight: the same tensor)
+    transformer.wpe.weight (block, d)           wpe.weight
+    transformer.h.{i}.prenorm_1.{weight,bias}   encoder.layers.{i}.norm1
+    transformer.h.{i}.attn.c_attn.weight        encoder.layers.{i}.mssa.qkv.weight  U (d, d), no bias
+    transformer.h.{i}.attn.c_proj.{weight,bias} encoder.layers.{i}.mssa.out
+    transformer.h.{i}.attn.bias                 — the causal mask tril(1, 1, block, block), a buffer
+    transformer.h.{i}.prenorm_2.{weight,bias}   encoder.layers.{i}.norm2
+    transformer.h.{i}.ista.weight               encoder.layers.{i}.ista.weight  D (d, d); Dᵀ (m, d) when overcomplete
+    transformer.ln_f.{weight,bias}              norm (the overcomplete variant only)
+    lm_head.weight                              tied to wte
+
+nanoGPT's GPT-2 has ``ln_1``/``ln_2`` for the norms, ``attn.c_attn`` (3d, d) with bias for [Q; K; V], ``mlp.c_fc``
+and ``mlp.c_proj`` for the MLP and always ``ln_f``: our ``attention="mhsa", feedforward="mlp", final_norm=True``
+layers, whose packing of Q, K, V and heads is the same. A nanoGPT run with ``bias=False`` stores no biases; they
+load as zeros. The number of heads is not in the tensors: it comes from ``model_args`` or the ``heads`` argument.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..models.language import CRATEGPT, GPTConfig
+from .keys import KeyMap, layer_count, state_dict_of
+
+_SHARED = [("transformer.wte.weight", "wte.weight"), ("transformer.wpe.weight", "wpe.weight"),
+           ("transformer.ln_f.weight", "norm.weight"), ("transformer.ln_f.bias", "norm.bias")]
+CRATE_LM_KEYS = KeyMap(_SHARED + [
+    (f"transformer.h.{{i}}.{theirs}.{p}", f"encoder.layers.{{i}}.{ours}.{p}")
+    for theirs, ours, params in [("prenorm_1", "norm1", ("weight", "bias")), ("attn.c_attn", "mssa.qkv", ("weight",)),
+                                 ("attn.c_proj", "mssa.out", ("weight", "bias")),
+                                 ("prenorm_2", "norm2", ("weight", "bias")), ("ista", "ista", ("weight",))]
+    for p in params
+])
+NANOGPT_KEYS = KeyMap(_SHARED + [
+    (f"transformer.h.{{i}}.{theirs}.{p}", f"encoder.layers.{{i}}.{ours}.{p}")
+    for theirs, ours in [("ln_1", "norm1"), ("attn.c_attn", "mhsa.qkv"), ("attn.c_proj", "mhsa.out"),
+                         ("ln_2", "norm2"), ("mlp.c_fc", "mlp.fc1"), ("mlp.c_proj", "mlp.fc2")]
+    for p in ("weight", "bias")
+])
+FORMATS = {"crate-lm": CRATE_LM_KEYS, "nanoGPT": NANOGPT_KEYS}
+
+
+def _format(state: dict[str, torch.Tensor]) -> str:
+    if any(".prenorm_1." in k for k in state):
+        return "crate-lm"
+    if any(".ln_1." in k for k in state):
+        return "nanoGPT"
+    raise ValueError(f"not a crate-lm or nanoGPT checkpoint: no transformer.h.*.prenorm_1 or .ln_1 keys among "
+                     f"{sorted(state)[:8]}")
+
+
+def _drop_masks_and_head(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The state without the causal-mask buffers (checked to be the lower triangle) and the tied ``lm_head``."""
+    state = dict(state)
+    for key in [k for k in state if k.endswith(".attn.bias") and state[k].ndim == 4]:
+        mask = state.pop(key)
+        if not torch.equal(mask[0, 0] != 0, torch.ones_like(mask[0, 0], dtype=torch.bool).tril()):
+            raise ValueError(f"{key}: expected the causal mask tril(ones) of eq. (87), got another pattern")
+    head = state.pop("lm_head.weight", None)
+    if head is not None and "transformer.wte.weight" in state and not torch.equal(head, state["transformer.wte.weight"]):
+        raise ValueError("lm_head.weight differs from transformer.wte.weight: CRATEGPT ties them")
+    return state
+
+
+def gpt_config_of(source, heads: int | None = None) -> tuple[GPTConfig, dict[str, torch.Tensor]]:
+    """The `GPTConfig` a crate-lm or nanoGPT checkpoint determines and its state dict under our names."""
+    payload = source
+    if not isinstance(source, dict):
+        from ..checkpoint import read
+
+        payload = read(source)
+    state = _drop_masks_and_head(state_dict_of(payload))
+    fmt = _format(state)
+    args = payload.get("model_args") if isinstance(payload.get("model_args"), dict) else {}
+    heads = heads or args.get("n_head")
+    if not heads:
+        raise ValueError("heads: the checkpoint has no model_args['n_head']; pass heads= (the number of heads)")
+    for key in ("transformer.wte.weight", "transformer.wpe.weight"):
+        if key not in state:
+            raise ValueError(f"missing key in the {fmt} checkpoint: {key}")
+    vocab, dim = state["transformer.wte.weight"].shape
+    values = dict(dim=dim, heads=int(heads), depth=layer_count(state, r"transformer\.h\.(\d+)\."), vocab_size=vocab,
+                  block_size=state["transformer.wpe.weight"].shape[0],
+                  final_norm="transformer.ln_f.weight" in state)
+    renamed = FORMATS[fmt].to_ours(state, fmt)
+    if fmt == "nanoGPT":
+        values.update(attention="mhsa", feedforward="mlp", mlp_ratio=renamed["encoder.layers.0.mlp.fc1.weight"].shape[0] / dim)
+    else:
+        atoms = renamed["encoder.layers.0.ista.weight"].shape[0]
+        if atoms != dim:  # the overcomplete variant stores Dᵀ (m, d)
+            values.update(ista="overcomplete", ista_output="tied", dict_width=atoms)
+            renamed = {k: v.T.contiguous() if k.endswith(".ista.weight") else v for k, v in renamed.items()}
+    return GPTConfig(**values), renamed
+
+
+def load_gpt_checkpoint(source, heads: int | None = None) -> CRATEGPT:
+    """A `CRATEGPT` with the weights of a crate-lm or nanoGPT checkpoint (a path or a loaded dict), every key and
+    shape checked; biases a ``bias=False`` nanoGPT run does not store are zeros."""
+    config, state = gpt_config_of(source, heads)
+    model = CRATEGPT(config)
+    expected = {k for k in model.state_dict() if k != "lm_head.weight"}
+    missing = sorted(expected - set(state))
+    if missing and all(k.endswith(".bias") for k in missing):
+        state.update({k: torch.zeros_like(model.state_dict()[k]) for k in missing})
+    elif missing:
+        raise ValueError(f"missing keys in the checkpoint (our names): {missing[:8]}")
+    state["lm_head.weight"] = state["wte.weight"]
+    shapes = {k: (tuple(v.shape), tuple(model.state_dict()[k].shape)) for k, v in state.items()}
+    wrong = {k: s for k, s in shapes.items() if s[0] != s[1]}
+    if wrong:
+        raise ValueError(f"shape mismatch (checkpoint, model): {wrong}")
+    first = state["wte.weight"]
+    model.to(dtype=first.dtype)
+    model.load_state_dict(state, strict=True)
+    return model
+
+
+def to_crate_lm(model: CRATEGPT, masks: bool = True) -> dict[str, torch.Tensor]:
+    """A CRATE-GPT's state dict in crate-lm's format (with its causal-mask buffers if ``masks``), e.g. to run it
+    with their code."""
+    config: GPTConfig = model.config
+    if config.attention != "mssa" or config.feedforward != "ista":
+        raise ValueError("to_crate_lm: crate-lm has MSSA + ISTA layers only")
+    state = {k: v for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    theirs = CRATE_LM_KEYS.to_theirs(state, "crate-lm")
+    if config.ista == "overcomplete":
+        theirs = {k: v.T.contiguous() if k.endswith(".ista.weight") else v for k, v in theirs.items()}
+    theirs["lm_head.weight"] = theirs["transformer.wte.weight"]
+    if masks:
+        tril = torch.ones(config.block_size, config.block_size).tril().view(1, 1, config.block_size, config.block_size)
+        theirs.update({f"transformer.h.{i}.attn.bias": tril.clone() for i in range(config.depth)})
+    return theirs
+
+
+def load_causal_lm(path: str, heads: int | None = None) -> CRATEGPT:
+    """A causal LM from a crate_nn checkpoint of the ``gpt`` family or from a crate-lm / nanoGPT file."""
+    from .. import checkpoint
+
+    payload = checkpoint.read(path)
+    if payload.get("format") != checkpoint.FORMAT:
+        return load_gpt_checkpoint(payload, heads)
+    model = checkpoint.model_from_payload(payload)
+    if not isinstance(model, CRATEGPT):
+        raise ValueError(f"checkpoint: {path!r} holds a {payload.get('family')!r} model, not a causal LM (gpt)")
+    return model
