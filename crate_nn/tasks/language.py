@@ -280,6 +280,15 @@ class SequenceClassificationConfig(TrainConfig):
             except (TypeError, ValueError) as err:
                 raise ValueError(f"model_args: {err}") from err
 
+    def smoke(self, steps: int = 20, batch_size: int = 32, **overrides) -> SequenceClassificationConfig:
+        """`TrainConfig.smoke`, plus: the built-in next-line pairs with byte tokens (no TSV folder, no tokenizer
+        files), ``batch_size`` examples of each split, and ``model`` trained from scratch instead of ``init_from``
+        (the pre-training run a fine-tuning preset starts from does not exist on a fresh machine)."""
+        examples = min(self.batch_size, batch_size)
+        changes = dict(init_from=None, data_dir=None, tokenizer="bytes", builtin_examples=(examples, examples),
+                       max_length=min(self.max_length, 128))
+        return super().smoke(steps, batch_size, **{**changes, **overrides})
+
 
 class EncodedExamples(Dataset):
     """Tokenized examples: item i is (ids (n_i,) int64, label)."""

@@ -324,5 +324,5 @@ def test_registry_rebuilds_families_and_rejects_unknown_ones():
 
     assert type(build_model(model_config("vit_tiny", depth=1))) is crate_nn.CRATEClassifier
     assert get_family("classifier").config_class is CRATEConfig
-    with pytest.raises(ValueError, match="unknown model family 'gpt'"):
-        get_family("gpt")
+    with pytest.raises(ValueError, match="unknown model family 'transformer'"):
+        get_family("transformer")
