@@ -9,11 +9,12 @@ from .classifier import CRATEClassifier, CRATEConfig
 from .config import BlockConfig
 from .embedding import PatchEmbed, patchify, resample_pos_embed
 from .ista import ISTA
+from .mae import CRATEMAE, CRATEMAEConfig
 from .mssa import MSSA
 from .registry import build_model, create_model, get_family, list_models, model_config, register_family, register_model, unwrap_model
 
 __all__ = [
-    "BlockConfig", "CRATEClassifier", "CRATEConfig", "CRATEDecoder", "CRATEDecoderLayer", "CRATEEncoder",
+    "BlockConfig", "CRATEClassifier", "CRATEMAE", "CRATEMAEConfig", "CRATEConfig", "CRATEDecoder", "CRATEDecoderLayer", "CRATEEncoder",
     "CRATELayer", "ISTA", "LayerStack", "LayerTrace", "MHSA", "MLP", "MSSA", "PatchEmbed", "build_model",
     "create_model", "get_family", "list_models", "model_config", "patchify", "register_family", "register_model",
     "resample_pos_embed", "unwrap_model",
