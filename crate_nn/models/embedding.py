@@ -37,7 +37,8 @@ def unpatchify(patches: torch.Tensor, patch_size: int, grid: tuple[int, int], ch
 
 
 def sincos_pos_embed_2d(dim: int, grid: tuple[int, int], cls_token: bool = True) -> torch.Tensor:
-    """The fixed 2-D sine-cosine position table, (1, [1 +] rows·cols, dim), float64, patches in row-major order.
+    """The fixed 2-D sine-cosine position table, (1, [1 +] rows·cols, dim), float64 on the CPU, patches in row-major
+    order.
 
     For the patch in row r and column c: channels [0, d/2) encode the column c and [d/2, d) the row r, each half as
     ``[sin(c ω_0) … sin(c ω_{d/4−1}), cos(c ω_0) … cos(c ω_{d/4−1})]`` with ω_k = 10000^(−4k/d). With ``cls_token``
@@ -46,9 +47,9 @@ def sincos_pos_embed_2d(dim: int, grid: tuple[int, int], cls_token: bool = True)
     if dim % 4:
         raise ValueError(f"dim: the 2-D sine-cosine table needs a multiple of 4, got {dim}")
     rows, cols = grid
-    omega = 10000.0 ** (-torch.arange(dim // 4, dtype=torch.float64) / (dim // 4))
-    row, col = torch.meshgrid(torch.arange(rows, dtype=torch.float64), torch.arange(cols, dtype=torch.float64),
-                              indexing="ij")
+    cpu = dict(dtype=torch.float64, device="cpu")  # computed on the CPU whatever the ambient default device
+    omega = 10000.0 ** (-torch.arange(dim // 4, **cpu) / (dim // 4))
+    row, col = torch.meshgrid(torch.arange(rows, **cpu), torch.arange(cols, **cpu), indexing="ij")
 
     def half(position: torch.Tensor) -> torch.Tensor:
         angles = position.reshape(-1, 1) * omega  # (rows·cols, d/4)
@@ -56,7 +57,7 @@ def sincos_pos_embed_2d(dim: int, grid: tuple[int, int], cls_token: bool = True)
 
     table = torch.cat([half(col), half(row)], dim=1)
     if cls_token:
-        table = torch.cat([torch.zeros(1, dim, dtype=torch.float64), table])
+        table = torch.cat([torch.zeros(1, dim, **cpu), table])
     return table.unsqueeze(0)
 
 

@@ -167,7 +167,10 @@ class CRATEMAE(nn.Module):
         self.patch_embed = PatchEmbed(config.patch_size, config.in_channels, d, kind="conv")
         self.register_parameter("cls_token", nn.Parameter(torch.zeros(1, 1, d)) if official else None)
         self.mask_token = nn.Parameter(torch.zeros(1, 1, d if official else config.patch_dim))
-        self.register_buffer("pos_embed", sincos_pos_embed_2d(d, config.grid, cls_token=official).float())
+        table = sincos_pos_embed_2d(d, config.grid, cls_token=official)
+        self.register_buffer("pos_embed", torch.empty(table.shape))  # on the ambient device (e.g. meta)
+        with torch.no_grad():
+            self.pos_embed.copy_(table)
         self.encoder: LayerStack = CRATEEncoder(config)
         self.norm = nn.LayerNorm(d, eps=config.final_norm_eps) if official else nn.Identity()
         self.decoder: LayerStack = CRATEDecoder(config)
@@ -283,6 +286,8 @@ class CRATEMAE(nn.Module):
             image_loss = patch_loss.mean(dim=-1)
             loss = image_loss.mean()
         else:  # the masked patches only
+            if not mask.any(dim=1).all():
+                raise ValueError("mask: the official wiring's loss is over the masked patches; every image needs one")
             weight = mask.to(wide)
             image_loss = (patch_loss * weight).sum(-1) / weight.sum(-1)
             loss = (patch_loss * weight).sum() / weight.sum()
