@@ -5,7 +5,8 @@
 * `reconstruction_figure`: those four columns for a few images, as a matplotlib `Figure` (no pyplot);
   `show_reconstructions` does both for your own images (uint8 or [0, 1] floats of any size).
 * `round_trip_errors`: per encoder layer f^ℓ, the relative error ‖g^{L−ℓ}(f^ℓ(Z^ℓ)) − Z^ℓ‖_F / ‖Z^ℓ‖_F of the
-  paired decoder layer (Sec. 3: g^{L−ℓ} is meant to (partially) invert f^ℓ; Fig. 10), and of the whole stack.
+  paired decoder layer (Sec. 3: g^{L−ℓ} is meant to (partially) invert f^ℓ; Fig. 10), also up to each token's
+  offset and scale, and of the whole stack.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..models.mae import NORM_PIX_EPS
@@ -106,16 +108,22 @@ def show_reconstructions(model: nn.Module, images: torch.Tensor, mean: Sequence[
 
 @dataclass
 class RoundTrip:
-    """`round_trip_errors`: ``layers[ℓ−1]`` the per-image relative error of g^{L−ℓ}∘f^ℓ at Z^ℓ (ℓ = 1 … L), and
-    ``stack`` that of the whole autoencoder in feature space, ‖g(Z) − Z^1‖/‖Z^1‖ with Z the encoder's output."""
+    """`round_trip_errors`: ``layers[ℓ−1]`` the per-image relative error of g^{L−ℓ}∘f^ℓ at Z^ℓ (ℓ = 1 … L),
+    ``standardised[ℓ−1]`` the same with every token standardised first (mean 0, variance 1: the error up to each
+    token's offset and scale, which the next layer's LayerNorm removes), and ``stack`` the whole autoencoder's
+    ‖g(Z) − Z^1‖/‖Z^1‖ in feature space, Z the encoder's output."""
 
     layers: list[Stat]
+    standardised: list[Stat]
     stack: Stat
 
 
-def _relative(x: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
-    """‖x − reference‖_F / ‖reference‖_F per batch element, float64: (B, n, d) → (B,)."""
+def _relative(x: torch.Tensor, reference: torch.Tensor, standardise: bool = False) -> torch.Tensor:
+    """‖x − reference‖_F / ‖reference‖_F per batch element, float64: (B, n, d) → (B,); with ``standardise`` each
+    token of both is first shifted and scaled to mean 0, variance 1."""
     x, reference = x.double(), reference.double()
+    if standardise:
+        x, reference = (F.layer_norm(t, t.shape[-1:], eps=1e-12) for t in (x, reference))
     return (x - reference).flatten(1).norm(dim=1) / reference.flatten(1).norm(dim=1)
 
 
@@ -132,7 +140,9 @@ def round_trip_errors(model: nn.Module, images: torch.Tensor, mask: torch.Tensor
     model.eval()
     tokens, traces = model.forward_intermediates(images, mask=mask)
     decoder = model.decoder.layers
-    layers = [Stat(_relative(decoder[len(traces) - 1 - i](t.output), t.input).cpu()) for i, t in enumerate(traces)]
+    back = [decoder[len(traces) - 1 - i](t.output) for i, t in enumerate(traces)]
+    layers = [Stat(_relative(b, t.input).cpu()) for b, t in zip(back, traces)]
+    standardised = [Stat(_relative(b, t.input, standardise=True).cpu()) for b, t in zip(back, traces)]
     stack = Stat(_relative(model.decoder(model.norm(tokens)), traces[0].input).cpu())
     model.train(was_training)
-    return RoundTrip(layers, stack)
+    return RoundTrip(layers, standardised, stack)

@@ -33,14 +33,14 @@ from torch import nn
 from .backbone import CRATEEncoder, LayerStack
 from .blocks import LayerTrace
 from .config import BlockConfig, check_choice, check_positive_int
-from .embedding import PATCH_EMBEDS, PatchEmbed, check_images, resample_pos_embed
+from .embedding import PATCH_EMBEDS, PatchEmbed, PatchGrid, check_images, resample_pos_embed
 from .registry import register_family, register_model
 
 POOLS = ("cls", "mean")
 
 
 @dataclass
-class CRATEConfig(BlockConfig):
+class CRATEConfig(BlockConfig, PatchGrid):
     """Hyper-parameters of a CRATE image classifier: the block options of `BlockConfig` plus
 
     Sizes:
@@ -78,16 +78,6 @@ class CRATEConfig(BlockConfig):
         if self.causal and self.pool == "cls":
             raise ValueError("causal=True with pool='cls' gives logits that do not depend on the image (the class "
                              "token at position 0 attends only to itself); use pool='mean' or causal=False")
-
-    @property
-    def num_patches(self) -> int:
-        """N = (image_size / patch_size)²."""
-        return (self.image_size // self.patch_size) ** 2
-
-    @property
-    def patch_dim(self) -> int:
-        """P²·C, the length of a flattened patch."""
-        return self.patch_size**2 * self.in_channels
 
 
 @register_family("classifier", CRATEConfig)

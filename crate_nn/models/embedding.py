@@ -7,7 +7,8 @@
   flatten patches in different orders ((p1 p2 c) vs the convolution's (c p1 p2)); converting weights between
   them is a permutation.
 * `resample_pos_embed`: move a (1, 1 + N, d) position embedding to another patch grid (bicubic, class token kept).
-* `unpatchify`: the inverse of `patchify`; `check_images`: the input checks every image model makes.
+* `unpatchify`: the inverse of `patchify`; `check_images`: the input checks every image model makes; `PatchGrid`:
+  the grid, patch count and patch length of a config.
 * `sincos_pos_embed_2d`: the fixed 2-D sine-cosine position table of CRATE-MAE (and FAIR's MAE).
 """
 from __future__ import annotations
@@ -19,6 +20,26 @@ import torch.nn.functional as F
 from torch import nn
 
 PATCH_EMBEDS = ("linear", "conv")
+
+
+class PatchGrid:
+    """The patch grid of a model config with ``image_size``, ``patch_size`` and ``in_channels`` (square images)."""
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        """(rows, columns) of patches."""
+        side = self.image_size // self.patch_size
+        return side, side
+
+    @property
+    def num_patches(self) -> int:
+        """N = (image_size / patch_size)²."""
+        return (self.image_size // self.patch_size) ** 2
+
+    @property
+    def patch_dim(self) -> int:
+        """P²·C, the length of a flattened patch."""
+        return self.patch_size**2 * self.in_channels
 
 
 def patchify(images: torch.Tensor, patch_size: int) -> torch.Tensor:

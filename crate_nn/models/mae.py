@@ -53,7 +53,7 @@ from torch import nn
 from .backbone import CRATEDecoder, CRATEEncoder, LayerStack
 from .blocks import LayerTrace
 from .config import BlockConfig, check_choice, check_number, check_positive_int
-from .embedding import PatchEmbed, check_images, patchify, sincos_pos_embed_2d, unpatchify
+from .embedding import PatchEmbed, PatchGrid, check_images, patchify, sincos_pos_embed_2d, unpatchify
 from .registry import register_family, register_model
 
 WIRINGS = ("official", "paper")
@@ -61,7 +61,7 @@ NORM_PIX_EPS = 1e-6  # the variance floor of the per-patch target normalisation 
 
 
 @dataclass
-class CRATEMAEConfig(BlockConfig):
+class CRATEMAEConfig(BlockConfig, PatchGrid):
     """Hyper-parameters of a CRATE-MAE: the block options of `BlockConfig` (shared by encoder and decoder) plus
 
         depth: L, the number of encoder layers and of decoder layers.
@@ -99,21 +99,6 @@ class CRATEMAEConfig(BlockConfig):
             raise ValueError("final_norm_eps must be a positive number, got 0")
         if not isinstance(self.norm_pix_loss, bool):
             raise TypeError(f"norm_pix_loss must be True or False, got {self.norm_pix_loss!r}")
-
-    @property
-    def grid(self) -> tuple[int, int]:
-        side = self.image_size // self.patch_size
-        return side, side
-
-    @property
-    def num_patches(self) -> int:
-        """N = (image_size / patch_size)²."""
-        return (self.image_size // self.patch_size) ** 2
-
-    @property
-    def patch_dim(self) -> int:
-        """D = P²·C, the length of a flattened patch."""
-        return self.patch_size**2 * self.in_channels
 
 
 def random_mask(noise: torch.Tensor, mask_ratio: float) -> torch.Tensor:

@@ -6,18 +6,13 @@ import argparse
 
 import pytest
 import torch
+from test_checkpoint import _layer_norm  # tests/: the LayerNorm written out, as for the classifier's import
 
 from crate_nn import checkpoint
 from crate_nn.models import create_model
 from crate_nn.models.embedding import sincos_pos_embed_2d
 from crate_nn.models.mae import random_mask
 from crate_nn.official import crate_nn_to_official_mae, load_official_mae, official_mae_to_crate_nn
-
-
-def _layer_norm(x, weight, bias, eps):
-    mean = x.mean(-1, keepdim=True)
-    var = ((x - mean) ** 2).mean(-1, keepdim=True)
-    return (x - mean) / torch.sqrt(var + eps) * weight + bias
 
 
 def _attention(sd, pre, y, heads):
