@@ -41,13 +41,12 @@ def test_masks_depend_on_seed_epoch_and_image_only():
         assert not torch.equal(other[0], together[0])
 
 
-@pytest.mark.parametrize("interrupt_at", [33, 40])  # mid-epoch and at the end of the first epoch
-def test_resumed_run_equals_uninterrupted(tmp_path, interrupt_at):
-    """Across the epoch boundary (the masks of epoch 1 differ from epoch 0's): weights, optimizer, task state and
-    metrics.jsonl equal the uninterrupted run's."""
+def test_resumed_run_equals_uninterrupted(tmp_path):
+    """Stopped mid-epoch and resumed across the epoch boundary (the masks of epoch 1 differ from epoch 0's): weights,
+    optimizer, task state and metrics.jsonl equal the uninterrupted run's."""
     config = tiny(tmp_path / "straight", max_steps=46, checkpoint_every=0)
     train(config)
-    first = tiny(tmp_path / "resumed", max_steps=interrupt_at, checkpoint_every=0)
+    first = tiny(tmp_path / "resumed", max_steps=33, checkpoint_every=0)
     train(first)
     resumed = train(tiny(tmp_path / "resumed", max_steps=46, checkpoint_every=0, resume=True))
     assert resumed.steps == 46
@@ -56,10 +55,11 @@ def test_resumed_run_equals_uninterrupted(tmp_path, interrupt_at):
 
 @pytest.fixture(scope="module")
 def digits_run(tmp_path_factory):
-    """Six epochs of a small CRATE-MAE on the digits, with figures, the test split and the probe."""
+    """Three epochs of a small CRATE-MAE on the digits (the audit's quick schedule), with figures, the test split and
+    the probe."""
     output = tmp_path_factory.mktemp("mae_digits")
-    config = tiny(output, model_args=dict(patch_size=2, dim=32, depth=2, heads=2), batch_size=64, epochs=6,
-                  warmup_epochs=1.0, lr=2e-3, figure_epochs=(0, 6), probe=True, test_split="test")
+    config = tiny(output, model_args=dict(patch_size=2, dim=32, depth=2, heads=2), epochs=3, lr=5e-3,
+                  figure_epochs=(0, 3), probe=True, test_split="test")
     task = MAETask(config, context("cpu"))
     before = task.reconstruction_loss(task.model, task.test_set)  # the same initialisation, the same test masks
     return before, train(config)
@@ -68,17 +68,18 @@ def digits_run(tmp_path_factory):
 def test_short_digits_run_lowers_the_held_out_loss_and_writes_its_outputs(digits_run):
     before, result = digits_run
     metrics = result.metrics
-    print(f"\nmae digits (6 epochs): test loss {before:.3f} at init → {metrics['test_recon_loss']:.3f}; train "
+    print(f"\nmae digits (3 epochs): test loss {before:.3f} at init → {metrics['test_recon_loss']:.3f}; train "
           f"{metrics['train_recon_loss']:.3f}; probe {metrics['probe_top1']:.3f} vs random init "
           f"{metrics['probe_top1_random_init']:.3f}")
-    # the loss is in units of the pixel variance (1 ≈ predicting the mean): measured ≈ 1.0 at init, ≈ 0.6 after
-    assert metrics["test_recon_loss"] < 0.8 * before
+    # in units of the pixel variance (1 ≈ predicting the mean): measured 1.9 at init, 0.56 after (the runs that stay
+    # on the plateau of the mean prediction end near 1.0)
+    assert metrics["test_recon_loss"] < 0.8 * before and metrics["test_recon_loss"] < 0.8
     root = Path(result.output_dir)
     lines = [json.loads(line) for line in (root / "metrics.jsonl").read_text().splitlines()]
-    assert [r["epoch"] for r in lines if "val_recon_loss" in r] == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    assert [r["epoch"] for r in lines if "val_recon_loss" in r] == [1.0, 2.0, 3.0]
     assert 0 < metrics["probe_top1"] <= 1 and 0 < metrics["probe_top1_random_init"] <= 1
     assert isinstance(crate_nn.load(result.checkpoint), CRATEMAE)
-    for epoch in (0, 6):
+    for epoch in (0, 3):
         assert (root / "figures" / f"reconstructions_epoch_{epoch:04d}.png").stat().st_size > 0
     assert json.loads((root / "config.json").read_text())["model_config"]["lam"] == 0.5
 
