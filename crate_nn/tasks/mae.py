@@ -233,9 +233,10 @@ def mae_imagenet() -> MAEConfig:
         crate-train --preset mae_imagenet --data-dir /data/imagenet --micro-batch-size 256
     8 GPUs:  torchrun --standalone --nproc_per_node 8 -m crate_nn.train --preset mae_imagenet \\
                  --data-dir /data/imagenet --micro-batch-size 256
-    Expected: reconstruction loss train 0.266 / val 0.303 (Table 2, CRATE-MAE-Base); fine-tuned and probed as
-    Table 3 (``mae_finetune``). ``--model crate_mae_small`` for CRATE-MAE-S. Wall time: see the README (measured
-    throughput × 800 epochs).
+    Expected: reconstruction loss train 0.266 / val 0.303 (Table 2, CRATE-MAE-Base; the paper does not say whether
+    with normalised targets); fine-tuned and probed as Table 3 (``mae_finetune``). ``--model crate_mae_small`` for
+    CRATE-MAE-S. Wall time: not measured (the session that wrote this preset had no GPU) and not reported by the
+    paper; one epoch is 1.28M images through a 44.6M-parameter encoder-decoder over all 197 tokens.
     """
     return MAEConfig(
         model="crate_mae_base", dataset="imagenet", output_dir="runs/mae_imagenet", optimizer="adamw",
@@ -261,8 +262,9 @@ def mae_digits() -> MAEConfig:
     validation images after epochs 0, 10 and 60.
 
     Command:  crate-train --preset mae_digits
-    Expected: see the README (held-out loss, probe accuracies of the pre-trained and random-init encoders, mean ±
-    std over seeds, ``--seed``); wall time ≈ 1–2 min on one CPU core.
+    Expected (seeds 0–2, mean ± std): held-out test loss 0.390 ± 0.002, training split 0.379 ± 0.007 (predicting the
+    training mean image gives 0.521); linear probe 89.7 ± 1.0% for the pre-trained encoder vs 80.0 ± 3.7% for the
+    same model at its initialisation. Wall time ≈ 1.5 min of CPU time on one core (3–4 min on a busy 2-core machine).
     """
     return MAEConfig(
         model="crate_mae_tiny", model_args=dict(DIGITS_MODEL), dataset="digits",
