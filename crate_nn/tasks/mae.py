@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from ..data.batching import Batch, EpochBatches, loader
+from ..data.batching import Batch, EpochBatches, collate, loader
 from ..engine import distributed
 from ..engine.config import option
 from ..engine.loop import resolve_batches
@@ -198,7 +198,6 @@ class MAETask(Task):
         if epoch not in self.config.figure_epochs:
             return
         from ..analysis.reconstruction import reconstruct, reconstruction_figure
-        from ..data.batching import collate
 
         count = min(self.config.figure_samples, len(self.eval_set))
         batch = collate([self.eval_set[i] for i in range(count)])
