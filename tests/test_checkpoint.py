@@ -13,10 +13,10 @@ from crate_nn.official import crate_nn_to_official, official_to_crate_nn
 # (../shared/docs/official-implementation.md), with plain tensor operations only.
 
 
-def _layer_norm(x, weight, bias):
+def _layer_norm(x, weight, bias, eps=1e-5):
     mean = x.mean(-1, keepdim=True)
     var = ((x - mean) ** 2).mean(-1, keepdim=True)
-    return (x - mean) / torch.sqrt(var + 1e-5) * weight + bias
+    return (x - mean) / torch.sqrt(var + eps) * weight + bias
 
 
 def authors_forward(sd, img, heads, eta=0.1, lam=0.1):

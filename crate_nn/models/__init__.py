@@ -10,6 +10,7 @@ from .config import BlockConfig
 from .embedding import PatchEmbed, patchify, resample_pos_embed
 from .ista import ISTA
 from .language import CRATEBERT, CRATEGPT, BERTClassifierConfig, BERTConfig, CRATEBERTClassifier, GPTConfig
+from .mae import CRATEMAE, CRATEMAEConfig
 from .mssa import MSSA
 from .registry import (
     build_model,
@@ -24,7 +25,7 @@ from .registry import (
 
 __all__ = [
     "BERTClassifierConfig", "BERTConfig", "BlockConfig", "CRATEBERT", "CRATEBERTClassifier", "CRATEGPT", "GPTConfig",
-    "CRATEClassifier", "CRATEConfig", "CRATEDecoder", "CRATEDecoderLayer", "CRATEEncoder",
+    "CRATEClassifier", "CRATEConfig", "CRATEDecoder", "CRATEDecoderLayer", "CRATEEncoder", "CRATEMAE", "CRATEMAEConfig",
     "CRATELayer", "ISTA", "LayerStack", "LayerTrace", "MHSA", "MLP", "MSSA", "PatchEmbed", "build_model",
     "create_model", "get_family", "list_models", "model_config", "patchify", "register_family", "register_model",
     "resample_pos_embed", "unwrap_model",

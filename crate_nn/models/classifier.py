@@ -33,14 +33,14 @@ from torch import nn
 from .backbone import CRATEEncoder, LayerStack
 from .blocks import LayerTrace
 from .config import BlockConfig, check_choice, check_positive_int
-from .embedding import PATCH_EMBEDS, PatchEmbed, resample_pos_embed
+from .embedding import PATCH_EMBEDS, PatchEmbed, PatchGrid, check_images, resample_pos_embed
 from .registry import register_family, register_model
 
 POOLS = ("cls", "mean")
 
 
 @dataclass
-class CRATEConfig(BlockConfig):
+class CRATEConfig(BlockConfig, PatchGrid):
     """Hyper-parameters of a CRATE image classifier: the block options of `BlockConfig` plus
 
     Sizes:
@@ -79,16 +79,6 @@ class CRATEConfig(BlockConfig):
             raise ValueError("causal=True with pool='cls' gives logits that do not depend on the image (the class "
                              "token at position 0 attends only to itself); use pool='mean' or causal=False")
 
-    @property
-    def num_patches(self) -> int:
-        """N = (image_size / patch_size)²."""
-        return (self.image_size // self.patch_size) ** 2
-
-    @property
-    def patch_dim(self) -> int:
-        """P²·C, the length of a flattened patch."""
-        return self.patch_size**2 * self.in_channels
-
 
 @register_family("classifier", CRATEConfig)
 class CRATEClassifier(nn.Module):
@@ -122,25 +112,9 @@ class CRATEClassifier(nn.Module):
     def check_images(self, images: torch.Tensor) -> None:
         """Raise TypeError/ValueError naming the problem if ``images`` is not a (B, C, H, W) batch this model takes."""
         cfg = self.config
-        if not isinstance(images, torch.Tensor):
-            raise TypeError(f"images must be a torch.Tensor, got {type(images).__name__}")
-        if images.ndim != 4:
-            raise ValueError(f"images must have shape (batch, channels, height, width), got rank {images.ndim} shape {tuple(images.shape)}")
-        if not images.is_floating_point():
-            raise TypeError(f"images must be a floating-point tensor, got dtype {images.dtype}")
-        expected = self.pos_embed.dtype
-        if images.dtype != expected and not torch.is_autocast_enabled(images.device.type):
-            raise TypeError(f"images have dtype {images.dtype} but the model's parameters are {expected}")
-        if images.shape[1] != cfg.in_channels:
-            raise ValueError(f"images have {images.shape[1]} channels, the model expects in_channels={cfg.in_channels}")
-        h, w = images.shape[-2:]
-        if h % cfg.patch_size or w % cfg.patch_size:
-            raise ValueError(f"image size {h}x{w} is not divisible by patch_size={cfg.patch_size}")
-        if not cfg.dynamic_img_size and (h, w) != (cfg.image_size, cfg.image_size):
-            raise ValueError(
-                f"image size {h}x{w} differs from image_size={cfg.image_size} (set dynamic_img_size=True to resample "
-                "the position embedding)"
-            )
+        check_images(images, in_channels=cfg.in_channels, patch_size=cfg.patch_size,
+                     image_size=None if cfg.dynamic_img_size else cfg.image_size, dtype=self.pos_embed.dtype,
+                     hint=" (set dynamic_img_size=True to resample the position embedding)")
 
     def embed(self, images: torch.Tensor) -> torch.Tensor:
         """Z^1 = f_pre(images), eq. (65): (B, C, H, W) → (B, N+1, d)."""

@@ -64,7 +64,7 @@ class BlockConfig:
         attn_dropout: dropout on the attention maps while training (0 in every published run).
 
     Normalisation:
-        norm_eps: the LayerNorms' ε (1e-5, PyTorch's default and the authors' CRATE; 1e-6 in CRATE-α/-MAE).
+        norm_eps: the LayerNorms' ε (1e-5, PyTorch's default, the authors' CRATE and CRATE-MAE layers; 1e-6 in CRATE-α).
     """
 
     dim: int = 384

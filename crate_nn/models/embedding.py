@@ -7,6 +7,9 @@
   flatten patches in different orders ((p1 p2 c) vs the convolution's (c p1 p2)); converting weights between
   them is a permutation.
 * `resample_pos_embed`: move a (1, 1 + N, d) position embedding to another patch grid (bicubic, class token kept).
+* `unpatchify`: the inverse of `patchify`; `check_images`: the input checks every image model makes; `PatchGrid`:
+  the grid, patch count and patch length of a config.
+* `sincos_pos_embed_2d`: the fixed 2-D sine-cosine position table of CRATE-MAE (and FAIR's MAE).
 """
 from __future__ import annotations
 
@@ -19,11 +22,86 @@ from torch import nn
 PATCH_EMBEDS = ("linear", "conv")
 
 
+class PatchGrid:
+    """The patch grid of a model config with ``image_size``, ``patch_size`` and ``in_channels`` (square images)."""
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        """(rows, columns) of patches."""
+        side = self.image_size // self.patch_size
+        return side, side
+
+    @property
+    def num_patches(self) -> int:
+        """N = (image_size / patch_size)²."""
+        return (self.image_size // self.patch_size) ** 2
+
+    @property
+    def patch_dim(self) -> int:
+        """P²·C, the length of a flattened patch."""
+        return self.patch_size**2 * self.in_channels
+
+
 def patchify(images: torch.Tensor, patch_size: int) -> torch.Tensor:
     """(B, C, H, W) → (B, (H/P)(W/P), P·P·C), patches in row-major grid order, each flattened as (p1 p2 c)."""
     b, c, h, w = images.shape
     x = images.reshape(b, c, h // patch_size, patch_size, w // patch_size, patch_size)
     return x.permute(0, 2, 4, 3, 5, 1).reshape(b, (h // patch_size) * (w // patch_size), patch_size * patch_size * c)
+
+
+def unpatchify(patches: torch.Tensor, patch_size: int, grid: tuple[int, int], channels: int) -> torch.Tensor:
+    """(B, rows·cols, P·P·C) patches flattened as (p1 p2 c), row-major → (B, C, rows·P, cols·P); inverts `patchify`."""
+    b = patches.shape[0]
+    rows, cols = grid
+    x = patches.reshape(b, rows, cols, patch_size, patch_size, channels)
+    return x.permute(0, 5, 1, 3, 2, 4).reshape(b, channels, rows * patch_size, cols * patch_size)
+
+
+def sincos_pos_embed_2d(dim: int, grid: tuple[int, int], cls_token: bool = True) -> torch.Tensor:
+    """The fixed 2-D sine-cosine position table, (1, [1 +] rows·cols, dim), float64 on the CPU, patches in row-major
+    order.
+
+    For the patch in row r and column c: channels [0, d/2) encode the column c and [d/2, d) the row r, each half as
+    ``[sin(c ω_0) … sin(c ω_{d/4−1}), cos(c ω_0) … cos(c ω_{d/4−1})]`` with ω_k = 10000^(−4k/d). With ``cls_token``
+    a zero row is prepended for the class token. ``dim`` must be divisible by 4.
+    """
+    if dim % 4:
+        raise ValueError(f"dim: the 2-D sine-cosine table needs a multiple of 4, got {dim}")
+    rows, cols = grid
+    cpu = dict(dtype=torch.float64, device="cpu")  # computed on the CPU whatever the ambient default device
+    omega = 10000.0 ** (-torch.arange(dim // 4, **cpu) / (dim // 4))
+    row, col = torch.meshgrid(torch.arange(rows, **cpu), torch.arange(cols, **cpu), indexing="ij")
+
+    def half(position: torch.Tensor) -> torch.Tensor:
+        angles = position.reshape(-1, 1) * omega  # (rows·cols, d/4)
+        return torch.cat([angles.sin(), angles.cos()], dim=1)
+
+    table = torch.cat([half(col), half(row)], dim=1)
+    if cls_token:
+        table = torch.cat([torch.zeros(1, dim, **cpu), table])
+    return table.unsqueeze(0)
+
+
+def check_images(images, *, in_channels: int, patch_size: int, image_size: int | None, dtype: torch.dtype,
+                 hint: str = "") -> None:
+    """Raise TypeError/ValueError naming the problem unless ``images`` is a floating (B, C, H, W) batch of ``dtype``
+    (any dtype under autocast) with ``in_channels`` channels, sides divisible by ``patch_size`` and, unless
+    ``image_size`` is None, ``image_size`` pixels square (``hint`` is appended to that message)."""
+    if not isinstance(images, torch.Tensor):
+        raise TypeError(f"images must be a torch.Tensor, got {type(images).__name__}")
+    if images.ndim != 4:
+        raise ValueError(f"images must have shape (batch, channels, height, width), got rank {images.ndim} shape {tuple(images.shape)}")
+    if not images.is_floating_point():
+        raise TypeError(f"images must be a floating-point tensor, got dtype {images.dtype}")
+    if images.dtype != dtype and not torch.is_autocast_enabled(images.device.type):
+        raise TypeError(f"images have dtype {images.dtype} but the model's parameters are {dtype}")
+    if images.shape[1] != in_channels:
+        raise ValueError(f"images have {images.shape[1]} channels, the model expects in_channels={in_channels}")
+    h, w = images.shape[-2:]
+    if h % patch_size or w % patch_size:
+        raise ValueError(f"image size {h}x{w} is not divisible by patch_size={patch_size}")
+    if image_size is not None and (h, w) != (image_size, image_size):
+        raise ValueError(f"image size {h}x{w} differs from image_size={image_size}{hint}")
 
 
 def resample_pos_embed(pos_embed: torch.Tensor, new_grid: tuple[int, int], old_grid: tuple[int, int] | None = None) -> torch.Tensor:

@@ -2,10 +2,12 @@
 
     classification   supervised image classification (CRATE and the ViT-family baselines)
     language         causal and masked language modelling (CRATE-GPT, CRATE-BERT), GLUE fine-tuning
+    mae              masked autoencoding with CRATE-MAE (pre-training, reconstructions, linear probe)
 """
 from ..engine.task import PRESETS, get_preset, list_presets
 from . import classification
 from . import language  # noqa: F401 - registers the language tasks and presets
 from .classification import ClassificationConfig, ClassificationTask
+from . import mae
 
 __all__ = ["PRESETS", "ClassificationConfig", "ClassificationTask", "classification", "get_preset", "list_presets"]

@@ -20,10 +20,8 @@ from torch import nn
 from tqdm import tqdm
 
 from .. import checkpoint
-from ..data.batching import Batch, CorruptImageError, collate
-from ..data.images import DATASETS, IMAGENET_MEAN, IMAGENET_STD, ImageFiles, build_dataset
-from ..data.transforms import AUGMENTATIONS, DeviceTransform
-from ..engine.config import TrainConfig, option
+from ..data.batching import Batch, collate
+from ..engine.config import option
 from ..engine.loop import resolve_batches
 from ..engine.task import LossOutput, Task, preset, register_task
 from ..evaluation.classification import evaluate
@@ -31,17 +29,12 @@ from ..models.classifier import CRATEClassifier, CRATEConfig
 from ..models.embedding import resample_pos_embed
 from ..models.registry import create_model, list_models, model_config
 from ..official.classifier import load_official_checkpoint
-
-DATA_LAYOUTS = """Data layouts (--data-dir): imagenet/imagefolder: <dir>/<split>/<class>/<image> (ImageNet's val/ must be
-in class folders too); cifar10: data_batch_1..5, test_batch, batches.meta (or the folder holding
-cifar-10-batches-py); cifar100: train, test, meta (or cifar-100-python/); flowers102: jpg/, imagelabels.mat,
-setid.mat (splits train/val/test) or <split>/<class>/ folders; pets: images/, annotations/{trainval,test}.txt
-or <split>/<class>/ folders; shards: <dir>/<split>/ written by crate-pack; digits and synthetic are built in."""
+from .images import DATA_LAYOUTS, ImageDataConfig, image_splits, image_transforms  # noqa: F401 (crate-train --help)
 
 
 @dataclass
-class ClassificationConfig(TrainConfig):
-    """A classification run: the engine's fields plus the model and the data."""
+class ClassificationConfig(ImageDataConfig):
+    """A classification run: the engine's fields, the data and the model."""
 
     task = "classification"
 
@@ -51,30 +44,6 @@ class ClassificationConfig(TrainConfig):
     model_args: dict = option(
         factory=dict, help="config overrides KEY=VALUE (image_size, num_classes, in_channels come from the data)")
     init_from: str | None = option(None, "a crate_nn or authors' checkpoint to start from (fine-tuning)")
-    # data
-    dataset: str = option("synthetic", "dataset layout", choices=DATASETS)
-    data_dir: str | None = option(None, "local folder of the dataset", resume_free=True)
-    train_split: str = option("train", "training split")
-    eval_split: str = option("val", "split evaluated every eval_every epochs")
-    test_split: str | None = option(None, "split evaluated once at the end of training")
-    image_size: int = option(224, "side of the model's input images", minimum=1)
-    load_size: int = option(256, "training images: shorter side → load_size, central square, then augmentation",
-                            minimum=1)
-    eval_resize: int = option(256, "evaluation images: shorter side → eval_resize, central image_size crop",
-                              minimum=1)
-    mean: tuple[float, ...] = option(IMAGENET_MEAN, "per-channel normalisation mean (one value per channel)")
-    std: tuple[float, ...] = option(IMAGENET_STD, "per-channel normalisation std (one value per channel)",
-                                    above=0.0)
-    augment: str = option("rrc_flip", "training augmentation", choices=AUGMENTATIONS)
-    crop_scale: tuple[float, float] = option((0.08, 1.0), "RandomResizedCrop area range (min max)", above=0.0,
-                                             maximum=1.0)
-    randaugment_n: int = option(2, "RandAugment operations per image", minimum=0)
-    randaugment_m: float = option(14.0, "RandAugment magnitude on timm's 0–10 scale (m14 as in the papers)",
-                                  minimum=0.0)
-    shift: int = option(1, "pixels of random translation for augment=shift", minimum=0)
-    synthetic_samples: int = option(1024, "images of the synthetic dataset", minimum=1)
-    synthetic_classes: int = option(10, "classes of the synthetic dataset", minimum=1)
-    strict: bool = option(False, "stop at the first unreadable image instead of skipping it", resume_free=True)
     label_smoothing: float = option(0.1, "label smoothing of the cross-entropy", minimum=0.0)
     measure_epochs: tuple[int, ...] = option((), "epochs after which layer-wise R^c/sparsity are saved (0 = init)",
                                              minimum=0)
@@ -85,11 +54,6 @@ class ClassificationConfig(TrainConfig):
         super().validate()
         if not self.label_smoothing < 1:
             raise ValueError(f"label_smoothing: expected a value in [0, 1), got {self.label_smoothing}")
-        if len(self.mean) != len(self.std):
-            raise ValueError(f"mean, std: expected one value per channel in each, got {len(self.mean)} means "
-                             f"{self.mean} and {len(self.std)} stds {self.std}")
-        if self.crop_scale[0] > self.crop_scale[1]:
-            raise ValueError(f"crop_scale: expected min ≤ max, got {self.crop_scale}")
         late = [e for e in self.measure_epochs if e > self.epochs]
         if late:
             raise ValueError(f"measure_epochs: {late} are after the last epoch ({self.epochs})")
@@ -104,63 +68,49 @@ class ClassificationConfig(TrainConfig):
                 raise ValueError(f"model_args: {err}") from err
 
     def smoke(self, steps: int = 20, batch_size: int = 32, **overrides) -> ClassificationConfig:
-        """`TrainConfig.smoke`, plus: a dataset read from a folder becomes the built-in synthetic images of the same
-        size, one batch of them (every step sees the same images, so the loss must fall); no layer-wise
-        measurements, no ``init_from`` checkpoint."""
-        changes: dict = dict(measure_epochs=(), init_from=None)
-        if self.dataset not in ("digits", "synthetic"):
-            changes.update(dataset="synthetic", data_dir=None, test_split=None)
-        if changes.get("dataset", self.dataset) == "synthetic":
-            changes.update(synthetic_samples=min(self.batch_size, batch_size))
-        return super().smoke(steps, batch_size, **{**changes, **overrides})
+        """`ImageDataConfig.smoke`, plus: no layer-wise measurements, no ``init_from`` checkpoint."""
+        return super().smoke(steps, batch_size, **{"measure_epochs": (), "init_from": None, **overrides})
 
 
 def initialise_from(model: nn.Module, path: str) -> list[str]:
     """Copy the weights of a crate_nn or authors' checkpoint into ``model`` (fine-tuning).
 
-    The head's final Linear is left freshly initialised when the class count differs; the position embedding is
-    resampled (bicubic) when the patch grid differs; any other mismatch raises ValueError. Returns the names of
-    the parameters left at their initialisation.
+    A checkpoint of another family whose model offers ``classifier_state_dict(config)`` (e.g. a CRATE-MAE) gives
+    its encoder. The head's final Linear is left freshly initialised when the class count differs or the checkpoint
+    has none; the position embedding is resampled (bicubic) when the patch grid differs; any other mismatch raises
+    ValueError. Returns the names of the parameters left at their initialisation.
     """
     if not Path(path).is_file():
         raise ValueError(f"init_from: {path!r} does not exist")
     payload = checkpoint.read(path)
     if isinstance(payload, dict) and payload.get("format") == checkpoint.FORMAT:
         source = payload["model"]
+        if payload.get("family", "classifier") != model.family:
+            other = checkpoint.model_from_payload(payload)
+            if not hasattr(other, "classifier_state_dict"):
+                raise ValueError(f"init_from: {path} holds a {payload['family']!r} model, which has no classifier "
+                                 "weights to offer")
+            source = other.classifier_state_dict(model.config)
     else:
         source = load_official_checkpoint(payload, heads=model.config.heads).state_dict()
     target = model.state_dict()
     copied, reinitialised = {}, []
     for key, value in target.items():
+        if key.startswith("head.fc.") and (key not in source or source[key].shape != value.shape):
+            reinitialised.append(key)
+            continue
         if key not in source:
             raise ValueError(f"init_from: {path} has no tensor {key!r}")
         incoming = source[key]
         if key == "pos_embed" and incoming.shape != value.shape:
             side = math.isqrt(value.shape[1] - 1)
             incoming = resample_pos_embed(incoming, (side, side))
-        if key.startswith("head.fc.") and incoming.shape != value.shape:
-            reinitialised.append(key)
-            continue
         if incoming.shape != value.shape:
             raise ValueError(f"init_from: {key} has shape {tuple(incoming.shape)} in {path}, the model needs "
                              f"{tuple(value.shape)}")
         copied[key] = incoming
     model.load_state_dict(copied, strict=False)
     return reinitialised
-
-
-STRICT_SCAN_LIMIT = 20_000  # files per split checked before training under --strict (≈ 1 ms each)
-
-
-def check_readable(datasets) -> None:
-    """Under ``strict``: verify every image file of the splits small enough to scan cheaply and raise
-    `CorruptImageError` naming all unreadable ones before training starts (larger splits fail at the first)."""
-    bad = [entry for ds in datasets if isinstance(ds, ImageFiles) and len(ds) <= STRICT_SCAN_LIMIT
-           for entry in ds.scan()]
-    if bad:
-        listed = "; ".join(f"{path} ({reason})" for path, reason in bad[:20])
-        more = f" and {len(bad) - 20} more" if len(bad) > 20 else ""
-        raise CorruptImageError(f"{len(bad)} unreadable image(s): {listed}{more}")
 
 
 def build_classifier(config: ClassificationConfig, from_data: dict) -> nn.Module:
@@ -190,27 +140,12 @@ class ClassificationTask(Task):
     def __init__(self, config: ClassificationConfig, ctx) -> None:
         super().__init__(config, ctx)
         self.micro, _ = resolve_batches(config, ctx.world_size)
-        data = dict(data_dir=config.data_dir, image_size=config.image_size, load_size=config.load_size,
-                    eval_resize=config.eval_resize, seed=config.seed, strict=config.strict,
-                    synthetic_samples=config.synthetic_samples, synthetic_classes=config.synthetic_classes)
-        self.train_set = build_dataset(config.dataset, config.train_split, train=True, **data)
+        self.train_set, self.eval_set, self.test_set = image_splits(config)
         info = self.train_set.info
-        self.eval_set = build_dataset(config.dataset, config.eval_split, train=False, classes=info.classes, **data)
-        self.test_set = (build_dataset(config.dataset, config.test_split, train=False, classes=info.classes, **data)
-                         if config.test_split else None)
-        if len(config.mean) != info.in_channels:
-            raise ValueError(f"mean, std: {len(config.mean)} values for images with {info.in_channels} channels")
-        if config.strict:
-            check_readable([self.train_set, self.eval_set, self.test_set])
-        from_data = {"image_size": config.image_size, "num_classes": info.num_classes, "in_channels": info.in_channels}
-        self.model = build_classifier(config, from_data)
+        self.model = build_classifier(config, {"image_size": config.image_size, "num_classes": info.num_classes,
+                                               "in_channels": info.in_channels})
         self.reinitialised = initialise_from(self.model, config.init_from) if config.init_from else []
-        self.train_transform = DeviceTransform(
-            config.image_size, config.mean, config.std, train=True, augment=config.augment,
-            crop_scale=config.crop_scale, randaugment_n=config.randaugment_n, randaugment_m=config.randaugment_m,
-            shift=config.shift,
-        ).to(ctx.device)
-        self.eval_transform = DeviceTransform(config.image_size, config.mean, config.std, train=False).to(ctx.device)
+        self.train_transform, self.eval_transform = image_transforms(config, ctx.device)
         self.measure_images = None
         if ctx.is_main and config.measure_epochs:
             count = min(config.measure_samples, len(self.eval_set))

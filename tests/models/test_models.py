@@ -45,7 +45,7 @@ def test_registry_lists_crate_sizes_first_and_the_baselines():
     assert {"vit_tiny", "vit_small", "crate_mlp_s8", "crate_mhsa_s8"} <= set(list_models())
 
 
-@pytest.mark.parametrize("name", list_models("classifier"))
+@pytest.mark.parametrize("name", list_models("classifier"))  # other families test their own sizes
 def test_every_registered_model_counts_and_trains(name):
     """Parameter count of the registered size; forward/backward at its width with two layers (the full depth only
     repeats the same layers and would cost minutes for the large sizes on a CPU)."""

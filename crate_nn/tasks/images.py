@@ -1,0 +1,113 @@
+"""What the image tasks share: the data fields of their configs, their datasets and their on-device transforms.
+
+`ImageDataConfig` extends the engine's `TrainConfig` with the dataset, its splits, image sizes, normalisation and
+augmentation; a task's config extends it with its model and loss (`ClassificationConfig`, `MAEConfig`).
+`image_splits` builds the training, evaluation and (optional) test splits, `image_transforms` the training and
+evaluation `DeviceTransform`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..data.batching import CorruptImageError
+from ..data.images import DATASETS, IMAGENET_MEAN, IMAGENET_STD, ImageFiles, build_dataset
+from ..data.transforms import AUGMENTATIONS, DeviceTransform
+from ..engine.config import TrainConfig, option
+
+DATA_LAYOUTS = """Data layouts (--data-dir): imagenet/imagefolder: <dir>/<split>/<class>/<image> (ImageNet's val/ must be
+in class folders too); cifar10: data_batch_1..5, test_batch, batches.meta (or the folder holding
+cifar-10-batches-py); cifar100: train, test, meta (or cifar-100-python/); flowers102: jpg/, imagelabels.mat,
+setid.mat (splits train/val/test) or <split>/<class>/ folders; pets: images/, annotations/{trainval,test}.txt
+or <split>/<class>/ folders; shards: <dir>/<split>/ written by crate-pack; digits and synthetic are built in."""
+
+
+@dataclass
+class ImageDataConfig(TrainConfig):
+    """The engine's fields plus an image dataset, its splits, sizes, normalisation and augmentation."""
+
+    dataset: str = option("synthetic", "dataset layout", choices=DATASETS)
+    data_dir: str | None = option(None, "local folder of the dataset", resume_free=True)
+    train_split: str = option("train", "training split")
+    eval_split: str = option("val", "split evaluated every eval_every epochs")
+    test_split: str | None = option(None, "split evaluated once at the end of training")
+    image_size: int = option(224, "side of the model's input images", minimum=1)
+    load_size: int = option(256, "training images: shorter side → load_size, central square, then augmentation",
+                            minimum=1)
+    eval_resize: int = option(256, "evaluation images: shorter side → eval_resize, central image_size crop",
+                              minimum=1)
+    mean: tuple[float, ...] = option(IMAGENET_MEAN, "per-channel normalisation mean (one value per channel)")
+    std: tuple[float, ...] = option(IMAGENET_STD, "per-channel normalisation std (one value per channel)",
+                                    above=0.0)
+    augment: str = option("rrc_flip", "training augmentation", choices=AUGMENTATIONS)
+    crop_scale: tuple[float, float] = option((0.08, 1.0), "RandomResizedCrop area range (min max)", above=0.0,
+                                             maximum=1.0)
+    randaugment_n: int = option(2, "RandAugment operations per image", minimum=0)
+    randaugment_m: float = option(14.0, "RandAugment magnitude on timm's 0–10 scale (m14 as in the papers)",
+                                  minimum=0.0)
+    shift: int = option(1, "pixels of random translation for augment=shift", minimum=0)
+    synthetic_samples: int = option(1024, "images of the synthetic dataset", minimum=1)
+    synthetic_classes: int = option(10, "classes of the synthetic dataset", minimum=1)
+    strict: bool = option(False, "stop at the first unreadable image instead of skipping it", resume_free=True)
+
+    def validate(self) -> None:
+        super().validate()
+        if len(self.mean) != len(self.std):
+            raise ValueError(f"mean, std: expected one value per channel in each, got {len(self.mean)} means "
+                             f"{self.mean} and {len(self.std)} stds {self.std}")
+        if self.crop_scale[0] > self.crop_scale[1]:
+            raise ValueError(f"crop_scale: expected min ≤ max, got {self.crop_scale}")
+
+    def smoke(self, steps: int = 20, batch_size: int = 32, **overrides) -> ImageDataConfig:
+        """`TrainConfig.smoke`, plus: a dataset read from a folder becomes the built-in synthetic images of the same
+        size, one batch of them (every step sees the same images, so the loss must fall)."""
+        changes: dict = {}
+        if self.dataset not in ("digits", "synthetic"):
+            changes.update(dataset="synthetic", data_dir=None, test_split=None)
+        if changes.get("dataset", self.dataset) == "synthetic":
+            changes.update(synthetic_samples=min(self.batch_size, batch_size))
+        return super().smoke(steps, batch_size, **{**changes, **overrides})
+
+
+def image_splits(config: ImageDataConfig):
+    """(training, evaluation, test or None) datasets of ``config``; the evaluation splits are labelled by the
+    training split's class names. ValueError when ``mean``/``std`` do not have one value per image channel; under
+    ``strict``, `CorruptImageError` naming every unreadable file of the splits (`check_readable`)."""
+    data = dict(data_dir=config.data_dir, image_size=config.image_size, load_size=config.load_size,
+                eval_resize=config.eval_resize, seed=config.seed, strict=config.strict,
+                synthetic_samples=config.synthetic_samples, synthetic_classes=config.synthetic_classes)
+    train_set = build_dataset(config.dataset, config.train_split, train=True, **data)
+    info = train_set.info
+    eval_set = build_dataset(config.dataset, config.eval_split, train=False, classes=info.classes, **data)
+    test_set = (build_dataset(config.dataset, config.test_split, train=False, classes=info.classes, **data)
+                if config.test_split else None)
+    if len(config.mean) != info.in_channels:
+        raise ValueError(f"mean, std: {len(config.mean)} values for images with {info.in_channels} channels")
+    if config.strict:
+        check_readable([train_set, eval_set, test_set])
+    return train_set, eval_set, test_set
+
+
+STRICT_SCAN_LIMIT = 20_000  # files per split checked before training under --strict (≈ 1 ms each)
+
+
+def check_readable(datasets) -> None:
+    """Under ``strict``: verify every image file of the splits small enough to scan cheaply and raise
+    `CorruptImageError` naming all unreadable ones before training starts (larger splits fail at the first)."""
+    bad = [entry for ds in datasets if isinstance(ds, ImageFiles) and len(ds) <= STRICT_SCAN_LIMIT
+           for entry in ds.scan()]
+    if bad:
+        listed = "; ".join(f"{path} ({reason})" for path, reason in bad[:20])
+        more = f" and {len(bad) - 20} more" if len(bad) > 20 else ""
+        raise CorruptImageError(f"{len(bad)} unreadable image(s): {listed}{more}")
+
+
+def image_transforms(config: ImageDataConfig, device: torch.device) -> tuple[DeviceTransform, DeviceTransform]:
+    """(training, evaluation) `DeviceTransform` of ``config`` on ``device``."""
+    train = DeviceTransform(
+        config.image_size, config.mean, config.std, train=True, augment=config.augment,
+        crop_scale=config.crop_scale, randaugment_n=config.randaugment_n, randaugment_m=config.randaugment_m,
+        shift=config.shift,
+    ).to(device)
+    return train, DeviceTransform(config.image_size, config.mean, config.std, train=False).to(device)
