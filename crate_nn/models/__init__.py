@@ -7,6 +7,7 @@ from .baselines import MHSA, MLP
 from .blocks import CRATEDecoderLayer, CRATELayer, LayerTrace
 from .classifier import CRATEClassifier, CRATEConfig
 from .config import BlockConfig
+from .dino_head import DINO, DINOConfig
 from .embedding import PatchEmbed, patchify, resample_pos_embed
 from .ista import ISTA
 from .mssa import MSSA
