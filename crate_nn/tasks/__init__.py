@@ -5,5 +5,6 @@
 from ..engine.task import PRESETS, get_preset, list_presets
 from . import classification
 from .classification import ClassificationConfig, ClassificationTask
+from .dino import DINOTask, DINOTrainConfig
 
 __all__ = ["PRESETS", "ClassificationConfig", "ClassificationTask", "classification", "get_preset", "list_presets"]
