@@ -8,8 +8,9 @@ Every image of a batch gives G global crops and N local crops:
 
 with DINO's values as defaults: S = 224, s = 96, G = 2, N = 8, horizontal flip p = 0.5, colour jitter (brightness
 0.4, contrast 0.4, saturation 0.2, hue 0.1) with p = 0.8, grayscale p = 0.2, Gaussian blur σ ∈ [0.1, 2] pixels,
-solarisation at 0.5 (PIL's ``solarize``: values ≥ 0.5 become 1 − value). Crops are resampled bicubically (DINO)
-and clamped to [0, 1] (PIL does so in uint8). Differences from DINO's per-image PIL pipeline, all forced by
+solarisation at 0.5 (PIL's ``solarize``: values ≥ 0.5 become 1 − value). Crops are resampled bicubically (DINO),
+all crops of a view in one batched warp (kornia's ``resample`` mode, without antialiasing), and clamped to [0, 1]
+(PIL does so in uint8). Differences from DINO's per-image PIL pipeline, all forced by
 batching on the device: kornia draws one order of the four jitter operations per batch (torchvision one per
 image); the blur kernel is truncated at ±3σ_max (13 taps for σ_max = 2; PIL's box approximation has no fixed
 support), and at ±(side − 1) on crops too small for that. All local crops of a batch go through one call
@@ -89,10 +90,15 @@ class MultiCrop(nn.Module):
         support = math.ceil(3 * blur_sigma[1])  # kernel half-width: ±3σ_max
 
         def view(size: int, scale: tuple[float, float], blur: float, solarize: float) -> nn.Sequential:
-            ops: list[nn.Module] = [K.RandomResizedCrop((size, size), scale=tuple(scale), resample="BICUBIC"),
-                                    nn.Hardtanh(0.0, 1.0), K.RandomHorizontalFlip(p=flip_p),
-                                    K.ColorJitter(brightness, contrast, saturation, hue, p=jitter_p)]
-            if color:
+            """One view's operations; those that can never apply (probability or strength 0) are left out."""
+            ops: list[nn.Module] = [K.RandomResizedCrop((size, size), scale=tuple(scale), resample="BICUBIC",
+                                                        cropping_mode="resample"),
+                                    nn.Hardtanh(0.0, 1.0)]
+            if flip_p:
+                ops.append(K.RandomHorizontalFlip(p=flip_p))
+            if jitter_p and any((brightness, contrast, saturation, hue)):
+                ops.append(K.ColorJitter(brightness, contrast, saturation, hue, p=jitter_p))
+            if color and grayscale_p:
                 ops.append(K.RandomGrayscale(p=grayscale_p))
             if blur:  # reflect padding needs a half-width below the side
                 ops.append(K.RandomGaussianBlur(2 * min(support, size - 1) + 1, tuple(blur_sigma), p=blur))

@@ -123,3 +123,15 @@ def test_paper_projection_model():
     model = tiny_dino(projection="paper", out_dim=None)
     student, teacher = model(torch.randn(4, 1, 8, 8))
     assert student.shape == teacher.shape == (4, 16)
+
+
+def test_token_initialisation():
+    """DINO's ViT initialisation of the class token and position embedding (σ = 0.02), or the classifier's N(0, 1)."""
+    big = dict(TINY, image_size=64)  # 257 × 16 position entries
+    dino, classifier = DINO(DINOConfig(**big)), DINO(DINOConfig(**big, token_init_std=None))
+    # 4,112 draws: the standard deviation to ±1.1% (one standard error); bounds of ±10%
+    assert abs(dino.student.backbone.pos_embed.std().item() - 0.02) < 0.002
+    assert abs(classifier.student.backbone.pos_embed.std().item() - 1.0) < 0.1
+    assert torch.equal(dino.teacher.backbone.pos_embed, dino.student.backbone.pos_embed)
+    with pytest.raises(ValueError, match="token_init_std must be ≥ 0"):
+        DINOConfig(**TINY, token_init_std=-1.0)
