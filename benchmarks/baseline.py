@@ -149,7 +149,7 @@ class Baseline(nn.Module):
         return self.mlp_head(x)
 
     @classmethod
-    def from_config(cls, config) -> "Baseline":
+    def from_config(cls, config) -> Baseline:
         """Build from any object with CRATEConfig's field names (``crate_nn``'s ``model.config``);
         ``dim_head=None`` means p = d / K, as in CRATEConfig."""
         return cls(

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import argparse
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
@@ -37,9 +37,9 @@ from tqdm import tqdm
 from benchmarks import common
 from benchmarks.models import forward_flops
 from crate_nn import data as cdata
+from crate_nn import model_config
 from crate_nn.data import jpeg
 from crate_nn.data.shards import Decoder, Geometry, ShardImages, pack_split, pillow_decoder
-from crate_nn import model_config
 
 
 def write_jpeg(path: Path, size: tuple[int, int], seed: int) -> None:

@@ -11,7 +11,7 @@ float32 on CPUs; ours: ``--precision``, default bf16 on GPUs, float32 on CPUs).
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn

@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import argparse
 import copy
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn
 from tqdm import tqdm
 
 import crate_nn
-from crate_nn.engine.precision import autocast
-from crate_nn.engine.precision import autocast_dtype as precision_dtype
 from benchmarks import common
 from benchmarks.baseline import Baseline, autocast_dtype
+from crate_nn.engine.precision import autocast
+from crate_nn.engine.precision import autocast_dtype as precision_dtype
 
 # Model FLOPs of one forward pass for one image (a multiply-add counts 2; LayerNorm, softmax, ReLU, bias
 # additions are elementwise and left out, as usual for MFU). The ISTA step is counted with the two d×d

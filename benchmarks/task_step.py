@@ -16,7 +16,8 @@ memory of the training state (weights, gradients, optimizer state).
 from __future__ import annotations
 
 import argparse
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 from torch import nn

@@ -17,7 +17,7 @@ CPUs); ours uses ``--precision`` (default: bf16 autocast on GPUs, float32 on CPU
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F

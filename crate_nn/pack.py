@@ -17,8 +17,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from .data import jpeg
 from .data.images import image_folder

@@ -150,8 +150,13 @@ def decoder_presets(encoder_layers, preset: str = "inverse", eta=1.0) -> list[De
             raise TypeError(f"encoder_layers[{i}] must be a CrateLayerParams, got {type(enc).__name__}")
         D = check_square(enc.D, f"encoder_layers[{i}].D")
         step = eta * (D.T - D.T @ D)  # ISTA's linear part at λ = 0 is I + step
-        E = {"printed": lambda: D.T.copy(), "inverse": lambda: D.copy(),
-             "first-order": lambda: np.eye(len(D)) - step,
-             "linear-inverse": lambda: np.linalg.inv(np.eye(len(D)) + step)}[preset]()
+        if preset == "printed":
+            E = D.T.copy()
+        elif preset == "inverse":
+            E = D.copy()
+        elif preset == "first-order":
+            E = np.eye(len(D)) - step
+        else:  # linear-inverse
+            E = np.linalg.inv(np.eye(len(D)) + step)
         layers.append(DecoderLayerParams(E=E, V=np.array(enc.U, dtype=float), W=enc.W, b=enc.b))
     return layers

@@ -178,7 +178,7 @@ def runs(ctx, weight_decay: float | None = None) -> list[dict]:
     return _runs(ctx.mode, ctx.seed, weight_decay)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _runs(mode: str, seed: int, weight_decay: float | None) -> list[dict]:
     budget = BUDGETS[mode]
     base = Context(mode, seed, "2.24-digits", ".")

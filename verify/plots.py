@@ -5,8 +5,8 @@ global pyplot state is touched.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import numpy as np
 from matplotlib.figure import Figure

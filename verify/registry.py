@@ -25,8 +25,9 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import traceback
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from verify.context import MODES
 

@@ -11,8 +11,8 @@ differ from a Pillow pack by a few grey levels (`tests/gpu` bounds the differenc
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -79,7 +79,7 @@ def nvjpeg_decoder(device: str | torch.device = "cuda", workers: int = 4, batch_
         position = 0
         for group in groups:
             images, failed = [], {}
-            for j, path in enumerate(group):
+            for j, _ in enumerate(group):
                 if not pending:
                     pending = next(batches)
                     try:  # one batched nvJPEG call; a file it rejects sends the batch through decode_one

@@ -27,9 +27,9 @@ import bisect
 import hashlib
 import json
 import os
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import torch

@@ -21,6 +21,7 @@ from .schedule import LR_SCHEDULES
 
 OPTIMIZERS = ("lion", "adamw")
 PRECISIONS = ("auto", "bf16", "fp32")
+GRAD_CLIP_MODES = ("global", "per_tensor")
 _MISSING = dataclasses.MISSING
 
 
@@ -65,6 +66,8 @@ class TrainConfig:
     lr_schedule: str = option("cosine", "learning-rate decay after the warm-up", choices=LR_SCHEDULES)
     min_lr_ratio: float = option(0.0, "final learning rate / lr of the decay", minimum=0.0, maximum=1.0)
     grad_clip: float | None = option(None, "max global gradient norm; None = no clipping", above=0.0)
+    grad_clip_mode: str = option("global", "grad_clip bounds the norm of all gradients together (global) or of "
+                                 "each parameter's gradient (per_tensor, DINO)", choices=GRAD_CLIP_MODES)
     max_steps: int | None = option(
         None, "stop after this many optimizer steps (the schedules still span `epochs`)", minimum=1,
         resume_free=True)

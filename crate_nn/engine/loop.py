@@ -46,7 +46,7 @@ from ..data.batching import EpochBatches, loader
 from . import distributed
 from .config import TrainConfig
 from .ema import EMA
-from .optim import build_optimizer
+from .optim import build_optimizer, clip_gradients
 from .precision import autocast
 from .run_dir import RunFiles, check_output_dir, clear_run, rng_state, seed_everything, set_rng_state
 from .schedule import Schedules
@@ -300,7 +300,7 @@ def _train(config: TrainConfig, ctx: distributed.Context, task_class: type[Task]
                 step_metrics = {k: v / ctx.world_size for k, v in zip(metric_keys, reduced[1:])}
                 for k, v in zip(count_keys, reduced[1 + len(metric_keys):]):
                     totals[k] = totals.get(k, 0) + int(round(v))
-                grad_norm = (nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+                grad_norm = (clip_gradients(model.parameters(), config.grad_clip, config.grad_clip_mode)
                              if config.grad_clip is not None else None)
                 if not (math.isfinite(loss_value) and (grad_norm is None or torch.isfinite(grad_norm))):
                     optimizer.zero_grad(set_to_none=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .config import TrainConfig
+from .config import GRAD_CLIP_MODES, TrainConfig
 
 
 class Lion(torch.optim.Optimizer):
@@ -92,3 +92,24 @@ def build_optimizer(config: TrainConfig, model: nn.Module) -> torch.optim.Optimi
     if config.optimizer == "lion":
         return Lion(groups, lr=config.lr, betas=tuple(config.betas), weight_decay=config.weight_decay)
     return torch.optim.AdamW(groups, lr=config.lr, betas=tuple(config.betas), weight_decay=config.weight_decay)
+
+
+@torch.no_grad()
+def clip_gradients(parameters, max_norm: float, mode: str = "global") -> torch.Tensor:
+    """Clip the gradients of ``parameters`` in place; return the global gradient norm before clipping.
+
+    ``"global"``: every gradient scaled by max_norm / ‖g‖ when the norm ‖g‖ of all of them together exceeds
+    max_norm (``torch.nn.utils.clip_grad_norm_``). ``"per_tensor"``: each parameter's gradient g_i scaled by
+    max_norm / (‖g_i‖ + 1e-6) when that factor is below 1 (DINO's clipping: every tensor on its own).
+    """
+    if mode not in GRAD_CLIP_MODES:
+        raise ValueError(f"grad_clip_mode: expected one of {', '.join(GRAD_CLIP_MODES)}, got {mode!r}")
+    if mode == "global":
+        return nn.utils.clip_grad_norm_(parameters, max_norm)
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads:
+        return torch.tensor(0.0)
+    norms = torch.stack([g.norm(2) for g in grads])
+    for g, norm in zip(grads, norms):
+        g.mul_((max_norm / (norm + 1e-6)).clamp(max=1.0))
+    return norms.square().sum().sqrt()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-
 LR_SCHEDULES = ("cosine", "linear")
 
 

@@ -1,9 +1,11 @@
 """Evaluation of trained models: classification metrics (top-1/top-5, ImageNet-ReaL), frozen features and the
-linear probe (App. C.2), language models (held-out loss and perplexity, masked-LM accuracy, accuracy/F1)."""
+linear probe (App. C.2), the weighted k-NN (DINO), language models (held-out loss and perplexity, masked-LM accuracy, accuracy/F1)."""
 from .classification import evaluate, real_index
 from .features import extract_features, pooled_features
+from .knn import KNN_KS, KNN_TEMPERATURE, KNNResult, knn_evaluate, knn_scores
 from .language import classification_metrics, lm_loss, mlm_metrics
 from .linear_probe import PROBE_CS, ProbeResult, linear_probe
 
-__all__ = ["PROBE_CS", "ProbeResult", "classification_metrics", "evaluate", "extract_features", "linear_probe",
-           "lm_loss", "mlm_metrics", "pooled_features", "real_index"]
+__all__ = ["KNN_KS", "KNN_TEMPERATURE", "KNNResult", "PROBE_CS", "ProbeResult", "classification_metrics", "evaluate",
+           "extract_features", "knn_evaluate", "knn_scores", "linear_probe", "lm_loss", "mlm_metrics", "pooled_features",
+           "real_index"]

@@ -16,7 +16,7 @@ evaluate the unwrapped model in eval mode and restore its mode; they draw nothin
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch

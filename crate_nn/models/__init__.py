@@ -7,6 +7,7 @@ from .baselines import MHSA, MLP
 from .blocks import CRATEDecoderLayer, CRATELayer, LayerTrace
 from .classifier import CRATEClassifier, CRATEConfig
 from .config import BlockConfig
+from .dino_head import DINO, DINOConfig
 from .embedding import PatchEmbed, patchify, resample_pos_embed
 from .ista import ISTA
 from .language import CRATEBERT, CRATEGPT, BERTClassifierConfig, BERTConfig, CRATEBERTClassifier, GPTConfig
@@ -25,7 +26,7 @@ from .registry import (
 
 __all__ = [
     "BERTClassifierConfig", "BERTConfig", "BlockConfig", "CRATEBERT", "CRATEBERTClassifier", "CRATEGPT", "GPTConfig",
-    "CRATEClassifier", "CRATEConfig", "CRATEDecoder", "CRATEDecoderLayer", "CRATEEncoder", "CRATEMAE", "CRATEMAEConfig",
+    "CRATEClassifier", "CRATEConfig", "CRATEDecoder", "DINO", "DINOConfig", "CRATEDecoderLayer", "CRATEEncoder", "CRATEMAE", "CRATEMAEConfig",
     "CRATELayer", "ISTA", "LayerStack", "LayerTrace", "MHSA", "MLP", "MSSA", "PatchEmbed", "build_model",
     "create_model", "get_family", "list_models", "model_config", "patchify", "register_family", "register_model",
     "resample_pos_embed", "unwrap_model",

@@ -2,12 +2,17 @@
 
     classification   supervised image classification (CRATE and the ViT-family baselines)
     language         causal and masked language modelling (CRATE-GPT, CRATE-BERT), GLUE fine-tuning
+    dino             self-distillation with CRATE-DINO (student, EMA teacher, multi-crop, k-NN)
     mae              masked autoencoding with CRATE-MAE (pre-training, reconstructions, linear probe)
 """
 from ..engine.task import PRESETS, get_preset, list_presets
-from . import classification
-from . import language  # noqa: F401 - registers the language tasks and presets
+from . import (
+           classification,
+           language,  # noqa: F401 - registers the language tasks and presets
+           mae,  # noqa: F401 - registers the MAE task and presets
+)
 from .classification import ClassificationConfig, ClassificationTask
-from . import mae
+from .dino import DINOTask, DINOTrainConfig
 
-__all__ = ["PRESETS", "ClassificationConfig", "ClassificationTask", "classification", "get_preset", "list_presets"]
+__all__ = ["PRESETS", "ClassificationConfig", "ClassificationTask", "DINOTask", "DINOTrainConfig", "classification",
+           "get_preset", "list_presets"]

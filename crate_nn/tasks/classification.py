@@ -29,11 +29,11 @@ from ..models.classifier import CRATEClassifier, CRATEConfig
 from ..models.embedding import resample_pos_embed
 from ..models.registry import create_model, list_models, model_config
 from ..official.classifier import load_official_checkpoint
-from .images import DATA_LAYOUTS, ImageDataConfig, image_splits, image_transforms  # noqa: F401 (crate-train --help)
+from .images import DATA_LAYOUTS, AugmentedImageConfig, image_splits, image_transforms  # noqa: F401 (crate-train --help)
 
 
 @dataclass
-class ClassificationConfig(ImageDataConfig):
+class ClassificationConfig(AugmentedImageConfig):
     """A classification run: the engine's fields, the data and the model."""
 
     task = "classification"

@@ -1,9 +1,10 @@
 """What the image tasks share: the data fields of their configs, their datasets and their on-device transforms.
 
-`ImageDataConfig` extends the engine's `TrainConfig` with the dataset, its splits, image sizes, normalisation and
-augmentation; a task's config extends it with its model and loss (`ClassificationConfig`, `MAEConfig`).
-`image_splits` builds the training, evaluation and (optional) test splits, `image_transforms` the training and
-evaluation `DeviceTransform`.
+`ImageDataConfig` extends the engine's `TrainConfig` with the dataset, its splits, image sizes and normalisation;
+`AugmentedImageConfig` adds the one-view training augmentation of `DeviceTransform`. A task's config extends one
+of them with its model and loss (`ClassificationConfig`, `MAEConfig`: augmented; `DINOTrainConfig`: its own
+multi-crop). `image_splits` builds the training, evaluation and (optional) test splits, `image_split` any split
+as evaluation data, `image_transforms` the training and evaluation `DeviceTransform`.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ or <split>/<class>/ folders; shards: <dir>/<split>/ written by crate-pack; digit
 
 @dataclass
 class ImageDataConfig(TrainConfig):
-    """The engine's fields plus an image dataset, its splits, sizes, normalisation and augmentation."""
+    """The engine's fields plus an image dataset, its splits, sizes and normalisation."""
 
     dataset: str = option("synthetic", "dataset layout", choices=DATASETS)
     data_dir: str | None = option(None, "local folder of the dataset", resume_free=True)
@@ -40,13 +41,6 @@ class ImageDataConfig(TrainConfig):
     mean: tuple[float, ...] = option(IMAGENET_MEAN, "per-channel normalisation mean (one value per channel)")
     std: tuple[float, ...] = option(IMAGENET_STD, "per-channel normalisation std (one value per channel)",
                                     above=0.0)
-    augment: str = option("rrc_flip", "training augmentation", choices=AUGMENTATIONS)
-    crop_scale: tuple[float, float] = option((0.08, 1.0), "RandomResizedCrop area range (min max)", above=0.0,
-                                             maximum=1.0)
-    randaugment_n: int = option(2, "RandAugment operations per image", minimum=0)
-    randaugment_m: float = option(14.0, "RandAugment magnitude on timm's 0–10 scale (m14 as in the papers)",
-                                  minimum=0.0)
-    shift: int = option(1, "pixels of random translation for augment=shift", minimum=0)
     synthetic_samples: int = option(1024, "images of the synthetic dataset", minimum=1)
     synthetic_classes: int = option(10, "classes of the synthetic dataset", minimum=1)
     strict: bool = option(False, "stop at the first unreadable image instead of skipping it", resume_free=True)
@@ -56,8 +50,6 @@ class ImageDataConfig(TrainConfig):
         if len(self.mean) != len(self.std):
             raise ValueError(f"mean, std: expected one value per channel in each, got {len(self.mean)} means "
                              f"{self.mean} and {len(self.std)} stds {self.std}")
-        if self.crop_scale[0] > self.crop_scale[1]:
-            raise ValueError(f"crop_scale: expected min ≤ max, got {self.crop_scale}")
 
     def smoke(self, steps: int = 20, batch_size: int = 32, **overrides) -> ImageDataConfig:
         """`TrainConfig.smoke`, plus: a dataset read from a folder becomes the built-in synthetic images of the same
@@ -70,18 +62,44 @@ class ImageDataConfig(TrainConfig):
         return super().smoke(steps, batch_size, **{**changes, **overrides})
 
 
+@dataclass
+class AugmentedImageConfig(ImageDataConfig):
+    """`ImageDataConfig` plus the training augmentation of one view per image (`DeviceTransform`)."""
+
+    augment: str = option("rrc_flip", "training augmentation", choices=AUGMENTATIONS)
+    crop_scale: tuple[float, float] = option((0.08, 1.0), "RandomResizedCrop area range (min max)", above=0.0,
+                                             maximum=1.0)
+    randaugment_n: int = option(2, "RandAugment operations per image", minimum=0)
+    randaugment_m: float = option(14.0, "RandAugment magnitude on timm's 0–10 scale (m14 as in the papers)",
+                                  minimum=0.0)
+    shift: int = option(1, "pixels of random translation for augment=shift", minimum=0)
+
+    def validate(self) -> None:
+        super().validate()
+        if self.crop_scale[0] > self.crop_scale[1]:
+            raise ValueError(f"crop_scale: expected min ≤ max, got {self.crop_scale}")
+
+
+def dataset_args(config: ImageDataConfig) -> dict:
+    """The keyword arguments of `crate_nn.data.build_dataset` that ``config`` fixes (all but the split)."""
+    return dict(data_dir=config.data_dir, image_size=config.image_size, load_size=config.load_size,
+                eval_resize=config.eval_resize, seed=config.seed, strict=config.strict,
+                synthetic_samples=config.synthetic_samples, synthetic_classes=config.synthetic_classes)
+
+
+def image_split(config: ImageDataConfig, split: str, classes):
+    """Split ``split`` of ``config``'s dataset as evaluation data (no augmentation), labelled by ``classes``."""
+    return build_dataset(config.dataset, split, train=False, classes=classes, **dataset_args(config))
+
+
 def image_splits(config: ImageDataConfig):
     """(training, evaluation, test or None) datasets of ``config``; the evaluation splits are labelled by the
     training split's class names. ValueError when ``mean``/``std`` do not have one value per image channel; under
     ``strict``, `CorruptImageError` naming every unreadable file of the splits (`check_readable`)."""
-    data = dict(data_dir=config.data_dir, image_size=config.image_size, load_size=config.load_size,
-                eval_resize=config.eval_resize, seed=config.seed, strict=config.strict,
-                synthetic_samples=config.synthetic_samples, synthetic_classes=config.synthetic_classes)
-    train_set = build_dataset(config.dataset, config.train_split, train=True, **data)
+    train_set = build_dataset(config.dataset, config.train_split, train=True, **dataset_args(config))
     info = train_set.info
-    eval_set = build_dataset(config.dataset, config.eval_split, train=False, classes=info.classes, **data)
-    test_set = (build_dataset(config.dataset, config.test_split, train=False, classes=info.classes, **data)
-                if config.test_split else None)
+    eval_set = image_split(config, config.eval_split, info.classes)
+    test_set = image_split(config, config.test_split, info.classes) if config.test_split else None
     if len(config.mean) != info.in_channels:
         raise ValueError(f"mean, std: {len(config.mean)} values for images with {info.in_channels} channels")
     if config.strict:
@@ -103,7 +121,7 @@ def check_readable(datasets) -> None:
         raise CorruptImageError(f"{len(bad)} unreadable image(s): {listed}{more}")
 
 
-def image_transforms(config: ImageDataConfig, device: torch.device) -> tuple[DeviceTransform, DeviceTransform]:
+def image_transforms(config: AugmentedImageConfig, device: torch.device) -> tuple[DeviceTransform, DeviceTransform]:
     """(training, evaluation) `DeviceTransform` of ``config`` on ``device``."""
     train = DeviceTransform(
         config.image_size, config.mean, config.std, train=True, augment=config.augment,

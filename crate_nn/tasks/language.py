@@ -33,15 +33,24 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from .. import checkpoint
-from ..data.text import (IGNORE, Masking, TextPairs, TokenBlocks, TokenCorpus, corpus, get_tokenizer, read_glue_tsv,
-                         stack_blocks, stdlib_next_lines)
+from ..data.text import (
+    IGNORE,
+    Masking,
+    TextPairs,
+    TokenBlocks,
+    TokenCorpus,
+    corpus,
+    get_tokenizer,
+    read_glue_tsv,
+    stack_blocks,
+    stdlib_next_lines,
+)
 from ..engine import distributed
 from ..engine.config import TrainConfig, option
 from ..engine.loop import resolve_batches
 from ..engine.precision import autocast
 from ..engine.task import LossOutput, Task, preset, register_task
-from ..evaluation.language import (as_float, classification_metrics, lm_loss, mlm_metrics, sequence_losses,
-                                   spread)
+from ..evaluation.language import as_float, classification_metrics, lm_loss, mlm_metrics, sequence_losses, spread
 from ..models.language import BERTClassifierConfig
 from ..models.registry import build_model, create_model, list_models, model_config, unwrap_model
 from ..official.gpt import gpt_config_of

@@ -37,7 +37,7 @@ from ..engine.task import LossOutput, Task, get_preset, preset, register_task
 from ..models.mae import check_mask_ratio, random_mask
 from ..models.registry import create_model, list_models, model_config, unwrap_model
 from .classification import ClassificationConfig
-from .images import DATA_LAYOUTS, ImageDataConfig, image_splits, image_transforms  # noqa: F401 (crate-train --help)
+from .images import DATA_LAYOUTS, AugmentedImageConfig, image_splits, image_transforms  # noqa: F401 (crate-train --help)
 
 TRAIN_STREAM, EVAL_STREAM = 0, 1
 DIGITS_MODEL = dict(patch_size=2, dim=64, depth=3, heads=4)  # the mae_digits encoder (and its classifier)
@@ -68,7 +68,7 @@ def mask_noise(seed: int, stream: int, epoch: int, indices: torch.Tensor, num_pa
 
 
 @dataclass
-class MAEConfig(ImageDataConfig):
+class MAEConfig(AugmentedImageConfig):
     """A CRATE-MAE pre-training run: the engine's fields, the data, the model, masking, figures and the probe."""
 
     task = "mae"

@@ -47,8 +47,8 @@ def test_data_benchmark_writes_results(tmp_path):
     result = run_tiny(data, tmp_path)
     pipelines = {(row["pipeline"], row["workers"]) for row in result["rows"]}
     for workers in (0, 1):  # the --tiny worker counts
-        for pipeline in ("files-decode", "files-augment", "shard-read", "shard-augment"):
-            assert (data.PIPELINES[pipeline], workers) in pipelines
+        for name in ("files-decode", "files-augment", "shard-read", "shard-augment"):
+            assert (data.PIPELINES[name], workers) in pipelines
     assert (data.PIPELINES["decode_draft"], None) in pipelines
     assert (data.PIPELINES["pack-pillow"], 1) in pipelines  # the largest --tiny worker count
     assert all(row["img_s"] > 0 and row["img_s_per_core"] > 0 for row in result["rows"])

@@ -14,8 +14,7 @@ from PIL import Image
 
 from crate_nn.data import jpeg
 from crate_nn.data.images import ImageFiles, build_dataset, image_folder
-from crate_nn.data.shards import (Geometry, ShardImages, open_split, pack_split, pillow_decoder, shard_name,
-                                  verify_split)
+from crate_nn.data.shards import Geometry, ShardImages, open_split, pack_split, pillow_decoder, shard_name, verify_split
 from crate_nn.pack import main as pack_main
 from crate_nn.train import main as train_main
 
@@ -42,7 +41,10 @@ def source(tmp_path):
     return root
 
 
-def pack(source, out, split="train", geometry=Geometry(32, 32), **kwargs) -> dict:
+SMALL = Geometry(32, 32)
+
+
+def pack(source, out, split="train", geometry=SMALL, **kwargs) -> dict:
     samples, classes = image_folder(source / split)
     return pack_split(samples, classes, source, out / split, geometry, shard_size=4, progress=False, **kwargs)
 

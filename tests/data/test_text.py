@@ -13,10 +13,27 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from crate_nn.data.text import (BYTE_EOT, BYTE_MASK, IGNORE, ByteTokenizer, Masking, TokenBlocks, builtin_corpus,
-                                find_documents, get_tokenizer, load_corpus, main, prepare, read_glue_tsv, read_texts,
-                                read_tokens,
-                                split_ids, stdlib_documents, stdlib_next_lines, token_dtype)
+from crate_nn.data.text import (
+    BYTE_EOT,
+    BYTE_MASK,
+    IGNORE,
+    ByteTokenizer,
+    Masking,
+    TokenBlocks,
+    builtin_corpus,
+    find_documents,
+    get_tokenizer,
+    load_corpus,
+    main,
+    prepare,
+    read_glue_tsv,
+    read_texts,
+    read_tokens,
+    split_ids,
+    stdlib_documents,
+    stdlib_next_lines,
+    token_dtype,
+)
 
 
 def _corpus_files(root, texts: dict[str, str], jsonl: list[str] | None = None):

@@ -90,11 +90,11 @@ def condition_number(Z: np.ndarray, eps: float) -> float:
     return 1.0 + d / (n * eps**2) * s_max**2
 
 
-def _mp(A: np.ndarray) -> "mpmath.matrix":
+def _mp(A: np.ndarray) -> mpmath.matrix:
     return mpmath.matrix(A.tolist())
 
 
-def _to_np(M: "mpmath.matrix") -> np.ndarray:
+def _to_np(M: mpmath.matrix) -> np.ndarray:
     return np.array(M.tolist(), dtype=float)
 
 

@@ -6,9 +6,18 @@ import numpy as np
 import pytest
 
 from verify import digits
-from verify.claims import calculus, compression, decoder, denoising, diffusion, layers, params, sparsification
+from verify.claims import (
+    calculus,
+    compression,
+    decoder,
+    denoising,
+    diffusion,
+    layers,
+    params,
+    sparsification,
+    theorem16,
+)
 from verify.claims import digits as digits_claims
-from verify.claims import theorem16
 from verify.context import Context
 from verify.registry import all_claims
 

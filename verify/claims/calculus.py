@@ -211,7 +211,7 @@ def lemma11(ctx) -> Result:
     best = max(by_scale)
     for shape in shapes:  # optimise Z directly to look for a larger value than random draws find
         for _ in range(ctx.pick(2, 6)):
-            res = minimize(lambda z: -_hessian_ratio(z.reshape(shape), 1.0), ctx.rng.standard_normal(np.prod(shape)),
+            res = minimize(lambda z, shape=shape: -_hessian_ratio(z.reshape(shape), 1.0), ctx.rng.standard_normal(np.prod(shape)),
                            method="Nelder-Mead", options={"maxiter": ctx.pick(300, 2000), "xatol": 1e-8})
             best = max(best, -res.fun)
     figure = plots.curves(ctx.figure_path("sup-vs-scale"), scales, {"max over shapes of ‖∇²R(Z)‖/α": by_scale},

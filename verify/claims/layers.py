@@ -69,7 +69,7 @@ def _stack(ctx, name: str) -> np.ndarray:
     return _profiles(ctx.mode, ctx.seed, _sizes(ctx), name)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _profiles(mode: str, seed: int, sizes: tuple[int, int, int, int], name: str) -> np.ndarray:
     d, n, K, depth = sizes
     control = CONTROLS[name]
