@@ -13,6 +13,7 @@ Layouts understood (``--dataset``):
 * ``digits``: scikit-learn's built-in 8×8 handwritten digits (1,797 images, values 0..16), split once with a fixed
   seed into train/val/test (stratified; 20% test, then 10% of the rest for validation: 1,293 / 144 / 360).
 * ``synthetic``: seeded random images of any size with random labels, for smoke and throughput runs.
+* ``objects``: the digits placed on clutter at ``image_size``, with ground-truth object masks (`crate_nn.data.objects`).
 
 Image files are decoded with Pillow in DataLoader workers into fixed-size uint8 tensors: for training the shorter
 side is resized to ``load_size`` and the central square kept (so batches can be augmented on the device; random
@@ -37,7 +38,7 @@ from .batching import Corrupt, CorruptImageError
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
-DATASETS = ("imagenet", "imagefolder", "cifar10", "cifar100", "flowers102", "pets", "digits", "synthetic")
+DATASETS = ("imagenet", "imagefolder", "cifar10", "cifar100", "flowers102", "pets", "digits", "synthetic", "objects")
 
 
 @dataclass
@@ -273,6 +274,10 @@ def build_dataset(
         raise ValueError(f"dataset: expected one of {', '.join(DATASETS)}, got {name!r}")
     if name == "digits":
         return digits(split)
+    if name == "objects":
+        from .objects import objects
+
+        return objects(split, image_size)
     if name == "synthetic":
         # Different splits are different random images (offset seeds), like a real train/val pair.
         offset = {"train": 0, "val": 1, "test": 2}.get(split, 3)
