@@ -59,7 +59,8 @@ def patch_grid(model: nn.Module, images: torch.Tensor) -> tuple[int, int]:
     return h // patch, w // patch
 
 
-def _layer_indices(model: nn.Module, layers: int | Sequence[int] | None) -> list[int]:
+def layer_indices(model: nn.Module, layers: int | Sequence[int] | None) -> list[int]:
+    """``layers`` (one index, several, or None for all; negative from the end) as 0-based encoder indices."""
     depth = len(_encoder_layers(model))
     wanted = range(depth) if layers is None else [layers] if isinstance(layers, int) else list(layers)
     bad = [i for i in wanted if not -depth <= i < depth]
@@ -74,7 +75,7 @@ def queries_keys(model: nn.Module, images: torch.Tensor, layers: int | Sequence[
     """For each layer in ``layers`` (default all): its attention block's queries and keys (B, K, n, p) of the
     tokens LN1(Z^ℓ) (MSSA: both are U_k* z) and its logit scale. Token 0 is the class token."""
     patch_grid(model, images)
-    indices = _layer_indices(model, layers)
+    indices = layer_indices(model, layers)
     blocks = _encoder_layers(model)
     _, traces = unwrap_model(model).forward_intermediates(images, indices=sorted(set(indices)))
     inputs = dict(zip(sorted(set(indices)), (t.input for t in traces)))
@@ -87,24 +88,27 @@ def queries_keys(model: nn.Module, images: torch.Tensor, layers: int | Sequence[
 
 def cls_attention(model: nn.Module, images: torch.Tensor, layers: int | Sequence[int] | None = None,
                   scale: float | None = None) -> torch.Tensor:
-    """Eq. (437) (MSSA) / (438) (MHSA): the class token's attention over the patches, (L, B, K, N) float32 on the
-    images' device, one map per requested layer and head; each map sums to 1 over its N patches.
+    """Eq. (437) (MSSA) / (438) (MHSA): the class token's attention over the patches, (L, B, K, N) on the images'
+    device (float32, or float64 for a float64 model), one map per requested layer and head; each map sums to 1
+    over its N patches.
 
     ``scale``: the factor on the logits; ``None`` = the block's own (as the network computes), 1.0 = eq. (437) as
     printed. Use `upsample` on ``maps.unflatten(-1, patch_grid(model, images))`` to reach the image size.
     """
     maps = []
     for q, k, own in queries_keys(model, images, layers):
-        logits = (k[:, :, 1:] @ q[:, :, :1].transpose(-2, -1)).squeeze(-1).float()  # (B, K, N): ⟨k_i, q_cls⟩
+        logits = (k[:, :, 1:] @ q[:, :, :1].transpose(-2, -1)).squeeze(-1)  # (B, K, N): ⟨k_i, q_cls⟩
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
         maps.append((logits * (own if scale is None else float(scale))).softmax(dim=-1))
     return torch.stack(maps)
 
 
 def patch_codes(model: nn.Module, images: torch.Tensor, layers: int | Sequence[int] | None = None) -> torch.Tensor:
-    """The patches' concatenated codes [U_1* z_i; …; U_K* z_i] (MSSA; keys for MHSA), (L, B, N, K·p) float32."""
+    """The patches' concatenated codes [U_1* z_i; …; U_K* z_i] (MSSA; keys for MHSA), (L, B, N, K·p) (float32, or
+    float64 for a float64 model)."""
     codes = []
     for _, k, _ in queries_keys(model, images, layers):
-        codes.append(k[:, :, 1:].transpose(1, 2).flatten(2).float())
+        codes.append(k[:, :, 1:].transpose(1, 2).flatten(2).to(torch.promote_types(k.dtype, torch.float32)))
     return torch.stack(codes)
 
 

@@ -40,7 +40,8 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ..analysis.maskcut import TAU, mask_boxes, maskcut
-from ..analysis.segmentation import MASS, attention_masks, cls_attention, patch_codes, patch_grid, upsample
+from ..analysis.segmentation import (MASS, attention_masks, cls_attention, layer_indices, patch_codes, patch_grid,
+                                     upsample)
 
 VOC_CLASSES = 21  # background + 20 object classes
 IGNORE = 255
@@ -156,9 +157,8 @@ def evaluate_objects(model: nn.Module, dataset, transform: Callable[[torch.Tenso
     model.train(was_training)
     size = dataset.masks.shape[-2:]
     attention, cut = upsample(torch.cat(attention, dim=1), size), upsample(torch.cat(cut, dim=1), size)
-    indices = range(attention.shape[0]) if layers is None else [layers] if isinstance(layers, int) else layers
-    return [LayerScores(int(i), score_masks(a, dataset.masks), score_masks(c, dataset.masks))
-            for i, a, c in zip(indices, attention, cut)]
+    return [LayerScores(i, score_masks(a, dataset.masks), score_masks(c, dataset.masks))
+            for i, a, c in zip(layer_indices(model, layers), attention, cut)]
 
 
 # --------------------------------------------------------------------------------------------- image files
@@ -237,13 +237,13 @@ def coco_ap(annotation_file: str | Path, predictions: Sequence[dict], image_ids:
     gt = COCO()
     gt.dataset = data
     gt.createIndex()
-    metrics = {f"{kind}_{name}": 0.0 for kind in ("det", "seg") for name in ("ap", "ap50", "ap75")}
-    if not predictions:
-        return metrics
     known = {im["id"] for im in data["images"]}
     scored = sorted(known if image_ids is None else set(image_ids))
     if not set(scored) <= known:
         raise ValueError(f"image_ids: {sorted(set(scored) - known)[:5]} are not in {annotation_file}")
+    metrics = {f"{kind}_{name}": 0.0 for kind in ("det", "seg") for name in ("ap", "ap50", "ap75")}
+    if not predictions:
+        return metrics
     results = []
     for p in predictions:
         if p["image_id"] not in known:
@@ -301,27 +301,37 @@ def oracle_labels(foreground: torch.Tensor, labels: torch.Tensor, ignore: int = 
     return torch.where(foreground, cls, 0)
 
 
+def voc_scores(foregrounds: Sequence[torch.Tensor], labels: Sequence[torch.Tensor]) -> dict[str, float]:
+    """Coarse-segmentation scores (percent) of foreground masks (H, W) bool against VOC label maps (H, W): the
+    21-class ``miou`` of `oracle_labels`, and the mean foreground ``jaccard`` (boundary pixels ignored)."""
+    matrix = torch.zeros(VOC_CLASSES, VOC_CLASSES, dtype=torch.int64)
+    scores = []
+    for foreground, truth in zip(foregrounds, labels, strict=True):
+        if foreground.shape != truth.shape:
+            raise ValueError(f"foregrounds, labels: shapes {tuple(foreground.shape)} and {tuple(truth.shape)} differ")
+        matrix += confusion(oracle_labels(foreground, truth), truth, VOC_CLASSES)
+        valid = truth != IGNORE
+        scores.append(float(jaccard(foreground & valid, (truth > 0) & valid)))
+    return {"miou": mean_iou(matrix) * 100, "jaccard": float(np.mean(scores)) * 100 if scores else float("nan"),
+            "images": len(scores)}
+
+
 @torch.no_grad()
 def voc_coarse_segmentation(model: nn.Module, pairs: Sequence[tuple[str, str]],
                             transform: Callable[[torch.Tensor], torch.Tensor], *, image_size: int, layer: int = -1,
                             mass: float = MASS, progress: bool = True) -> dict[str, float]:
-    """Coarse segmentation of VOC images (module docstring): 21-class ``miou`` with the oracle foreground class and
-    the mean foreground ``jaccard`` (object pixels vs the attention mask; boundary pixels ignored)."""
+    """Coarse segmentation of VOC images (module docstring) scored by `voc_scores`."""
     model.eval()
     device = next(model.parameters()).device
-    matrix = torch.zeros(VOC_CLASSES, VOC_CLASSES, dtype=torch.int64)
-    scores = []
+    foregrounds, labels = [], []
     for image_file, label_file in tqdm(pairs, disable=not progress, desc="VOC"):
         image, (h, w) = load_image(image_file, image_size)
-        labels = read_label_png(label_file)
-        if labels.shape != (h, w):
-            raise ValueError(f"labels: {label_file!r} is {tuple(labels.shape)}, its image {(h, w)}")
+        truth = read_label_png(label_file)
+        if truth.shape != (h, w):
+            raise ValueError(f"labels: {label_file!r} is {tuple(truth.shape)}, its image {(h, w)}")
         batch = transform(image[None].to(device))
         grid = patch_grid(model, batch)
         mask = attention_masks(cls_attention(model, batch, layer)[0, 0], mass).unflatten(-1, grid).cpu()
-        foreground = upsample(mask, (h, w))
-        matrix += confusion(oracle_labels(foreground, labels), labels, VOC_CLASSES)
-        valid = labels != IGNORE
-        scores.append(float(jaccard(foreground & valid, (labels > 0) & valid)))
-    return {"miou": mean_iou(matrix) * 100, "jaccard": float(np.mean(scores)) * 100 if scores else float("nan"),
-            "images": len(pairs)}
+        foregrounds.append(upsample(mask, (h, w)))
+        labels.append(truth)
+    return voc_scores(foregrounds, labels)

@@ -39,6 +39,7 @@ from torch import nn
 from .. import checkpoint
 from ..analysis.maskcut import TAU
 from ..data.images import build_dataset
+from ..data.objects import ObjectImages
 from ..data.transforms import DeviceTransform
 from ..engine.loop import train
 from ..engine.task import get_preset, preset
@@ -121,11 +122,16 @@ def objects_vit() -> ClassificationConfig:
 
 
 # --------------------------------------------------------------------------------------------- measurement
-def splits(config: ClassificationConfig):
-    """The validation and test splits of ``config``'s dataset, as evaluation sees them."""
+def splits(config: ClassificationConfig, images: int | None = None):
+    """The validation and test splits of ``config``'s dataset as evaluation sees them (the first ``images`` of
+    each when given: smoke runs)."""
     data = dict(data_dir=config.data_dir, train=False, image_size=config.image_size, load_size=config.image_size,
                 eval_resize=config.image_size)
-    return build_dataset(config.dataset, "val", **data), build_dataset(config.dataset, "test", **data)
+    val, test = (build_dataset(config.dataset, split, **data) for split in ("val", "test"))
+    if images is None:
+        return val, test
+    return tuple(ObjectImages(d.images[:images], d.labels[:images], d.masks[:images], d.info.classes)
+                 for d in (val, test))
 
 
 def initial_model(config: ClassificationConfig) -> nn.Module:
@@ -146,10 +152,12 @@ def _select(val: Sequence[LayerScores], test: Sequence[LayerScores]) -> dict:
 
 
 @torch.no_grad()
-def measure(model: nn.Module, config: ClassificationConfig, *, progress: bool = False) -> dict:
+def measure(model: nn.Module, config: ClassificationConfig, *, images: int | None = None, progress: bool = False
+            ) -> dict:
     """Test accuracy (when the model has a classification head) and the per-layer segmentation scores of ``model``
-    on the validation and test splits of ``config``'s dataset, with the selected layer per method."""
-    val, test = splits(config)
+    on the validation and test splits of ``config``'s dataset (their first ``images`` if given), with the selected
+    layer per method."""
+    val, test = splits(config, images)
     transform = DeviceTransform(config.image_size, config.mean, config.std, train=False)
     model = model.float().cpu().eval()
     val_scores = evaluate_objects(model, val, transform, progress=progress)
@@ -162,17 +170,18 @@ def measure(model: nn.Module, config: ClassificationConfig, *, progress: bool = 
             "test": [dataclasses.asdict(s) for s in test_scores], "selected": _select(val_scores, test_scores)}
 
 
-def measure_checkpoint(path: str | Path, config: ClassificationConfig | None = None, *, progress: bool = False) -> dict:
+def measure_checkpoint(path: str | Path, config: ClassificationConfig | None = None, *, images: int | None = None,
+                       progress: bool = False) -> dict:
     """`measure` for any crate_nn checkpoint with a class-token image backbone (a classifier, or e.g. a DINO-trained
     CRATE/ViT from another system): the plug-in point for extra rows of the table. The data settings come from
     ``config`` (default: the ``objects_crate`` preset; the backbone must take 32² RGB images)."""
-    return measure(checkpoint.load(path), config or get_preset("objects_crate"), progress=progress)
+    return measure(checkpoint.load(path), config or get_preset("objects_crate"), images=images, progress=progress)
 
 
-def references(config: ClassificationConfig) -> dict:
+def references(config: ClassificationConfig, images: int | None = None) -> dict:
     """Scores without a network on the test split: MaskCut on the raw (normalised) patch pixels, and the ceiling of
     any mask at patch resolution (the true mask downsampled to the grid by majority, upsampled back)."""
-    _, test = splits(config)
+    _, test = splits(config, images)
     patch = config.model_args.get("patch_size", SIZE["patch_size"])
     grid = (config.image_size // patch, config.image_size // patch)
     transform = DeviceTransform(config.image_size, config.mean, config.std, train=False)
@@ -257,11 +266,12 @@ def _train_cached(config: ClassificationConfig) -> str:
 
 def run_experiment(output_dir: str | Path, *, seeds: Sequence[int] = (0, 1, 2), variants: Sequence[str] = tuple(VARIANTS),
                    overrides: Mapping | None = None, extra: Mapping[str, Sequence[str]] | None = None,
-                   progress: bool = True) -> dict:
+                   images: int | None = None, progress: bool = True) -> dict:
     """Train (or reuse) every variant for every seed under ``output_dir/<variant>-seed<s>``, measure the trained
     models and their initialisations, add ``extra`` checkpoints (name → one checkpoint per seed), and return the
     results (``runs``, ``references``, ``summary``, ``verdicts``, and ``examples`` of the first seed's models). ``overrides``: config fields applied to every
-    preset (e.g. ``epochs`` for a shorter schedule; recorded in the results)."""
+    preset (e.g. ``epochs`` for a shorter schedule; recorded in the results); ``images``: measure on the first
+    images of each split only (smoke runs)."""
     output_dir = Path(output_dir)
     overrides = dict(overrides or {})
     runs, configs, shown = [], {}, {}
@@ -273,17 +283,18 @@ def run_experiment(output_dir: str | Path, *, seeds: Sequence[int] = (0, 1, 2), 
             configs[variant] = {k: v for k, v in config.to_dict().items() if k not in ("seed", "output_dir")}
             trained = checkpoint.load(_train_cached(config))
             for state, model in (("trained", trained), ("init", initial_model(config))):
-                runs.append({"name": variant, "seed": seed, "state": state, **measure(model, config)})
+                runs.append({"name": variant, "seed": seed, "state": state, **measure(model, config, images=images)})
                 if state == "trained" and seed == seeds[0]:
                     shown[variant] = examples(model, config, runs[-1]["selected"])
     base = get_preset("objects_crate", **{k: v for k, v in overrides.items() if k not in ("model", "model_args")})
     for name, paths in (extra or {}).items():
         for seed, path in enumerate(paths):
             runs.append({"name": name, "seed": seed, "state": "trained", "checkpoint": str(path),
-                         **measure_checkpoint(path, base)})
+                         **measure_checkpoint(path, base, images=images)})
     summary = summarize(runs)
-    return {"seeds": list(seeds), "overrides": overrides, "configs": configs, "runs": runs, "examples": shown,
-            "references": references(base), "summary": summary, "verdicts": verdicts(summary)}
+    return {"seeds": list(seeds), "overrides": overrides, "images": images, "configs": configs, "runs": runs,
+            "examples": shown, "references": references(base, images), "summary": summary,
+            "verdicts": verdicts(summary)}
 
 
 # --------------------------------------------------------------------------------------------- report
