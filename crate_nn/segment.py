@@ -28,10 +28,9 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from . import checkpoint
 from .data.images import IMAGENET_MEAN, IMAGENET_STD
 from .data.transforms import DeviceTransform
-from .official.classifier import load_official_checkpoint
+from .evaluate import load_model
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -86,14 +85,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def load_backbone(args: argparse.Namespace) -> tuple[nn.Module, DeviceTransform, int]:
     """The model (float32, eval mode, on ``args.device``), its input transform and the image side to use."""
-    if not Path(args.checkpoint).is_file():
-        raise ValueError(f"checkpoint: {args.checkpoint!r} does not exist")
-    train_config: dict = {}
-    if args.official:
-        model = load_official_checkpoint(args.checkpoint, name=args.model)
-    else:
-        model = checkpoint.load(args.checkpoint)
-        train_config = checkpoint.read(args.checkpoint).get("train_config") or {}
+    model, train_config = load_model(args.checkpoint, args.official, args.model)
     size = args.image_size or model.config.image_size
     if size % model.config.patch_size:
         raise ValueError(f"image_size: {size} is not divisible by the model's patch size {model.config.patch_size}")

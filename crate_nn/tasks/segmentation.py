@@ -55,6 +55,8 @@ VARIANTS = {  # Table 17: the blocks differ, nothing else
     "crate_mhsa": dict(attention="mhsa", feedforward="ista"),
     "vit": dict(attention="mhsa", feedforward="mlp"),
 }
+LABELS = {"crate": "CRATE (MSSA+ISTA)", "crate_mlp": "CRATE-MLP (MSSA+MLP)", "crate_mhsa": "CRATE-MHSA (MHSA+ISTA)",
+          "vit": "ViT (MHSA+MLP)"}
 SIZE = dict(patch_size=4, dim=48, depth=3, heads=4)  # 32² images → an 8×8 patch grid
 METHODS = ("attention", "maskcut")
 METRICS = ("miou", "jaccard", "corloc")
@@ -73,52 +75,31 @@ def objects_recipe(variant: str) -> ClassificationConfig:
     )
 
 
-@preset
-def objects_crate() -> ClassificationConfig:
-    """CRATE (MSSA + ISTA) on the built-in ``objects`` dataset: the CRATE row of the laptop-scale Table 17.
+PRESET_DOC = """{label} on the built-in ``objects`` dataset: its row of the laptop-scale Table 17.
 
-    Model: 32² RGB images, 4² patches (8×8 grid + [CLS]), d = 48, 3 layers, 4 heads (the four ``objects_*``
-    presets differ only in the blocks). Recipe (shared): AdamW lr 2e-3, betas (0.9, 0.999), weight decay 0.05 (not
-    on norms, biases, embeddings), batch 32, 12 epochs of the 3,879 training images with a 1-epoch warm-up then
-    cosine, no augmentation (positions, scales and colours are already random), no label smoothing, float32.
-    Chosen on the validation split's classification accuracy only (never on a segmentation number): the smallest
-    model and schedule that every architecture learns on a CPU.
+    The four ``objects_*`` presets (crate, crate_mlp, crate_mhsa, vit) differ only in the blocks. Model: 32² RGB
+    images, 4² patches (8×8 grid + [CLS]), d = 48, 3 layers, 4 heads. Recipe: AdamW lr 2e-3, betas (0.9, 0.999),
+    weight decay 0.05 (not on norms, biases, embeddings), batch 32, 12 epochs of the 3,879 training images with a
+    1-epoch warm-up then cosine, no augmentation (positions, scales and colours are already random), no label
+    smoothing, float32. Chosen on the validation split's classification accuracy only (never on a segmentation
+    number): the smallest model and schedule that every architecture learns on a CPU.
 
-    Command:  crate-train --preset objects_crate        (the whole table: crate-segment experiment)
-    Expected and wall time: see the table in ``crate_nn/tasks/segmentation_results/`` (README: "Emergent
-    segmentation").
+    Command:  crate-train --preset objects_{variant}        (the whole table: crate-segment experiment)
+    Expected and wall time: ``results/segmentation/table.md`` (README, "Emergent segmentation").
     """
-    return objects_recipe("crate")
 
 
-@preset
-def objects_crate_mlp() -> ClassificationConfig:
-    """CRATE-MLP (MSSA + the ViT MLP) on ``objects``: the recipe and sizes of ``objects_crate``, other blocks.
+def _register_preset(variant: str) -> None:
+    def make() -> ClassificationConfig:
+        return objects_recipe(variant)
 
-    Command:  crate-train --preset objects_crate_mlp
-    Expected and wall time: the table in ``crate_nn/tasks/segmentation_results/``.
-    """
-    return objects_recipe("crate_mlp")
-
-
-@preset
-def objects_crate_mhsa() -> ClassificationConfig:
-    """CRATE-MHSA (the ViT MHSA + ISTA) on ``objects``: the recipe and sizes of ``objects_crate``, other blocks.
-
-    Command:  crate-train --preset objects_crate_mhsa
-    Expected and wall time: the table in ``crate_nn/tasks/segmentation_results/``.
-    """
-    return objects_recipe("crate_mhsa")
+    make.__name__ = make.__qualname__ = f"objects_{variant}"
+    make.__doc__ = PRESET_DOC.format(label=LABELS[variant], variant=variant)
+    preset(make)
 
 
-@preset
-def objects_vit() -> ClassificationConfig:
-    """ViT (MHSA + MLP) on ``objects``: the recipe and sizes of ``objects_crate``, the ViT blocks.
-
-    Command:  crate-train --preset objects_vit
-    Expected and wall time: the table in ``crate_nn/tasks/segmentation_results/``.
-    """
-    return objects_recipe("vit")
+for _variant in VARIANTS:
+    _register_preset(_variant)
 
 
 # --------------------------------------------------------------------------------------------- measurement
@@ -300,8 +281,6 @@ def run_experiment(output_dir: str | Path, *, seeds: Sequence[int] = (0, 1, 2), 
 # --------------------------------------------------------------------------------------------- report
 EXAMPLES = 8  # test images shown in the example figures
 
-LABELS = {"crate": "CRATE (MSSA+ISTA)", "crate_mlp": "CRATE-MLP (MSSA+MLP)", "crate_mhsa": "CRATE-MHSA (MHSA+ISTA)",
-          "vit": "ViT (MHSA+MLP)"}
 
 
 @torch.no_grad()
