@@ -9,7 +9,7 @@ COCO val2017 (class-agnostic detection and segmentation AP of MaskCut, Table 7; 
 PASCAL VOC 2012 coarse segmentation (attention masks, 21-class mIoU with the oracle class, Table 17):
     crate-segment voc CKPT --voc-dir /data/VOCdevkit --layer -1 --output voc.json
 The laptop-scale Table 17 (trains CRATE, CRATE-MLP, CRATE-MHSA and ViT on the built-in objects dataset):
-    crate-segment experiment --seeds 0 1 2 --output-dir runs/objects
+    crate-segment experiment --seeds 0 1 2 --output-dir runs/objects --report-dir results/segmentation
     crate-segment experiment --extra crate_dino=runs/dino0/checkpoints/last.pt,runs/dino1/checkpoints/last.pt
 
 Images are resized to --image-size (default: the model's) without keeping their aspect ratio, as MaskCut does;
@@ -70,7 +70,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     experiment = commands.add_parser("experiment", help="the laptop-scale Table 17 on the built-in objects data")
     experiment.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     experiment.add_argument("--variants", nargs="+", default=None, help="crate crate_mlp crate_mhsa vit (default all)")
-    experiment.add_argument("--output-dir", default="runs/objects")
+    experiment.add_argument("--output-dir", default="runs/objects", help="the training runs (one folder each)")
+    experiment.add_argument("--report-dir", default=None, help="results.json, table.md and figures (default: "
+                            "--output-dir; the committed table: results/segmentation)")
     experiment.add_argument("--epochs", type=int, default=None, help="override the presets' epochs")
     experiment.add_argument("--max-steps", type=int, default=None, help="stop every training early (smoke runs)")
     experiment.add_argument("--extra", action="append", default=[], metavar="NAME=CKPT[,CKPT...]",
@@ -174,8 +176,9 @@ def experiment(args: argparse.Namespace) -> dict:
     overrides = {k: v for k, v in (("epochs", args.epochs), ("max_steps", args.max_steps)) if v is not None}
     results = run_experiment(args.output_dir, seeds=args.seeds, variants=variants, overrides=overrides, extra=extra)
     _, test = splits(get_preset("objects_crate"))
-    written = write_report(results, args.output_dir, test.images[:8])
-    print(Path(args.output_dir, "table.md").read_text())
+    report = args.report_dir or args.output_dir
+    written = write_report(results, report, test.images[:8])
+    print(Path(report, "table.md").read_text())
     return {"written": written, "verdicts": {k: v["verdict"] for k, v in results["verdicts"].items()}}
 
 

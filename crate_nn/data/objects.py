@@ -5,20 +5,22 @@ random on a cluttered background, with the object's pixel mask and box as ground
 
 An image of side S is drawn as follows (all randomness from one seeded generator per split):
 
-* background: a smooth colour field (a random 4×4 RGB grid in [0, 1], upsampled bicubically to S×S), plus
-  3–6 clutter strokes — straight segments of length 0.15–0.3 S and width ≈ 0.05 S in random colours — so that
-  colour edges alone do not single out the object;
-* object: the 8×8 digit upsampled bilinearly to a random side of 0.45–0.75 S at a random position, in a random
-  colour drawn like the strokes' colours; its opacity is ``clip((v − 0.25) / 0.35, 0, 1)`` of the upsampled
-  intensity v ∈ [0, 1], and the ground-truth mask is where that opacity is ≥ 1/2;
-* colours of the object and the strokes are kept at least 0.35 (mean absolute RGB difference) from the background
-  under them, so every object is visible; pixel noise N(0, 0.03²) is added and the image stored as uint8.
+* background: a smooth dark colour field (a random 4×4 RGB grid with values in [0, 0.5], upsampled bicubically
+  to S×S), plus 1–3 clutter strokes — straight segments of length 0.15–0.3 S and width ≈ 0.05 S — painted in
+  colours drawn like the object's, so that bright pixels alone do not single out the object;
+* object: the 8×8 digit upsampled bilinearly to a random side of 0.55–0.85 S at a random position, in a random
+  colour with values in [0.5, 1]; its opacity is ``clip((v − 0.25) / 0.35, 0, 1)`` of the upsampled intensity
+  v ∈ [0, 1], and the ground-truth mask is where that opacity is ≥ 1/2;
+* every painted colour is redrawn until its mean absolute RGB difference from the background field under it is at
+  least 0.35, so every object is visible; pixel noise N(0, 0.03²) is added and the image stored as uint8.
 
 Splits follow the digits' fixed split (`crate_nn.data.images.digits`): the objects of ``train`` / ``val`` /
-``test`` are distinct digit images; ``train`` renders each of its 1,293 digits ``COPIES["train"]`` = 3 times at
-different places, colours and scales (3,879 images), ``val`` 2 times (288), ``test`` once (360). The rendering seed
-is fixed (``OBJECTS_SEED``), whatever the training seed, so every model of a comparison is trained and measured on
-the same images.
+``test`` are distinct digit images; ``train`` renders each of its 1,293 digits ``COPIES["train"]`` = 8 times at
+different places, colours and scales (10,344 images), ``val`` 2 times (288), ``test`` once (360). The rendering
+seed is fixed (``OBJECTS_SEED``), whatever the training seed, so every model of a comparison is trained and
+measured on the same images. The difficulty (1–3 strokes, objects of 0.55–0.85 S) was set so that CRATE and ViT
+of the ``objects_*`` presets learn the classification within minutes on a CPU: with 3–6 strokes and objects of
+0.45–0.75 S, CRATE reached 35% and ViT 56% validation accuracy after 3,000 steps.
 """
 from __future__ import annotations
 
@@ -32,11 +34,11 @@ from ..analysis.maskcut import mask_boxes
 from .images import TensorImages, digits
 
 OBJECTS_SEED = 0
-COPIES = {"train": 3, "val": 2, "test": 1, "trainval": 3}
+COPIES = {"train": 8, "val": 2, "test": 1, "trainval": 8}
 SPLIT_STREAMS = {"train": 0, "val": 1, "test": 2, "trainval": 3}
 MIN_CONTRAST = 0.35
-STROKES = (3, 6)  # clutter strokes per image, inclusive range
-OBJECT_SIDE = (0.45, 0.75)  # the object's side as a fraction of the image side
+STROKES = (1, 3)  # clutter strokes per image, inclusive range
+OBJECT_SIDE = (0.55, 0.85)  # the object's side as a fraction of the image side
 BACKGROUND = (0.0, 0.5)  # range of the background field's values
 FOREGROUND = (0.5, 1.0)  # range of the object's and the strokes' colour values
 

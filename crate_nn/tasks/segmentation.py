@@ -69,8 +69,8 @@ def objects_recipe(variant: str) -> ClassificationConfig:
         raise ValueError(f"variant: expected one of {', '.join(VARIANTS)}, got {variant!r}")
     return ClassificationConfig(
         model="crate_tiny", model_args={**SIZE, **VARIANTS[variant]}, dataset="objects", image_size=32,
-        test_split="test", mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5), augment="none", optimizer="adamw", lr=2e-3,
-        weight_decay=0.05, betas=(0.9, 0.999), batch_size=32, epochs=12, warmup_epochs=1.0, label_smoothing=0.0,
+        test_split="test", mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5), augment="none", optimizer="adamw", lr=3e-3,
+        weight_decay=0.05, betas=(0.9, 0.999), batch_size=32, epochs=10, warmup_epochs=1.0, label_smoothing=0.0,
         num_workers=0, checkpoint_every=0, log_every=20, precision="fp32", output_dir=f"runs/objects_{variant}",
     )
 
@@ -78,11 +78,14 @@ def objects_recipe(variant: str) -> ClassificationConfig:
 PRESET_DOC = """{label} on the built-in ``objects`` dataset: its row of the laptop-scale Table 17.
 
     The four ``objects_*`` presets (crate, crate_mlp, crate_mhsa, vit) differ only in the blocks. Model: 32² RGB
-    images, 4² patches (8×8 grid + [CLS]), d = 48, 3 layers, 4 heads. Recipe: AdamW lr 2e-3, betas (0.9, 0.999),
-    weight decay 0.05 (not on norms, biases, embeddings), batch 32, 12 epochs of the 3,879 training images with a
-    1-epoch warm-up then cosine, no augmentation (positions, scales and colours are already random), no label
-    smoothing, float32. Chosen on the validation split's classification accuracy only (never on a segmentation
-    number): the smallest model and schedule that every architecture learns on a CPU.
+    images, 4² patches (8×8 grid + [CLS]), d = 48, 3 layers, 4 heads. Recipe: AdamW lr 3e-3, betas (0.9, 0.999),
+    weight decay 0.05 (not on norms, biases, embeddings), batch 32, 10 epochs of the 10,344 training images
+    (3,230 steps) with a 1-epoch warm-up then cosine, no augmentation (positions, scales and colours are already
+    random), no label smoothing, float32. Not from the paper (its S/8 models train on ImageNet-21K): chosen so that
+    every architecture learns the task within minutes on one CPU core, by classification accuracy on the
+    validation split only — no segmentation number was looked at: constant learning rates 1e-3, 2e-3, 3e-3 at
+    batch 32 and 64 were compared over 500–3,000 steps (3e-3 at batch 32 learned fastest for CRATE and ViT), and
+    the dataset's difficulty was lowered once (see `crate_nn.data.objects`).
 
     Command:  crate-train --preset objects_{variant}        (the whole table: crate-segment experiment)
     Expected and wall time: ``results/segmentation/table.md`` (README, "Emergent segmentation").

@@ -157,13 +157,13 @@ def _table(mode: str, seed: int) -> tuple[dict, str]:
         results = experiment.run_experiment(folder, seeds=tuple(range(3 * seed, 3 * seed + 3)), progress=False)
         return json.loads(json.dumps(results)), f"measured now in {folder}"
     if not RESULTS.is_file():
-        raise FileNotFoundError(f"{RESULTS} is missing: run `crate-segment experiment --output-dir "
+        raise FileNotFoundError(f"{RESULTS} is missing: run `crate-segment experiment --report-dir "
                                 f"{RESULTS.parent}` (or python -m verify --full)")
     results = json.loads(RESULTS.read_text())
     saved = {v: {k: val for k, val in c.items() if k not in ("progress",)} for v, c in results["configs"].items()}
     if saved != _current_configs() or results.get("overrides") or results.get("images"):
         raise ValueError(f"{RESULTS} was measured with another recipe than the objects_* presets now give; re-run "
-                         f"`crate-segment experiment --output-dir {RESULTS.parent}`")
+                         f"`crate-segment experiment --report-dir {RESULTS.parent}`")
     return results, f"committed run {RESULTS.relative_to(RESULTS.parents[2])}, seeds {results['seeds']}"
 
 
