@@ -70,16 +70,19 @@ def read_real_labels(path: str, dataset: ImageFiles) -> list[list[int]]:
     return labels
 
 
+def load_model(path: str, official: bool = False, name: str | None = None) -> tuple:
+    """(model, its training config or {}) of a crate_nn checkpoint, or of the authors' file when ``official``
+    (``name``: the registered size giving its heads); ValueError when the file is missing."""
+    if not Path(path).is_file():
+        raise ValueError(f"checkpoint: {path!r} does not exist")
+    if official:
+        return load_official_checkpoint(path, name=name), {}
+    return checkpoint.load(path), checkpoint.read(path).get("train_config") or {}
+
+
 def run(args: argparse.Namespace) -> dict:
     """Load, build the data, evaluate; ValueError naming the problem for bad input."""
-    if not Path(args.checkpoint).is_file():
-        raise ValueError(f"checkpoint: {args.checkpoint!r} does not exist")
-    train_config: dict = {}
-    if args.official:
-        model = load_official_checkpoint(args.checkpoint, name=args.model)
-    else:
-        model = checkpoint.load(args.checkpoint)
-        train_config = checkpoint.read(args.checkpoint).get("train_config") or {}
+    model, train_config = load_model(args.checkpoint, args.official, args.model)
     if getattr(model, "family", None) != "classifier":
         raise ValueError(f"checkpoint: {args.checkpoint!r} holds a {getattr(model, 'family', '?')} model; crate-eval "
                          "evaluates classifiers")

@@ -15,6 +15,7 @@ Layouts understood (``--dataset``):
 * ``synthetic``: seeded random images of any size with random labels, for smoke and throughput runs.
 * ``shards``: ``<root>/<split>/`` written by ``crate-pack`` from an image folder: images decoded once and stored
   pre-resized as memory-mapped uint8 arrays (`crate_nn.data.shards`).
+* ``objects``: the digits placed on clutter at ``image_size``, with ground-truth object masks (`crate_nn.data.objects`).
 
 Image files are decoded with Pillow in DataLoader workers into fixed-size uint8 tensors: for training the shorter
 side is resized to ``load_size`` and the central square kept (so batches can be augmented on the device; random
@@ -40,7 +41,7 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
 MAX_REFILL = 64  # consecutive unreadable files a training set skips before it declares the folder broken
-DATASETS = ("imagenet", "imagefolder", "cifar10", "cifar100", "flowers102", "pets", "digits", "synthetic", "shards")
+DATASETS = ("imagenet", "imagefolder", "cifar10", "cifar100", "flowers102", "pets", "digits", "synthetic", "shards", "objects")
 
 
 @dataclass
@@ -339,6 +340,10 @@ def build_dataset(
         raise ValueError(f"dataset: expected one of {', '.join(DATASETS)}, got {name!r}")
     if name == "digits":
         return digits(split)
+    if name == "objects":
+        from .objects import objects
+
+        return objects(split, image_size)
     if name == "synthetic":
         # Different splits are different random images (offset seeds), like a real train/val pair.
         offset = {"train": 0, "val": 1, "test": 2}.get(split, 3)

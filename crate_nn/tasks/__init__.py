@@ -4,12 +4,14 @@
     language         causal and masked language modelling (CRATE-GPT, CRATE-BERT), GLUE fine-tuning
     dino             self-distillation with CRATE-DINO (student, EMA teacher, multi-crop, k-NN)
     mae              masked autoencoding with CRATE-MAE (pre-training, reconstructions, linear probe)
+    segmentation     presets and runner of the emergent-segmentation experiment (laptop-scale Table 17)
 """
 from ..engine.task import PRESETS, get_preset, list_presets
 from . import (
            classification,
            language,  # noqa: F401 - registers the language tasks and presets
            mae,  # noqa: F401 - registers the MAE task and presets
+           segmentation,  # noqa: F401 - registers the objects_* presets
 )
 from .classification import ClassificationConfig, ClassificationTask
 from .dino import DINOTask, DINOTrainConfig

@@ -1,0 +1,209 @@
+"""``crate-segment``: emergent segmentation of a checkpoint — figures for your images, COCO/VOC scores, and the
+controlled CRATE-vs-ViT experiment (Sec. 4.3, App. C.10, Tables 7 and 17).
+
+Figures for your own images (class-token attention per head, MaskCut masks and boxes, PCA of the patch codes):
+    crate-segment maps runs/objects_crate/checkpoints/last.pt photo1.jpg photo2.jpg --layer -2 --output-dir seg/
+    crate-segment maps crate_small.pth --official --model crate_small photo.jpg
+COCO val2017 (class-agnostic detection and segmentation AP of MaskCut, Table 7; needs pycocotools):
+    crate-segment coco CKPT --coco-dir /data/coco --layer -1 --image-size 480 --output coco.json
+PASCAL VOC 2012 coarse segmentation (attention masks, 21-class mIoU with the oracle class, Table 17):
+    crate-segment voc CKPT --voc-dir /data/VOCdevkit --layer -1 --output voc.json
+The laptop-scale Table 17 (trains CRATE, CRATE-MLP, CRATE-MHSA and ViT on the built-in objects dataset):
+    crate-segment experiment --seeds 0 1 2 --output-dir runs/objects --report-dir results/segmentation
+    crate-segment experiment --extra crate_dino=runs/dino0/checkpoints/last.pt,runs/dino1/checkpoints/last.pt
+
+Images are resized to --image-size (default: the model's) without keeping their aspect ratio, as MaskCut does;
+a size other than the model's resamples the position embedding. Normalisation comes from the checkpoint's
+training config (ImageNet's mean and std otherwise). Errors are one line naming the argument, exit status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .data.images import IMAGENET_MEAN, IMAGENET_STD
+from .data.transforms import DeviceTransform
+from .evaluate import load_model
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("checkpoint", help="a crate_nn checkpoint (or the authors' with --official)")
+    parser.add_argument("--official", action="store_true", help="the file is in the authors' format")
+    parser.add_argument("--model", default=None, help="registered size for --official files (gives the heads)")
+    parser.add_argument("--layer", type=int, default=-1, help="encoder layer, 0-based, negative from the end "
+                        "(the papers show -2 for CRATE, -1 for ViT)")
+    parser.add_argument("--image-size", type=int, default=None, help="side the images are resized to")
+    parser.add_argument("--tau", type=float, default=0.2, help="MaskCut's cosine threshold of the binary graph")
+    parser.add_argument("--device", default="cpu")
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="crate-segment", description=__doc__.split("\n\n")[0],
+                                     epilog=__doc__.split("\n\n", 1)[1],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    maps = commands.add_parser("maps", help="attention, MaskCut and PCA figures for image files")
+    _common(maps)
+    maps.add_argument("images", nargs="+", help="image files")
+    maps.add_argument("--num-objects", type=int, default=3)
+    maps.add_argument("--output-dir", default="segmentation")
+    coco = commands.add_parser("coco", help="MaskCut AP on COCO (class-agnostic)")
+    _common(coco)
+    coco.add_argument("--coco-dir", required=True, help="holds annotations/instances_<split>.json and <split>/")
+    coco.add_argument("--split", default="val2017")
+    coco.add_argument("--num-objects", type=int, default=3)
+    coco.add_argument("--limit", type=int, default=None, help="only the first N images")
+    coco.add_argument("--output", default=None, help="also write the metrics to this JSON file")
+    voc = commands.add_parser("voc", help="coarse segmentation mIoU on PASCAL VOC 2012")
+    _common(voc)
+    voc.add_argument("--voc-dir", required=True, help="VOCdevkit/VOC2012 or a folder containing it")
+    voc.add_argument("--split", default="val")
+    voc.add_argument("--mass", type=float, default=0.6, help="attention mass kept by the threshold")
+    voc.add_argument("--output", default=None, help="also write the metrics to this JSON file")
+    experiment = commands.add_parser("experiment", help="the laptop-scale Table 17 on the built-in objects data")
+    experiment.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    experiment.add_argument("--variants", nargs="+", default=None, help="crate crate_mlp crate_mhsa vit (default all)")
+    experiment.add_argument("--output-dir", default="runs/objects", help="the training runs (one folder each)")
+    experiment.add_argument("--report-dir", default=None, help="results.json, table.md and figures (default: "
+                            "--output-dir; the committed table: results/segmentation)")
+    experiment.add_argument("--epochs", type=int, default=None, help="override the presets' epochs")
+    experiment.add_argument("--max-steps", type=int, default=None, help="stop every training early (smoke runs)")
+    experiment.add_argument("--extra", action="append", default=[], metavar="NAME=CKPT[,CKPT...]",
+                            help="extra backbones as rows, one checkpoint per seed (e.g. DINO-trained CRATE)")
+    args = parser.parse_args(argv)
+    for name in ("image_size", "num_objects", "limit", "epochs", "max_steps"):
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            parser.error(f"argument --{name.replace('_', '-')}: expected a positive integer, got {value}")
+    return args
+
+
+def load_backbone(args: argparse.Namespace) -> tuple[nn.Module, DeviceTransform, int]:
+    """The model (float32, eval mode, on ``args.device``), its input transform and the image side to use."""
+    model, train_config = load_model(args.checkpoint, args.official, args.model)
+    size = args.image_size or model.config.image_size
+    if size % model.config.patch_size:
+        raise ValueError(f"image_size: {size} is not divisible by the model's patch size {model.config.patch_size}")
+    if size != model.config.image_size:
+        model.config = dataclasses.replace(model.config, dynamic_img_size=True)
+    mean, std = train_config.get("mean", IMAGENET_MEAN), train_config.get("std", IMAGENET_STD)
+    if len(mean) != model.config.in_channels:
+        raise ValueError(f"checkpoint: normalisation for {len(mean)} channels, the model takes "
+                         f"{model.config.in_channels}")
+    device = torch.device(args.device)
+    return model.float().eval().to(device), DeviceTransform(size, mean, std, train=False).to(device), size
+
+
+def maps(args: argparse.Namespace) -> dict:
+    """Per image: ``<stem>_attention.png``, ``<stem>_maskcut.png`` (and the boxes in ``boxes.json``); for all images
+    together ``pca.png``."""
+    from .analysis.maskcut import mask_boxes, maskcut
+    from .analysis.segmentation import (
+        cls_attention,
+        patch_codes,
+        patch_grid,
+        pca_images,
+        plot_attention_maps,
+        plot_masks,
+        plot_pca,
+        upsample,
+    )
+    from .evaluation.segmentation import load_image
+
+    model, transform, size = load_backbone(args)
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    missing = [p for p in args.images if not Path(p).is_file()]
+    if missing:
+        raise ValueError(f"images: {missing[0]!r} does not exist")
+    images = torch.stack([load_image(p, size)[0] for p in args.images])
+    batch = transform(images.to(args.device))
+    grid = patch_grid(model, batch)
+    attention = cls_attention(model, batch, args.layer)[0].unflatten(-1, grid).cpu()
+    codes = patch_codes(model, batch, args.layer)[0].cpu()
+    boxes = {}
+    for path, image, maps_, code in zip(args.images, images, attention, codes):
+        stem = Path(path).stem
+        plot_attention_maps(image, upsample(maps_, size), f"{stem}: [CLS] attention, layer {args.layer}").savefig(
+            out / f"{stem}_attention.png", dpi=120)
+        masks = upsample(torch.from_numpy(maskcut(code, grid, args.num_objects, tau=args.tau).masks), size)
+        kept = masks[masks.flatten(1).any(dim=1)]
+        plot_masks(image, kept, mask_boxes(kept), f"{stem}: MaskCut, layer {args.layer}").savefig(
+            out / f"{stem}_maskcut.png", dpi=120)
+        boxes[path] = mask_boxes(kept).tolist()
+    plot_pca(images, pca_images(codes, grid), f"PCA of the patch codes, layer {args.layer}").savefig(
+        out / "pca.png", dpi=120)
+    (out / "boxes.json").write_text(json.dumps(boxes, indent=1) + "\n")
+    return {"output_dir": str(out), "images": len(args.images), "boxes": boxes}
+
+
+def coco(args: argparse.Namespace) -> dict:
+    from .evaluation.segmentation import coco_ap, maskcut_predictions, read_coco_images
+
+    annotations = Path(args.coco_dir) / "annotations" / f"instances_{args.split}.json"
+    images = read_coco_images(annotations, Path(args.coco_dir) / args.split)[: args.limit]
+    model, transform, size = load_backbone(args)
+    predictions = maskcut_predictions(model, images, transform, image_size=size, layer=args.layer,
+                                      num_objects=args.num_objects, tau=args.tau)
+    return {"images": len(images), "predictions": len(predictions),
+            **coco_ap(annotations, predictions, image_ids=[im["id"] for im in images])}
+
+
+def voc(args: argparse.Namespace) -> dict:
+    from .evaluation.segmentation import read_voc, voc_coarse_segmentation
+
+    pairs = read_voc(args.voc_dir, args.split)
+    model, transform, size = load_backbone(args)
+    return voc_coarse_segmentation(model, pairs, transform, image_size=size, layer=args.layer, mass=args.mass)
+
+
+def experiment(args: argparse.Namespace) -> dict:
+    from .tasks import get_preset
+    from .tasks.segmentation import VARIANTS, run_experiment, splits, write_report
+
+    variants = args.variants or list(VARIANTS)
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        raise ValueError(f"variants: {unknown} are not among {list(VARIANTS)}")
+    extra = {}
+    for item in args.extra:
+        name, _, paths = item.partition("=")
+        if not name or not paths:
+            raise ValueError(f"extra: expected NAME=CKPT[,CKPT...], got {item!r}")
+        extra[name] = paths.split(",")
+        missing = [p for p in extra[name] if not Path(p).is_file()]
+        if missing:
+            raise ValueError(f"extra: checkpoint {missing[0]!r} does not exist")
+    overrides = {k: v for k, v in (("epochs", args.epochs), ("max_steps", args.max_steps)) if v is not None}
+    results = run_experiment(args.output_dir, seeds=args.seeds, variants=variants, overrides=overrides, extra=extra)
+    _, test = splits(get_preset("objects_crate"))
+    report = args.report_dir or args.output_dir
+    written = write_report(results, report, test.images[:8])
+    print(Path(report, "table.md").read_text())
+    return {"written": written, "verdicts": {k: v["verdict"] for k, v in results["verdicts"].items()}}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``crate-segment`` (``python -m crate_nn.segment``): prints the results as JSON."""
+    args = parse_args(argv)
+    try:
+        result = {"maps": maps, "coco": coco, "voc": voc, "experiment": experiment}[args.command](args)
+    except (ValueError, TypeError, ImportError) as err:
+        print(f"crate-segment: {err}", file=sys.stderr)
+        return 2
+    text = json.dumps(result, indent=2)
+    print(text)
+    if getattr(args, "output", None):
+        Path(args.output).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,405 @@
+"""Table 17 at laptop scale: does segmentation emerge in CRATE, and not in ViT, under supervised classification?
+
+The controlled experiment (Sec. 4.3, App. C.10): the four architectures of Table 17 — CRATE (MSSA + ISTA),
+CRATE-MLP (MSSA + MLP), CRATE-MHSA (MHSA + ISTA) and ViT (MHSA + MLP) — with the same width, depth, heads, patch
+embedding, head and initialisation, trained with one recipe (the ``objects_*`` presets) on the built-in
+``objects`` dataset (`crate_nn.data.objects`: digits on clutter with ground-truth masks), several seeds each. For
+each trained model and, as a control, for its random initialisation (same seed), `measure` scores:
+
+* classification top-1 on the 360 test images;
+* at every layer, the masks of the class token's attention (eq. 437/438, mean over heads, 60% of the mass) and of
+  MaskCut on the patch codes (one object), by mIoU (object/background), Jaccard and CorLoc against the true masks
+  (`crate_nn.evaluation.segmentation.evaluate_objects`).
+
+The layer of each method is chosen per model on the validation split (288 images, highest mIoU) and scored on the
+test split, so no architecture gets a layer picked on its test numbers (the papers show the second-to-last layer
+for CRATE and the last for ViT; every layer's numbers are kept in ``results.json``). Two references without a
+network frame the numbers: MaskCut on the raw pixels of the patches (what low-level colour grouping gives), and
+the ceiling of a patch-resolution mask (the true mask downsampled to the patch grid by majority and upsampled).
+
+`compare` decides "A > B" when the difference of the seed means exceeds twice its standard error
+(√(s_A²/n_A + s_B²/n_B)); `verdicts` turns the summary into the statements the audit checks
+(``verify/claims/segmentation.py``). ``crate-segment experiment`` runs it all and writes ``results.json``,
+``table.md`` and figures. Other backbones — e.g. a DINO-trained CRATE or ViT — join the table as extra rows through
+`measure_checkpoint` (``crate-segment experiment --extra NAME=CKPT[,CKPT...]``): any crate_nn checkpoint whose
+model has a class token, a patch embedding and an encoder.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from .. import checkpoint
+from ..analysis.maskcut import TAU
+from ..analysis.segmentation import upsample
+from ..data.images import build_dataset
+from ..data.objects import ObjectImages
+from ..data.transforms import DeviceTransform
+from ..engine.loop import train
+from ..engine.task import get_preset, preset
+from ..evaluation.segmentation import LayerScores, evaluate_objects, maskcut_masks, score_masks
+from ..models.embedding import patchify
+from ..models.registry import create_model
+from .classification import ClassificationConfig
+
+VARIANTS = {  # Table 17: the blocks differ, nothing else
+    "crate": dict(attention="mssa", feedforward="ista"),
+    "crate_mlp": dict(attention="mssa", feedforward="mlp"),
+    "crate_mhsa": dict(attention="mhsa", feedforward="ista"),
+    "vit": dict(attention="mhsa", feedforward="mlp"),
+}
+LABELS = {"crate": "CRATE (MSSA+ISTA)", "crate_mlp": "CRATE-MLP (MSSA+MLP)", "crate_mhsa": "CRATE-MHSA (MHSA+ISTA)",
+          "vit": "ViT (MHSA+MLP)"}
+SIZE = dict(patch_size=4, dim=48, depth=3, heads=4)  # 32² images → an 8×8 patch grid
+METHODS = ("attention", "maskcut")
+METRICS = ("miou", "jaccard", "corloc")
+
+
+# --------------------------------------------------------------------------------------------- presets
+def objects_recipe(variant: str) -> ClassificationConfig:
+    """The one recipe of the controlled experiment, for the architecture ``variant`` (a key of ``VARIANTS``)."""
+    if variant not in VARIANTS:
+        raise ValueError(f"variant: expected one of {', '.join(VARIANTS)}, got {variant!r}")
+    return ClassificationConfig(
+        model="crate_tiny", model_args={**SIZE, **VARIANTS[variant]}, dataset="objects", image_size=32,
+        test_split="test", mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5), augment="none", optimizer="adamw", lr=3e-3,
+        weight_decay=0.05, betas=(0.9, 0.999), batch_size=32, epochs=10, warmup_epochs=1.0, label_smoothing=0.0,
+        num_workers=0, checkpoint_every=0, log_every=20, precision="fp32", output_dir=f"runs/objects_{variant}",
+    )
+
+
+PRESET_DOC = """{label} on the built-in ``objects`` dataset: its row of the laptop-scale Table 17.
+
+    The four ``objects_*`` presets (crate, crate_mlp, crate_mhsa, vit) differ only in the blocks. Model: 32² RGB
+    images, 4² patches (8×8 grid + [CLS]), d = 48, 3 layers, 4 heads. Recipe: AdamW lr 3e-3, betas (0.9, 0.999),
+    weight decay 0.05 (not on norms, biases, embeddings), batch 32, 10 epochs of the 10,344 training images
+    (3,230 steps) with a 1-epoch warm-up then cosine, no augmentation (positions, scales and colours are already
+    random), no label smoothing, float32. Not from the paper (its S/8 models train on ImageNet-21K): chosen so that
+    every architecture learns the task within minutes on one CPU core, by classification accuracy on the
+    validation split only — no segmentation number was looked at: constant learning rates 1e-3, 2e-3, 3e-3 at
+    batch 32 and 64 were compared over 500–3,000 steps (3e-3 at batch 32 learned fastest for CRATE and ViT), and
+    the dataset's difficulty was lowered once (see `crate_nn.data.objects`).
+
+    Command:  crate-train --preset objects_{variant}        (the whole table: crate-segment experiment)
+    Expected and wall time: ``results/segmentation/table.md`` (README, "Emergent segmentation").
+    """
+
+
+def _register_preset(variant: str) -> None:
+    def make() -> ClassificationConfig:
+        return objects_recipe(variant)
+
+    make.__name__ = make.__qualname__ = f"objects_{variant}"
+    make.__doc__ = PRESET_DOC.format(label=LABELS[variant], variant=variant)
+    preset(make)
+
+
+for _variant in VARIANTS:
+    _register_preset(_variant)
+
+
+# --------------------------------------------------------------------------------------------- measurement
+def splits(config: ClassificationConfig, images: int | None = None):
+    """The validation and test splits of ``config``'s dataset as evaluation sees them (the first ``images`` of
+    each when given: smoke runs)."""
+    data = dict(data_dir=config.data_dir, train=False, image_size=config.image_size, load_size=config.image_size,
+                eval_resize=config.image_size)
+    val, test = (build_dataset(config.dataset, split, **data) for split in ("val", "test"))
+    if images is None:
+        return val, test
+    return tuple(ObjectImages(d.images[:images], d.labels[:images], d.masks[:images], d.info.classes)
+                 for d in (val, test))
+
+
+def initial_model(config: ClassificationConfig) -> nn.Module:
+    """The random initialisation a run of ``config`` starts from (the engine seeds torch with ``config.seed`` right
+    before the task builds its model; building the datasets draws nothing from torch's generator)."""
+    torch.manual_seed(config.seed)
+    return create_model(config.model, **{**config.model_args, "image_size": config.image_size, "num_classes": 10,
+                                         "in_channels": 3})
+
+
+def _select(val: Sequence[LayerScores], test: Sequence[LayerScores]) -> dict:
+    """Per method, the layer with the highest validation mIoU and its test scores."""
+    chosen = {}
+    for method in METHODS:
+        best = max(range(len(val)), key=lambda i: getattr(val[i], method)["miou"])
+        chosen[method] = {"layer": val[best].layer, **getattr(test[best], method)}
+    return chosen
+
+
+@torch.no_grad()
+def measure(model: nn.Module, config: ClassificationConfig, *, images: int | None = None, progress: bool = False
+            ) -> dict:
+    """Test accuracy (when the model has a classification head) and the per-layer segmentation scores of ``model``
+    on the validation and test splits of ``config``'s dataset (their first ``images`` if given), with the selected
+    layer per method."""
+    val, test = splits(config, images)
+    transform = DeviceTransform(config.image_size, config.mean, config.std, train=False)
+    model = model.float().cpu().eval()
+    val_scores = evaluate_objects(model, val, transform, progress=progress)
+    test_scores = evaluate_objects(model, test, transform, progress=progress)
+    accuracy = None
+    if hasattr(model, "forward_head"):
+        logits = torch.cat([model(transform(chunk)) for chunk in test.images.split(256)])
+        accuracy = float((logits.argmax(-1) == test.labels).double().mean())
+    return {"accuracy": accuracy, "val": [dataclasses.asdict(s) for s in val_scores],
+            "test": [dataclasses.asdict(s) for s in test_scores], "selected": _select(val_scores, test_scores)}
+
+
+def measure_checkpoint(path: str | Path, config: ClassificationConfig | None = None, *, images: int | None = None,
+                       progress: bool = False) -> dict:
+    """`measure` for any crate_nn checkpoint with a class-token image backbone (a classifier, or e.g. a DINO-trained
+    CRATE/ViT from another system): the plug-in point for extra rows of the table. The data settings come from
+    ``config`` (default: the ``objects_crate`` preset; the backbone must take 32² RGB images)."""
+    return measure(checkpoint.load(path), config or get_preset("objects_crate"), images=images, progress=progress)
+
+
+def references(config: ClassificationConfig, images: int | None = None) -> dict:
+    """Scores without a network on the test split: MaskCut on the raw (normalised) patch pixels, and the ceiling of
+    any mask at patch resolution (the true mask downsampled to the grid by majority, upsampled back)."""
+    _, test = splits(config, images)
+    patch = config.model_args.get("patch_size", SIZE["patch_size"])
+    grid = (config.image_size // patch, config.image_size // patch)
+    transform = DeviceTransform(config.image_size, config.mean, config.std, train=False)
+    pixels = patchify(transform(test.images), patch).double()
+    cut = upsample(maskcut_masks(pixels, grid, tau=TAU), test.masks.shape[-2:])
+    coarse = torch.nn.functional.avg_pool2d(test.masks[:, None].double(), patch)[:, 0] >= 0.5
+    return {"pixels_maskcut": score_masks(cut, test.masks),
+            "patch_ceiling": score_masks(upsample(coarse, test.masks.shape[-2:]), test.masks)}
+
+
+# --------------------------------------------------------------------------------------------- statistics, verdicts
+def stats(values: Sequence[float]) -> dict:
+    """Mean and sample standard deviation (ddof 1; 0 for one value) of per-seed values."""
+    v = np.asarray(values, dtype=np.float64)
+    return {"mean": float(v.mean()), "std": float(v.std(ddof=1)) if len(v) > 1 else 0.0, "values": v.tolist()}
+
+
+def compare(a: Mapping, b: Mapping) -> str:
+    """``">"`` when mean_a − mean_b exceeds twice the standard error √(s_a²/n_a + s_b²/n_b) of the difference,
+    ``"<"`` for the reverse, ``"≈"`` otherwise (``a``, ``b``: `stats` dictionaries)."""
+    se = math.sqrt(a["std"] ** 2 / len(a["values"]) + b["std"] ** 2 / len(b["values"]))
+    diff = a["mean"] - b["mean"]
+    return ">" if diff > 2 * se else "<" if -diff > 2 * se else "≈"
+
+
+def summarize(runs: Sequence[dict]) -> dict:
+    """Per row (``<name>`` trained, ``<name> init`` its random initialisation): accuracy and each method's
+    selected-layer scores as `stats` over seeds."""
+    rows: dict[str, dict] = {}
+    for run in runs:
+        name = run["name"] + ("" if run["state"] == "trained" else " init")
+        row = rows.setdefault(name, {})
+        if run["accuracy"] is not None:
+            row.setdefault("accuracy", []).append(run["accuracy"])
+        for method in METHODS:
+            for metric in METRICS:
+                row.setdefault(f"{method}_{metric}", []).append(run["selected"][method][metric])
+    return {name: {key: stats(values) for key, values in row.items()} for name, row in rows.items()}
+
+
+def verdicts(summary: Mapping[str, Mapping]) -> dict[str, dict]:
+    """The papers' statements decided from the summary (mIoU of the selected layer; CorLoc for MaskCut boxes):
+
+    * ``emergence``: trained CRATE's attention masks beat its random initialisation's (Sec. 4.3: segmentation
+      emerges through supervised training);
+    * ``attention`` / ``maskcut_miou`` / ``maskcut_corloc``: CRATE beats ViT (Fig. 27, Tables 7 and 17);
+    * ``mssa_in_vit``: CRATE-MLP beats ViT on attention mIoU (App. C.7: "replacing the MHSA in ViT with MSSA
+      significantly improves" its segmentation);
+    * ``accuracy``: ViT classifies more accurately than CRATE (Table 17: 80.9 vs 74.2).
+
+    Each entry: ``holds`` when the comparison goes the papers' way, ``fails`` otherwise, with the comparison sign and
+    both means (rows missing from the summary are skipped)."""
+    checks = {
+        "emergence": ("crate", "crate init", "attention_miou"),
+        "attention": ("crate", "vit", "attention_miou"),
+        "maskcut_miou": ("crate", "vit", "maskcut_miou"),
+        "maskcut_corloc": ("crate", "vit", "maskcut_corloc"),
+        "mssa_in_vit": ("crate_mlp", "vit", "attention_miou"),
+        "accuracy": ("vit", "crate", "accuracy"),
+    }
+    out = {}
+    for name, (a, b, key) in checks.items():
+        if a in summary and b in summary and key in summary[a] and key in summary[b]:
+            sign = compare(summary[a][key], summary[b][key])
+            out[name] = {"verdict": "holds" if sign == ">" else "fails", "sign": sign, "a": a, "b": b, "key": key,
+                         "mean_a": summary[a][key]["mean"], "mean_b": summary[b][key]["mean"]}
+    return out
+
+
+# --------------------------------------------------------------------------------------------- the experiment
+def _train_cached(config: ClassificationConfig) -> str:
+    """Train ``config``; a run of the same config already in its directory is resumed (a finished one only
+    re-evaluated), one of another config is replaced. Returns the final checkpoint."""
+    if (Path(config.output_dir) / "checkpoints" / "last.pt").is_file():
+        try:
+            return train(dataclasses.replace(config, resume=True)).checkpoint
+        except ValueError as err:
+            if not str(err).startswith("resume:"):
+                raise
+    return train(dataclasses.replace(config, overwrite=True)).checkpoint
+
+
+def run_experiment(output_dir: str | Path, *, seeds: Sequence[int] = (0, 1, 2), variants: Sequence[str] = tuple(VARIANTS),
+                   overrides: Mapping | None = None, extra: Mapping[str, Sequence[str]] | None = None,
+                   images: int | None = None, progress: bool = True) -> dict:
+    """Train (or reuse) every variant for every seed under ``output_dir/<variant>-seed<s>``, measure the trained
+    models and their initialisations, add ``extra`` checkpoints (name → one checkpoint per seed), and return the
+    results (``runs``, ``references``, ``summary``, ``verdicts``, and ``examples`` of the first seed's models). ``overrides``: config fields applied to every
+    preset (e.g. ``epochs`` for a shorter schedule; recorded in the results); ``images``: measure on the first
+    images of each split only (smoke runs)."""
+    output_dir = Path(output_dir)
+    overrides = dict(overrides or {})
+    runs, configs, shown = [], {}, {}
+    for variant in variants:
+        for seed in seeds:
+            config = get_preset(f"objects_{variant}", **{"progress": progress, **overrides}, seed=seed,
+                                output_dir=str(output_dir / f"{variant}-seed{seed}"))
+            config.validate()
+            configs[variant] = {k: v for k, v in config.to_dict().items() if k not in ("seed", "output_dir")}
+            trained = checkpoint.load(_train_cached(config))
+            for state, model in (("trained", trained), ("init", initial_model(config))):
+                runs.append({"name": variant, "seed": seed, "state": state, **measure(model, config, images=images)})
+                if state == "trained" and seed == seeds[0]:
+                    shown[variant] = examples(model, config, runs[-1]["selected"])
+    base = get_preset("objects_crate", **{k: v for k, v in overrides.items() if k not in ("model", "model_args")})
+    for name, paths in (extra or {}).items():
+        for seed, path in enumerate(paths):
+            runs.append({"name": name, "seed": seed, "state": "trained", "checkpoint": str(path),
+                         **measure_checkpoint(path, base, images=images)})
+    summary = summarize(runs)
+    return {"seeds": list(seeds), "overrides": overrides, "images": images, "configs": configs, "runs": runs,
+            "examples": shown, "references": references(base, images), "summary": summary,
+            "verdicts": verdicts(summary)}
+
+
+# --------------------------------------------------------------------------------------------- report
+EXAMPLES = 8  # test images shown in the example figures
+
+
+
+@torch.no_grad()
+def examples(model: nn.Module, config: ClassificationConfig, selected: Mapping) -> dict:
+    """The head-averaged attention map and the MaskCut mask, each at its selected layer, of the first test images
+    (on the patch grid, as lists for JSON)."""
+    from ..analysis.segmentation import cls_attention, patch_codes, patch_grid
+
+    _, test = splits(config)
+    images = DeviceTransform(config.image_size, config.mean, config.std, train=False)(test.images[:EXAMPLES])
+    grid = patch_grid(model, images)
+    attention = cls_attention(model, images, selected["attention"]["layer"])[0].mean(dim=1).unflatten(-1, grid)
+    codes = patch_codes(model, images, selected["maskcut"]["layer"])[0]
+    return {"attention": attention.tolist(), "maskcut": maskcut_masks(codes, grid).tolist()}
+
+
+def _cell(entry: Mapping | None, percent: bool = True) -> str:
+    if entry is None:
+        return "—"
+    scale = 100 if percent else 1
+    return f"{scale * entry['mean']:.1f} ± {scale * entry['std']:.1f}"
+
+
+def table(results: Mapping) -> str:
+    """The laptop-scale Table 17 as markdown: mean ± std over seeds (percent), then the references and verdicts."""
+    keys = ["accuracy"] + [f"{m}_{k}" for m in METHODS for k in METRICS]
+    heads = ["top-1", "attn mIoU", "attn Jaccard", "attn CorLoc", "MaskCut mIoU", "MaskCut Jaccard", "MaskCut CorLoc"]
+    lines = ["| model | seeds | " + " | ".join(heads) + " | layers (attn; MaskCut) |",
+             "|---|---|" + "---|" * len(heads) + "---|"]
+    for name, row in results["summary"].items():
+        base = name.removesuffix(" init")
+        label = LABELS.get(base, base) + (", random init" if name.endswith(" init") else "")
+        runs = [r for r in results["runs"] if r["name"] == base and (r["state"] == "init") == name.endswith(" init")]
+        layers = "; ".join(",".join(str(r["selected"][m]["layer"] + 1) for r in runs) for m in METHODS)
+        seeds = len(next(iter(row.values()))["values"])
+        lines.append(f"| {label} | {seeds} | " + " | ".join(_cell(row.get(k)) for k in keys) + f" | {layers} |")
+    for name, scores in results["references"].items():
+        cells = ["—"] * 4 + [f"{100 * scores[k]:.1f}" for k in METRICS]
+        label = {"pixels_maskcut": "MaskCut on raw pixels", "patch_ceiling": "patch-resolution ceiling"}[name]
+        if name == "patch_ceiling":
+            cells = ["—"] + [f"{100 * scores[k]:.1f}" for k in METRICS] * 2
+        lines.append(f"| {label} | — | " + " | ".join(cells) + " | — |")
+    lines += ["", "Layers are 1-based, chosen per model on the validation split. Verdicts (A > B when the difference of "
+              "the seed means exceeds twice its standard error):", ""]
+    for name, v in results["verdicts"].items():
+        unit = 100
+        lines.append(f"* `{name}`: {v['a']} {v['key']} {unit * v['mean_a']:.1f} {v['sign']} {v['b']} "
+                     f"{unit * v['mean_b']:.1f} → **{v['verdict']}**")
+    return "\n".join(lines) + "\n"
+
+
+def _summary_figure(results: Mapping):
+    from matplotlib.figure import Figure
+
+    summary = results["summary"]
+    names = [n for n in summary if not n.endswith(" init")]
+    panels = [("accuracy", "top-1"), ("attention_miou", "attention mIoU"), ("maskcut_miou", "MaskCut mIoU"),
+              ("maskcut_corloc", "MaskCut CorLoc")]
+    fig = Figure(figsize=(4 * len(panels), 3.6), layout="constrained")
+    for ax, (key, title) in zip(fig.subplots(1, len(panels)), panels):
+        x = np.arange(len(names))
+        for offset, suffix, label in ((-0.2, "", "trained"), (0.2, " init", "random init")):
+            rows = [summary.get(n + suffix, {}).get(key) for n in names]
+            ax.bar(x + offset, [r["mean"] if r else np.nan for r in rows], 0.4, yerr=[r["std"] if r else 0 for r in rows],
+                   label=label, capsize=3)
+        for ref, style in (("pixels_maskcut", ":"), ("patch_ceiling", "--")):
+            metric = key.split("_", 1)[-1]
+            if key != "accuracy" and metric in results["references"][ref]:
+                ax.axhline(results["references"][ref][metric], ls=style, color="grey", lw=0.9,
+                           label={"pixels_maskcut": "MaskCut on pixels", "patch_ceiling": "patch ceiling"}[ref])
+        ax.set_xticks(x, [n.replace("_", "-") for n in names], fontsize=8)
+        ax.set_title(title, fontsize=9)
+        ax.grid(axis="y", lw=0.3)
+    ax.legend(fontsize=7)
+    fig.suptitle(f"objects test split, mean ± std over seeds {results['seeds']}", fontsize=9)
+    return fig
+
+
+def _layers_figure(results: Mapping):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(9, 3.6), layout="constrained")
+    for ax, method in zip(fig.subplots(1, 2), METHODS):
+        for name in dict.fromkeys(r["name"] for r in results["runs"]):
+            for state, style in (("trained", "o-"), ("init", "x:")):
+                curves = [[layer[method]["miou"] for layer in r["val"]] for r in results["runs"]
+                          if r["name"] == name and r["state"] == state]
+                if curves:
+                    ax.plot(np.arange(1, len(curves[0]) + 1), np.mean(curves, axis=0), style,
+                            label=f"{name} {state}" if state == "trained" else None)
+        ax.set(xlabel="layer", ylabel="validation mIoU", title=f"{method} masks per layer (mean over seeds)")
+        ax.grid(lw=0.3)
+        ax.legend(fontsize=7)
+    return fig
+
+
+def write_report(results: Mapping, output_dir: str | Path, example_images: torch.Tensor | None = None) -> list[str]:
+    """``results.json``, ``table.md``, ``summary.png`` and ``layers.png`` (and ``examples.png`` when the results carry
+    examples and ``example_images`` are given) in ``output_dir``; returns the paths written."""
+    from ..analysis.segmentation import plot_rows
+
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    (out / "table.md").write_text(table(results))
+    written = [str(out / "results.json"), str(out / "table.md")]
+    for name, fig in (("summary.png", _summary_figure(results)), ("layers.png", _layers_figure(results))):
+        fig.savefig(out / name, dpi=120)
+        written.append(str(out / name))
+    if results.get("examples") and example_images is not None:
+        size = example_images.shape[-2:]
+        maps = {f"{n} attention": upsample(torch.tensor(e["attention"]), size) for n, e in results["examples"].items()}
+        masks = {f"{n} MaskCut": upsample(torch.tensor(e["maskcut"]), size) for n, e in results["examples"].items()}
+        plot_rows(example_images, maps, kind="map", title="head-averaged [CLS] attention (selected layer)").savefig(
+            out / "examples_attention.png", dpi=120)
+        plot_rows(example_images, masks, kind="mask", title="MaskCut masks (selected layer)").savefig(
+            out / "examples_maskcut.png", dpi=120)
+        written += [str(out / "examples_attention.png"), str(out / "examples_maskcut.png")]
+    return written

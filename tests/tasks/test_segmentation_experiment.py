@@ -1,0 +1,112 @@
+"""The controlled experiment's presets (equal sizes, one recipe), its runner end to end on a smoke schedule, its
+statistics and verdicts, and ``crate-segment``."""
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from crate_nn import checkpoint
+from crate_nn.engine.distributed import context
+from crate_nn.engine.run_dir import seed_everything
+from crate_nn.segment import main as crate_segment
+from crate_nn.tasks import ClassificationTask, get_preset
+from crate_nn.tasks.segmentation import (
+    VARIANTS,
+    compare,
+    initial_model,
+    run_experiment,
+    splits,
+    stats,
+    verdicts,
+    write_report,
+)
+
+SMOKE = dict(max_steps=2, train_split="val")  # two optimizer steps on the 288 validation images
+
+
+def test_presets_differ_only_in_the_blocks():
+    configs = {v: get_preset(f"objects_{v}") for v in VARIANTS}
+    base = dataclasses.asdict(configs["crate"])
+    for variant, config in configs.items():
+        config.validate()
+        fields = dataclasses.asdict(config)
+        assert {k for k in fields if fields[k] != base[k]} <= {"model_args", "output_dir", "preset"}
+        blocks = {k: config.model_args[k] for k in ("attention", "feedforward")}
+        assert blocks == VARIANTS[variant]
+        assert {k: v for k, v in config.model_args.items() if k not in blocks} == \
+               {k: v for k, v in base["model_args"].items() if k not in blocks}
+    models = {v: initial_model(c) for v, c in configs.items()}
+    assert {type(m.encoder.layers[0].attn).__name__ for m in models.values()} == {"MSSA", "MHSA"}
+    assert len({(m.config.dim, m.config.depth, m.config.heads, m.config.patch_size) for m in models.values()}) == 1
+
+
+def test_initial_model_is_the_runs_initialisation():
+    config = get_preset("objects_vit", seed=3, device="cpu", **SMOKE)
+    seed_everything(config.seed)
+    built = ClassificationTask(config, context("cpu")).model
+    for (name, a), b in zip(built.state_dict().items(), initial_model(config).state_dict().values()):
+        assert torch.equal(a, b), name
+
+
+def test_compare_and_verdicts():
+    high, low, noisy = stats([0.50, 0.52, 0.51]), stats([0.30, 0.31, 0.29]), stats([0.2, 0.6, 0.45])
+    assert compare(high, low) == ">" and compare(low, high) == "<" and compare(high, noisy) == "≈"
+    assert stats([0.4])["std"] == 0.0
+    summary = {"crate": {"attention_miou": high, "accuracy": low}, "crate init": {"attention_miou": low},
+               "vit": {"attention_miou": noisy, "accuracy": high}}
+    v = verdicts(summary)
+    assert v["emergence"]["verdict"] == "holds" and v["attention"]["verdict"] == "fails"
+    assert v["accuracy"]["verdict"] == "holds" and "mssa_in_vit" not in v
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    root = tmp_path_factory.mktemp("objects")
+    results = run_experiment(root, seeds=(0,), variants=("crate", "vit"), overrides=SMOKE, images=16, progress=False)
+    return root, results
+
+
+def test_run_experiment_end_to_end(smoke, tmp_path):
+    root, results = smoke
+    assert [(r["name"], r["state"]) for r in results["runs"]] == [("crate", "trained"), ("crate", "init"),
+                                                                  ("vit", "trained"), ("vit", "init")]
+    for run in results["runs"]:
+        assert len(run["val"]) == len(run["test"]) == 3 and 0 <= run["accuracy"] <= 1
+        for method in ("attention", "maskcut"):
+            chosen = run["selected"][method]
+            best = max(run["val"], key=lambda layer: layer[method]["miou"])
+            assert chosen["layer"] == best["layer"] and chosen["miou"] == run["test"][best["layer"]][method]["miou"]
+    assert set(results["summary"]) == {"crate", "crate init", "vit", "vit init"}
+    assert results["references"]["patch_ceiling"]["miou"] > results["references"]["pixels_maskcut"]["miou"]
+    assert set(results["verdicts"]) == {"emergence", "attention", "maskcut_miou", "maskcut_corloc", "accuracy"}
+    written = write_report(results, tmp_path, splits(get_preset("objects_crate"), 8)[1].images)
+    assert {p.rsplit("/", 1)[-1] for p in written} == {"results.json", "table.md", "summary.png", "layers.png",
+                                                      "examples_attention.png", "examples_maskcut.png"}
+    table = (tmp_path / "table.md").read_text()
+    assert "CRATE (MSSA+ISTA), random init" in table and "patch-resolution ceiling" in table
+    assert json.loads((tmp_path / "results.json").read_text())["seeds"] == [0]
+    # a second call resumes the finished run instead of training again: its first log line (with its measured
+    # throughput) stays, where a new run would have rewritten metrics.jsonl
+    log = root / "crate-seed0" / "metrics.jsonl"
+    first = log.read_text().splitlines()[0]
+    again = run_experiment(root, seeds=(0,), variants=("crate",), overrides=SMOKE, images=16, progress=False)
+    assert log.read_text().splitlines()[0] == first and again["runs"][0]["test"] == results["runs"][0]["test"]
+
+
+def test_crate_segment_maps_and_errors(smoke, tmp_path, capsys):
+    root, _ = smoke
+    ckpt = str(root / "crate-seed0" / "checkpoints" / "last.pt")
+    image = tmp_path / "photo.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (40, 50, 3), dtype=np.uint8)).save(image)
+    out = tmp_path / "maps"
+    assert crate_segment(["maps", ckpt, str(image), "--layer", "-2", "--output-dir", str(out)]) == 0
+    assert {p.name for p in out.iterdir()} == {"photo_attention.png", "photo_maskcut.png", "pca.png", "boxes.json"}
+    assert crate_segment(["maps", ckpt, str(image), "--image-size", "30", "--output-dir", str(out)]) == 2
+    assert "not divisible by the model's patch size 4" in capsys.readouterr().err
+    assert crate_segment(["maps", str(tmp_path / "none.pt"), str(image)]) == 2
+    assert crate_segment(["experiment", "--variants", "resnet"]) == 2
+    assert "variants" in capsys.readouterr().err
+    assert checkpoint.read(ckpt)["train_config"]["dataset"] == "objects"
