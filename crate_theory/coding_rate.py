@@ -65,7 +65,7 @@ def _half_log1p_alpha_s2(s: np.ndarray, log_alpha: float) -> np.ndarray:
 def _spectral_functions(s: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Return ``a = 1/(1+αs²)``, ``c = αs²/(1+αs²) = 1 − a`` and ``f = αs/(1+αs²)`` without overflow."""
     with np.errstate(over="ignore", divide="ignore", under="ignore", invalid="ignore"):
-        x = alpha * s * s
+        x = np.where(s > 0, alpha * s * s, 0.0)  # exactly 0 at s = 0, also when α overflowed to inf
         a = np.where(np.isinf(x), 0.0, 1.0 / (1.0 + x))
         c = np.where(x > 0, 1.0 / (1.0 + 1.0 / x), 0.0)
         f = np.where(s > 0, 1.0 / (s + 1.0 / (alpha * s)), 0.0)
@@ -346,9 +346,11 @@ def coding_rate_hessian_eigenvalues(Z, eps) -> np.ndarray:
     iu, ju = np.triu_indices(r, k=1)
     with np.errstate(invalid="ignore"):  # inf · 0 when both x_i, x_j overflow: the exact value is ≤ 1/x_j → 0
         prod = np.where(a[..., ju] > 0, h[..., iu] * a[..., ju], 0.0)  # α/((1+x_i)(1+x_j))
-    cross = f[..., iu] * f[..., ju]  # α√(x_i x_j)/((1+x_i)(1+x_j)) = f_i f_j
+    with np.errstate(over="ignore"):  # only when the exact value (≈ 1/(s_i s_j)) is beyond the float64 range
+        cross = f[..., iu] * f[..., ju]  # α√(x_i x_j)/((1+x_i)(1+x_j)) = f_i f_j
     rect = np.repeat(h, abs(d - n), axis=-1)  # α/(1 + x_k)
-    eig = np.concatenate([diag, prod + cross, prod - cross, rect], axis=-1)
+    with np.errstate(over="ignore"):
+        eig = np.concatenate([diag, prod + cross, prod - cross, rect], axis=-1)
     return np.sort(eig, axis=-1)
 
 
