@@ -65,7 +65,7 @@ def _half_log1p_alpha_s2(s: np.ndarray, log_alpha: float) -> np.ndarray:
 def _spectral_functions(s: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Return ``a = 1/(1+αs²)``, ``c = αs²/(1+αs²) = 1 − a`` and ``f = αs/(1+αs²)`` without overflow."""
     with np.errstate(over="ignore", divide="ignore", under="ignore", invalid="ignore"):
-        x = alpha * s * s
+        x = np.where(s > 0, alpha * s * s, 0.0)  # exactly 0 at s = 0, also when α overflowed to inf
         a = np.where(np.isinf(x), 0.0, 1.0 / (1.0 + x))
         c = np.where(x > 0, 1.0 / (1.0 + 1.0 / x), 0.0)
         f = np.where(s > 0, 1.0 / (s + 1.0 / (alpha * s)), 0.0)
@@ -318,6 +318,15 @@ def coding_rate_hessian_eigenvalues(Z, eps) -> np.ndarray:
     Hence the spectrum lies in ``[−α/8, α]``: ``‖∇²R(Z)‖ ≤ α`` with equality iff Z has a zero singular value
     (and is approached as Z → 0), and ``−∇²R(Z) ⪯ (α/8) I``. Lemma 11 bounds ‖∇²R‖/α by 9/4.
 
+    Extreme scales. Each eigenvalue is evaluated with α multiplied *into* a bounded factor, never as ``α · (…)``:
+    with ``h_i = α/(1+x_i) = 1/(1/α + s_i²)``, ``c_i = x_i/(1+x_i)``, ``a_i = 1/(1+x_i)`` and
+    ``f_i = αs_i/(1+x_i)``, the three kinds are ``h_i (a_i − c_i)``, ``h_i a_j ± f_i f_j`` and ``h_k``. As ε → 0
+    (α → ∞, even past the float64 range) they tend to ``−1/s_i²``, ``±1/(s_i s_j)`` and ``1/s_k²``: finite for
+    full-rank Z (the exact values at ε = 1e-300), where ``α · (…)`` gave ``inf · 0 = NaN``, and no product of two
+    underflowing factors is formed (which silently zeroed the pair eigenvalues near ε = 1e-150). As α → 0 they are
+    ``α (1 + O(α s²))``, 0 once α underflows. Only a rank-deficient Z with α beyond the float64 range gives +inf,
+    which is then the exact value α rounded.
+
     Args:
         Z: tokens ``(d, n)`` or ``(..., d, n)``; eps: ε > 0.
 
@@ -330,14 +339,19 @@ def coding_rate_hessian_eigenvalues(Z, eps) -> np.ndarray:
     r = min(d, n)
     alpha = _alpha(d, n, eps)
     s = np.linalg.svd(Z, compute_uv=False) if r else np.zeros(Z.shape[:-2] + (0,))
-    a, c, _ = _spectral_functions(s, alpha)
-    diag = a * (a - c)  # (1 − x)/(1 + x)²
+    a, c, f = _spectral_functions(s, alpha)
+    with np.errstate(divide="ignore", over="ignore"):
+        h = 1.0 / (1.0 / alpha + s * s) if alpha > 0 else np.zeros_like(s)  # α/(1 + αs²), no α·0
+    diag = h * (a - c)  # α(1 − x)/(1 + x)²
     iu, ju = np.triu_indices(r, k=1)
-    prod = a[..., iu] * a[..., ju]
-    cross = np.sqrt(c[..., iu] * a[..., iu] * c[..., ju] * a[..., ju])  # √(x_i x_j)/((1+x_i)(1+x_j))
-    rect = np.repeat(a, abs(d - n), axis=-1)
-    eig = np.concatenate([diag, prod + cross, prod - cross, rect], axis=-1)
-    return np.sort(alpha * eig, axis=-1)
+    with np.errstate(invalid="ignore"):  # inf · 0 when both x_i, x_j overflow: the exact value is ≤ 1/x_j → 0
+        prod = np.where(a[..., ju] > 0, h[..., iu] * a[..., ju], 0.0)  # α/((1+x_i)(1+x_j))
+    with np.errstate(over="ignore"):  # only when the exact value (≈ 1/(s_i s_j)) is beyond the float64 range
+        cross = f[..., iu] * f[..., ju]  # α√(x_i x_j)/((1+x_i)(1+x_j)) = f_i f_j
+    rect = np.repeat(h, abs(d - n), axis=-1)  # α/(1 + x_k)
+    with np.errstate(over="ignore"):
+        eig = np.concatenate([diag, prod + cross, prod - cross, rect], axis=-1)
+    return np.sort(eig, axis=-1)
 
 
 def coding_rate_hessian_norm(Z, eps) -> np.ndarray | float:
@@ -346,6 +360,7 @@ def coding_rate_hessian_norm(Z, eps) -> np.ndarray | float:
 
     Computed exactly from the closed-form spectrum (:func:`coding_rate_hessian_eigenvalues`): the largest absolute
     eigenvalue of the symmetric operator. It never exceeds α (see that function), so the constant 9/4 is loose.
+    Finite at every scale for full-rank Z (→ 1/s_min² as ε → 0; see the eigenvalue function).
 
     Args:
         Z: tokens ``(d, n)`` or ``(..., d, n)``; eps: ε > 0.

@@ -54,7 +54,8 @@ class DecoderLayerParams:
 
 def _mssa(Y, params: DecoderLayerParams, V, eps, temperature, causal):
     if params.W is None:
-        out = mssa(Y, V, eps, temperature=temperature, causal=causal)
+        # learned bases V, not orthonormal in general: the tied map (36) applied as is
+        out = mssa(Y, V, eps, temperature=temperature, causal=causal, allow_nonorthonormal=True)
         if params.b is not None:
             out = out + check_vector(params.b, "params.b", Y.shape[-2])[:, None]
         return out

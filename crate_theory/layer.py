@@ -61,12 +61,14 @@ def layer_norm(Z, weight=None, bias=None, eps=1e-5) -> np.ndarray:
     return out
 
 
-def tied_output_map(U, beta) -> np.ndarray:
+def tied_output_map(U, beta, *, allow_nonorthonormal: bool = False) -> np.ndarray:
     """The tied output map of eq. (36), ``β [U_1, …, U_K]`` of shape ``(d, K·p)``, for bases ``U`` ``(K, d, p)``.
 
-    ``mssa_free(Z, U, tied_output_map(U, p/(nε²)))`` equals ``mssa(Z, U, eps)``.
+    ``mssa_free(Z, U, tied_output_map(U, p/(nε²)))`` equals ``mssa(Z, U, eps)``. Eq. (36) is derived for
+    orthonormal bases, so U is checked as :func:`crate_theory.synthetic.sample_tokens` checks it (ValueError naming
+    ``U`` and the deviation ``max |U_k*U_k − I_p|`` beyond 1e-6); ``allow_nonorthonormal=True`` skips the check.
     """
-    U = check_bases(U)
+    U = check_bases(U, orthonormal=not allow_nonorthonormal)
     beta = check_positive(beta, "beta")
     K, d, p = U.shape
     return beta * U.transpose(1, 0, 2).reshape(d, K * p)
@@ -175,7 +177,8 @@ def crate_layer(
     if not compress:
         attended = 0.0
     elif params.W is None:
-        attended = mssa(Y, U, eps, temperature=temperature, causal=causal)
+        # the implemented layer: learned bases, not orthonormal in general (eq. 36 applied as is)
+        attended = mssa(Y, U, eps, temperature=temperature, causal=causal, allow_nonorthonormal=True)
         if params.b is not None:
             attended = attended + check_vector(params.b, "params.b", d)[:, None]
     else:

@@ -72,6 +72,11 @@ def neumann_compression_grad(Z, U, eps) -> np.ndarray:
 
     from ``(I + βG_k)^{-1} ≈ I − βG_k`` (32), which converges only when ``β‖U_k*Z‖² < 1`` (not stated in the paper).
 
+    Evaluated in the ``p × p`` form: with ``A_k = U_k*Z`` (p × n), ``A_k (A_k*A_k) = (A_k A_k*) A_k`` (associativity,
+    the push-through identity of (32)), so the cubic term costs O(p²n) time and O(pn) memory per head instead of the
+    O(pn²) time and O(n²) memory of the ``n × n`` matrix ``A_k*A_k`` — n = 200,000 tokens need megabytes, not
+    hundreds of GiB. The formula holds for any U (the derivation (31)–(33) does not use orthonormality).
+
     Args:
         Z: tokens ``(d, n)`` or ``(..., d, n)``; U: bases ``(K, d, p)``; eps: ε > 0.
 
@@ -84,7 +89,7 @@ def neumann_compression_grad(Z, U, eps) -> np.ndarray:
     p, n = U.shape[2], Z.shape[-1]
     beta = _alpha(p, n, eps)
     A = project_onto_bases(Z, U)  # (..., K, p, n)
-    AAtA = A @ (np.swapaxes(A, -1, -2) @ A)
+    AAtA = (A @ np.swapaxes(A, -1, -2)) @ A  # (A A*) A: a p × p Gram matrix, never the n × n one
     return _lift_from_bases(beta * A - beta**2 * AAtA, U)
 
 
@@ -107,10 +112,28 @@ def ssa_attention(Z, Uk, temperature=1.0, causal: bool = False) -> np.ndarray:
 
 
 def _attention(A: np.ndarray, temperature: float, causal: bool) -> np.ndarray:
-    """softmax over columns of ``A*A / temperature`` for codes A of shape (..., p, n)."""
-    logits = np.swapaxes(A, -1, -2) @ A / temperature
+    """softmax over columns of ``A*A / temperature`` for codes A of shape (..., p, n), finite for every finite A.
+
+    The logits ``A*A/τ`` overflow once the codes reach ~1e154 (and ``inf − inf`` then gave NaN). They are formed
+    scale-free instead: with ``m = 2^⌊log2 max|A|⌋`` (a power of two, so ``Â = A/m`` and ``m²`` are exact),
+    ``softmax(A*A/τ) = softmax((G − max_i G) · m²/τ)`` column by column, ``G = Â*Â``. The shift ``G − max_i G ≤ 0`` is
+    exactly 0 at each column's maximum, so an overflowing factor ``m²/τ = inf`` sends every smaller logit to −inf
+    and the column to the exact limit, the hard argmax (ties shared equally); an underflowing factor gives the
+    exact limit for tiny codes, uniform weights. In between it equals the plain formula to rounding.
+    """
+    with np.errstate(divide="ignore"):
+        top = np.abs(A).max(axis=(-2, -1), keepdims=True, initial=0.0)
+    m = np.ldexp(1.0, np.frexp(top)[1] - 1)  # the power of two ≤ max|A| (1 when A = 0)
+    m = np.where(top > 0, m, 1.0)
+    Ahat = A / m
+    G = np.swapaxes(Ahat, -1, -2) @ Ahat
     if causal:
-        logits = _causal_mask(logits)
+        G = _causal_mask(G)
+    shifted = G - G.max(axis=-2, keepdims=True, initial=-np.inf)  # ≤ 0; −inf where masked
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        factor = m * (m / temperature)  # m²/τ: may overflow to inf or underflow to 0, both handled below
+        logits = np.where(shifted == 0, 0.0, shifted * factor)
+    logits = np.where(np.isneginf(shifted), -np.inf, logits)
     return _column_softmax(logits)
 
 
@@ -138,19 +161,29 @@ def _all_heads(Z: np.ndarray, U: np.ndarray, temperature: float, causal: bool) -
     return A @ _attention(A, temperature, causal)
 
 
-def mssa(Z, U, eps, temperature=1.0, causal: bool = False) -> np.ndarray:
+def mssa(Z, U, eps, temperature=1.0, causal: bool = False, *, allow_nonorthonormal: bool = False) -> np.ndarray:
     """Multi-head subspace self-attention — eq. (36)=(93):
 
     ``MSSA(Z | U_[K]) = β [U_1, …, U_K] [SSA(Z|U_1); …; SSA(Z|U_K)] = β Σ_k U_k SSA(Z|U_k)``, ``β = p/(nε²)``.
 
+    Its derivation from the gradient of R^c (Approximation 9, eqs. 32–36) assumes orthonormal bases
+    ``U_k*U_k = I_p``; they are checked as :func:`crate_theory.synthetic.sample_tokens` checks them (ValueError
+    naming ``U`` and the deviation ``max |U_k*U_k − I_p|`` beyond ``_checks.ORTHONORMAL_ATOL`` = 1e-6). Pass
+    ``allow_nonorthonormal=True`` to apply the formula to any bases (a trained model's, as CRATE's tied output
+    map does).
+
+    Finite for every finite input whose exact result is in the float64 range: the attention logits are formed
+    scale-free (see ``_attention``), so tokens near 1e±300 give the exact limits (hard-argmax / uniform attention).
+
     Args:
-        Z: tokens ``(d, n)`` or ``(..., d, n)``; U: bases ``(K, d, p)``; eps: ε > 0; temperature, causal: as :func:`ssa`.
+        Z: tokens ``(d, n)`` or ``(..., d, n)``; U: bases ``(K, d, p)``; eps: ε > 0; temperature, causal: as :func:`ssa`;
+        allow_nonorthonormal: skip the orthonormality check.
 
     Returns:
         Array of Z's shape.
     """
     Z = check_tokens(Z)
-    U = check_bases(U, Z.shape[-2])
+    U = check_bases(U, Z.shape[-2], orthonormal=not allow_nonorthonormal)
     eps = check_positive(eps, "eps")
     temperature = check_positive(temperature, "temperature")
     p, n = U.shape[2], Z.shape[-1]
@@ -188,22 +221,30 @@ def mssa_free(Z, U, W, b=None, temperature=1.0, causal: bool = False) -> np.ndar
     return out
 
 
-def compression_step(Z, U, eps, kappa, method: str = "exact", temperature=1.0, causal: bool = False) -> np.ndarray:
+def compression_step(
+    Z, U, eps, kappa, method: str = "exact", temperature=1.0, causal: bool = False, *, allow_nonorthonormal: bool = False
+) -> np.ndarray:
     """One compression half-step ``Z^{ℓ+1/2}`` — eq. (26) and its approximations:
 
     * ``"exact"``:   ``Z − κ ∇R^c(Z | U_[K])`` with the exact gradient (31) — eq. (26);
-    * ``"neumann"``: ``Z − κ ∇̂R^c`` with the first-order Neumann gradient (33);
+    * ``"neumann"``: ``Z − κ ∇̂R^c`` with the first-order Neumann gradient (33) (p × p form, any n);
     * ``"mssa"``:    ``(1 − κβ) Z + κβ MSSA(Z | U_[K])`` — eq. (27)=(34)=(107), Approximation 9.
+
+    The step is derived for the signal model's orthonormal bases ``U_k*U_k = I_p`` (eqs. 10–13; Approximation 9
+    uses it), so U is checked as :func:`crate_theory.synthetic.sample_tokens` checks it (ValueError naming ``U`` and
+    the deviation ``max |U_k*U_k − I_p|`` beyond 1e-6) for every method; ``allow_nonorthonormal=True`` skips the
+    check (the gradients (31) and (33) themselves hold for any U).
 
     Args:
         Z: tokens ``(d, n)`` or ``(..., d, n)``; U: bases ``(K, d, p)``; eps: ε > 0; kappa: step κ > 0;
-        method: one of the above; temperature, causal: used by ``"mssa"`` only.
+        method: one of the above; temperature, causal: used by ``"mssa"`` only;
+        allow_nonorthonormal: skip the orthonormality check.
 
     Returns:
         Array of Z's shape.
     """
     Z = check_tokens(Z)
-    U = check_bases(U, Z.shape[-2])
+    U = check_bases(U, Z.shape[-2], orthonormal=not allow_nonorthonormal)
     eps = check_positive(eps, "eps")
     kappa = check_positive(kappa, "kappa")
     check_choice(method, "method", ("exact", "neumann", "mssa"))
@@ -212,4 +253,6 @@ def compression_step(Z, U, eps, kappa, method: str = "exact", temperature=1.0, c
     if method == "neumann":
         return Z - kappa * neumann_compression_grad(Z, U, eps)
     beta = _alpha(U.shape[2], Z.shape[-1], eps)
-    return (1.0 - kappa * beta) * Z + kappa * beta * mssa(Z, U, eps, temperature=temperature, causal=causal)
+    return (1.0 - kappa * beta) * Z + kappa * beta * mssa(
+        Z, U, eps, temperature=temperature, causal=causal, allow_nonorthonormal=True  # U checked above
+    )

@@ -166,7 +166,7 @@ def sample_tokens(
         probs: membership probabilities (uniform by default); unit_norm: normalise every token to unit ℓ2 norm
             after adding the noise (Approximation 9's hypothesis).
     """
-    U = check_bases(U, orthonormal=True, atol=1e-6)
+    U = check_bases(U, orthonormal=True)  # ValueError beyond _checks.ORTHONORMAL_ATOL
     n = check_int(n, "n")
     sigma = check_nonnegative(sigma, "sigma")
     check_choice(noise, "noise", ("eq11", "theorem16"))

@@ -175,3 +175,79 @@ def test_compression_step_batch_equals_loop(method):
     batched = ct.compression_step(Zs, U, 1.0, 0.1, method=method)
     for Z, out in zip(Zs, batched):
         np.testing.assert_allclose(out, ct.compression_step(Z, U, 1.0, 0.1, method=method), rtol=1e-13, atol=1e-15)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# orthonormality of the bases (issue 13, item 8.3): the check sample_tokens uses, shared via _checks.check_bases
+# ----------------------------------------------------------------------------------------------------------------
+def _bad_bases():
+    """Orthonormal bases with U_1 scaled by 1.001: U_1*U_1 − I = (1.001² − 1) I, deviation 2.001e-3 at k = 1."""
+    U = synthetic.orthonormal_bases(2, 6, 3, seed=0)
+    U[1] *= 1.001
+    return U
+
+
+ORTHO_CALLS = {
+    "mssa": lambda Z, U, **kw: ct.mssa(Z, U, 1.0, **kw),
+    "compression_step-exact": lambda Z, U, **kw: ct.compression_step(Z, U, 1.0, 0.1, **kw),
+    "compression_step-neumann": lambda Z, U, **kw: ct.compression_step(Z, U, 1.0, 0.1, method="neumann", **kw),
+    "compression_step-mssa": lambda Z, U, **kw: ct.compression_step(Z, U, 1.0, 0.1, method="mssa", **kw),
+    "tied_output_map": lambda Z, U, **kw: ct.tied_output_map(U, 0.5, **kw),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ORTHO_CALLS))
+def test_non_orthonormal_bases_are_refused_like_sample_tokens(name):
+    """mssa, compression_step and tied_output_map refuse non-orthonormal U with the same ValueError as
+    sample_tokens (one shared helper): it names U, the deviation max|U_k*U_k − I| and the worst k; the explicit
+    allow_nonorthonormal=True computes the formula anyway."""
+    call = ORTHO_CALLS[name]
+    Z = np.random.default_rng(0).standard_normal((6, 5))
+    U = _bad_bases()
+    with pytest.raises(ValueError) as theirs:
+        synthetic.sample_tokens(U, 5, seed=0)
+    with pytest.raises(ValueError) as ours:
+        call(Z, U)
+    assert str(ours.value) == str(theirs.value)
+    assert "U must have orthonormal columns" in str(ours.value) and "= 0.002 (at k = 1)" in str(ours.value)
+    allowed = call(Z, U, allow_nonorthonormal=True)
+    assert np.all(np.isfinite(allowed))
+    if name == "tied_output_map":
+        np.testing.assert_array_equal(allowed, 0.5 * np.hstack(list(U)))
+    elif name == "mssa":
+        beta = 3 / 5
+        np.testing.assert_allclose(allowed, beta * sum(U[k] @ ct.ssa(Z, U[k]) for k in range(2)), rtol=1e-13)
+
+
+@given(seed=seeds, size=st.floats(min_value=-12, max_value=-1))
+def test_orthonormality_tolerance_is_sample_tokens_one(seed, size):
+    """A perturbation of size 10^size passes iff the measured deviation is within 1e-6 (ORTHONORMAL_ATOL, the
+    tolerance sample_tokens has always used), for mssa exactly as for sample_tokens."""
+    rng = np.random.default_rng(seed)
+    U = random_bases(rng, 2, 5, 2) + 10.0**size * rng.standard_normal((2, 5, 2))
+    deviation = max(np.abs(U[k].T @ U[k] - np.eye(2)).max() for k in range(2))
+    Z = rng.standard_normal((5, 3))
+    if deviation <= 1e-6:
+        ct.mssa(Z, U, 1.0)
+        synthetic.sample_tokens(U, 3, seed=0)
+    else:
+        with pytest.raises(ValueError, match=f"{deviation:.3g}"):
+            ct.mssa(Z, U, 1.0)
+        with pytest.raises(ValueError, match=f"{deviation:.3g}"):
+            synthetic.sample_tokens(U, 3, seed=0)
+
+
+def test_layer_and_decoder_still_take_learned_non_orthonormal_bases():
+    """The implemented layer (45) and decoder (64) with the tied map use learned bases, which are not orthonormal:
+    they keep working and equal mssa(..., allow_nonorthonormal=True)."""
+    from crate_theory.decoder import DecoderLayerParams, decoder_layer
+
+    rng = np.random.default_rng(7)
+    U = rng.standard_normal((2, 6, 3))  # deviation O(1)
+    Z = rng.standard_normal((6, 5))
+    params = ct.CrateLayerParams(U=U, D=np.eye(6))
+    half, _ = ct.crate_layer(Z, params, eps=0.8, temperature=1.0)
+    expected = Z + ct.mssa(ct.layer_norm(Z), U, 0.8, allow_nonorthonormal=True)
+    np.testing.assert_allclose(half, expected, rtol=1e-14, atol=1e-15)
+    _, out = decoder_layer(Z, DecoderLayerParams(E=np.eye(6), V=U), eps=0.8, temperature=1.0, norm=False)
+    np.testing.assert_allclose(out, Z - ct.mssa(Z, U, 0.8, allow_nonorthonormal=True), rtol=1e-14, atol=1e-15)
