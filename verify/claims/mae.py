@@ -280,7 +280,11 @@ _step_claim("decoder", "raises", "62", "holds", "")
 
 
 # ---------------------------------------------------------------------------------------------- Sec. 4.2
-def _encoder_claim(key: str, what: str, expected_verdict: str, note: str) -> None:
+_UNDERTRAINED = ("the quick mode's 20-epoch run has not yet learnt features (its held-out loss, 0.53, is above the "
+                 "mean-image predictor's 0.52), so the comparison runs on the preset's three 60-epoch seeds only")
+
+
+def _encoder_claim(key: str, what: str, expected_verdict: str, note: str, modes=("quick", "full")) -> None:
     @claim(
         id=f"2.24-mae-{key.replace('_', '-')}",
         tags=("layers", "mae", "digits", "nn"),
@@ -290,6 +294,7 @@ def _encoder_claim(key: str, what: str, expected_verdict: str, note: str) -> Non
         measures=f"{what} per encoder layer on the masked test digits, trained vs initialisation",
         expected=f"`holds` when trained < init at every layer{note}",
         expected_verdict=expected_verdict,
+        modes=modes,
     )
     def measure(ctx) -> Result:
         trained, init = _mean(ctx, "trained", key), _mean(ctx, "init", key)
@@ -302,7 +307,9 @@ _RC_UP = (". Expected to fail (found by measuring, seeds 0–2): MAE training ra
           "supervised digits CRATE, 2.24-digits-*), and the trained R^c grows with depth")
 _encoder_claim("compression_paper", "R^c(Z^{ℓ+1/2} | U^ℓ) (paper protocol)", "fails", _RC_UP)
 _encoder_claim("compression_official", "R^c (the authors' protocol)", "fails", _RC_UP)
-_encoder_claim("sparsity", "fraction of non-zero ISTA outputs ‖Z^{ℓ+1}‖₀/(dn)", "holds", "")
+_encoder_claim("sparsity", "fraction of non-zero ISTA outputs ‖Z^{ℓ+1}‖₀/(dn)", "holds",
+               f" (measured, seeds 0–2: 0.43→0.43→0.44 vs 0.45→0.48→0.48). Under --full only: {_UNDERTRAINED}",
+               modes=("full",))
 
 
 @claim(
@@ -313,8 +320,10 @@ _encoder_claim("sparsity", "fraction of non-zero ISTA outputs ‖Z^{ℓ+1}‖₀
               "the pre-trained encoder beats the same probe on its random initialisation",
     measures="held-out accuracy of the App. C.2 probe (ℓ2 logistic regression, C by 3-fold CV over 1e-3 … 1e3) on "
              "mean-pooled encoder features, trained on the 1,293 training digits, tested on the 360 test digits",
-    expected="`holds` when the pre-trained encoder's accuracy is above the initialisation's for every seed",
+    expected="`holds` when the pre-trained encoder's accuracy is above the initialisation's for every seed "
+             f"(measured, seeds 0–2: 87.7 ± 2.0% vs 80.1 ± 3.6%). Under --full only: {_UNDERTRAINED}",
     expected_verdict="holds",
+    modes=("full",),
 )
 def mae_probe(ctx) -> Result:
     runs = _measurements(ctx.quick, tuple(_seeds(ctx)))["seeds"]
