@@ -400,3 +400,21 @@ def dino_imagenet() -> DINOTrainConfig:
         batch_size=1024, epochs=100, warmup_epochs=10.0, min_lr_ratio=1e-6 / (0.001 * 1024 / 256), grad_clip=3.0,
         grad_clip_mode="per_tensor", num_workers=10, knn_select_samples=10000, measure_epochs=(0, 100),
     )
+
+
+@preset
+def dino_digits() -> DINOTrainConfig:
+    """CRATE-DINO on scikit-learn's 8×8 digits: a small CRATE pre-trained without labels on a CPU (tests, audit).
+
+    DRAFT: values and measurements being filled in.
+    """
+    return DINOTrainConfig(
+        model="crate_tiny", model_args=dict(patch_size=4, dim=96, depth=3, heads=4), dataset="digits",
+        image_size=16, local_crop_size=8, load_size=16, eval_resize=16, test_split="test", mean=(0.5,), std=(0.5,),
+        global_crops=2, local_crops=4, global_crop_scale=(0.4, 1.0), local_crop_scale=(0.1, 0.4), flip_p=0.0,
+        color_jitter=(0.4, 0.4, 0.0, 0.0), blur_sigma=(0.1, 1.0), out_dim=1024, hidden_dim=256, bottleneck_dim=64,
+        teacher_temp=0.02, warmup_teacher_temp=0.02, optimizer="adamw", lr=2e-3, betas=(0.9, 0.999),
+        weight_decay=0.04, weight_decay_end=0.4, batch_size=64, epochs=15, warmup_epochs=2.0, grad_clip=3.0,
+        grad_clip_mode="per_tensor", teacher_momentum=0.99, knn_epochs=(5, 10), measure_epochs=(0, 15), measure_samples=360, monitor_samples=144, num_workers=0,
+        checkpoint_every=0, log_every=10, output_dir="runs/dino_digits", precision="fp32",
+    )
