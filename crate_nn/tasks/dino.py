@@ -169,6 +169,12 @@ class DINOTrainConfig(ImageDataConfig):
             raise ValueError(f"local_crop_size: {self.local_crop_size} is not divisible by the backbone's "
                              f"patch_size={config.patch_size}")
 
+    def smoke(self, steps: int = 20, batch_size: int = 32, **overrides) -> DINOTrainConfig:
+        """`ImageDataConfig.smoke` without the slow extra work: no layer-wise measurements, no intermediate k-NN or
+        probe (the final k-NN stays: it checks the evaluation path)."""
+        quiet = dict(measure_epochs=(), knn_epochs=(), probe_epochs=())
+        return super().smoke(steps, batch_size, **{**quiet, **overrides})
+
     def model_config(self, in_channels: int) -> DINOConfig:
         """The DINO model's config: the backbone ``model`` with ``model_args``, the data's sizes, the head."""
         backbone = model_config(self.model, **self.model_args, image_size=self.image_size, in_channels=in_channels,
