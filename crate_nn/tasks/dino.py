@@ -432,7 +432,11 @@ def dino_digits() -> DINOTrainConfig:
     metrics.jsonl shows it.
 
     Command:  crate-train --preset dino_digits
-    Expected (seeds 0–2, mean ± std): EXPECTED_TBD
+    Expected (seeds 0–2, mean ± std; ``python -m verify --only dino --full`` re-measures): k-NN top-1 of the
+    teacher on the 360 test digits 72.8 ± 1.7% vs 67.6 ± 1.1% for the same model at its initialisation (linear
+    probe 77.8 ± 1.0% vs 75.2 ± 1.7%); the supervised ``digits`` preset with this backbone at 16² reaches k-NN
+    97.8 ± 0.7%. The teacher's output is uniform at the end (entropy 6.9313 of log K = 6.9315). Wall time 1 min 26 s
+    on a shared 2-core machine (53 s of CPU time on one core); validation k-NN logged after epochs 5 and 10.
     """
     return DINOTrainConfig(
         model="crate_tiny", model_args=dict(patch_size=4, dim=96, depth=3, heads=4), dataset="digits",

@@ -201,9 +201,17 @@ def _layer_claim(kind: str, protocol: str | None, mode: str, expected_verdict: s
 
 
 EXPECTED = {
-    # measured (see the README's CRATE-DINO section and the preset's docstring); a `fails` is a finding
-    "quick": dict(knn="holds", paper="holds", official="holds", sparsity="holds"),
-    "full": dict(knn="holds", paper="holds", official="holds", sparsity="holds"),
+    # measured (see the README's CRATE-DINO section and the preset's docstring); a `fails` is a finding.
+    # quick, 1 epoch, seed 0: k-NN 68.3% vs init 67.8% (2 of 360 images); R^c paper 137.3→138.4→153.1 vs
+    # 137.0→138.3→152.9, official 94.5→118.7→122.5 vs 94.4→118.6→122.4 (above init at every layer: fails);
+    # sparsity 0.492→0.380→0.343 vs 0.493→0.382→0.345 (below: holds). The teacher has moved little in 21 steps
+    # at λ ≥ 0.99, so every difference is small.
+    "quick": dict(knn="holds", paper="fails", official="fails", sparsity="holds"),
+    # full, the preset, seeds 0–2: k-NN 72.8 ± 1.7% vs init 67.6 ± 1.1% (every seed above; supervised 97.8 ± 0.7%);
+    # R^c paper 139.7→137.4→146.9 vs 137.2→138.6→152.6 (layer 1 above init on every seed: fails), official
+    # 92.1→115.4→112.0 vs 92.7→117.4→119.7 (below at every layer: holds); sparsity 0.483→0.383→0.364 vs
+    # 0.488→0.384→0.342 (the last layer denser than at init on every seed: fails).
+    "full": dict(knn="holds", paper="fails", official="holds", sparsity="fails"),
 }
 for _mode, _expected in EXPECTED.items():
     _knn_claim(_mode, _expected["knn"])
