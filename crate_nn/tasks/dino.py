@@ -428,8 +428,8 @@ def dino_digits() -> DINOTrainConfig:
     apart: 0.996 72.9%, 0.99 72.2% at lr 1e-3, 20 epochs — one image). No value was
     chosen for what the audit's measurements of the trained model show. Collapse monitors: at lr ≥ 1e-3 the
     teacher's output entropy climbs to log K (6.93) — the head's output goes uniform (the known DINO failure mode,
-    here on a tiny dataset and schedule) while the backbone's k-NN still improves; ``teacher_entropy`` in
-    metrics.jsonl shows it.
+    here on a tiny dataset and schedule) while the backbone's k-NN is still above its initialisation's; ``teacher_entropy``
+    in metrics.jsonl shows it.
 
     Command:  crate-train --preset dino_digits
     Expected (seeds 0–2, mean ± std; ``python -m verify --only dino --full`` re-measures): k-NN top-1 of the
