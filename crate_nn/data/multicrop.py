@@ -9,8 +9,12 @@ Every image of a batch gives G global crops and N local crops:
 with DINO's values as defaults: S = 224, s = 96, G = 2, N = 8, horizontal flip p = 0.5, colour jitter (brightness
 0.4, contrast 0.4, saturation 0.2, hue 0.1) with p = 0.8, grayscale p = 0.2, Gaussian blur σ ∈ [0.1, 2] pixels,
 solarisation at 0.5 (PIL's ``solarize``: values ≥ 0.5 become 1 − value). Crops are resampled bicubically (DINO),
-all crops of a view in one batched warp (kornia's ``resample`` mode, without antialiasing), and clamped to [0, 1]
-(PIL does so in uint8). Differences from DINO's per-image PIL pipeline, all forced by
+all crops of a view in one batched warp (kornia's ``resample`` mode, without antialiasing) whose bicubic taps
+outside the image repeat its border pixels, and clamped to [0, 1] (PIL does so in uint8). Kornia's own resample mode
+pads with zeros: a crop touching the image's edge then mixes in black (a constant 0.8 image gave crop pixels
+of 0.756), which neither PIL's resize nor kornia's slice mode (crop, then ``interpolate``, which clamps its taps to
+the image) does; `BorderResizedCrop` keeps the batched warp with border padding. Differences from DINO's
+per-image PIL pipeline, all forced by
 batching on the device: kornia draws one order of the four jitter operations per batch (torchvision one per
 image); the blur kernel is truncated at ±3σ_max (13 taps for σ_max = 2; PIL's box approximation has no fixed
 support), and at ±(side − 1) on crops too small for that. All local crops of a batch go through one call
@@ -25,6 +29,26 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+
+def _border_resized_crop():
+    """kornia's RandomResizedCrop whose ``resample`` mode pads with the border pixels instead of zeros."""
+    import kornia.augmentation as K
+    from kornia.geometry.transform import crop_by_transform_mat
+
+    class BorderResizedCrop(K.RandomResizedCrop):
+        def apply_transform(self, input, params, flags, transform=None):
+            output = crop_by_transform_mat(input, transform[:, :2, :], flags["size"],
+                                           mode=flags["resample"].name.lower(), padding_mode="border",
+                                           align_corners=flags["align_corners"])
+            # a box one pixel wide along an axis: kornia's matrix puts that pixel at output index 0; repeat it
+            # along the axis, as kornia does (with border padding the other indices would read its neighbours)
+            src = params["src"].to(input.device)
+            one_pixel = (src[:, 2] - src[:, 0]) == 0  # (B, 2): x, y
+            output = torch.where(one_pixel[:, 0, None, None, None], output[..., :1].expand_as(output), output)
+            return torch.where(one_pixel[:, 1, None, None, None], output[..., :1, :].expand_as(output), output)
+
+    return BorderResizedCrop
 
 
 class MultiCrop(nn.Module):
@@ -88,11 +112,12 @@ class MultiCrop(nn.Module):
         if not color:
             saturation, hue = 0.0, 0.0
         support = math.ceil(3 * blur_sigma[1])  # kernel half-width: ±3σ_max
+        resized_crop = _border_resized_crop()
 
         def view(size: int, scale: tuple[float, float], blur: float, solarize: float) -> nn.Sequential:
             """One view's operations; those that can never apply (probability or strength 0) are left out."""
-            ops: list[nn.Module] = [K.RandomResizedCrop((size, size), scale=tuple(scale), resample="BICUBIC",
-                                                        cropping_mode="resample"),
+            ops: list[nn.Module] = [resized_crop((size, size), scale=tuple(scale), resample="BICUBIC",
+                                                 cropping_mode="resample"),
                                     nn.Hardtanh(0.0, 1.0)]
             if flip_p:
                 ops.append(K.RandomHorizontalFlip(p=flip_p))

@@ -98,3 +98,15 @@ def test_bad_arguments_name_themselves(kwargs, match):
 def test_images_of_the_wrong_shape_are_refused():
     with pytest.raises(ValueError, match=r"images: expected \(batch, 1, height, width\)"):
         MultiCrop(16, 8, **GRAY)(torch.rand(2, 3, 16, 16))
+
+
+def test_crops_touching_the_border_read_no_padding():
+    """A constant image gives constant crops wherever the box lies: bicubic taps beyond the image's edge read its
+    border pixels (as PIL's resize and interpolate's clamped taps do), not zeros. 64 images × (2 global + 4 local)
+    boxes with small scales and random positions: many touch an edge (kornia's zero padding gave 0.756 for 0.8)."""
+    crops = MultiCrop(8, 4, global_crops=2, local_crops=4, global_scale=(0.2, 1.0), flip_p=0.0, jitter_p=0.0,
+                      blur_p=(0.0, 0.0, 0.0), solarize_p=0.0, mean=(0.0,), std=(1.0,))
+    torch.manual_seed(0)
+    for crop in crops(torch.full((64, 1, 12, 12), 0.8)):
+        # the 16 bicubic weights of a tap sum to 1 up to float32 rounding
+        torch.testing.assert_close(crop, torch.full_like(crop, 0.8), atol=1e-5, rtol=0)

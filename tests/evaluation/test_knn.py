@@ -90,7 +90,9 @@ def test_selection_subset_is_seeded_and_skips_too_large_k():
 
 @pytest.mark.parametrize("call, match", [
     (lambda x, y: knn_scores(x, y, x, 0), "k: expected an integer in"),
-    (lambda x, y: knn_scores(x, y, x, 10), r"k: expected an integer in \[1, 9\]"),
+    # without exclude all 10 training samples can vote (k = 10 is valid); leaving one out leaves 9
+    (lambda x, y: knn_scores(x, y, x, 11), r"k: expected an integer in \[1, 10\]"),
+    (lambda x, y: knn_scores(x, y, x, 10, exclude=np.arange(10)), r"k: expected an integer in \[1, 9\]"),
     (lambda x, y: knn_scores(x, y, x[:, :2], 3), "train_x, query_x: features of different widths"),
     (lambda x, y: knn_scores(x * np.nan, y, x, 3), "train_x: expected a finite"),
     (lambda x, y: knn_scores(x, y[:5], x, 3), "train_y: expected 10 integer labels"),
