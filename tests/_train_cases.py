@@ -3,6 +3,7 @@ fake versions of the ImageNet, CIFAR-10/100, Flowers-102 and Pets layouts."""
 import pickle
 
 import numpy as np
+import torch
 from PIL import Image
 from scipy.io import savemat
 
@@ -83,3 +84,20 @@ def fake_pets(root):
     for split, lines in rows.items():
         (root / "annotations" / f"{split}.txt").write_text("\n".join(lines) + "\n")
     return root
+
+
+def assert_same(a, b, where="checkpoint"):
+    """Every tensor bit-for-bit equal (torch.equal), every other value equal, recursively."""
+    assert type(a) is type(b), where
+    if isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for key in a:
+            assert_same(a[key], b[key], f"{where}[{key!r}]")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, where

@@ -5,28 +5,11 @@ import json
 
 import pytest
 import torch
-from _train_cases import tiny
+from _train_cases import assert_same, tiny
 
 import crate_nn
 from crate_nn import checkpoint
 from crate_nn.engine import NonFiniteLossError, train
-
-
-def _assert_same(a, b, where="checkpoint"):
-    """Every tensor bit-for-bit equal (torch.equal), every other value equal, recursively."""
-    assert type(a) is type(b), where
-    if isinstance(a, torch.Tensor):
-        assert a.dtype == b.dtype and torch.equal(a, b), where
-    elif isinstance(a, dict):
-        assert a.keys() == b.keys(), where
-        for key in a:
-            _assert_same(a[key], b[key], f"{where}[{key!r}]")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b)):
-            _assert_same(x, y, f"{where}[{i}]")
-    else:
-        assert a == b, where
 
 
 @pytest.mark.parametrize("interrupt_at", [4, 6])  # an epoch boundary (4 steps per epoch) and mid-epoch
@@ -41,7 +24,7 @@ def test_interrupted_and_resumed_run_equals_uninterrupted(tmp_path, interrupt_at
     a, b = checkpoint.read(straight.checkpoint), checkpoint.read(resumed.checkpoint)
     for payload in (a, b):
         payload.pop("train_config")  # output_dir, max_steps and resume differ by construction
-    _assert_same(a, b)
+    assert_same(a, b)
     assert a["position"] == {"epoch": 2, "step_in_epoch": 2, "step": 10}
     assert resumed.metrics["val_loss"] == straight.metrics["val_loss"]
 

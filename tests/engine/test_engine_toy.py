@@ -14,29 +14,13 @@ from pathlib import Path
 import pytest
 import torch
 from _toy_task import toy
+from _train_cases import assert_same
 
 from crate_nn import checkpoint
 from crate_nn.engine import NonFiniteLossError, Preempted, train
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY = Path(__file__).with_name("_toy_task.py")
-
-
-def assert_same(a, b, where="checkpoint"):
-    """Every tensor bit-for-bit equal (torch.equal), every other value equal, recursively."""
-    assert type(a) is type(b), where
-    if isinstance(a, torch.Tensor):
-        assert a.dtype == b.dtype and torch.equal(a, b), where
-    elif isinstance(a, dict):
-        assert a.keys() == b.keys(), where
-        for key in a:
-            assert_same(a[key], b[key], f"{where}[{key!r}]")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b)):
-            assert_same(x, y, f"{where}[{i}]")
-    else:
-        assert a == b, where
 
 
 def same_run(a: Path, b: Path) -> None:
