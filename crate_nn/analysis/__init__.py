@@ -7,11 +7,12 @@ from .diagnostics import (
                           Stat,
                           coherence,
                           compression,
+                          has_mssa_layers,
                           measure_layers,
                           sparsity,
                           thresholded_sparsity,
                           trace,
 )
 
-__all__ = ["PROTOCOLS", "LayerMeasurements", "Stat", "coherence", "compression", "measure_layers", "sparsity",
+__all__ = ["PROTOCOLS", "LayerMeasurements", "Stat", "coherence", "compression", "has_mssa_layers", "measure_layers", "sparsity",
            "thresholded_sparsity", "trace"]

@@ -73,6 +73,16 @@ def _encoder_layers(model: nn.Module) -> nn.ModuleList:
     return stack.layers
 
 
+def has_mssa_layers(model: nn.Module) -> bool:
+    """Whether `measure_layers` can measure ``model``: a CRATE model (or stack) whose every encoder layer has MSSA
+    attention (an MHSA baseline has no subspaces U^ℓ to define R^c)."""
+    try:
+        layers = _encoder_layers(model)
+    except TypeError:
+        return False
+    return all(isinstance(getattr(layer, "attn", None), MSSA) for layer in layers)
+
+
 @torch.no_grad()
 def trace(model: nn.Module, inputs: torch.Tensor, return_attention: bool = False) -> list[LayerTrace]:
     """Z^ℓ, Z^{ℓ+1/2}, Z^{ℓ+1} (and attention maps) of every encoder layer, in the model's current train/eval mode.

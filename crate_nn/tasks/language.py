@@ -33,6 +33,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from .. import checkpoint
+from ..analysis.diagnostics import has_mssa_layers
 from ..data.text import (
     IGNORE,
     Masking,
@@ -104,7 +105,8 @@ class LanguageModelConfig(TrainConfig):
     block_size: int = option(1024, "tokens per training sequence", minimum=1)
     eval_batch_size: int = option(4, "windows per evaluation batch (Table 6: 4)", minimum=1)
     val_batches: int = option(1000, "evaluation batches (Table 6: 1,000)", minimum=1)
-    measure_sequences: int = option(8, "validation windows of the layer-wise R^c/sparsity measurements (0 = none)",
+    measure_sequences: int = option(8, "validation windows of the layer-wise R^c/sparsity measurements (0 = none; "
+                                       "a model without MSSA layers, e.g. the GPT baseline, is not measured)",
                                     minimum=0, resume_free=True)
 
     def validate(self) -> None:
@@ -166,8 +168,9 @@ class LanguageModelTask(Task):
         self.reinitialised = initialise_from(self.model, config.init_from) if config.init_from else []
         self.step = 0
         windows = TokenBlocks(self.corpus.val, config.block_size, 0)
+        self.measured = bool(config.measure_sequences) and has_mssa_layers(self.model)
         self.measure_tokens = (torch.stack([windows[i] for i in spread(len(windows), config.measure_sequences)])
-                               if ctx.is_main and config.measure_sequences else None)
+                               if ctx.is_main and self.measured else None)
 
     def collate(self, items: list[torch.Tensor]) -> torch.Tensor:
         return stack_blocks(items)
@@ -207,7 +210,8 @@ class LanguageModelTask(Task):
     def resolved(self) -> dict:
         c = self.corpus
         return {**super().resolved(), "tokenizer": c.tokenizer, "corpus": c.source, "train_tokens": len(c.train),
-                "val_tokens": len(c.val), "reinitialised_from_init": self.reinitialised}
+                "val_tokens": len(c.val), "reinitialised_from_init": self.reinitialised,
+                "layer_measurements": self.measured}
 
 
 @register_task(CausalLMConfig)

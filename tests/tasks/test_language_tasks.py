@@ -77,6 +77,7 @@ def test_causal_lm_command_trains_evaluates_measures_and_samples(corpus_dir, tmp
     assert evals[0]["val_tokens"] == 2 * 2 * 16
     assert {r["step"] for r in records if "train_loss" in r} == {1, 2, 3, 4}
     config = json.loads((gpt_run / "config.json").read_text())
+    assert config["layer_measurements"] is True
     assert config["tokenizer"] == "bytes" and config["model_config"]["vocab_size"] == 258
     assert config["total_steps"] == 4 and config["warmup_steps"] == 1
     measured = sorted(p.name for p in (gpt_run / "measurements").iterdir())
@@ -96,6 +97,20 @@ def test_causal_lm_command_trains_evaluates_measures_and_samples(corpus_dir, tmp
     assert "does not exist" in capsys.readouterr().err
     assert eval_lm_main([checkpoint, "--block-size", "99"]) == 2
     assert "block_size: 99 exceeds" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("preset, model", [("gpt_stdlib", "gpt_small"), ("bert_stdlib", "bert_medium")])
+def test_standard_baseline_trains_through_the_crate_preset(preset, model, corpus_dir, tmp_path):
+    """The README's baseline command (the CRATE preset with ``--model gpt_small``/``bert_medium``): an MHSA model has
+    no U^ℓ to measure R^c with, so the run trains without layer-wise measurements and says so in config.json."""
+    run = tmp_path / "run"
+    assert train_main(["--preset", preset, "--model", model, "--data-dir", str(corpus_dir), "--output-dir", str(run),
+                       "--model-args", "dim=16", "heads=2", "depth=1", "--block-size", "16", "--batch-size", "4",
+                       "--total-steps", "2", "--warmup-steps", "1", "--eval-every-steps", "2", "--eval-batch-size", "2",
+                       "--val-batches", "1", "--measure-sequences", "2", "--no-progress"]) == 0
+    config = json.loads((run / "config.json").read_text())
+    assert config["layer_measurements"] is False and not (run / "measurements").exists()
+    assert crate_nn.load(run / "checkpoints" / "last.pt").encoder.layers[0].attn.__class__.__name__ != "MSSA"
 
 
 def test_lm_loss_is_table6_protocol(corpus_dir):

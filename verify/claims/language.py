@@ -29,6 +29,7 @@ from crate_nn.data.text import TokenBlocks, builtin_corpus
 from crate_nn.engine import train
 from crate_nn.evaluation.language import spread
 from crate_nn.models import BlockConfig
+from crate_nn.models.blocks import build_attention
 from crate_nn.models.mssa import HeadAttention
 from crate_nn.tasks import get_preset
 from verify import plots, verdicts
@@ -86,12 +87,11 @@ _params_claim("crate-bert", TABLE_10["crate-bert"], "holds",
 # ----------------------------------------------------------------------------------------------------------------
 # eq. (87): the causal mask
 # ----------------------------------------------------------------------------------------------------------------
+@torch.no_grad()
 def _causal_mask_errors(attention: str, seed: int) -> dict[str, float]:
     """Both attention paths of a causal block against softmax(CausalMask(A)) built from eq. (87), in float64."""
     torch.manual_seed(seed)
     config = BlockConfig(dim=24, heads=3, attention=attention, causal=True)
-    from crate_nn.models.blocks import build_attention
-
     block: HeadAttention = build_attention(config).double()
     x = torch.randn(2, 9, 24, dtype=torch.float64)
     q, k, v = block.qkv_heads(x)
