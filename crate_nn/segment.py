@@ -77,6 +77,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     experiment.add_argument("--max-steps", type=int, default=None, help="stop every training early (smoke runs)")
     experiment.add_argument("--extra", action="append", default=[], metavar="NAME=CKPT[,CKPT...]",
                             help="extra backbones as rows, one checkpoint per seed (e.g. DINO-trained CRATE)")
+    experiment.add_argument("--no-progress", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
     for name in ("image_size", "num_objects", "limit", "epochs", "max_steps"):
         value = getattr(args, name, None)
@@ -182,7 +183,8 @@ def experiment(args: argparse.Namespace) -> dict:
         if missing:
             raise ValueError(f"extra: checkpoint {missing[0]!r} does not exist")
     overrides = {k: v for k, v in (("epochs", args.epochs), ("max_steps", args.max_steps)) if v is not None}
-    results = run_experiment(args.output_dir, seeds=args.seeds, variants=variants, overrides=overrides, extra=extra)
+    results = run_experiment(args.output_dir, seeds=args.seeds, variants=variants, overrides=overrides, extra=extra,
+                             progress=not args.no_progress)
     _, test = splits(get_preset("objects_crate"))
     report = args.report_dir or args.output_dir
     written = write_report(results, report, test.images[:8])
