@@ -14,5 +14,5 @@ from .diagnostics import (
                           trace,
 )
 
-__all__ = ["PROTOCOLS", "LayerMeasurements", "Stat", "coherence", "compression", "has_mssa_layers", "measure_layers", "sparsity",
-           "thresholded_sparsity", "trace"]
+__all__ = ["PROTOCOLS", "LayerMeasurements", "Stat", "coherence", "compression", "has_mssa_layers", "measure_layers",
+           "sparsity", "thresholded_sparsity", "trace"]

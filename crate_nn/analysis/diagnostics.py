@@ -73,6 +73,11 @@ def _encoder_layers(model: nn.Module) -> nn.ModuleList:
     return stack.layers
 
 
+def _layers_without_mssa(layers: nn.ModuleList) -> list[int]:
+    """Indices of the layers whose attention is not MSSA (they have no subspaces U^ℓ to define R^c)."""
+    return [i for i, layer in enumerate(layers) if not isinstance(getattr(layer, "attn", None), MSSA)]
+
+
 def has_mssa_layers(model: nn.Module) -> bool:
     """Whether `measure_layers` can measure ``model``: a CRATE model (or stack) whose every encoder layer has MSSA
     attention (an MHSA baseline has no subspaces U^ℓ to define R^c)."""
@@ -80,7 +85,7 @@ def has_mssa_layers(model: nn.Module) -> bool:
         layers = _encoder_layers(model)
     except TypeError:
         return False
-    return all(isinstance(getattr(layer, "attn", None), MSSA) for layer in layers)
+    return not _layers_without_mssa(layers)
 
 
 @torch.no_grad()
@@ -170,7 +175,7 @@ def measure_layers(
     if eps <= 0:
         raise ValueError(f"eps must be positive, got {eps}")
     layers = _encoder_layers(model)
-    not_mssa = [i for i, layer in enumerate(layers) if not isinstance(getattr(layer, "attn", None), MSSA)]
+    not_mssa = _layers_without_mssa(layers)
     if not_mssa:
         raise TypeError(f"measure_layers needs MSSA layers (their U^ℓ define R^c); layers {not_mssa} have none")
     param = next(unwrap_model(model).parameters())
