@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--presets", nargs="+", default=sorted(PRESETS), choices=sorted(PRESETS))
     parser.add_argument("--batch-size", type=int, default=None,
                         help="at most this many samples per step (default 16 on CPU, 256 on GPU; a preset with a "
-                             "smaller batch keeps its own)")
+                             "smaller batch or micro-batch keeps its own)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model (crate-train --compile)")
     args = parser.parse_args(argv)
     device = common.setup(args)
@@ -122,8 +122,9 @@ def main(argv: list[str] | None = None) -> dict:
     ]
     notes = [
         f"one optimizer step on one fixed micro-batch of the preset's smoke config (at most {args.batch_size} "
-        f"samples, the preset's model, optimizer and precision), median of {args.repeats} after {args.warmup} "
-        "warm-up steps; data loading not included (benchmarks.pipeline measures it)",
+        f"samples and the preset's micro-batch; the preset's model, optimizer and precision), median of "
+        f"{args.repeats} after {args.warmup} warm-up steps; data loading not included (benchmarks.pipeline "
+        "measures it)",
         "FLOPs: torch.utils.flop_counter over one step (forward and backward matrix products; on CUDA the SDPA "
         "kernels too); MFU = FLOPs / step time / peak dense bf16 FLOP/s",
         "state = weights + gradients + optimizer tensors (what FSDP would shard); step peak = memory allocated "

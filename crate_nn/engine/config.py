@@ -120,14 +120,16 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
     def smoke(self, steps: int = 20, batch_size: int = 32, **overrides) -> TrainConfig:
-        """This run shrunk to a smoke run: ``steps`` optimizer steps of at most ``batch_size`` samples, every step
-        logged, no intermediate checkpoint, no worker process, then ``overrides``. The recipe (optimizer, learning
-        rate, schedules, model) is kept. A task whose data needs a local folder, or whose run does slow extra work
+        """This run shrunk to a smoke run: ``steps`` optimizer steps of at most ``batch_size`` samples (and at most
+        the run's ``micro_batch_size``, what one forward pass of the full run holds), every step logged, no
+        intermediate checkpoint, no worker process, then ``overrides``. The recipe (optimizer, learning rate,
+        schedules, model) is kept. A task whose data needs a local folder, or whose run does slow extra work
         (measurements, an initial checkpoint), overrides this method to switch to its built-in data and to skip that
         work; the GPU checks (`make gpu-check`) train every preset this way.
         """
         shrunk = dataclasses.replace(
-            self, max_steps=steps, batch_size=min(self.batch_size, batch_size), micro_batch_size=None,
+            self, max_steps=steps, batch_size=min(self.batch_size, batch_size, self.micro_batch_size or batch_size),
+            micro_batch_size=None,
             log_every=1, checkpoint_every=0, num_workers=0, progress=False, tensorboard=False, resume=False,
             overwrite=False)
         return dataclasses.replace(shrunk, **overrides)

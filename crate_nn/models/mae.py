@@ -198,6 +198,15 @@ class CRATEMAE(nn.Module):
         check_images(images, in_channels=cfg.in_channels, patch_size=cfg.patch_size, image_size=cfg.image_size,
                      dtype=self.pos_embed.dtype)
 
+    def example_inputs(self, batch_size: int, mask_ratio: float = 0.75) -> tuple[torch.Tensor, torch.Tensor]:
+        """A batch for checks and benchmarks: standard-normal images (B, C, H, W) and a `random_mask` (B, N), both
+        drawn on the CPU from seed 0, so that every device and compiler masks the same patches (the GPU checks
+        compare outputs across devices, precisions and ``torch.compile``, whose random streams differ)."""
+        g = torch.Generator().manual_seed(0)
+        cfg = self.config
+        images = torch.randn(batch_size, cfg.in_channels, cfg.image_size, cfg.image_size, generator=g)
+        return images, random_mask(torch.rand(batch_size, cfg.num_patches, generator=g), mask_ratio)
+
     def _check_mask(self, mask: torch.Tensor, batch: int) -> torch.Tensor:
         expected = (batch, self.config.num_patches)
         if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or tuple(mask.shape) != expected:

@@ -124,6 +124,22 @@ def test_the_same_generator_gives_the_same_masks():
     assert torch.equal(a, b) and not torch.equal(a, c)
 
 
+def test_example_inputs_fix_the_mask_whatever_the_global_seed():
+    """The GPU checks compare a model's outputs across devices and torch.compile, whose random streams differ: the
+    MAE's example inputs carry their mask, so the forward pass draws nothing."""
+    model = toy().float()
+    images_, mask = model.example_inputs(5)
+    assert images_.shape == (5, 1, 8, 8) and mask.shape == (5, 16) and mask.dtype == torch.bool
+    assert (mask.sum(1) == 16 - int(16 * 0.25)).all()
+    again = model.example_inputs(5)
+    assert torch.equal(again[0], images_) and torch.equal(again[1], mask)
+    torch.manual_seed(1)
+    first = model(images_, mask)
+    torch.manual_seed(2)
+    second = model(images_, mask)
+    assert torch.equal(first.mask, mask) and torch.equal(first.pred, second.pred)
+
+
 @pytest.mark.parametrize("wiring", ["official", "paper"])
 def test_masked_pixels_do_not_reach_the_prediction(wiring):
     """The visible and masked sets are disjoint in effect: changing the pixels of masked patches changes the target,

@@ -23,7 +23,8 @@ def test_every_preset_has_a_smoke_run_without_local_data(name, tmp_path):
     smoke = preset.smoke(20, 32, output_dir=str(tmp_path / "run"), device="cpu")
     smoke.validate()
     assert (smoke.max_steps, smoke.log_every, smoke.checkpoint_every, smoke.num_workers) == (20, 1, 0, 0)
-    assert smoke.batch_size == min(preset.batch_size, 32) and smoke.micro_batch_size is None
+    assert smoke.batch_size == min(preset.batch_size, 32, preset.micro_batch_size or 32)
+    assert smoke.micro_batch_size is None
     assert all(getattr(smoke, field) == getattr(preset, field) for field in RECIPE if hasattr(preset, field))
     assert getattr(smoke, "data_dir", None) is None and getattr(smoke, "init_from", None) is None
     task = task_for(smoke)(smoke, context("cpu"))  # builds the model and the data, nothing read from disk
