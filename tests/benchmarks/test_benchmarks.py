@@ -12,7 +12,8 @@ import pytest
 import torch
 
 import crate_nn
-from benchmarks import common, data, fast_paths, gpu_check, inference, pipeline, task_step, theory, train_step
+from benchmarks import (common, data, fast_paths, figures, gpu_check, inference, pipeline, task_step, theory,
+                        train_step)
 from benchmarks.models import LOGIT_RTOL, TINY_OVERRIDES, build_pair, check_pair, forward_flops
 from crate_nn import model_config
 
@@ -168,3 +169,16 @@ def test_peak_memory_sees_a_temporary_allocation():
 
     peak = common.peak_memory_bytes(allocate_and_free, torch.device("cpu"))
     assert size <= peak < 2 * size
+
+
+def test_figures_are_drawn_from_the_committed_gpu_results(tmp_path):
+    results = figures.ROOT / "benchmarks" / "results" / "gpu"
+    written = figures.main(["--results", str(results), "--out-dir", str(tmp_path)])
+    assert sorted(p.name for p in written) == ["pipeline.png", "task_step.png", "train_step.png"]
+    assert all(p.read_bytes()[:4] == b"\x89PNG" for p in written)
+
+
+def test_figures_refuse_a_folder_without_results(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        figures.main(["--results", str(tmp_path)])
+    assert "holds none of the benchmarks' JSON" in capsys.readouterr().err
