@@ -1,6 +1,10 @@
-"""Shared pieces of the training tests: a tiny CPU configuration that trains in well under a second, and tiny
-fake versions of the ImageNet, CIFAR-10/100, Flowers-102 and Pets layouts."""
+"""Shared pieces of the training tests: a tiny CPU configuration that trains in well under a second, tiny
+fake versions of the ImageNet, CIFAR-10/100, Flowers-102 and Pets layouts, and a torchrun launcher."""
+import os
 import pickle
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -10,6 +14,16 @@ from scipy.io import savemat
 from crate_nn.tasks import ClassificationConfig, get_preset
 
 TINY_MODEL = dict(patch_size=4, dim=16, depth=2, heads=2)
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def torchrun(*args: str, nproc: int = 2, path: tuple[Path, ...] = (),
+             timeout: float = 240) -> subprocess.CompletedProcess:
+    """``python -m torch.distributed.run --standalone --nproc_per_node nproc *args`` from the repository root (gloo
+    processes on the CPU), one intra-op thread each, the repository and ``path`` importable; output captured."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc), *args]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(map(str, (ROOT, *path)))}
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def tiny(output_dir, **overrides) -> ClassificationConfig:

@@ -21,8 +21,9 @@ of q; ``train_teacher_mean_entropy``: entropy of the batch-mean q; ``train_kl``:
 pairs) and at every evaluation on un-augmented held-out images (``teacher_entropy``, ``teacher_mean_entropy``,
 ``teacher_student_kl``, same view for both). Collapse to one prototype drives both entropies to 0, collapse to the
 uniform output drives both to log K; both drive the KL to 0. The weighted k-NN (``knn_epochs``, and always at the
-end) and the linear probe (``probe_epochs``) read the teacher's class token (eq. 80); white-box
-measurements (per-layer R^c, sparsity) of the teacher at ``measure_epochs`` under ``measurements/``.
+end) and the linear probe (``probe_epochs``, solver ``probe_solver``) read the teacher's class token (eq. 80), which
+every process extracts a shard of; both run once, in the main process. White-box measurements (per-layer R^c,
+sparsity) of the teacher at ``measure_epochs`` under ``measurements/``.
 
 Presets: ``dino_imagenet`` (App. C.3 on ImageNet-1K, GPUs) and ``dino_digits`` (scikit-learn's digits, CPU).
 """
@@ -50,7 +51,7 @@ from ..engine.schedule import cosine
 from ..engine.task import LossOutput, Task, preset, register_task
 from ..evaluation.features import extract_features, pooled_features
 from ..evaluation.knn import KNN_KS, KNN_TEMPERATURE, knn_evaluate
-from ..evaluation.linear_probe import linear_probe
+from ..evaluation.linear_probe import PROBE_SOLVERS, run_linear_probe
 from ..models.dino_head import DINO, PROJECTIONS, DINOConfig
 from ..models.registry import list_models, model_config, unwrap_model
 from .images import DATA_LAYOUTS, ImageDataConfig, image_split, image_splits  # noqa: F401 (crate-train --help)
@@ -128,6 +129,10 @@ class DINOTrainConfig(ImageDataConfig):
     probe_epochs: tuple[int, ...] = option(
         (), "epochs after which the linear probe (App. C.2) on eval_split is logged; non-empty: also at the end",
         minimum=1)
+    probe_solver: str = option(
+        "sklearn", "linear probe: sklearn (C by 3-fold cross-validation, the papers' protocol; small data), or torch "
+        "on the device with lbfgs (full batch) or adam (minibatches: ImageNet scale), its weight decay chosen on a "
+        "held-out 10% of train_split", choices=PROBE_SOLVERS, resume_free=True)
     monitor_samples: int = option(1024, "held-out images of the collapse monitors at every evaluation", minimum=1,
                                   resume_free=True)
     measure_epochs: tuple[int, ...] = option((), "epochs after which the teacher's layer-wise R^c/sparsity are "
@@ -329,12 +334,16 @@ class DINOTask(Task):
                                 num_workers=self.config.num_workers)
 
     def frozen_evaluation(self, model: nn.Module, dataset, prefix: str, knn: bool, probe: bool) -> dict[str, float]:
-        """Weighted k-NN and/or linear probe of the teacher's features, trained on ``train_split``."""
+        """Weighted k-NN and/or linear probe of the teacher's features, trained on ``train_split``. Every process
+        extracts its shard of the features; the main process alone runs the k-NN and the probe on its device (the
+        other processes return no metrics)."""
         if not (knn or probe):
             return {}
         train_x, train_y = self.features(model, self.feature_set)
         test_x, test_y = self.features(model, dataset)
         metrics: dict[str, float] = {}
+        if not self.ctx.is_main:
+            return metrics
         if knn:
             result = knn_evaluate(train_x, train_y, test_x, test_y, self.config.knn_ks, self.config.knn_temperature,
                                   select_samples=self.config.knn_select_samples, seed=self.config.seed,
@@ -342,7 +351,8 @@ class DINOTask(Task):
             metrics.update({f"{prefix}_knn_top1": result.top1, f"{prefix}_knn_k": result.k,
                             **{f"{prefix}_knn_top1_k{k}": v for k, v in result.accuracy.items()}})
         if probe:
-            result = linear_probe(train_x, train_y, test_x, test_y, seed=self.config.seed)
+            result = run_linear_probe(self.config.probe_solver, train_x, train_y, test_x, test_y,
+                                      seed=self.config.seed, device=self.ctx.device)
             metrics.update({f"{prefix}_probe_top1": result.accuracy, f"{prefix}_probe_C": result.C})
         return metrics
 
@@ -390,7 +400,8 @@ def dino_imagenet() -> DINOTrainConfig:
     this codebase: bf16 autocast instead of fp16 with a loss scaler; no stochastic depth (DINO's drop_path 0.1: CRATE
     layers have none); crops drawn from the central 256² square (``--load-size`` raises it); k-NN (T = 0.07,
     k ∈ {10, 20, 100, 200}, k chosen by the leave-one-out accuracy of 10,000 training images) at the end only;
-    the linear probe (sklearn on 1.28M × d features: hours) with ``--probe-epochs 100``. ``--model crate_base
+    the linear probe with ``--probe-epochs 100`` (with ``--probe-solver adam``: on the GPU, the weight decay chosen
+    on held-out training images; sklearn on 1.28M × d features would take hours). ``--model crate_base
     --model-args patch_size=8`` trains the paper's CRATE-B/8; ``--model vit_small`` the ViT-S/16 baseline.
 
     Command (one GPU, 8 accumulated micro-batches of 128):

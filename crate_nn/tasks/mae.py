@@ -8,8 +8,9 @@ every epoch is measured on the same masked images.
 
 Evaluation: the held-out reconstruction loss (``val_recon_loss``) every ``eval_every`` epochs; at the end the
 reconstruction loss of the training split and of ``test_split`` under the evaluation masks, and with ``probe`` the
-linear probe (App. C.2: `crate_nn.evaluation.linear_probe`) of the trained encoder and of the same model at its
-initialisation, on ``train_split`` → ``test_split`` (``eval_split`` without one). Reconstruction figures
+linear probe (App. C.2: `crate_nn.evaluation.linear_probe`, the solver ``probe_solver``) of the trained encoder and
+of the same model at its initialisation, on ``train_split`` → ``test_split`` (``eval_split`` without one), fit once
+(main process) on features every process extracts a shard of. Reconstruction figures
 (`crate_nn.analysis.reconstruction`, Fig. 11) after the epochs in ``figure_epochs`` under ``<output_dir>/figures/``.
 Fine-tuning goes through the classification task (``--init-from`` a CRATE-MAE checkpoint; presets
 ``mae_finetune`` and ``mae_digits_finetune``).
@@ -34,6 +35,7 @@ from ..engine.config import option
 from ..engine.loop import resolve_batches
 from ..engine.precision import autocast
 from ..engine.task import LossOutput, Task, get_preset, preset, register_task
+from ..evaluation import PROBE_SOLVERS, extract_features, pooled_features, run_linear_probe
 from ..models.mae import check_mask_ratio, random_mask
 from ..models.registry import create_model, list_models, model_config, unwrap_model
 from .classification import ClassificationConfig
@@ -84,6 +86,10 @@ class MAEConfig(AugmentedImageConfig):
     probe: bool = option(False, "at the end: linear probe (App. C.2) of the encoder and of its initialisation")
     probe_pool: str = option("mean", "probe features: mean over tokens (eq. 72) or the class token",
                              choices=("mean", "cls"))
+    probe_solver: str = option(
+        "sklearn", "linear probe: sklearn (C by 3-fold cross-validation, the papers' protocol; small data), or torch "
+        "on the device with lbfgs (full batch) or adam (minibatches: ImageNet scale), its weight decay chosen on a "
+        "held-out 10% of train_split", choices=PROBE_SOLVERS, resume_free=True)
 
     def validate(self) -> None:
         super().validate()
@@ -178,21 +184,25 @@ class MAETask(Task):
         metrics = {"train_recon_loss": self.reconstruction_loss(model, self.train_set)}
         if self.test_set is not None:
             metrics["test_recon_loss"] = self.reconstruction_loss(model, self.test_set)
-        if self.config.probe and self.ctx.is_main:
+        if self.config.probe:
             init = self.initial_model().to(self.ctx.device)
             for name, encoder in (("probe_top1", unwrap_model(model)), ("probe_top1_random_init", init)):
-                metrics[name] = self.probe(encoder)
+                accuracy = self.probe(encoder)
+                if accuracy is not None:
+                    metrics[name] = accuracy
         return metrics
 
-    def probe(self, model: nn.Module) -> float:
-        """Held-out accuracy of the linear probe (App. C.2) on ``model``'s frozen, pooled encoder features."""
-        from ..evaluation import extract_features, linear_probe, pooled_features
-
+    def probe(self, model: nn.Module) -> float | None:
+        """Held-out accuracy of the linear probe (App. C.2) on ``model``'s frozen, pooled encoder features. Every
+        process extracts its shard of the features; the main process alone fits the probe (None elsewhere)."""
         features = pooled_features(model.eval(), self.config.probe_pool)
         held_out = self.test_set if self.test_set is not None else self.eval_set
-        data = [extract_features(features, split, self.eval_transform, self.ctx.device, batch_size=self.micro,
+        data = [extract_features(features, split, self.eval_transform, self.ctx, batch_size=self.micro,
                                  num_workers=self.config.num_workers) for split in (self.train_set, held_out)]
-        return linear_probe(*data[0], *data[1], seed=self.config.seed).accuracy
+        if not self.ctx.is_main:
+            return None
+        return run_linear_probe(self.config.probe_solver, *data[0], *data[1], seed=self.config.seed,
+                                device=self.ctx.device).accuracy
 
     def epoch_end(self, model: nn.Module, epoch: int, run_dir: Path) -> None:
         if epoch not in self.config.figure_epochs:

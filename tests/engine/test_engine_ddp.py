@@ -1,17 +1,10 @@
 """DistributedDataParallel under torchrun (2 CPU processes, gloo) gives the same update as one process at the same
 global batch."""
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import torch
-from _train_cases import TINY_MODEL, tiny
+from _train_cases import TINY_MODEL, tiny, torchrun
 
 from crate_nn import checkpoint
 from crate_nn.engine import train
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_torchrun_two_processes_equal_one_process(tmp_path):
@@ -19,16 +12,13 @@ def test_torchrun_two_processes_equal_one_process(tmp_path):
     common = dict(optimizer="adamw", lr=1e-2, weight_decay=0.1, max_steps=3)
     single = train(tiny(tmp_path / "single", **common))
     model_args = [f"{k}={v}" for k, v in TINY_MODEL.items()]
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+    done = torchrun(
         "-m", "crate_nn.train", "--preset", "synthetic", "--image-size", "8", "--model-args", *model_args,
         "--batch-size", "8", "--micro-batch-size", "2", "--synthetic-samples", "32", "--epochs", "3",
         "--warmup-epochs", "1", "--no-progress", "--device", "cpu", "--precision", "fp32", "--num-workers", "0",
         "--augment", "none", "--checkpoint-every", "0", "--optimizer", "adamw", "--lr", "0.01",
         "--weight-decay", "0.1", "--max-steps", "3", "--output-dir", str(tmp_path / "ddp"),
-    ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[:6000]
     ddp = checkpoint.read(tmp_path / "ddp" / "checkpoints" / "last.pt")
     assert ddp["position"]["step"] == 3 and len(ddp["rng"]) == 2  # one RNG state per rank

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from _toy_task import toy
-from _train_cases import assert_same
+from _train_cases import assert_same, torchrun
 
 from crate_nn import checkpoint
 from crate_nn.engine import NonFiniteLossError, Preempted, train
@@ -93,12 +93,11 @@ def _run_script(tmp_path: Path, name: str, config, *, nproc: int = 1) -> subproc
     fields = json.loads(json.dumps(config.to_dict()))
     path = tmp_path / f"{name}.json"
     path.write_text(json.dumps(fields))
-    command = [sys.executable, str(TOY), str(path)]
     if nproc > 1:
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc),
-                   str(TOY), str(path)]
+        return torchrun(str(TOY), str(path), nproc=nproc, path=(TOY.parent,))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), str(TOY.parent)])}
-    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    return subprocess.run([sys.executable, str(TOY), str(path)], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=240)
 
 
 def test_hard_kills_and_terminations_at_random_steps_then_resume_equal_uninterrupted(tmp_path):

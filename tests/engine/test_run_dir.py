@@ -4,18 +4,14 @@ instead of hanging the job."""
 import json
 import os
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from _train_cases import TINY_MODEL, tiny
+from _train_cases import TINY_MODEL, tiny, torchrun
 
 import crate_nn
 from crate_nn.engine import train
 from crate_nn.train import main
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_second_run_into_a_used_directory_is_refused_and_overwrite_starts_over(tmp_path, capsys):
@@ -50,12 +46,9 @@ def test_a_bad_output_dir_stops_every_torchrun_process_with_its_message(tmp_path
     """The run directory is checked in every process before any process group forms: no rank waits forever."""
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               "-m", "crate_nn.train", "--preset", "synthetic", "--image-size", "8", "--device", "cpu",
-               "--model-args", *[f"{k}={v}" for k, v in TINY_MODEL.items()], "--batch-size", "8",
-               "--num-workers", "0", "--output-dir", str(blocker)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    done = torchrun("-m", "crate_nn.train", "--preset", "synthetic", "--image-size", "8", "--device", "cpu",
+                    "--model-args", *[f"{k}={v}" for k, v in TINY_MODEL.items()], "--batch-size", "8",
+                    "--num-workers", "0", "--output-dir", str(blocker), timeout=180)
     assert done.returncode != 0
     # ≥ 1, not 2: torchrun terminates the other rank as soon as one fails, and under load that rank may still be
     # importing torch; what matters is that the job ends (the timeout above) with the message, not a hang
