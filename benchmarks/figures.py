@@ -31,6 +31,12 @@ def load(folder: Path, name: str) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def save(fig, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def device_name(result: dict) -> str:
     env = result.get("environment", {})
     return env.get("gpu") or env.get("cpu_model") or env.get("device", "?")
@@ -56,9 +62,7 @@ def train_step_figure(runs: list[dict], path: Path) -> None:
     ax.set_ylabel("images / s (224², batch 256)")
     ax.set_title(f"Training step on {device_name(runs[0])} (MFU on the bars; × = ours / authors')", fontsize=9)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save(fig, path)
 
 
 def task_step_figure(run: dict, path: Path) -> None:
@@ -74,9 +78,7 @@ def task_step_figure(run: dict, path: Path) -> None:
     right.legend(fontsize=7)
     left.invert_yaxis()
     fig.suptitle(f"One optimizer step of every preset on {device_name(run)} (batch in brackets)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save(fig, path)
 
 
 def pipeline_figure(run: dict, path: Path) -> None:
@@ -94,9 +96,7 @@ def pipeline_figure(run: dict, path: Path) -> None:
     ax.set_ylabel("images / s")
     ax.set_title(f"crate-train end to end on {device_name(run)}, {run['args']['workers']} workers", fontsize=9)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save(fig, path)
 
 
 def main(argv: list[str] | None = None) -> list[Path]:
