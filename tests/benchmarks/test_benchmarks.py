@@ -12,7 +12,19 @@ import pytest
 import torch
 
 import crate_nn
-from benchmarks import common, data, fast_paths, gpu_check, inference, limit, pipeline, task_step, theory, train_step
+from benchmarks import (
+    bf16_accuracy,
+    common,
+    data,
+    fast_paths,
+    gpu_check,
+    inference,
+    limit,
+    pipeline,
+    task_step,
+    theory,
+    train_step,
+)
 from benchmarks.models import LOGIT_RTOL, TINY_OVERRIDES, build_pair, check_pair, forward_flops
 from crate_nn import model_config
 
@@ -69,6 +81,17 @@ def test_limit_benchmark_writes_results(tmp_path):
     assert sum(row["share"] for row in products) == pytest.approx(1.0, rel=1e-9)
     assert sum(row["gflop"] for row in products) == pytest.approx(steps["fp32"]["step_gflop"], rel=1e-9)
     assert all(row["fp32_gflop_s"] > 0 and row["bf16_gflop_s"] > 0 for row in products)
+
+
+def test_bf16_accuracy_benchmark_writes_results(tmp_path):
+    result = run_tiny(bf16_accuracy, tmp_path)
+    assert [(row["precision"], row["seeds"]) for row in result["rows"]] == [("fp32", 2), ("bf16", 2)]
+    assert [(run["precision"], run["seed"]) for run in result["runs"]] == [
+        ("fp32", 0), ("bf16", 0), ("fp32", 1), ("bf16", 1)]
+    assert all(0 <= run["test_top1"] <= 1 for run in result["runs"])
+    difference = result["comparison"]["difference_test_top1_points"]
+    assert difference["n"] == 2 and difference["ci_low"] <= difference["mean"] <= difference["ci_high"]
+    assert result["comparison"]["verdict"].split()[0] in ("bf16", "inconclusive")
 
 
 def test_product_counter_records_the_counted_products():
