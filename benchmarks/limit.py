@@ -7,10 +7,12 @@ runs once under `benchmarks.common.ProductCounter`, which records every matrix p
 operands' layout, its module and its pass. For CRATE these are the qkv and output projections (B·n × d × K·p),
 the ISTA step (B·n × d × d, and d × d × d forming its folded matrix), attention (B·K products of n × p × n and
 n × n × p), the patch embedding and the head, and the backward products of each; an MLP where the model has one.
-Each distinct product is then timed alone (`crate_nn.engine.precision.product_rates`: float32 and bfloat16 in
-turn, median of ``--repeats`` samples of at least ``--min-seconds``) on this machine and thread count.
+Each distinct product is then timed alone in float32 and in bfloat16 (`crate_nn.engine.precision.product_runner`:
+samples of at least ``--min-seconds``) on this machine and thread count, taking turns with the steps of each
+precision (``--precision``): step fp32, step bf16, product 1 fp32, product 1 bf16, …, ``--repeats`` rounds after
+``--warmup``, medians, so that a drift of a shared machine hits steps and products alike.
 
-Reported, per model and step precision (``--precision``; the steps are timed interleaved, median of ``--repeats``):
+Reported, per model and step precision:
 
 * limit = the step's FLOPs / Σ (a product's FLOPs / its rate alone): the rate of a step that did nothing but its
   products, each at the rate it reaches alone, in that precision;
@@ -40,7 +42,7 @@ import crate_nn
 from benchmarks import common
 from benchmarks.models import TINY_OVERRIDES
 from benchmarks.train_step import make_train_step
-from crate_nn.engine.precision import DTYPES, Product, product_rates
+from crate_nn.engine.precision import DTYPES, Product, product_runner
 
 PRODUCT_COLUMNS: list[common.Column] = [
     ("model", "model", ""), ("module", "module", ""), ("pass", "pass", ""), ("product", "product", ""),
@@ -75,12 +77,18 @@ def model_rows(name: str, overrides: dict, device: torch.device, args: argparse.
         next(iter(steps.values()))()
     total = counter.get_total_flops()
     distinct = sorted({product for _, _, product in counter.products}, key=lambda p: -p.flops)
-    rates = {product: product_rates(product, (torch.float32, torch.bfloat16), device, repeats=args.repeats,
-                                    min_seconds=args.min_seconds)
-             for product in tqdm(distinct, desc=f"{name}: products alone", unit="product")}
+    runners = {(product, dtype): product_runner(product, dtype, device, args.min_seconds)
+               for product in tqdm(distinct, desc=f"{name}: calibrating products", unit="product")
+               for dtype in (torch.float32, torch.bfloat16)}
+    # the steps and the products alone take turns, so that a drift of a shared machine hits all of them alike
+    contenders = {**{f"step {key}": step for key, step in steps.items()},
+                  **{f"{product} {dtype}": run for (product, dtype), (run, _) in runners.items()}}
+    timings = common.interleaved(contenders, args.repeats, args.warmup, device)
+    rates = {(product, dtype): product.flops * calls / timings[f"{product} {dtype}"].median
+             for (product, dtype), (_, calls) in runners.items()}
     products = []
     for (module, direction, product), calls in counter.products.items():
-        fp32, bf16 = rates[product][torch.float32], rates[product][torch.bfloat16]
+        fp32, bf16 = rates[product, torch.float32], rates[product, torch.bfloat16]
         products.append({"model": name, "module": module, "pass": direction, "product": describe(product),
                          "shape": [product.batch, product.m, product.k, product.n],
                          "transposed": [product.a_transposed, product.b_transposed], "calls": calls,
@@ -88,15 +96,15 @@ def model_rows(name: str, overrides: dict, device: torch.device, args: argparse.
                          "fp32_gflop_s": fp32 / 1e9, "bf16_gflop_s": bf16 / 1e9, "bf16_speedup": bf16 / fp32})
     products.sort(key=lambda row: -row["gflop"])
     covered = sum(row["gflop"] for row in products) * 1e9
-    timings = common.interleaved(steps, args.repeats, args.warmup, device)
     rows = []
     for key in dtypes:
         products_s = sum(row["gflop"] / row[f"{key}_gflop_s"] for row in products)  # each product at its rate alone
-        limit, achieved = covered / 1e9 / products_s, total / 1e9 / timings[key].median
+        timing = timings[f"step {key}"]
+        limit, achieved = covered / 1e9 / products_s, total / 1e9 / timing.median
         rows.append({"model": name, "batch": args.batch_size, "precision": key, "step_gflop": total / 1e9,
-                     "step_s": timings[key].median, "img_s": args.batch_size / timings[key].median,
+                     "step_s": timing.median, "img_s": args.batch_size / timing.median,
                      "limit_gflop_s": limit, "achieved_gflop_s": achieved, "fraction": achieved / limit,
-                     "products_alone_s": products_s, "timing": timings[key].summary()})
+                     "products_alone_s": products_s, "timing": timing.summary()})
     return products, rows, covered / total
 
 
@@ -132,10 +140,10 @@ def main(argv: list[str] | None = None) -> dict:
     print(common.format_table(products, PRODUCT_COLUMNS))
     notes += [
         "product: [batch×] m×k · k×n, ᵀ after an operand stored transposed (column-major); calls and GFLOP per step; "
-        f"GFLOP/s: the product alone, median of {args.repeats} samples of ≥ {args.min_seconds} s, fp32 and bf16 "
-        f"in turn, {torch.get_num_threads()} thread(s)",
+        f"GFLOP/s: the product alone, samples of ≥ {args.min_seconds} s; {torch.get_num_threads()} thread(s)",
         "limit = the step's FLOPs / Σ (a product's FLOPs / its rate alone) in the step's precision; achieved = the "
-        f"step's counted FLOPs / its median time ({args.repeats} interleaved repeats after {args.warmup} warm-up)",
+        "step's counted FLOPs / its median time; steps and products alone take turns (step fp32, step bf16, "
+        f"product 1 fp32, product 1 bf16, …), {args.repeats} rounds after {args.warmup} warm-up, medians",
     ]
     return common.report("limit", device, args, rows, STEP_COLUMNS, notes, extra={"products": products})
 

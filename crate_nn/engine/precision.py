@@ -22,7 +22,7 @@ import contextlib
 import statistics
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
@@ -71,37 +71,42 @@ PROBE = Product(512, 512, 512)
 """The product `cpu_bf16_faster` times: the size of CRATE's d×d weights, large enough to run at the kernel's rate."""
 
 
-def product_rates(product: Product, dtypes: Iterable[torch.dtype], device: torch.device, repeats: int = 5,
-                  min_seconds: float = 0.01) -> dict[torch.dtype, float]:
-    """FLOP/s of ``product`` in each dtype on ``device`` (the current thread count).
+def _seconds(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
 
-    Each timed sample runs the product as often as it takes to last ``min_seconds`` (found first, which also warms
-    the kernel up); the dtypes take turns (A B A B …) for ``repeats`` samples, so that a drift of the machine hits
-    them alike; the rate is the FLOPs over the median time of one product.
-    """
-    if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}")
 
-    def seconds(a: torch.Tensor, b: torch.Tensor, calls: int) -> float:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
+def product_runner(product: Product, dtype: torch.dtype, device: torch.device,
+                   min_seconds: float = 0.01) -> tuple[Callable[[], None], int]:
+    """(a closure running ``product`` ``calls`` times in ``dtype`` on ``device``, ``calls``): ``calls`` is chosen, by
+    running it (which also warms the kernel up), so that one call of the closure lasts at least ``min_seconds``."""
+    a, b = product.operands(dtype, device)
+    calls = 1
+
+    def run() -> None:
         for _ in range(calls):
             torch.matmul(a, b)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        return time.perf_counter() - start
 
-    operands = {dtype: product.operands(dtype, device) for dtype in dtypes}
-    calls = {}
-    for dtype, (a, b) in operands.items():
-        calls[dtype] = 1
-        while (elapsed := seconds(a, b, calls[dtype])) < min_seconds:
-            calls[dtype] = max(2 * calls[dtype], int(1.2 * calls[dtype] * min_seconds / max(elapsed, 1e-9)))
-    samples: dict[torch.dtype, list[float]] = {dtype: [] for dtype in operands}
+    while (elapsed := _seconds(run)) < min_seconds:
+        calls = max(2 * calls, int(1.2 * calls * min_seconds / max(elapsed, 1e-9)))
+    return run, calls
+
+
+def product_rates(product: Product, dtypes: Iterable[torch.dtype], device: torch.device, repeats: int = 5,
+                  min_seconds: float = 0.01) -> dict[torch.dtype, float]:
+    """FLOP/s of ``product`` in each dtype on ``device`` (the current thread count): `product_runner`'s samples,
+    the dtypes in turn (A B A B …) for ``repeats`` samples, so that a drift of the machine hits them alike; the rate
+    is the FLOPs over the median time of one product."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    runners = {dtype: product_runner(product, dtype, device, min_seconds) for dtype in dtypes}
+    samples: dict[torch.dtype, list[float]] = {dtype: [] for dtype in runners}
     for _ in range(repeats):
-        for dtype, (a, b) in operands.items():
-            samples[dtype].append(seconds(a, b, calls[dtype]) / calls[dtype])
+        for dtype, (run, calls) in runners.items():
+            samples[dtype].append(_seconds(run) / calls)
     return {dtype: product.flops / statistics.median(times) for dtype, times in samples.items()}
 
 
