@@ -20,11 +20,11 @@ import argparse
 import contextlib
 import io
 import statistics
+import sys
 import tempfile
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 from benchmarks import common
 from crate_nn.engine import train
@@ -83,8 +83,12 @@ def main(argv: list[str] | None = None) -> dict:
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     reference, candidate = args.precision
-    runs = [run(precision, seed, str(device), args.tiny)
-            for seed in tqdm(range(args.seeds), desc="seeds", unit="seed") for precision in args.precision]
+    runs = []
+    for seed in range(args.seeds):
+        for precision in args.precision:
+            runs.append(run(precision, seed, str(device), args.tiny))
+            print(f"seed {seed}, {precision}: test top-1 {100 * runs[-1]['test_top1']:.2f} %, "
+                  f"{runs[-1]['seconds']:.1f} s", file=sys.stderr)
     by_precision = {p: [r for r in runs if r["precision"] == p] for p in args.precision}
     rows = [summary(p, by_precision[p]) for p in args.precision]
     differences = interval([100 * (b["test_top1"] - a["test_top1"])
