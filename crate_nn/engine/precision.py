@@ -5,11 +5,15 @@ authors' fp16 code (``benchmarks/``), since training in fp16 would need a gradie
 
 * ``auto``: bf16 autocast on CUDA, float32 elsewhere (the default; nothing is measured).
 * ``bf16-if-faster``: bf16 autocast where it pays. On CUDA that is always (as ``auto``). On a CPU it depends on
-  the chip — with AVX512-BF16 or AMX (AMD Zen 4 and later, Intel Sapphire Rapids and later) bfloat16 matrix
-  products run about twice as fast as float32 ones, without them no faster — so it is decided by a measurement,
+  the chip — with AVX512-BF16 or AMX (AMD Zen 4 and later, Intel Cooper Lake / Sapphire Rapids and later)
+  bfloat16 matrix products run about twice as fast as float32 ones (an AMD EPYC Zen 4: 1.9–3.0×), without such
+  instructions they are converted to float32 and are not expected to gain — so it is decided by a measurement,
   not by the CPU's name: a 512×512×512 product in bfloat16 against float32 on the current thread count
   (`cpu_bf16_faster`, ≈ 0.1 s, once per process and thread count). bf16 autocast is used when bfloat16 is at
   least `MIN_SPEEDUP` times faster, float32 otherwise; either way one line on stderr says which and why.
+  The probe has the size of CRATE-T/S/B's products; a much smaller model pays autocast's casts without gaining
+  on its products (the digits preset, d = 96, trains slower in bf16 on that EPYC: benchmarks/RESULTS.md), so
+  keep such models in ``fp32``.
 * ``bf16``: bf16 autocast on any device, measured or not (on a CPU without bf16 units it is slow but correct).
 * ``fp32``: no autocast.
 

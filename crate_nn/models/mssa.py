@@ -29,10 +29,14 @@ def fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs)
     """``F.scaled_dot_product_attention``, but in float32 for bfloat16 inputs on a CPU (the output is cast back):
     torch 2.13's CPU flash-attention kernel is no faster in bfloat16 forward and ~1.5× slower backward than in
     float32 (AMD EPYC Zen 4), so a bf16 autocast step of crate_tiny / crate_base runs ≈ 8 % faster this way
-    (benchmarks/RESULTS.md, "CPU: bf16 autocast and the GEMM limit"), and the attention is computed more exactly."""
+    (benchmarks/RESULTS.md, "CPU: bf16 autocast and the GEMM limit"), and the attention is computed more exactly.
+    MSSA's q = k = v is widened once (one float32 copy kept for the backward pass, its gradients summed in float32)."""
     if q.device.type == "cpu" and q.dtype == torch.bfloat16:
+        q32 = q.float()
+        k32 = q32 if k is q else k.float()
+        v32 = q32 if v is q else k32 if v is k else v.float()
         with torch.autocast("cpu", enabled=False):
-            return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), **kwargs).to(q.dtype)
+            return F.scaled_dot_product_attention(q32, k32, v32, **kwargs).to(q.dtype)
     return F.scaled_dot_product_attention(q, k, v, **kwargs)
 
 
