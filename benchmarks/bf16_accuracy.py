@@ -11,7 +11,7 @@ mean lies inside the first's 95% interval.
     python -m benchmarks.bf16_accuracy --out benchmarks/results/cpu/bf16_accuracy_digits.json
     python -m benchmarks.bf16_accuracy --seeds 3 --precision fp32 bf16-if-faster
 
-Time: ≈ 10 s per run on one core (5 seeds × 2 precisions ≈ 2 min). Expected: test top-1 ≈ 97 % in both, the
+Time: ≈ 5 s per run on one core (5 seeds × 2 precisions ≈ 1 min). Expected: test top-1 ≈ 97.5 % in both, the
 difference inconclusive (benchmarks/RESULTS.md, "CPU: bf16 autocast and the GEMM limit").
 """
 from __future__ import annotations

@@ -28,8 +28,9 @@ bfloat16 (printed first; ``products`` in the JSON).
     python -m benchmarks.limit --device cuda --batch-size 256 --threads 16
 
 Time on one core of an AMD EPYC (Zen 4): ≈ 2 min for crate_tiny and crate_base at batch 16 (5 repeats).
-Expected there: bfloat16 products 1.6–2.8× as fast as float32 ones, the step at ≈ 60–75 % of its float32 limit
-and ≈ 45–50 % of its bfloat16 one (benchmarks/RESULTS.md, "CPU: bf16 autocast and the GEMM limit").
+Expected there: the products alone at 62–103 GFLOP/s in float32 and 143–221 GFLOP/s in bfloat16 (2.0–3.1×);
+the float32 step at ≈ 95 % of its float32 limit, the bf16 autocast step at ≈ 60 % (crate_tiny) and ≈ 70 %
+(crate_base) of its bfloat16 one (benchmarks/RESULTS.md, "CPU: bf16 autocast and the GEMM limit").
 """
 from __future__ import annotations
 
