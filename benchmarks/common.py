@@ -8,6 +8,7 @@ never compared: a ratio is always taken between contenders of the same run.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import math
 import os
@@ -22,8 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from crate_nn.engine.distributed import resolve_device
+from crate_nn.engine.precision import Product
 
 # Peak dense (no sparsity) bf16 tensor-core throughput, in FLOP/s, from the vendor data sheets.
 # Matched against torch.cuda.get_device_name() in order (first substring that matches wins).
@@ -169,13 +172,79 @@ def peak_memory_bytes(fn: Callable[[], Any], device: torch.device) -> int:
     return peak
 
 
-def counted_flops(fn: Callable[[], Any]) -> int:
-    """FLOPs (2 per multiply-add) of the matrix products one call of ``fn`` runs, as ``torch.utils.flop_counter``
-    counts them: linear layers, matmuls and, on CUDA, the SDPA kernels (the CPU's SDPA kernel is not counted);
-    elementwise work is left out, as for MFU."""
-    from torch.utils.flop_counter import FlopCounterMode
+class ProductCounter(FlopCounterMode):
+    """`torch.utils.flop_counter.FlopCounterMode` (FLOPs of matrix products, 2 per multiply-add; elementwise work
+    left out, as for MFU) that also counts the CPU's fused attention kernel (flop_counter knows only the CUDA ones)
+    and records every product it counts in ``products``: (module, pass, `Product`) → calls.
 
-    with FlopCounterMode(display=False) as counter:
+    The module is the innermost one that ran the product, without the model's class and with layer indices as
+    ``*`` (``encoder.layers.*.mssa.qkv``); the pass is ``forward`` or ``backward``. A product's shape and layout
+    (row-major or transposed operands) are those the kernel received; attention (SDPA) is recorded as the batched
+    products flop_counter counts for it (2 forward, 5 backward: the scores are recomputed).
+    """
+
+    def __init__(self) -> None:
+        aten = torch.ops.aten
+        mapping = {aten.mm: self._matmul(0), aten.addmm: self._matmul(1), aten.bmm: self._matmul(0),
+                   aten.baddbmm: self._matmul(1)}
+        for op in ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention",
+                   "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention"):
+            mapping[getattr(aten, op)] = self._attention(_sdpa_forward_products)
+            mapping[getattr(aten, f"{op}_backward")] = self._attention(_sdpa_backward_products)
+        for formula in mapping.values():
+            formula._get_raw = True  # called with the tensors (their layouts), not only their shapes
+        super().__init__(display=False, custom_mapping=mapping)
+        self.products: collections.Counter[tuple[str, str, Product]] = collections.Counter()
+
+    def _record(self, products: list[Product]) -> int:
+        inner = max(self.mod_tracker.parents, key=lambda name: (name.count("."), name != "Global"))
+        module = ".".join("*" if part.isdigit() else part for part in inner.split(".")[1:]) or inner
+        for product in products:
+            self.products[module, "backward" if self.mod_tracker.is_bw else "forward", product] += 1
+        return sum(product.flops for product in products)
+
+    def _matmul(self, first: int) -> Callable[..., int]:
+        """The formula of mm/bmm (``first`` = 0) or addmm/baddbmm (1: the added tensor comes first)."""
+
+        def formula(*args, out_val=None, **kwargs) -> int:
+            a, b = args[first], args[first + 1]
+            batch = a.shape[0] if a.dim() == 3 else 1
+            return self._record([Product(a.shape[-2], a.shape[-1], b.shape[-1], batch, _transposed(a),
+                                         _transposed(b))])
+
+        return formula
+
+    def _attention(self, products: Callable[..., list[Product]]) -> Callable[..., int]:
+        def formula(*args, out_val=None, **kwargs) -> int:
+            return self._record(products(*args))
+
+        return formula
+
+
+def _transposed(x: torch.Tensor) -> bool:
+    """Whether a matrix operand is stored transposed (not row-major), as a kernel sees it."""
+    return x.stride(-1) != 1 and x.shape[-1] != 1
+
+
+def _sdpa_forward_products(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *args) -> list[Product]:
+    """Scores q kᵀ and output P v, as flop_counter's ``sdpa_flop_count`` (q, k, v: (B, K, n, p))."""
+    (b, h, n, p), s, pv = query.shape, key.shape[-2], value.shape[-1]
+    return [Product(n, p, s, b * h, b_transposed=True), Product(n, s, pv, b * h)]
+
+
+def _sdpa_backward_products(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                            *args) -> list[Product]:
+    """flop_counter's ``sdpa_backward_flop_count``: scores recomputed, dO vᵀ, Pᵀ dO, dS k, qᵀ dS."""
+    (b, h, n, p), s, pv = query.shape, key.shape[-2], value.shape[-1]
+    return [Product(n, p, s, b * h, b_transposed=True), Product(n, pv, s, b * h, b_transposed=True),
+            Product(s, n, pv, b * h, a_transposed=True), Product(n, s, p, b * h),
+            Product(p, n, s, b * h, a_transposed=True)]
+
+
+def counted_flops(fn: Callable[[], Any]) -> int:
+    """FLOPs (2 per multiply-add) of the matrix products one call of ``fn`` runs, as `ProductCounter` counts them:
+    linear layers, matmuls, attention (SDPA) and convolutions; elementwise work is left out, as for MFU."""
+    with ProductCounter() as counter:
         fn()
     return counter.get_total_flops()
 

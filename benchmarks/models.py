@@ -114,6 +114,23 @@ def precision_name(dtype: torch.dtype | None) -> str:
     return {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
 
 
+def ours_contenders(device: torch.device, precisions: list[str]) -> dict[str, torch.dtype | None]:
+    """``--precision``'s values as contenders: the first is ``ours``, each further one ``ours_<fp32|bf16|fp16>``
+    (ours again, timed in the same run in that precision)."""
+    dtypes = [precision_dtype(device, p) for p in precisions]
+    names = [precision_name(d) for d in dtypes]
+    if len(set(names)) < len(names):
+        raise ValueError(f"--precision: {' '.join(precisions)} names a precision twice on {device.type} ({names})")
+    return {"ours": dtypes[0], **{f"ours_{name}": dtype for name, dtype in zip(names[1:], dtypes[1:])}}
+
+
+def contender_columns(key: str) -> list[common.Column]:
+    """The table's columns of a further precision of ours (see `ours_contenders`): images/s and the ratios."""
+    label = key.replace("_", " ")
+    return [(f"{key}_img_s", f"{label} img/s", ".1f"), (f"{key}_ratio", f"{label}/baseline", ".2f"),
+            (f"{key}_ratio_paired", f"{label} paired", ".2f"), (f"{key}_ratio_cpu_time", f"{label} CPU-time", ".2f")]
+
+
 def beside_model(name: str, config, device: torch.device) -> nn.Module:
     """timm's model ``name`` (random weights) with CRATE's image size and classes: what a user would otherwise pick."""
     import timm
@@ -128,11 +145,13 @@ def compiled(model: nn.Module, args: argparse.Namespace) -> nn.Module:
 
 
 def pair_row(
-    name: str, overrides: dict, device: torch.device, args: argparse.Namespace, dtype: torch.dtype | None,
-    make_step: StepFactory, flops_per_forward: int,
+    name: str, overrides: dict, device: torch.device, args: argparse.Namespace,
+    ours_dtypes: dict[str, torch.dtype | None], make_step: StepFactory, flops_per_forward: int,
 ) -> dict:
     """Build the pair (and timm's ``--beside`` model), check the pair in float64, time ``make_step``'s closures
-    interleaved, measure their memory; count the FLOPs ours and the beside model run (`common.counted_flops`)."""
+    interleaved — the baseline, ours in each of ``ours_dtypes`` (`ours_contenders`), the beside model — measure
+    their memory; count the FLOPs ours and the beside model run (`common.counted_flops`)."""
+    dtype = ours_dtypes["ours"]
     ours, baseline = build_pair(name, device, **overrides)
     config = ours.config
     logit_error = check_pair(ours, baseline, check_images(config))
@@ -154,15 +173,19 @@ def pair_row(
     steps = {"baseline": make_step(baseline, images, labels, base_dtype, "authors")}
     steps.update({key: make_step(compiled(model, args), images, labels, dtype, "crate_nn")
                   for key, model in models.items()})
+    steps.update({key: make_step(compiled(ours, args), images, labels, extra, "crate_nn")
+                  for key, extra in ours_dtypes.items() if key != "ours"})
     timings = common.interleaved(steps, args.repeats, args.warmup, device)
     memory = {key: common.peak_memory_bytes(fn, device) for key, fn in steps.items()}
     for key in steps:
         row[f"{key}_img_s"] = args.batch_size / timings[key].median
         row[f"{key}_peak_mem_mb"] = memory[key] / 2**20
         row[f"{key}_timing"] = timings[key].summary()
-    row["ratio"] = row["ours_img_s"] / row["baseline_img_s"]
-    row["ratio_paired"] = common.paired_ratio(timings["baseline"], timings["ours"])
-    row["ratio_cpu_time"] = timings["baseline"].cpu_median / timings["ours"].cpu_median
+    for key in ours_dtypes:  # ours' ratios are "ratio", "ratio_paired", ...; a further precision's "ours_bf16_ratio"
+        prefix = "" if key == "ours" else f"{key}_"
+        row[f"{prefix}ratio"] = row[f"{key}_img_s"] / row["baseline_img_s"]
+        row[f"{prefix}ratio_paired"] = common.paired_ratio(timings["baseline"], timings[key])
+        row[f"{prefix}ratio_cpu_time"] = timings["baseline"].cpu_median / timings[key].cpu_median
     if args.profile:
         row["profile"] = {key: common.profile_table(fn, device) for key, fn in steps.items()}
         for key, table in row["profile"].items():
@@ -187,7 +210,9 @@ def run_paired(
         "--batch-size", type=int, default=None,
         help=f"images per step (default {default_batch['cpu']} on CPU, {default_batch['cuda']} on GPU)",
     )
-    parser.add_argument("--precision", default="auto", help="ours: auto (bf16 on GPU, fp32 on CPU), fp32, bf16, fp16")
+    parser.add_argument("--precision", nargs="+", default=["auto"],
+                        help="ours: auto (bf16 on GPU, fp32 on CPU), bf16-if-faster, fp32, bf16, fp16; several: ours "
+                             "is timed in each, in the same run (the first is 'ours', the others 'ours_bf16', ...)")
     parser.add_argument("--compile", action="store_true", help="ours (and --beside): torch.compile (crate-train --compile)")
     parser.add_argument("--compile-mode", default="default",
                         choices=("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
@@ -205,13 +230,13 @@ def run_paired(
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
     overrides = dict(TINY_OVERRIDES) if args.tiny else {}
-    dtype = precision_dtype(device, args.precision)
+    ours_dtypes = ours_contenders(device, args.precision)
     peak = common.peak_bf16_flops(device)
     rows = []
     for name in tqdm(args.models, desc=benchmark, unit="model"):
-        row = pair_row(name, overrides, device, args, dtype, make_step, flops_per_forward)
+        row = pair_row(name, overrides, device, args, ours_dtypes, make_step, flops_per_forward)
         flops = flops_per_forward * row["forward_gflops_per_img"] * 1e9
-        for key in ("baseline", "ours"):
+        for key in ("baseline", *ours_dtypes):
             row[f"{key}_mfu"] = None if peak is None else flops * row[f"{key}_img_s"] / peak
         row["ours_hfu"] = None if peak is None else row["ours_counted_gflops_per_img"] * 1e9 * row["ours_img_s"] / peak
         if args.beside:
@@ -231,4 +256,5 @@ def run_paired(
     ]
     if peak is None:
         notes.append("MFU: not reported (CPU, or a GPU missing from benchmarks.common.PEAK_BF16_FLOPS)")
-    return common.report(benchmark, device, args, rows, COLUMNS, notes, extra={"flops_formula": FLOPS_FORMULA})
+    columns = COLUMNS + [column for key in ours_dtypes if key != "ours" for column in contender_columns(key)]
+    return common.report(benchmark, device, args, rows, columns, notes, extra={"flops_formula": FLOPS_FORMULA})

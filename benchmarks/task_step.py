@@ -6,8 +6,8 @@ presets once their tasks are merged) the task is built from the preset's smoke c
 ``--batch-size`` samples), and one optimizer step is timed as the engine runs it, data loading excepted: the
 micro-batch (pinned on GPUs) goes through ``task.loss`` under the preset's autocast (device transfer and
 augmentation included), backward, the task's hooks, the optimizer step. Reported per preset: units/s
-(``task.unit``: images, tokens, …), the FLOPs one step runs (``torch.utils.flop_counter``: matrix products and,
-on CUDA, the attention kernels), MFU against the GPU's peak dense bf16 rate, the peak memory of a step and the
+(``task.unit``: images, tokens, …), the FLOPs one step runs (`benchmarks.common.counted_flops`: matrix products
+and attention kernels), MFU against the GPU's peak dense bf16 rate, the peak memory of a step and the
 memory of the training state (weights, gradients, optimizer state).
 
     python -m benchmarks.task_step --device cuda --batch-size 256 --compile --out task_step.json

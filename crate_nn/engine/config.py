@@ -17,10 +17,11 @@ import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from .precision import MEASURED
 from .schedule import LR_SCHEDULES
 
 OPTIMIZERS = ("lion", "adamw")
-PRECISIONS = ("auto", "bf16", "fp32")
+PRECISIONS = ("auto", MEASURED, "bf16", "fp32")
 GRAD_CLIP_MODES = ("global", "per_tensor")
 _MISSING = dataclasses.MISSING
 
@@ -71,7 +72,9 @@ class TrainConfig:
     max_steps: int | None = option(
         None, "stop after this many optimizer steps (the schedules still span `epochs`)", minimum=1,
         resume_free=True)
-    precision: str = option("auto", "auto: bf16 autocast on CUDA, float32 on CPU", choices=PRECISIONS)
+    precision: str = option("auto", f"auto: bf16 autocast on CUDA, float32 on CPU; {MEASURED}: bf16 also on a CPU "
+                            "whose bf16 matrix products are measured faster (crate_nn.engine.precision)",
+                            choices=PRECISIONS)
     compile: bool = option(False, "torch.compile the model", resume_free=True)
     ema: bool = option(False, "keep an exponential moving average of the weights (evaluated as ema_*)")
     ema_momentum: float = option(0.9999, "EMA momentum m: ema ← m·ema + (1 − m)·weights", minimum=0.0, maximum=1.0)

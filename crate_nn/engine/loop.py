@@ -8,9 +8,10 @@ micro-batch and the evaluation; the loop owns the rest:
   *before* the process group forms, and no collective is entered on an error path, so a failure stops the job
   with its message instead of hanging it.
 * each optimizer step: ``batch_size`` samples over all processes, split into micro-batches (gradient
-  accumulation, ``no_sync`` on all but the last), bf16 autocast on GPUs, one all-reduce for the loss, the logged
-  metrics and counters and the stop flag, optional global-norm clipping, a NaN/Inf stop *before* the update,
-  the per-step schedules (learning rate, weight decay, EMA momentum), the optional EMA.
+  accumulation, ``no_sync`` on all but the last), bf16 autocast on GPUs (with ``bf16-if-faster`` also on CPUs
+  measured to multiply bf16 faster: every process measures, bf16 only if all do), one all-reduce for the loss,
+  the logged metrics and counters and the stop flag, optional global-norm clipping, a NaN/Inf stop *before* the
+  update, the per-step schedules (learning rate, weight decay, EMA momentum), the optional EMA.
 * data order: a deterministic function of (seed, epoch) (`crate_nn.data.batching.EpochBatches`), so a resumed
   run sees exactly the batches the uninterrupted run would have seen.
 * checkpoints (``checkpoints/step_XXXXXXX.pt`` and ``last.pt``, atomic): model, optimizer, per-rank RNG states,
@@ -43,7 +44,7 @@ from tqdm import tqdm
 
 from .. import checkpoint
 from ..data.batching import EpochBatches, loader
-from . import distributed
+from . import distributed, precision
 from .config import TrainConfig
 from .ema import EMA
 from .optim import build_optimizer, clip_gradients
@@ -196,6 +197,10 @@ def _train(config: TrainConfig, ctx: distributed.Context, task_class: type[Task]
     if ctx.is_main and config.overwrite:
         clear_run(config.output_dir)
     distributed.join(ctx)
+    if config.precision == precision.MEASURED and ctx.device.type == "cpu":
+        # every process measures; they train alike: in bf16 only if each of them found it faster
+        slower = torch.tensor([float(not precision.cpu_bf16_faster())], dtype=torch.float64)
+        precision.settle_cpu_bf16(distributed.all_reduce_sum(slower, ctx).item() == 0)
     run = RunFiles(config.output_dir, ctx.is_main, config.keep_checkpoints, config.tensorboard)
 
     epoch, step_in_epoch, step = 0, 0, 0

@@ -13,7 +13,8 @@ Linear W (eq. 37, the authors' code; with bias unless ``out_bias=False`` as in C
 query from attending to padding (text batches of unequal lengths).
 
 `HeadAttention` holds what MSSA shares with the standard multi-head attention of the baselines
-(`crate_nn.models.baselines.MHSA`): the fused (SDPA) and explicit paths, the causal mask, the head merge.
+(`crate_nn.models.baselines.MHSA`): the fused (SDPA, `fused_attention`) and explicit paths, the causal mask, the
+head merge.
 """
 from __future__ import annotations
 
@@ -22,6 +23,21 @@ import abc
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+
+def fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs) -> torch.Tensor:
+    """``F.scaled_dot_product_attention``, but in float32 for bfloat16 inputs on a CPU (the output is cast back):
+    torch 2.13's CPU flash-attention kernel is no faster in bfloat16 forward and ~1.5× slower backward than in
+    float32 (AMD EPYC Zen 4), so a bf16 autocast step of crate_tiny / crate_base runs ≈ 8 % faster this way
+    (benchmarks/RESULTS.md, "CPU: bf16 autocast and the GEMM limit"), and the attention is computed more exactly.
+    MSSA's q = k = v is widened once (one float32 copy kept for the backward pass, its gradients summed in float32)."""
+    if q.device.type == "cpu" and q.dtype == torch.bfloat16:
+        q32 = q.float()
+        k32 = q32 if k is q else k.float()
+        v32 = q32 if v is q else k32 if v is k else v.float()
+        with torch.autocast("cpu", enabled=False):
+            return F.scaled_dot_product_attention(q32, k32, v32, **kwargs).to(q.dtype)
+    return F.scaled_dot_product_attention(q, k, v, **kwargs)
 
 
 class HeadAttention(nn.Module, abc.ABC):
@@ -74,8 +90,8 @@ class HeadAttention(nn.Module, abc.ABC):
         dropout = self.attn_dropout if self.training else 0.0
         if self.fused_attn:
             keep = None if attention_mask is None else self.keep_mask(x.shape[1], attention_mask, x.device)
-            heads = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=dropout,
-                                                   is_causal=self.causal and keep is None, scale=self.scale)
+            heads = fused_attention(q, k, v, attn_mask=keep, dropout_p=dropout, is_causal=self.causal and keep is None,
+                                    scale=self.scale)
         else:
             heads = F.dropout(self.attention_weights(q, k, attention_mask), dropout, training=self.training) @ v
         return self._combine(heads)

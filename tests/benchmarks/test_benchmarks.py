@@ -12,8 +12,20 @@ import pytest
 import torch
 
 import crate_nn
-from benchmarks import (common, data, fast_paths, figures, gpu_check, inference, pipeline, task_step, theory,
-                        train_step)
+from benchmarks import (
+    bf16_accuracy,
+    common,
+    data,
+    fast_paths,
+    figures,
+    gpu_check,
+    inference,
+    limit,
+    pipeline,
+    task_step,
+    theory,
+    train_step,
+)
 from benchmarks.models import LOGIT_RTOL, TINY_OVERRIDES, build_pair, check_pair, forward_flops
 from crate_nn import model_config
 
@@ -42,6 +54,74 @@ def test_paired_benchmark_writes_results(module, tmp_path):
     assert row["ratio_paired"] > 0 and row["ratio_cpu_time"] > 0
     assert set(row["profile"]) == {"baseline", "ours"} and "aten::" in row["profile"]["ours"]
     assert "F_fwd" in result["flops_formula"]
+
+
+def test_train_step_times_ours_in_several_precisions(tmp_path):
+    result = run_tiny(train_step, tmp_path, "--precision", "fp32", "bf16")
+    (row,) = result["rows"]
+    assert (row["ours_precision"], row["baseline_precision"]) == ("fp32", "fp32")
+    assert row["ours_bf16_img_s"] > 0 and row["ours_bf16_timing"]["repeats"] == 1
+    assert row["ours_bf16_ratio"] == pytest.approx(row["ours_bf16_img_s"] / row["baseline_img_s"])
+    assert row["ours_bf16_ratio_paired"] > 0 and row["ours_bf16_ratio_cpu_time"] > 0
+    with pytest.raises(ValueError, match="--precision: auto fp32 names a precision twice on cpu"):
+        train_step.main(["--tiny", "--device", "cpu", "--precision", "auto", "fp32"])
+
+
+def test_limit_benchmark_writes_results(tmp_path):
+    result = run_tiny(limit, tmp_path)
+    steps = {row["precision"]: row for row in result["rows"]}
+    assert set(steps) == {"fp32", "bf16"}
+    for row in steps.values():
+        assert row["model"] == "crate_tiny" and row["batch"] == 4 and row["limit_gflop_s"] > 0
+        assert row["fraction"] == pytest.approx(row["achieved_gflop_s"] / row["limit_gflop_s"])
+    products = result["products"]
+    modules = {row["module"] for row in products}
+    assert {"patch_embed.proj", "encoder.layers.*.mssa.qkv", "encoder.layers.*.mssa", "encoder.layers.*.ista",
+            "head.fc"} <= modules
+    # the products cover the counted FLOPs: shares sum to 1 up to float rounding of the per-row divisions
+    assert sum(row["share"] for row in products) == pytest.approx(1.0, rel=1e-9)
+    assert sum(row["gflop"] for row in products) == pytest.approx(steps["fp32"]["step_gflop"], rel=1e-9)
+    assert all(row["fp32_gflop_s"] > 0 and row["bf16_gflop_s"] > 0 for row in products)
+
+
+def test_bf16_accuracy_benchmark_writes_results(tmp_path):
+    result = run_tiny(bf16_accuracy, tmp_path)
+    assert [(row["precision"], row["seeds"]) for row in result["rows"]] == [("fp32", 2), ("bf16", 2)]
+    assert [(run["precision"], run["seed"]) for run in result["runs"]] == [
+        ("fp32", 0), ("bf16", 0), ("fp32", 1), ("bf16", 1)]
+    assert all(0 <= run["test_top1"] <= 1 for run in result["runs"])
+    difference = result["comparison"]["difference_test_top1_points"]
+    assert difference["n"] == 2 and difference["ci_low"] <= difference["mean"] <= difference["ci_high"]
+    assert result["comparison"]["verdict"].split()[0] in ("bf16", "inconclusive")
+
+
+def test_product_counter_records_the_counted_products():
+    """Every FLOP flop_counter counts is in a recorded product: the same total as torch's own counter on the
+    explicit attention path, and on SDPA the products torch's SDPA formulas count (which its counter skips on a
+    CPU)."""
+    from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
+
+    torch.manual_seed(0)
+    model = crate_nn.create_model("crate_tiny", **TINY_OVERRIDES)
+    images = torch.randn(3, 3, 32, 32)
+
+    def step():
+        model(images).logsumexp(-1).sum().backward()
+
+    with common.ProductCounter() as fused:
+        step()
+    for layer in model.encoder.layers:
+        layer.attn.fused_attn = False
+    with common.ProductCounter() as explicit, FlopCounterMode(display=False) as reference:
+        step()
+    assert explicit.get_total_flops() == reference.get_total_flops()
+    assert sum(p.flops * calls for (*_, p), calls in explicit.products.items()) == reference.get_total_flops()
+    q = (3, 2, 17, 16)  # (batch, heads, tokens, head_dim) of the tiny model
+    sdpa = len(model.encoder.layers) * (sdpa_flop_count(q, q, q) + sdpa_backward_flop_count(q, q, q, q))
+    attention = sum(p.flops * calls for (module, _, p), calls in fused.products.items() if module.endswith("mssa"))
+    assert attention == sdpa
+    assert sum(p.flops * calls for (*_, p), calls in fused.products.items()) == fused.get_total_flops()
+    assert ("encoder.layers.*.mssa.qkv", "backward") in {(module, direction) for module, direction, _ in fused.products}
 
 
 def test_data_benchmark_writes_results(tmp_path):

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 import crate_nn
 from crate_nn import MHSA, MSSA, CRATEConfig, create_model, list_models, resample_pos_embed
+from crate_nn.models.mssa import fused_attention
 
 # CRATE: the authors' module structure counted by hand in paper-notes §3.1; Table 8 prints 6.09M/13.12M/22.80M/77.64M.
 # ViT: timm's vit_{tiny,small,base,large}_patch16_224 (5,717,416 / 22,050,664 / 86,567,656 / 304,326,632) plus the
@@ -169,6 +170,33 @@ def test_attention_dropout_only_acts_in_training():
     for fused in (True, False):
         with_dropout.fused_attn = fused
         assert (with_dropout(x) - plain(x)).abs().max() > 1e-3
+
+
+def test_fused_attention_runs_bf16_inputs_on_a_cpu_in_float32():
+    torch.manual_seed(0)
+    w = torch.randn(2, 3, 9, 4, dtype=torch.bfloat16, requires_grad=True)  # MSSA: q = k = v
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = fused_attention(w, w, w, scale=0.5)
+    q, k, v = (w.detach().float().requires_grad_() for _ in range(3))
+    reference = torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=0.5)
+    # the same float32 kernel on the same (exactly widened) inputs, then one rounding to bfloat16: bit-identical
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out, reference.to(torch.bfloat16), rtol=0, atol=0)
+    out.float().sum().backward()
+    reference.to(torch.bfloat16).float().sum().backward()
+    assert w.grad.dtype == torch.bfloat16
+    # w's gradient: q = k = v is widened once, so its three float32 gradients are summed in float32 (in an order of
+    # autograd's: ~1e-7 of Σ|component| apart from ours, 1e-6 leaves room) and rounded once to bfloat16 (8
+    # significant bits: within u = 2^-8 of the sum)
+    exact = q.grad + k.grad + v.grad
+    bound = 2**-8 * exact.abs() + 1e-6 * (q.grad.abs() + k.grad.abs() + v.grad.abs())
+    assert ((w.grad.float() - exact).abs() <= bound).all()
+    q, k, v = torch.randn(3, 2, 3, 9, 4, dtype=torch.bfloat16)  # MHSA: three tensors, each widened
+    torch.testing.assert_close(fused_attention(q, k, v), torch.nn.functional.scaled_dot_product_attention(
+        q.float(), k.float(), v.float()).to(torch.bfloat16), rtol=0, atol=0)
+    x = torch.randn(2, 3, 9, 4)  # float32 inputs: torch's function itself
+    torch.testing.assert_close(fused_attention(x, x, x), torch.nn.functional.scaled_dot_product_attention(x, x, x),
+                               rtol=0, atol=0)
 
 
 def test_both_skip_wirings_differ_by_the_normalised_input():

@@ -2,14 +2,17 @@
 
 Every preset's smoke config must validate, keep the preset's recipe (model, optimizer, learning rate, precision)
 and need no local data; its task must build on the CPU. One of them (digits, the CPU preset) trains here with the
-same falling-loss criterion the GPU test applies.
+same falling-loss criterion the GPU test applies, in float32 and in bf16 autocast.
 """
 import dataclasses
 import json
 
 import pytest
+import torch
+from torch import nn
 
-from crate_nn.engine import train
+from crate_nn import checkpoint
+from crate_nn.engine import precision, train
 from crate_nn.engine.distributed import context
 from crate_nn.engine.task import task_for
 from crate_nn.tasks import PRESETS, get_preset
@@ -38,8 +41,26 @@ def test_smoke_keeps_the_model_and_takes_overrides_last():
     assert dataclasses.replace(get_preset("finetune"), init_from="x.pt").smoke().init_from is None
 
 
-def test_the_digits_smoke_run_lowers_its_loss(tmp_path):
-    train(get_preset("digits").smoke(20, 32, output_dir=str(tmp_path / "run"), device="cpu"))
+@pytest.mark.parametrize("choice", ["fp32", precision.MEASURED])
+def test_the_digits_smoke_run_lowers_its_loss(tmp_path, monkeypatch, choice):
+    """The preset's float32, and bf16-if-faster on a CPU whose bf16 products are measured 2× faster (the rates are
+    set here, whatever this CPU's): the products run in the chosen dtype, the master weights stay float32."""
+    monkeypatch.setattr(precision, "_CPU_BF16_FASTER", {})
+    monkeypatch.setattr(precision, "product_rates", lambda *args, **kwargs: {torch.float32: 1e11, torch.bfloat16: 2e11})
+    linear_outputs = set()
+
+    def record(module, args, output):
+        if isinstance(module, nn.Linear):
+            linear_outputs.add(output.dtype)
+
+    hook = nn.modules.module.register_module_forward_hook(record)
+    try:
+        result = train(get_preset("digits").smoke(20, 32, output_dir=str(tmp_path / "run"), device="cpu",
+                                                  precision=choice))
+    finally:
+        hook.remove()
+    assert (torch.bfloat16 in linear_outputs) == (choice == precision.MEASURED)
+    assert all(t.dtype == torch.float32 for t in checkpoint.read(result.checkpoint)["model"].values())
     lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     losses = [line["train_loss"] for line in lines if "train_loss" in line]
     assert len(losses) == 20
