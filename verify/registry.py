@@ -31,9 +31,10 @@ from typing import Any
 
 from verify.context import MODES
 
-VERDICTS = ("holds", "fails", "loose")
+VERDICTS = ("holds", "fails", "loose", "inconclusive")
 """``holds``: the statement is confirmed; ``fails``: it is contradicted by the measurement; ``loose``: it is
-true, but with a bound the data beat by a wide margin."""
+true, but with a bound the data beat by a wide margin; ``inconclusive``: a comparison over seeds whose 95% interval
+contains its boundary (`verify.statistics.compare`)."""
 
 
 @dataclass

@@ -18,7 +18,7 @@ def summary(outcomes: list[Outcome]) -> dict[str, Any]:
     counts = Counter(o.verdict for o in outcomes)
     return {
         "claims": len(outcomes),
-        "verdicts": {v: counts.get(v, 0) for v in ("holds", "fails", "loose", "error")},
+        "verdicts": {v: counts.get(v, 0) for v in ("holds", "fails", "loose", "inconclusive", "error")},
         "mismatches": [o.claim.id for o in outcomes if not o.matches],
         "seconds": round(sum(o.seconds for o in outcomes), 2),
     }
@@ -54,7 +54,8 @@ def format_summary(outcomes: list[Outcome]) -> str:
     s = summary(outcomes)
     v = s["verdicts"]
     text = (
-        f"{s['claims']} claims: {v['holds']} hold, {v['loose']} loose, {v['fails']} fail, {v['error']} raised; "
+        f"{s['claims']} claims: {v['holds']} hold, {v['loose']} loose, {v['fails']} fail, "
+        f"{v['inconclusive']} inconclusive, {v['error']} raised; "
         f"{s['claims'] - len(s['mismatches'])}/{s['claims']} as expected ({s['seconds']:.1f} s measuring)"
     )
     if s["mismatches"]:
@@ -91,11 +92,12 @@ def summary_page(outcomes: list[Outcome], meta: dict[str, Any]) -> list[str]:
              "Measured scale-free (R^c against isotropic tokens of the same norms, own-subspace energy, the authors'",
              "per-head normalisation) and against controls, over seeds with 95% intervals (verify.statistics).", ""]
     lines += [_summary_line(o, why=o.verdict != "holds") for o in layers]
-    for verdict, title in (("fails", "Fail"), ("loose", "Loose"), ("error", "Raised"), ("holds", "Hold")):
+    for verdict, title in (("fails", "Fail"), ("inconclusive", "Inconclusive"), ("loose", "Loose"), ("error", "Raised"),
+                           ("holds", "Hold")):
         group = [o for o in rest if o.verdict == verdict]
         if group:
             lines += ["", f"### {title} ({len(group)})", ""]
-            lines += [_summary_line(o, why=verdict in ("fails", "loose"), statement=verdict != "holds")
+            lines += [_summary_line(o, why=verdict in ("fails", "loose", "inconclusive"), statement=verdict != "holds")
                       for o in group]
     if meta.get("not_run_in_this_mode"):
         lines += ["", f"Not measured in `{meta['mode']}` mode (run `python -m verify --full`): "
@@ -114,7 +116,8 @@ def write_markdown(path: Path, outcomes: list[Outcome], meta: dict[str, Any]) ->
         format_summary(outcomes).replace("\n", "  \n"),
         "",
         "Verdicts: **holds** = confirmed; **fails** = contradicted by the measurement; **loose** = true, with a bound",
-        "the data beat by a wide margin. Each claim states the verdict its analysis expects (paper-notes §2);",
+        "the data beat by a wide margin; **inconclusive** = a comparison whose 95% interval over seeds contains its",
+        "boundary. Each claim states the verdict its analysis expects (paper-notes §2);",
         "a verdict marked *(expected …)* differs from it.",
         "",
         *summary_page(outcomes, meta),

@@ -1,8 +1,15 @@
-"""Across-seed statistics for the audit's comparisons: mean ± std and a two-sided 95% t-interval.
+"""Across-seed statistics for the audit's comparisons: mean ± std, a two-sided 95% t-interval, and THE rule for
+"A beats B" that every comparison of the audit uses (`compare`).
 
-A comparison (trained vs initialisation, CRATE vs a control) is measured once per seed; the per-seed differences
-are treated as independent draws, and a claim that "A is below B" is credited only when the 95% interval of the
-mean difference lies entirely below 0.
+A comparison (trained vs initialisation, CRATE vs a control) is measured once per seed, on at least
+`MIN_SEEDS` seeds. Where the seeds pair the two sides (the same seed draws the same data, initialisation or
+tokens for A and for B) the per-seed differences A − B are the sample and the interval is Student's t on them;
+where they do not, the interval of mean(A) − mean(B) is Welch's (unequal variances, Welch–Satterthwaite degrees of
+freedom). A claim that "A is below B" (or above, or beyond a margin) then reads:
+
+* ``holds`` when the whole 95% interval lies on the claimed side of the boundary;
+* ``fails`` when the whole interval lies on the other side;
+* ``inconclusive`` when the interval contains the boundary: the seeds cannot tell.
 """
 from __future__ import annotations
 
@@ -13,6 +20,9 @@ from scipy import stats as _stats
 
 LEVEL = 0.95
 """Confidence level of every interval in the audit."""
+MIN_SEEDS = 3
+"""Fewest seeds per side of a comparison (`compare`)."""
+DIRECTIONS = ("below", "above")
 
 
 @dataclass(frozen=True)
@@ -65,3 +75,78 @@ def intervals(values) -> list[Interval]:
     if x.ndim != 2:
         raise ValueError(f"values must be a (seeds, items) array, got shape {x.shape}")
     return [interval(column) for column in x.T]
+
+
+def welch_interval(a, b) -> Interval:
+    """The 95% interval of mean(``a``) − mean(``b``) for two independent samples (Welch: unequal variances,
+    Welch–Satterthwaite degrees of freedom). ``std`` is the standard error of the difference times √n with
+    n = min(len a, len b), so that ``text`` prints a spread comparable with a paired difference's."""
+    x, y = (np.asarray(v, dtype=float).ravel() for v in (a, b))
+    for name, v in (("a", x), ("b", y)):
+        if v.size < 2:
+            raise ValueError(f"{name}: an interval needs at least 2 seeds, got {v.size}")
+        if not np.all(np.isfinite(v)):
+            raise ValueError(f"{name}: values must be finite, got {v}")
+    vx, vy = x.var(ddof=1) / x.size, y.var(ddof=1) / y.size
+    se = float(np.sqrt(vx + vy))
+    mean = float(x.mean() - y.mean())
+    if se == 0.0:
+        return Interval(mean, 0.0, int(min(x.size, y.size)), mean, mean)
+    dof = (vx + vy) ** 2 / (vx**2 / (x.size - 1) + vy**2 / (y.size - 1))
+    half = float(_stats.t.ppf(0.5 + LEVEL / 2, dof)) * se
+    n = int(min(x.size, y.size))
+    return Interval(mean, se * float(np.sqrt(n)), n, mean - half, mean + half)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The outcome of `compare`: the interval of the difference A − B, the claimed side of ``boundary`` and the
+    verdict (``holds`` / ``fails`` / ``inconclusive``, see the module docstring)."""
+
+    difference: Interval
+    direction: str
+    boundary: float
+    paired: bool
+
+    @property
+    def verdict(self) -> str:
+        low, high = self.difference.low, self.difference.high
+        below, above = high < self.boundary, low > self.boundary
+        claimed, other = (below, above) if self.direction == "below" else (above, below)
+        return "holds" if claimed else ("fails" if other else "inconclusive")
+
+    def text(self, digits: int = 3) -> str:
+        """``Δ = mean ± std [low, high]`` as the report prints a comparison."""
+        d = self.difference
+        return f"Δ = {d.mean:+.{digits}g} ± {d.std:.{digits}g} [{d.low:+.{digits}g}, {d.high:+.{digits}g}], {d.n} seeds"
+
+    def as_dict(self) -> dict:
+        return {**self.difference.as_dict(), "direction": self.direction, "boundary": self.boundary,
+                "paired": self.paired, "verdict": self.verdict}
+
+
+def compare(a, b=None, *, direction: str, boundary: float = 0.0, paired: bool = True) -> Comparison:
+    """THE audit's rule for "A is below (above) B": a 95% interval of A − B over seeds against ``boundary``.
+
+    ``a``, ``b``: one number per seed (at least `MIN_SEEDS` each). ``b`` None compares ``a`` itself with the
+    boundary (e.g. per-seed differences computed by the caller). ``paired``: seed i of ``a`` and of ``b`` share
+    their data/initialisation (Student's t on the differences; the lengths must match); False: Welch.
+    ``direction``: ``"below"`` (the claim is A − B < boundary) or ``"above"`` (A − B > boundary).
+    """
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction: expected one of {DIRECTIONS}, got {direction!r}")
+    x = np.asarray(a, dtype=float).ravel()
+    y = None if b is None else np.asarray(b, dtype=float).ravel()
+    for name, v in (("a", x), ("b", y)):
+        if v is not None and v.size < MIN_SEEDS:
+            raise ValueError(f"{name}: a comparison needs at least {MIN_SEEDS} seeds, got {v.size}")
+    if y is None:
+        difference = interval(x)
+    elif paired:
+        if x.size != y.size:
+            raise ValueError(f"a, b: paired comparisons need one value per seed on both sides, got {x.size} and "
+                             f"{y.size}")
+        difference = interval(x - y)
+    else:
+        difference = welch_interval(x, y)
+    return Comparison(difference, direction, float(boundary), paired and y is not None)

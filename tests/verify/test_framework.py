@@ -102,6 +102,33 @@ def test_intervals_of_seeds():
         interval([1.0, float("nan")])
 
 
+def test_the_comparison_rule_gives_holds_fails_and_inconclusive_where_it_must():
+    from scipy import stats
+
+    from verify.statistics import compare, welch_interval
+
+    a, b = [1.0, 2.0, 3.0], [2.0, 3.0, 4.5]
+    paired = compare(a, b, direction="below")  # differences −1, −1, −1.5: mean −7/6, sd 0.2887
+    # t(0.975, 2) = 4.3027: half-width 4.3027·0.2887/√3 = 0.7171 (closed form; float64 rounding)
+    assert paired.difference.high == pytest.approx(-7 / 6 + 0.7171, abs=1e-4) and paired.verdict == "holds"
+    assert compare(a, b, direction="above").verdict == "fails"
+    assert compare(a, b, direction="below", boundary=-1.0).verdict == "inconclusive"  # [−1.88, −0.45] ∋ −1
+    assert compare([-1.0, 1.0, 0.5], direction="above").verdict == "inconclusive"
+    welch = compare([1.0, 1.1, 0.9], [2.0, 3.0, 4.5], direction="below", paired=False)
+    assert not welch.paired and welch.verdict == "inconclusive"  # b's spread: Welch's ~2 dof cannot tell
+    # Welch's interval against scipy's own Welch test on the same data: the p-value of the boundary at the interval's
+    # end is 0.05 (two-sided), to solver precision
+    x, y = np.array([3.1, 2.7, 3.4, 2.9]), np.array([2.0, 2.6, 1.9])
+    w = welch_interval(x, y)
+    assert stats.ttest_ind(x - w.high, y, equal_var=False).pvalue == pytest.approx(0.05, abs=1e-9)
+    with pytest.raises(ValueError, match="at least 3 seeds"):
+        compare([1.0, 2.0], [1.0, 2.0], direction="below")
+    with pytest.raises(ValueError, match="one value per seed"):
+        compare([1.0, 2.0, 3.0], [1.0, 2.0, 3.0, 4.0], direction="below")
+    with pytest.raises(ValueError, match="direction"):
+        compare([1.0, 2.0, 3.0], direction="less")
+
+
 def test_full_only_claims_are_skipped_in_quick_mode_and_named(tmp_path):
     only_full = Claim(id="2.2-b", tags=("demo",), reference="000", statement="s", measures="m", expected="e",
                       expected_verdict="holds", measure=_raises, modes=("full",))
