@@ -17,9 +17,12 @@ micro-batch and the evaluation; the loop owns the rest:
 * checkpoints (``checkpoints/step_XXXXXXX.pt`` and ``last.pt``, atomic): model, optimizer, per-rank RNG states,
   position, task state, EMA, counters and the partial log window — ``--resume`` continues bit-exactly on a CPU.
 * preemption: SIGTERM or SIGINT (what SLURM and cloud schedulers send before killing a job) lets the current
-  optimizer step finish, writes a checkpoint, and raises `Preempted`; ``crate-train`` then exits with 128 + the
+  optimizer step finish, writes a checkpoint, and raises `Preempted` (a second signal stops at once, except during a
+  checkpoint write, which it lets finish); ``crate-train`` then exits with 128 + the
   signal number after one line saying how to resume. Under torchrun the signal travels in the step's all-reduce,
   so every process stops after the same step (the next one when the signal arrives after that all-reduce).
+* one run per directory: the main process holds `RunLock` on the run directory while it trains, and checkpoints
+  record the training data (`data_identity`): ``--resume`` on other data is refused.
 * metrics.jsonl: a line per ``log_every`` steps (train_loss, lr, throughput, task metrics, counters), a line per
   evaluation (at epoch ends and every ``eval_every_steps``), and end-of-run lines marked ``"final"`` (which a
   resumed run replaces).
@@ -49,7 +52,17 @@ from .config import TrainConfig
 from .ema import EMA
 from .optim import build_optimizer, clip_gradients
 from .precision import autocast
-from .run_dir import RunFiles, check_output_dir, clear_run, rng_state, seed_everything, set_rng_state
+from .run_dir import (
+    RunFiles,
+    RunLock,
+    check_output_dir,
+    check_same_data,
+    clear_run,
+    data_identity,
+    rng_state,
+    seed_everything,
+    set_rng_state,
+)
 from .schedule import Schedules
 from .task import Task, task_for
 
@@ -110,13 +123,32 @@ class StopSignals:
     def __init__(self) -> None:
         self.received = 0
         self._previous: dict[int, Any] = {}
+        self._saving = False
+        self._deferred = 0
 
     def _handle(self, signum, frame) -> None:
-        if self.received:  # a second signal: give up at once
+        if self.received:  # a second signal: give up at once, once a checkpoint being written is complete
+            if self._saving:
+                self._deferred = signum
+                tqdm.write(f"crate-train: received {signal.Signals(signum).name} again; stopping once the checkpoint "
+                           "being written is complete", file=sys.stderr)
+                return
             raise KeyboardInterrupt(f"second signal {signal.Signals(signum).name} while stopping")
         self.received = signum
         tqdm.write(f"crate-train: received {signal.Signals(signum).name}; finishing this optimizer step, then saving "
                    "a checkpoint", file=sys.stderr)
+
+    @contextlib.contextmanager
+    def saving(self):
+        """A checkpoint write: a second signal arriving during it takes effect after it."""
+        self._saving = True
+        try:
+            yield
+        finally:
+            self._saving = False
+        if self._deferred:
+            raise KeyboardInterrupt(f"second signal {signal.Signals(self._deferred).name} while stopping (after "
+                                    "the checkpoint write it arrived during)")
 
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
@@ -166,7 +198,9 @@ def train(config: TrainConfig) -> TrainResult:
     ctx = distributed.context(config.device)
     failed = True
     try:
-        result = _train(config, ctx, task_class)
+        with RunLock(config.output_dir, enabled=ctx.is_main):
+            check_output_dir(config.output_dir, config.resume, config.overwrite)  # again, now that it is ours
+            result = _train(config, ctx, task_class)
         failed = False
         return result
     except Preempted:
@@ -206,9 +240,11 @@ def _train(config: TrainConfig, ctx: distributed.Context, task_class: type[Task]
     epoch, step_in_epoch, step = 0, 0, 0
     totals: dict[str, float] = {}
     window = LogWindow()
+    data = data_identity(task.train_set)
     if config.resume:
         state = checkpoint.read(run.last, map_location="cpu")
         check_resumable(state["train_config"], config)
+        check_same_data(state.get("data"), data)
         raw_model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         epoch, step_in_epoch, step = (state["position"][k] for k in ("epoch", "step_in_epoch", "step"))
@@ -247,16 +283,20 @@ def _train(config: TrainConfig, ctx: distributed.Context, task_class: type[Task]
                 task.epoch_end(raw_model, done_epochs, run.root)
                 raw_model.train()
 
+    stop = StopSignals()
+
     def save_checkpoint() -> None:
-        run.save(raw_model, step, {
+        payload = {
             "optimizer": optimizer.state_dict(),
             "scheduler": {"lr": [g["lr"] for g in optimizer.param_groups],
                           "weight_decay": [g["weight_decay"] for g in optimizer.param_groups]},
             "rng": distributed.all_gather_objects(rng_state(), ctx), "train_config": config.to_dict(),
             "position": {"epoch": epoch, "step_in_epoch": step_in_epoch, "step": step},
             "task": task.state_dict(), "ema": ema.state_dict() if ema is not None else None,
-            "totals": dict(totals), "log_window": window.state(),
-        })
+            "totals": dict(totals), "log_window": window.state(), "data": data,
+        }
+        with stop.saving():
+            run.save(raw_model, step, payload)
 
     last_step = total_steps if config.max_steps is None else min(total_steps, config.max_steps)
     if step == 0:
@@ -267,8 +307,10 @@ def _train(config: TrainConfig, ctx: distributed.Context, task_class: type[Task]
                dynamic_ncols=True)
     model.train()
     window.start = time.perf_counter()
-    with StopSignals() as stop:
+    with stop:
         while step < last_step:
+            if step_in_epoch > steps_per_epoch:  # cannot follow the data check of a resume; never spin on it
+                raise RuntimeError(f"position {step_in_epoch} is past the {steps_per_epoch} steps of epoch {epoch}")
             batches = EpochBatches(len(task.train_set), global_batch=config.batch_size, micro_batch=micro,
                                    rank=ctx.rank, world_size=ctx.world_size, seed=config.seed, epoch=epoch,
                                    start_step=step_in_epoch)

@@ -6,15 +6,23 @@
     <output_dir>/measurements/, figures/, tensorboard/   what tasks and options add
 
 A run directory belongs to one run: starting a run where another one lives is refused unless ``resume`` (continue
-it) or ``overwrite`` (delete what the engine and tasks wrote there, then start over) is given. The check is
-read-only and happens in every process before any process group forms.
+it) or ``overwrite`` (delete what the engine and tasks wrote there, then start over) is given. The check happens in
+every process before any process group forms. While a run trains, its main process holds `RunLock` on
+``<output_dir>/.lock``: a second run started on the same directory at the same time is refused with one line naming
+the first one's process (the lock is the operating system's, so it ends with its process, however that ends).
+
+The data a run trains on is part of its identity: every checkpoint stores `data_identity` of the training set, and a
+``resume`` on other data is refused.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
 import shutil
+import socket
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -33,19 +41,92 @@ def check_output_dir(output_dir: str, resume: bool, overwrite: bool) -> None:
     if root.exists() and not root.is_dir():
         raise ValueError(f"output_dir: {output_dir!r} exists and is not a directory")
     last = root / "checkpoints" / "last.pt"
+    existing = [name for name in OWNED if (root / name).exists()]
     if resume:
         if not last.is_file():
-            raise ValueError(f"resume: no checkpoint {last} to resume from")
+            started = (f"; the run there stopped before its first checkpoint ({', '.join(existing)}): start it again "
+                       "with --overwrite") if existing else ""
+            raise ValueError(f"resume: no checkpoint {last} to resume from{started}")
         return
-    existing = [name for name in OWNED if (root / name).exists()]
     if existing and not overwrite:
+        unsaved = " and stopped before its first checkpoint" if not last.is_file() else ""
         raise ValueError(
-            f"output_dir: {output_dir!r} already holds a run ({', '.join(existing)}); pass --resume to continue it, "
-            "--overwrite to delete it and start over, or choose another --output-dir"
+            f"output_dir: {output_dir!r} already holds a run ({', '.join(existing)}){unsaved}; pass --resume to "
+            "continue it, --overwrite to delete it and start over, or choose another --output-dir"
         )
     parent = root if root.exists() else next((p for p in root.absolute().parents if p.exists()), Path("/"))
     if not os.access(parent, os.W_OK | os.X_OK):
         raise ValueError(f"output_dir: cannot write to {str(parent)!r}")
+
+
+class RunLock:
+    """An exclusive lock on ``<output_dir>/.lock`` (POSIX ``flock``) for as long as a run trains, taken by the main
+    process only (``enabled``): a second process asking for it gets ValueError naming the holder's process and host.
+    The operating system drops the lock with its process, so a killed run never leaves a stale lock."""
+
+    def __init__(self, output_dir: str, enabled: bool = True) -> None:
+        self.path = Path(output_dir) / ".lock"
+        self.enabled = enabled
+        self._file = None
+
+    def __enter__(self) -> RunLock:
+        if not self.enabled:
+            return self
+        try:
+            import fcntl
+        except ImportError:  # not POSIX: no lock (the read-only checks still apply)
+            return self
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(self.path, "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise ValueError(f"output_dir: {str(self.path.parent)!r} is in use by a run that is training now "
+                             f"({holder}); wait for it to end or choose another --output-dir") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"process {os.getpid()} on {socket.gethostname()}: {' '.join(sys.argv)[:200]}\n")
+        handle.flush()
+        self._file = handle
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._file is not None:
+            self._file.close()  # closing the file releases the lock
+            self._file = None
+
+
+def data_identity(dataset) -> dict:
+    """What identifies the training data of a run: the number of samples and, where the dataset exposes them, a
+    SHA-256 of its labels (``labels``: a tensor or array) or of its samples' file names and labels (``samples``:
+    (path, label) pairs; the folder itself may move, hence names only)."""
+    identity: dict = {"samples": len(dataset)}
+    digest = hashlib.sha256()
+    labels, samples = getattr(dataset, "labels", None), getattr(dataset, "samples", None)
+    if isinstance(labels, (torch.Tensor, np.ndarray)):
+        digest.update(np.ascontiguousarray(torch.as_tensor(labels).cpu().numpy()).tobytes())
+    elif isinstance(samples, (list, tuple)) and all(isinstance(s, (list, tuple)) and len(s) == 2 for s in samples):
+        for path, label in samples:
+            digest.update(f"{Path(str(path)).name}\t{label}\n".encode())
+    else:
+        return identity
+    identity["fingerprint"] = digest.hexdigest()[:16]
+    return identity
+
+
+def check_same_data(saved: dict | None, current: dict) -> None:
+    """Refuse to resume on other training data than the checkpoint's (``saved`` None: a checkpoint written before
+    the data were recorded, accepted as it is)."""
+    if saved is not None and saved != current:
+        def describe(identity: dict) -> str:
+            tail = f", fingerprint {identity['fingerprint']}" if "fingerprint" in identity else ""
+            return f"{identity['samples']} samples{tail}"
+
+        raise ValueError(f"resume: the training data differ from the checkpoint's ({describe(saved)} then, "
+                         f"{describe(current)} now); resume with the data the run started on, or start a new run")
 
 
 def clear_run(output_dir: str) -> None:
@@ -57,6 +138,24 @@ def clear_run(output_dir: str) -> None:
             shutil.rmtree(path)
         elif path.exists():
             path.unlink()
+
+
+def read_metrics(path: Path, repair: bool = False) -> list[dict]:
+    """The records of a metrics.jsonl. An unreadable LAST line is what an interrupted append leaves (a full disk, a
+    kill mid-write): with ``repair`` it is dropped with one line on stderr saying so; any other unreadable line is a
+    ValueError naming the file and the line."""
+    lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    records = []
+    for number, line in enumerate(lines, 1):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if repair and number == len(lines):
+                print(f"crate-train: dropped the unfinished last line of {path} (an interrupted write): "
+                      f"{line[:60]!r}", file=sys.stderr)
+                break
+            raise ValueError(f"{path}: line {number} is not a JSON record: {line[:60]!r}") from None
+    return records
 
 
 class RunFiles:
@@ -82,8 +181,7 @@ class RunFiles:
         end-of-run lines (``"final"``) of the interrupted run."""
         path = self.root / "metrics.jsonl"
         if self.enabled and path.is_file():
-            records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-            kept = [r for r in records if r["step"] <= step and not r.get("final")]
+            kept = [r for r in read_metrics(path, repair=True) if r["step"] <= step and not r.get("final")]
             path.write_text("".join(json.dumps(r) + "\n" for r in kept))
 
     def write_config(self, resolved: dict) -> None:
