@@ -8,8 +8,9 @@ Modules: `config` (TrainConfig, `option`), `task` (Task, presets), `loop` (train
 `precision`, `distributed`, `run_dir`.
 """
 from .config import TrainConfig, option
-from .loop import NonFiniteLossError, Preempted, TrainResult, train
+from .loop import NonFiniteLossError, Preempted, TrainResult, initial_model, start_task, train
 from .task import PRESETS, LossOutput, Task, get_preset, list_presets, preset, register_task
 
 __all__ = ["PRESETS", "LossOutput", "NonFiniteLossError", "Preempted", "Task", "TrainConfig", "TrainResult",
-           "get_preset", "list_presets", "option", "preset", "register_task", "train"]
+           "get_preset", "initial_model", "list_presets", "option", "preset", "register_task", "start_task",
+           "train"]

@@ -185,6 +185,19 @@ class LogWindow:
         return cls(state["loss"], state["steps"], dict(state["metrics"])) if state else cls()
 
 
+def start_task(config: TrainConfig, ctx: distributed.Context, task_class: type[Task] | None = None) -> Task:
+    """The task of a run as `train` starts it: every generator seeded with ``config.seed``, then the task (and its
+    model) built. A run's initialisation is therefore a function of its config alone (`initial_model`)."""
+    seed_everything(config.seed)
+    return (task_class or task_for(config))(config, ctx)
+
+
+def initial_model(config: TrainConfig) -> nn.Module:
+    """The model a run of ``config`` starts from, built on the CPU by `start_task` exactly as `train` builds it
+    (before a ``resume`` loads its checkpoint). Leaves the global generators seeded with ``config.seed``."""
+    return start_task(config, distributed.context("cpu")).model
+
+
 def train(config: TrainConfig) -> TrainResult:
     """Run (or resume) the training described by ``config``; returns the final metrics and checkpoint path.
 
@@ -213,8 +226,7 @@ def train(config: TrainConfig) -> TrainResult:
 def _train(config: TrainConfig, ctx: distributed.Context, task_class: type[Task]) -> TrainResult:
     started = time.perf_counter()
     micro, accumulation = resolve_batches(config, ctx.world_size)
-    seed_everything(config.seed)
-    task = task_class(config, ctx)
+    task = start_task(config, ctx, task_class)
     steps_per_epoch = task.steps_per_epoch(config.batch_size)
     if steps_per_epoch < 1:
         raise ValueError(f"batch_size: {config.batch_size} exceeds the {len(task.train_set)} training samples")
