@@ -36,5 +36,10 @@ gpu-check:
 wheels:
 	python3 -m pip download --no-deps --only-binary=:all: $(WHEEL_PLATFORMS) -d wheels $(WHEELS)
 
+# The audit's cache of trained runs: verify.experiments.root(), i.e. verify.context.cache_dir()/verify (the same
+# environment variables, an empty one counting as unset); clean deletes that folder only.
+AUDIT_CACHE := $(or $(CRATE_WHITEBOX_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/crate-whitebox)/verify
+
 clean:
 	rm -rf $(VENV) verify-report .pytest_cache .hypothesis
+	rm -rf "$(AUDIT_CACHE)"

@@ -14,7 +14,8 @@ T = TypeVar("T")
 
 
 def cache_dir() -> Path:
-    """Where the audit caches expensive artefacts (the trained digits checkpoint).
+    """Where the audit caches expensive artefacts: its trained runs live in ``cache_dir()/verify``
+    (`verify.experiments`), which ``make clean`` deletes.
 
     ``$CRATE_WHITEBOX_CACHE`` if set, else ``$XDG_CACHE_HOME/crate-whitebox``, else ``~/.cache/crate-whitebox``.
     """
