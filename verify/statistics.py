@@ -150,3 +150,32 @@ def compare(a, b=None, *, direction: str, boundary: float = 0.0, paired: bool = 
     else:
         difference = welch_interval(x, y)
     return Comparison(difference, direction, float(boundary), paired and y is not None)
+
+
+def per_column(a, b=None, *, direction: str, boundary: float = 0.0, paired: bool = True) -> list[Comparison]:
+    """`compare` of each column of ``a`` (seeds × items, e.g. per layer) with the same column of ``b`` (or with
+    ``boundary`` when ``b`` is None)."""
+    x = np.asarray(a, dtype=float)
+    y = None if b is None else np.asarray(b, dtype=float)
+    if x.ndim != 2 or (y is not None and y.ndim != 2):
+        raise ValueError(f"a, b: expected (seeds, items) arrays, got shapes {x.shape} and "
+                         f"{None if y is None else y.shape}")
+    if y is not None and x.shape[1] != y.shape[1]:
+        raise ValueError(f"a, b: expected the same items on both sides, got {x.shape[1]} and {y.shape[1]}")
+    return [compare(x[:, i], None if y is None else y[:, i], direction=direction, boundary=boundary, paired=paired)
+            for i in range(x.shape[1])]
+
+
+def every(comparisons) -> str:
+    """The verdict of a claim that needs each of ``comparisons`` (e.g. one per layer): ``fails`` when any of them
+    fails, ``holds`` when all hold, ``inconclusive`` otherwise."""
+    found = [c.verdict for c in comparisons]
+    if not found:
+        raise ValueError("comparisons: expected at least one comparison")
+    return "fails" if "fails" in found else ("holds" if all(v == "holds" for v in found) else "inconclusive")
+
+
+def brief(comparisons, digits: int = 3) -> str:
+    """``mean [low, high]`` of each comparison's difference, ``;``-separated: a per-layer list for the report."""
+    return "; ".join(f"{c.difference.mean:+.{digits}g} [{c.difference.low:+.{digits}g}, "
+                     f"{c.difference.high:+.{digits}g}]" for c in comparisons)

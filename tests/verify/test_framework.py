@@ -129,6 +129,24 @@ def test_the_comparison_rule_gives_holds_fails_and_inconclusive_where_it_must():
         compare([1.0, 2.0, 3.0], direction="less")
 
 
+def test_a_claim_of_several_comparisons_needs_each_of_them():
+    from verify.statistics import brief, every, per_column
+
+    trained = np.array([[1.0, 5.0, 3.0], [1.1, 5.2, 2.0], [0.9, 4.9, 4.0]])  # seeds × layers
+    init = np.array([[2.0, 4.0, 3.0], [2.1, 4.1, 3.1], [1.9, 3.9, 2.9]])
+    below = per_column(trained, init, direction="below")  # layer 1 below, layer 2 above, layer 3 either
+    assert [c.verdict for c in below] == ["holds", "fails", "inconclusive"]
+    assert every(below) == "fails" and every(below[::2]) == "inconclusive" and every(below[:1]) == "holds"
+    assert [c.verdict for c in per_column(trained, direction="below", boundary=6.0)] == ["holds"] * 3
+    assert brief(below[:1]).startswith("-1 [")
+    with pytest.raises(ValueError, match="same items"):
+        per_column(trained, init[:, :2], direction="below")
+    with pytest.raises(ValueError, match="seeds, items"):
+        per_column(trained[0], direction="below")
+    with pytest.raises(ValueError, match="at least one"):
+        every([])
+
+
 def test_full_only_claims_are_skipped_in_quick_mode_and_named(tmp_path):
     only_full = Claim(id="2.2-b", tags=("demo",), reference="000", statement="s", measures="m", expected="e",
                       expected_verdict="holds", measure=_raises, modes=("full",))
