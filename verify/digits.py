@@ -1,9 +1,10 @@
 """Trained CRATEs for the layer-wise claims: the ``digits`` preset of crate_nn, several seeds, cached.
 
-Each run trains the preset from a saved random initialisation (its own torch seed; the preset's ``seed`` sets the
-data order) and is measured once, on the 360 held-out test digits, for both the trained model and its
-initialisation. Checkpoints and measurements are cached in ``verify.context.cache_dir()/verify`` under a key of
-the run's configuration, so a warm audit reads JSON; a cold one trains (≈ 0.43 s per epoch on one core).
+Each run is the preset trained by `verify.experiments.run` (its seed sets the initialisation, as the engine seeds
+it, and the data order) and is measured once, on the 360 held-out test digits, for both the trained model and its
+initialisation. Runs and measurements are cached by `verify.experiments` (under a hash of the config and of
+crate_nn's code; the measurements also under this module's source), so a warm audit reads JSON; a cold one trains
+(≈ 0.43 s per epoch on one core).
 
 Quick mode trains 8 of the preset's 30 epochs (warm-up scaled alike; test accuracy 96.7–97.8%, and every verdict
 the same as at 6 or 10 epochs) and measures the scale-free protocol on the first 40 test images with 2 isotropic
@@ -12,17 +13,10 @@ images with 8 draws.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
-import hashlib
-import io
-import json
-import os
-import shutil
-import tempfile
+import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -30,16 +24,12 @@ import torch
 import crate_nn
 from crate_nn.analysis.protocol import layer_profile
 from crate_nn.data import DeviceTransform, build_dataset
-from crate_nn.engine import train
 from crate_nn.tasks import get_preset
 from crate_nn.tasks.classification import ClassificationConfig
-from verify.context import Context, cache_dir
+from verify import experiments
 
 SEEDS = 5
 """Independent runs (initialisation and data order) per configuration."""
-
-MEASUREMENT_VERSION = 2
-"""Bumped whenever the measurement below changes, so cached numbers are never stale."""
 
 
 @dataclass(frozen=True)
@@ -66,34 +56,6 @@ def recipe(epochs: int | None = None, weight_decay: float | None = None) -> Clas
     return dataclasses.replace(base, epochs=epochs, warmup_epochs=base.warmup_epochs * epochs / base.epochs,
                                weight_decay=base.weight_decay if weight_decay is None else weight_decay,
                                eval_every=epochs)
-
-
-def _key(config: ClassificationConfig, torch_seed: int) -> str:
-    text = json.dumps(dataclasses.asdict(config), sort_keys=True, default=str) + str(torch_seed)
-    return hashlib.sha1(text.encode()).hexdigest()[:12]
-
-
-def train_cached(config: ClassificationConfig, torch_seed: int) -> Path:
-    """Folder holding ``init.pt``, ``trained.pt`` and ``metrics.json`` of ``config`` from the initialisation drawn
-    with ``torch_seed`` (trained when absent; ``trained.pt`` is renamed into place last, so its presence marks a
-    complete entry)."""
-    folder = cache_dir() / "verify" / f"digits-{_key(config, torch_seed)}"
-    if (folder / "trained.pt").exists():
-        return folder
-    folder.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(torch_seed)
-    init = crate_nn.create_model(config.model, **{**config.model_args, "image_size": config.image_size,
-                                                  "num_classes": 10, "in_channels": 1})
-    with tempfile.TemporaryDirectory(dir=folder) as tmp:
-        crate_nn.save(Path(tmp) / "init.pt", init)
-        run = dataclasses.replace(config, output_dir=str(Path(tmp) / "run"), init_from=str(Path(tmp) / "init.pt"))
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            result = train(run)
-        (folder / "metrics.json").write_text(json.dumps(result.metrics))
-        os.replace(Path(tmp) / "init.pt", folder / "init.pt")
-        shutil.copyfile(result.checkpoint, Path(tmp) / "trained.pt")
-        os.replace(Path(tmp) / "trained.pt", folder / "trained.pt")
-    return folder
 
 
 @functools.lru_cache(maxsize=2)
@@ -161,16 +123,14 @@ def measure_model(model, budget: Budget, seed: int) -> dict:
     return out
 
 
-def measured_run(config: ClassificationConfig, torch_seed: int, budget: Budget) -> dict:
-    """``{"init": …, "trained": …, "metrics": …}`` for one run, from the cache when present."""
-    folder = train_cached(config, torch_seed)
-    path = folder / f"measurements-v{MEASUREMENT_VERSION}-{budget.profile_images}-{budget.draws}.json"
-    if not path.exists():
-        result = {name: measure_model(crate_nn.load(folder / f"{name}.pt"), budget, torch_seed)
-                  for name in ("init", "trained")}
-        result["metrics"] = json.loads((folder / "metrics.json").read_text())
-        path.write_text(json.dumps(result))
-    return json.loads(path.read_text())
+def measured_run(run: experiments.Run, budget: Budget) -> dict:
+    """``{"init": …, "trained": …, "metrics": …}`` for one run (measured once per run, budget and measurement code)."""
+    def measure(run: experiments.Run) -> dict:
+        result = {name: measure_model(run.model(name), budget, run.config.seed) for name in experiments.MODELS}
+        return {**result, "metrics": run.metrics}
+
+    return run.derived("measurements", measure, sys.modules[__name__], images=budget.profile_images,
+                       draws=budget.draws)
 
 
 def runs(ctx, weight_decay: float | None = None) -> list[dict]:
@@ -181,10 +141,8 @@ def runs(ctx, weight_decay: float | None = None) -> list[dict]:
 @functools.cache
 def _runs(mode: str, seed: int, weight_decay: float | None) -> list[dict]:
     budget = BUDGETS[mode]
-    base = Context(mode, seed, "2.24-digits", ".")
-    config = recipe(budget.epochs, weight_decay)
-    return [measured_run(dataclasses.replace(config, seed=SEEDS * seed + i), base.torch_seed_for(f"2.24-digits-{i}"),
-                         budget) for i in range(SEEDS)]
+    trained = experiments.runs(recipe(budget.epochs, weight_decay), experiments.seeds(seed, SEEDS))
+    return [measured_run(run, budget) for run in trained]
 
 
 def per_seed(runs_: list[dict], model: str, path: tuple[str, ...]) -> np.ndarray:
