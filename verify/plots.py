@@ -1,4 +1,5 @@
-"""The audit's figures: log-log error rates with fitted slopes, curves against a parameter, per-layer curves.
+"""The audit's figures: log-log error rates with fitted slopes, curves against a parameter, per-layer curves, one
+value per seed for several models.
 
 Figures are built with matplotlib's object-oriented API (``matplotlib.figure.Figure``), so no backend or
 global pyplot state is touched.
@@ -78,6 +79,31 @@ def curves(
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7)
     ax.grid(True, lw=0.3)
+    return _save(fig, path)
+
+
+def strips(
+    path: Path,
+    groups: Mapping[str, Sequence[float]],
+    *,
+    ylabel: str,
+    title: str,
+    ylim: tuple[float, float] | None = None,
+) -> str:
+    """One bar per group (its mean, the std over seeds as error bar) with every seed's value as a dot: groups may
+    hold different numbers of seeds."""
+    fig = Figure(figsize=(4.6, 3.4))
+    ax = fig.add_subplot()
+    for i, values in enumerate(groups.values()):
+        values = np.asarray(values, dtype=float)
+        ax.bar(i, values.mean(), yerr=values.std(ddof=1) if values.size > 1 else 0, capsize=4, alpha=0.7)
+        ax.plot(np.full(values.size, i), values, "k.", ms=4)
+    ax.set_xticks(range(len(groups)), list(groups))
+    ax.set_ylabel(ylabel)
+    if ylim is not None:
+        ax.set_ylim(*ylim)
+    ax.grid(True, axis="y", lw=0.3)
+    ax.set_title(title, fontsize=9)
     return _save(fig, path)
 
 
