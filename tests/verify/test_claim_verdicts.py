@@ -48,7 +48,7 @@ def ideal(monkeypatch):
     """Replace the ideal stacks by constructed ones: ``ideal(name=array, …)``."""
     def install(**arrays):
         default = stack()
-        monkeypatch.setattr(layers, "_stack", lambda ctx, name: arrays.get(name, default))
+        monkeypatch.setattr(layers, "_stack", lambda ctx, name, seeds=SEEDS: arrays.get(name, default))
         monkeypatch.setattr(layers, "_controls_figure", lambda ctx: "controls.png")
     return install
 
@@ -85,8 +85,13 @@ def test_ideal_shrink_flips(ideal, tmp_path):
 def test_ideal_comparisons_with_a_control_flip(ideal, tmp_path, claim_id, control):
     ideal(CRATE=stack(relative=down), **{control: stack(relative=down + 0.05)})
     assert measure(claim_id, tmp_path) == "holds"
-    ideal(CRATE=stack(relative=down), **{control: stack(relative=down)})
+    ideal(CRATE=stack(relative=down + 0.05), **{control: stack(relative=down)})
     assert measure(claim_id, tmp_path) == "fails"
+
+
+def test_ideal_random_layers_is_inconclusive_within_the_noise(ideal, tmp_path):
+    ideal(CRATE=stack(relative=down), **{"random layers": stack(relative=down)})  # equal up to 1e-4 noise
+    assert measure("2.24-ideal-random-layers", tmp_path) == "inconclusive"
 
 
 def test_ideal_orientation_flips(ideal, tmp_path):

@@ -29,10 +29,14 @@ from crate_theory.synthetic import orthonormal_bases, random_orthogonal, sample_
 from verify import plots
 from verify.context import Context
 from verify.registry import Result, claim
-from verify.statistics import interval, intervals
+from verify.statistics import compare, interval, intervals
 
 SEEDS = 5
 """Independent data sets (bases, tokens) per comparison; each control runs on the same five."""
+RANDOM_LAYERS_SEEDS = 10
+"""Data sets of 2.24-ideal-random-layers, whose effect is at the seed spread: on 40 data sets (base seed 0) the
+last-layer difference is −0.013 with a per-set sd of 0.008, so five sets give a 95% half-width (≈ 0.010) close to
+the effect, and ten sets one (≈ 0.006) under half of it."""
 
 MEASURES = ("rate", "relative", "relative_normalised", "alignment", "norm", "isotropic_alignment",
             "aligned_relative", "sparsity")
@@ -64,18 +68,18 @@ def _sizes(ctx) -> tuple[int, int, int, int]:
     return ctx.pick((32, 64, 4, 8), (128, 196, 8, 12))
 
 
-def _stack(ctx, name: str) -> np.ndarray:
-    """(seeds, stations, measures) for one control (memoised per mode and seed)."""
-    return _profiles(ctx.mode, ctx.seed, _sizes(ctx), name)
+def _stack(ctx, name: str, seeds: int = SEEDS) -> np.ndarray:
+    """(seeds, stations, measures) for one control on the first ``seeds`` data sets (memoised per mode and seed)."""
+    return _profiles(ctx.mode, ctx.seed, _sizes(ctx), name, seeds)
 
 
 @functools.cache
-def _profiles(mode: str, seed: int, sizes: tuple[int, int, int, int], name: str) -> np.ndarray:
+def _profiles(mode: str, seed: int, sizes: tuple[int, int, int, int], name: str, seeds: int = SEEDS) -> np.ndarray:
     d, n, K, depth = sizes
     control = CONTROLS[name]
     base = Context(mode, seed, "2.24-ideal", ".")
     out = []
-    for s in range(SEEDS):
+    for s in range(seeds):
         data = base.rng_for(f"2.24-ideal-data-{s}")
         U = orthonormal_bases(K, d, d // K, seed=data)  # drawn for every control, so the codes below are paired
         if control.axis_aligned:
@@ -282,18 +286,20 @@ def ideal_attention_credit(ctx) -> Result:
     reference="004 Sec. 2.5 (layers built from the data's subspaces U^ℓ); Fig. 15 (random initialisation)",
     statement="Layers built from the data's own subspaces compress the tokens more than random layers (random U^ℓ, "
               "random orthogonal D^ℓ) do",
-    measures=f"R^c/isotropic of Z^{{L+1}}: CRATE − random layers, paired over {SEEDS} seeds; the same at every layer "
-             "in the data",
-    expected="`holds` when the 95% interval of the last-layer difference lies below 0 (measured: ≈ −0.01 of the "
+    measures=f"R^c/isotropic of Z^{{L+1}}: CRATE − random layers, paired over {RANDOM_LAYERS_SEEDS} data sets; the "
+             "same at every layer in the data",
+    expected="`holds` when the 95% interval of the last-layer difference lies below 0 (measured: ≈ −0.013 of the "
              "yardstick — true but small next to the ISTA block's loss of structure, which both stacks share; with "
-             "5 seeds the interval excludes 0 for base seeds 0–2, not for 3)",
+             "5 data sets the interval contained 0 for base seed 3, so the claim takes 10, see RANDOM_LAYERS_SEEDS)",
     expected_verdict="holds",
 )
 def ideal_random_layers(ctx) -> Result:
-    diffs = _paired_last_layers(ctx, "CRATE", "random layers")
-    return Result(f"CRATE − random layers at layer {len(diffs)}: {diffs[-1].text()} (95% CI "
-                  f"[{diffs[-1].low:+.3f}, {diffs[-1].high:+.3f}])", "holds" if diffs[-1].below_zero else "fails",
-                  {"difference_per_layer": [i.as_dict() for i in diffs]})
+    differences = _outputs(_measure(_stack(ctx, "CRATE", RANDOM_LAYERS_SEEDS), "relative")
+                           - _measure(_stack(ctx, "random layers", RANDOM_LAYERS_SEEDS), "relative"))
+    below = compare(differences[:, -1], direction="below")
+    return Result(f"CRATE − random layers at layer {differences.shape[1]}: {below.text()}", below.verdict,
+                  {"difference_per_layer": [i.as_dict() for i in intervals(differences)],
+                   "last_layer": below.as_dict()})
 
 
 @claim(
