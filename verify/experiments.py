@@ -1,7 +1,7 @@
 """The audit's trained models: every claim that trains a model for a comparison gets its runs from `run`.
 
 A run is one training config (its ``seed`` included) trained once per *code*: the entry's key is a hash of the
-config and of the code that trains it (`code_hash`), so a changed training loop, model, task or data pipeline
+config and of the code that trains it (`CODE`), so a changed training loop, model, task or data pipeline
 retrains instead of serving a model the current code would not produce. An entry, under `root` ::
 
     runs/<task>-<config hash>-<code hash>/
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import inspect
 import io
@@ -62,20 +63,25 @@ def root() -> Path:
     return cache_dir() / "verify"
 
 
-def code_hash() -> str:
-    """A hash of every ``.py`` file of ``crate_nn`` (path and bytes) and of torch's version.
+def code_hash(package: Path = CODE_ROOT) -> str:
+    """A hash of every ``.py`` file of ``package`` (default: ``crate_nn``; path and bytes) and of torch's version.
 
     Why all of crate_nn: a run depends on the engine, the task, the model, the data pipeline and whatever they
     import (the tasks' in-training evaluation reads crate_nn.analysis and crate_nn.evaluation), and these import
     each other freely. Any narrower list would have to follow those imports by hand, and a file missed would serve
     a stale model without a sign — the failure this cache exists to prevent. The price is that any edit of
     crate_nn (a docstring too) retrains the audit's models once (a cold quick audit). torch computes the steps, so
-    its version is part of the code. Read afresh on every call (≈ 10 ms), so an edit is seen within a process.
+    its version is part of the code.
     """
     digest = hashlib.sha256(torch.__version__.encode())
-    for path in sorted(CODE_ROOT.rglob("*.py")):
-        digest.update(str(path.relative_to(CODE_ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
+    for path in sorted(package.rglob("*.py")):
+        digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
+
+
+CODE = code_hash()
+"""The code hash of this process's runs, taken once when the audit starts (crate_nn is imported by then): an edit
+made while an audit runs never labels a run trained by the code loaded before it."""
 
 
 def config_hash(config: TrainConfig) -> str:
@@ -85,8 +91,14 @@ def config_hash(config: TrainConfig) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _source_hash(module: ModuleType, params: dict) -> str:
-    text = inspect.getsource(module) + json.dumps(params, sort_keys=True, default=str)
+@functools.cache
+def _source_hash(module: ModuleType) -> str:
+    """A hash of ``module``'s source as it is when first used in this process (edits after that are not seen)."""
+    return hashlib.sha256(inspect.getsource(module).encode()).hexdigest()[:16]
+
+
+def _derived_key(module: ModuleType, params: dict) -> str:
+    text = _source_hash(module) + json.dumps(params, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -117,7 +129,7 @@ class Run:
         """``compute(self)`` (JSON-serialisable), cached in the entry under ``name``, the source of ``code`` (the
         module that defines the measurement) and ``params`` (what else it depends on, e.g. how many images): a
         changed measurement is measured again, as a changed training is trained again."""
-        path = self.folder / "derived" / f"{name}-{_source_hash(code, params)}.json"
+        path = self.folder / "derived" / f"{name}-{_derived_key(code, params)}.json"
         if not path.is_file():
             value = compute(self)
             path.parent.mkdir(exist_ok=True)
@@ -130,7 +142,7 @@ class Run:
 
 def run(config: TrainConfig) -> Run:
     """The run of ``config`` with the current code: read from the cache, or trained now (once) and stored."""
-    prefix, code = f"{config.task}-{config_hash(config)}", code_hash()
+    prefix, code = f"{config.task}-{config_hash(config)}", CODE
     folder = root() / "runs" / f"{prefix}-{code}"
     if not folder.is_dir():
         folder.parent.mkdir(parents=True, exist_ok=True)

@@ -83,7 +83,7 @@ def test_an_interrupted_training_leaves_no_entry_that_reads_as_complete(cache, m
     runs = experiments.root() / "runs"
     assert [p for p in runs.iterdir() if p.is_dir()] == []  # nothing under a run's name, no temporary folder left
     # what a killed process leaves (its temporary folder, with a checkpoint in it) is never taken for the run
-    leftover = runs / f".classification-{experiments.config_hash(tiny())}-{experiments.code_hash()}-killed"
+    leftover = runs / f".classification-{experiments.config_hash(tiny())}-{experiments.CODE}-killed"
     monkeypatch.setattr(experiments, "train", loop.train)
     shutil.copytree(experiments.run(tiny(seed=1)).folder, leftover)
     run = experiments.run(tiny())
@@ -93,14 +93,13 @@ def test_an_interrupted_training_leaves_no_entry_that_reads_as_complete(cache, m
 def test_a_changed_training_code_retrains_and_replaces_the_stale_entry(cache, monkeypatch, tmp_path):
     copy = tmp_path / "crate_nn"  # the hashed source, in a copy this test may edit
     shutil.copytree(experiments.CODE_ROOT, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    unchanged = experiments.code_hash()
-    monkeypatch.setattr(experiments, "CODE_ROOT", copy)
-    assert experiments.code_hash() == unchanged
+    assert experiments.code_hash(copy) == experiments.code_hash() == experiments.CODE
     stale = experiments.run(tiny())
     loop_py = copy / "engine" / "loop.py"  # the example: a loop that skips 3 of every 4 optimizer steps
     source = loop_py.read_text()
     assert source.count("optimizer.step()") == 1
     loop_py.write_text(source.replace("optimizer.step()", "optimizer.step() if step % 4 == 0 else None"))
+    monkeypatch.setattr(experiments, "CODE", experiments.code_hash(copy))  # the next audit's code
     fresh = experiments.run(tiny())
     assert fresh.folder != stale.folder and cache == [0, 0]
     assert not stale.folder.exists()  # one version of each run in the cache
