@@ -17,10 +17,9 @@ for CRATE and the last for ViT; every layer's numbers are kept in ``results.json
 network frame the numbers: MaskCut on the raw pixels of the patches (what low-level colour grouping gives), and
 the ceiling of a patch-resolution mask (the true mask downsampled to the patch grid by majority and upsampled).
 
-`compare` decides "A > B" when the difference of the seed means exceeds twice its standard error
-(√(s_A²/n_A + s_B²/n_B)); `verdicts` turns the summary into the statements the audit checks
-(``verify/claims/segmentation.py``). ``crate-segment experiment`` runs it all and writes ``results.json``,
-``table.md`` and figures. Other backbones — e.g. a DINO-trained CRATE or ViT — join the table as extra rows through
+`summarize` gives each row's mean ± std over seeds; the statements of the papers are decided from the per-seed
+numbers by the audit (``verify/claims/segmentation.py``, 95% intervals over the seeds). ``crate-segment
+experiment`` runs it all and writes ``results.json``, ``table.md`` and figures. Other backbones — e.g. a DINO-trained CRATE or ViT — join the table as extra rows through
 `measure_checkpoint` (``crate-segment experiment --extra NAME=CKPT[,CKPT...]``): any crate_nn checkpoint whose
 model has a class token, a patch embedding and an encoder.
 """
@@ -28,8 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -42,11 +40,10 @@ from ..analysis.segmentation import upsample
 from ..data.images import build_dataset
 from ..data.objects import ObjectImages
 from ..data.transforms import DeviceTransform
-from ..engine.loop import train
+from ..engine.loop import initial_model, train
 from ..engine.task import get_preset, preset
 from ..evaluation.segmentation import LayerScores, evaluate_objects, maskcut_masks, score_masks
 from ..models.embedding import patchify
-from ..models.registry import create_model
 from .classification import ClassificationConfig
 
 VARIANTS = {  # Table 17: the blocks differ, nothing else
@@ -118,14 +115,6 @@ def splits(config: ClassificationConfig, images: int | None = None):
                  for d in (val, test))
 
 
-def initial_model(config: ClassificationConfig) -> nn.Module:
-    """The random initialisation a run of ``config`` starts from (the engine seeds torch with ``config.seed`` right
-    before the task builds its model; building the datasets draws nothing from torch's generator)."""
-    torch.manual_seed(config.seed)
-    return create_model(config.model, **{**config.model_args, "image_size": config.image_size, "num_classes": 10,
-                                         "in_channels": 3})
-
-
 def _select(val: Sequence[LayerScores], test: Sequence[LayerScores]) -> dict:
     """Per method, the layer with the highest validation mIoU and its test scores."""
     chosen = {}
@@ -176,19 +165,11 @@ def references(config: ClassificationConfig, images: int | None = None) -> dict:
             "patch_ceiling": score_masks(upsample(coarse, test.masks.shape[-2:]), test.masks)}
 
 
-# --------------------------------------------------------------------------------------------- statistics, verdicts
+# --------------------------------------------------------------------------------------------- statistics
 def stats(values: Sequence[float]) -> dict:
     """Mean and sample standard deviation (ddof 1; 0 for one value) of per-seed values."""
     v = np.asarray(values, dtype=np.float64)
     return {"mean": float(v.mean()), "std": float(v.std(ddof=1)) if len(v) > 1 else 0.0, "values": v.tolist()}
-
-
-def compare(a: Mapping, b: Mapping) -> str:
-    """``">"`` when mean_a − mean_b exceeds twice the standard error √(s_a²/n_a + s_b²/n_b) of the difference,
-    ``"<"`` for the reverse, ``"≈"`` otherwise (``a``, ``b``: `stats` dictionaries)."""
-    se = math.sqrt(a["std"] ** 2 / len(a["values"]) + b["std"] ** 2 / len(b["values"]))
-    diff = a["mean"] - b["mean"]
-    return ">" if diff > 2 * se else "<" if -diff > 2 * se else "≈"
 
 
 def summarize(runs: Sequence[dict]) -> dict:
@@ -206,56 +187,30 @@ def summarize(runs: Sequence[dict]) -> dict:
     return {name: {key: stats(values) for key, values in row.items()} for name, row in rows.items()}
 
 
-def verdicts(summary: Mapping[str, Mapping]) -> dict[str, dict]:
-    """The papers' statements decided from the summary (mIoU of the selected layer; CorLoc for MaskCut boxes):
-
-    * ``emergence``: trained CRATE's attention masks beat its random initialisation's (Sec. 4.3: segmentation
-      emerges through supervised training);
-    * ``attention`` / ``maskcut_miou`` / ``maskcut_corloc``: CRATE beats ViT (Fig. 27, Tables 7 and 17);
-    * ``mssa_in_vit``: CRATE-MLP beats ViT on attention mIoU (App. C.7: "replacing the MHSA in ViT with MSSA
-      significantly improves" its segmentation);
-    * ``accuracy``: ViT classifies more accurately than CRATE (Table 17: 80.9 vs 74.2).
-
-    Each entry: ``holds`` when the comparison goes the papers' way, ``fails`` otherwise, with the comparison sign and
-    both means (rows missing from the summary are skipped)."""
-    checks = {
-        "emergence": ("crate", "crate init", "attention_miou"),
-        "attention": ("crate", "vit", "attention_miou"),
-        "maskcut_miou": ("crate", "vit", "maskcut_miou"),
-        "maskcut_corloc": ("crate", "vit", "maskcut_corloc"),
-        "mssa_in_vit": ("crate_mlp", "vit", "attention_miou"),
-        "accuracy": ("vit", "crate", "accuracy"),
-    }
-    out = {}
-    for name, (a, b, key) in checks.items():
-        if a in summary and b in summary and key in summary[a] and key in summary[b]:
-            sign = compare(summary[a][key], summary[b][key])
-            out[name] = {"verdict": "holds" if sign == ">" else "fails", "sign": sign, "a": a, "b": b, "key": key,
-                         "mean_a": summary[a][key]["mean"], "mean_b": summary[b][key]["mean"]}
-    return out
-
-
 # --------------------------------------------------------------------------------------------- the experiment
-def _train_cached(config: ClassificationConfig) -> str:
-    """Train ``config``; a run of the same config already in its directory is resumed (a finished one only
-    re-evaluated), one of another config is replaced. Returns the final checkpoint."""
+def train_in_place(config: ClassificationConfig) -> nn.Module:
+    """The trained model of ``config``, trained in its ``output_dir``: a run of the same config already there is
+    resumed (a finished one only re-evaluated), one of another config is replaced."""
     if (Path(config.output_dir) / "checkpoints" / "last.pt").is_file():
         try:
-            return train(dataclasses.replace(config, resume=True)).checkpoint
+            return checkpoint.load(train(dataclasses.replace(config, resume=True)).checkpoint)
         except ValueError as err:
             if not str(err).startswith("resume:"):
                 raise
-    return train(dataclasses.replace(config, overwrite=True)).checkpoint
+    return checkpoint.load(train(dataclasses.replace(config, overwrite=True)).checkpoint)
 
 
-def run_experiment(output_dir: str | Path, *, seeds: Sequence[int] = (0, 1, 2), variants: Sequence[str] = tuple(VARIANTS),
-                   overrides: Mapping | None = None, extra: Mapping[str, Sequence[str]] | None = None,
-                   images: int | None = None, progress: bool = True) -> dict:
-    """Train (or reuse) every variant for every seed under ``output_dir/<variant>-seed<s>``, measure the trained
-    models and their initialisations, add ``extra`` checkpoints (name → one checkpoint per seed), and return the
-    results (``runs``, ``references``, ``summary``, ``verdicts``, and ``examples`` of the first seed's models). ``overrides``: config fields applied to every
-    preset (e.g. ``epochs`` for a shorter schedule; recorded in the results); ``images``: measure on the first
-    images of each split only (smoke runs)."""
+def run_experiment(output_dir: str | Path, *, seeds: Sequence[int] = (0, 1, 2, 3, 4),
+                   variants: Sequence[str] = tuple(VARIANTS), overrides: Mapping | None = None,
+                   extra: Mapping[str, Sequence[str]] | None = None, images: int | None = None,
+                   progress: bool = True,
+                   trained: Callable[[ClassificationConfig], nn.Module] = train_in_place) -> dict:
+    """Train (or reuse) every variant for every seed (its run directory ``output_dir/<variant>-seed<s>``), measure
+    the trained models and their initialisations, add ``extra`` checkpoints (name → one checkpoint per seed), and
+    return the results (``runs``, ``references``, ``summary``, and ``examples`` of the first seed's models).
+    ``overrides``: config fields applied to every preset (e.g. ``epochs`` for a shorter schedule; recorded in the
+    results); ``images``: measure on the first images of each split only (smoke runs); ``trained``: how the
+    trained model of a config is obtained (default `train_in_place`; the audit passes its cache of runs)."""
     output_dir = Path(output_dir)
     overrides = dict(overrides or {})
     runs, configs, shown = [], {}, {}
@@ -265,8 +220,7 @@ def run_experiment(output_dir: str | Path, *, seeds: Sequence[int] = (0, 1, 2), 
                                 output_dir=str(output_dir / f"{variant}-seed{seed}"))
             config.validate()
             configs[variant] = {k: v for k, v in config.to_dict().items() if k not in ("seed", "output_dir")}
-            trained = checkpoint.load(_train_cached(config))
-            for state, model in (("trained", trained), ("init", initial_model(config))):
+            for state, model in (("trained", trained(config)), ("init", initial_model(config))):
                 runs.append({"name": variant, "seed": seed, "state": state, **measure(model, config, images=images)})
                 if state == "trained" and seed == seeds[0]:
                     shown[variant] = examples(model, config, runs[-1]["selected"])
@@ -277,8 +231,7 @@ def run_experiment(output_dir: str | Path, *, seeds: Sequence[int] = (0, 1, 2), 
                          **measure_checkpoint(path, base, images=images)})
     summary = summarize(runs)
     return {"seeds": list(seeds), "overrides": overrides, "images": images, "configs": configs, "runs": runs,
-            "examples": shown, "references": references(base, images), "summary": summary,
-            "verdicts": verdicts(summary)}
+            "examples": shown, "references": references(base, images), "summary": summary}
 
 
 # --------------------------------------------------------------------------------------------- report
@@ -308,7 +261,7 @@ def _cell(entry: Mapping | None, percent: bool = True) -> str:
 
 
 def table(results: Mapping) -> str:
-    """The laptop-scale Table 17 as markdown: mean ± std over seeds (percent), then the references and verdicts."""
+    """The laptop-scale Table 17 as markdown: mean ± std over seeds (percent), then the references."""
     keys = ["accuracy"] + [f"{m}_{k}" for m in METHODS for k in METRICS]
     heads = ["top-1", "attn mIoU", "attn Jaccard", "attn CorLoc", "MaskCut mIoU", "MaskCut Jaccard", "MaskCut CorLoc"]
     lines = ["| model | seeds | " + " | ".join(heads) + " | layers (attn; MaskCut) |",
@@ -326,12 +279,9 @@ def table(results: Mapping) -> str:
         if name == "patch_ceiling":
             cells = ["—"] + [f"{100 * scores[k]:.1f}" for k in METRICS] * 2
         lines.append(f"| {label} | — | " + " | ".join(cells) + " | — |")
-    lines += ["", "Layers are 1-based, chosen per model on the validation split. Verdicts (A > B when the difference of "
-              "the seed means exceeds twice its standard error):", ""]
-    for name, v in results["verdicts"].items():
-        unit = 100
-        lines.append(f"* `{name}`: {v['a']} {v['key']} {unit * v['mean_a']:.1f} {v['sign']} {v['b']} "
-                     f"{unit * v['mean_b']:.1f} → **{v['verdict']}**")
+    lines += ["", "Layers are 1-based, chosen per model on the validation split. The papers' statements are decided "
+              "from the per-seed numbers of results.json by the audit's 95% intervals over the seeds: "
+              "`python -m verify --only table17`."]
     return "\n".join(lines) + "\n"
 
 
