@@ -6,9 +6,9 @@ validation loss against the without-ISTA ablation and a standard GPT of the same
 Quick mode trains tiny models (d = 48, K = 2, L = 2, 64-byte windows, 100 steps: ≈ 1 s a run of CRATE-GPT, 2 s
 of the standard GPT on one core), ten seeds of CRATE-GPT with and without ISTA and five of the standard GPT (see
 `QUICK_SEEDS`); ``--full`` trains the ``gpt_stdlib`` preset (d = 128, K = 4, L = 4, 128-byte windows, 600 steps)
-with three seeds. Every comparison is the audit's rule (`verify.statistics.compare`): trained vs its own initialisation paired
-by seed; one architecture vs another by Welch's interval (a seed fixes the data order of both, not a shared
-initialisation). Runs and their measurements are cached by `verify.experiments`.
+with three seeds. Every comparison is the audit's rule (`verify.statistics.compare`): trained vs its own
+initialisation paired by seed; one architecture vs another by Welch's interval (a seed fixes the data order of both,
+not a shared initialisation). Runs and their measurements are cached by `verify.experiments`.
 """
 from __future__ import annotations
 
@@ -202,7 +202,8 @@ def table16(ctx) -> Result:
     reference="004 Table 6 (OWT: CRATE-GPT2-Base 3.37, GPT2-Small 3.04, GPT2-Base 2.85), Sec. 4.1.4",
     statement="At the same width a standard GPT (MHSA + MLP, about twice the parameters) reaches a lower "
               "validation loss than CRATE-GPT",
-    measures=f"validation cross-entropy of CRATE-GPT and the standard GPT of the same d, K, L, data and recipe; {_RUNS}",
+    measures="validation cross-entropy of CRATE-GPT and the standard GPT of the same d, K, L, data and recipe; "
+             + _RUNS,
     expected="`holds` when the 95% interval (Welch) of the standard GPT's loss minus CRATE-GPT's lies below 0",
     expected_verdict="holds",
 )
@@ -292,7 +293,8 @@ _compression_claim("official", "holds", "The scale-free protocol (unit-norm code
     reference="004 Sec. 4.2, Fig. 15 (right), applied to CRATE-GPT",
     statement="Training sparsifies CRATE-GPT's representations: ‖Z^{ℓ+1}‖₀/(dn) below its random initialisation's "
               "at every layer",
-    measures=f"fraction of non-zero ISTA outputs per layer on 16 validation windows, trained vs initialisation; {_RUNS}",
+    measures="fraction of non-zero ISTA outputs per layer on 16 validation windows, trained vs initialisation; "
+             + _RUNS,
     expected=f"{_PER_LAYER}. Expected to fail (found by measuring): the first layer sparsifies slightly (quick, "
              "ten runs: 0.44 vs 0.50 non-zeros, −0.057 [−0.096, −0.018]; full, seed 0: 0.490 vs 0.494) but the last "
              "one ends far denser than at initialisation (quick 0.85 vs 0.35, +0.50 [+0.47, +0.53]; full, seed 0: "
