@@ -222,3 +222,26 @@ def test_formats_are_not_confused(tmp_path):
         crate_nn.load(theirs)
     with pytest.raises(ValueError, match="reserved keys \\['model'\\]"):
         crate_nn.save(ours, model, extra={"model": 1})
+
+
+def test_a_flipped_byte_in_a_weight_is_an_error_naming_the_file(tmp_path):
+    """The checksum written with a checkpoint covers every tensor: one flipped bit of one weight (a DINO-head-sized
+    change of 81.3 was loading silently) is refused by read and load; verify=False reads the file for forensics."""
+    torch.manual_seed(0)
+    model = crate_nn.create_model("crate_tiny", depth=1, num_classes=3)
+    with torch.no_grad():
+        model.head.fc.bias.copy_(torch.tensor([1.2345, 2.5, -7.0]))
+    path = tmp_path / "model.pt"
+    crate_nn.save(path, model, {"optimizer": {"state": {0: {"exp_avg": torch.ones(3, dtype=torch.bfloat16)}}}})
+    assert read(path)["model"]["head.fc.bias"][0].item() == pytest.approx(1.2345)  # an intact file reads
+    data = bytearray(path.read_bytes())
+    at = data.find(torch.tensor([1.2345, 2.5, -7.0]).numpy().tobytes())
+    assert at > 0  # torch.save stores tensor data uncompressed: the bias's bytes are in the file
+    data[at + 3] ^= 0x40  # the exponent's high bit of 1.2345: ×2^±64
+    path.write_bytes(bytes(data))
+    for reader in (read, crate_nn.load):
+        with pytest.raises(ValueError, match=f"checkpoint: '{path}' does not match the checksum written with it"):
+            reader(path)
+    forensic = crate_nn.load(path, verify=False)
+    assert forensic.head.fc.bias[0].item() != pytest.approx(1.2345)
+    assert "checksum" not in read(path, verify=False)

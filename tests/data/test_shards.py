@@ -12,7 +12,7 @@ import pytest
 import torch
 from PIL import Image
 
-from crate_nn.data import jpeg
+from crate_nn.data import jpeg, shards
 from crate_nn.data.images import ImageFiles, build_dataset, image_folder
 from crate_nn.data.shards import Geometry, ShardImages, open_split, pack_split, pillow_decoder, shard_name, verify_split
 from crate_nn.pack import main as pack_main
@@ -197,3 +197,34 @@ def test_torchvision_decoder_matches_pillow_on_the_cpu(source, tmp_path):
     shards = ShardImages(tmp_path / "tv")
     for i in range(len(shards)):
         assert (shards[i][0].int() - reference[i][0].int()).abs().max() <= 2
+
+
+def test_training_checks_a_changed_shard_once_and_an_unchanged_one_never(source, tmp_path, monkeypatch):
+    """A flipped byte in a shard used to train silently (only crate-pack --verify-only caught it): opening a split
+    for training checks every file changed since the last verification against its checksum, and only those."""
+    pack(source, tmp_path / "s")
+    verify_split(tmp_path / "s" / "train")  # what crate-pack does at the end: records every file as intact
+    hashed = []
+    real = shards.sha256_file
+    monkeypatch.setattr(shards, "sha256_file", lambda path, *a: hashed.append(path.name) or real(path, *a))
+    common = dict(train=True, image_size=32, load_size=32, eval_resize=32)
+    open_split(tmp_path / "s", "train", **common)
+    assert hashed == ["manifest.json"]  # nothing changed: sizes and times compared, no shard read
+    target = tmp_path / "s" / "train" / f"{shard_name(1)}.npy"
+    data = bytearray(target.read_bytes())
+    data[-5] ^= 0xFF
+    target.write_bytes(bytes(data))
+    hashed.clear()
+    with pytest.raises(ValueError, match=f"{shard_name(1)}.npy does not match its checksum"):
+        open_split(tmp_path / "s", "train", **common)
+    assert hashed == ["manifest.json", f"{shard_name(1)}.npy"]
+
+
+def test_a_manifest_naming_a_file_outside_its_folder_is_refused(source, tmp_path):
+    pack(source, tmp_path / "s")
+    path = tmp_path / "s" / "train" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["shards"][1]["name"] = "../../outside"
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match=r"shard 1 is named '../../outside', expected 'shard_00001'"):
+        ShardImages(tmp_path / "s" / "train")
