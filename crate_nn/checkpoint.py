@@ -25,6 +25,7 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
+from .files import writing
 from .models.registry import get_family, unwrap_model
 
 FORMAT = "crate_nn"
@@ -82,21 +83,23 @@ def payload_digest(payload) -> str:
 
 
 def atomic_save(payload, path: str | os.PathLike) -> None:
-    """``torch.save(payload)`` to a temporary file beside ``path``, fsync, then rename it to ``path``."""
+    """``torch.save(payload)`` to a temporary file beside ``path``, fsync, then rename it to ``path``. A write the
+    operating system refuses (a full disk) raises `crate_nn.files.WriteError` naming ``path``."""
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".pt", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; a checkpoint gets the mode any new file gets
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with writing("checkpoint", path):
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".pt", dir=directory)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                torch.save(payload, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; a checkpoint gets the mode any new file gets
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
 
 
 def _read_umask() -> int:

@@ -1,4 +1,5 @@
 """Checkpoints: the authors' format against an independent forward pass, and our own save/load."""
+import errno
 import math
 import os
 
@@ -195,6 +196,18 @@ def test_save_load_round_trip(tmp_path):
     torch.testing.assert_close(loaded(img), model(img), rtol=0, atol=0)
     crate_nn.save(path, loaded)  # overwriting is atomic too
     assert os.listdir(path.parent) == ["last.pt"]
+
+
+def test_a_full_disk_names_the_checkpoint_and_leaves_no_temporary_file(tmp_path, monkeypatch):
+    def disk_full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(torch, "save", disk_full)
+    model = crate_nn.create_model("crate_tiny", image_size=8, patch_size=4, num_classes=2, dim=8, depth=1, heads=2)
+    with pytest.raises(OSError) as raised:
+        crate_nn.save(tmp_path / "last.pt", model)
+    assert str(raised.value) == f"checkpoint: cannot write {tmp_path / 'last.pt'}: No space left on device"
+    assert raised.value.errno == errno.ENOSPC and os.listdir(tmp_path) == []
 
 
 def test_save_unwraps_ddp_style_wrappers(tmp_path):

@@ -42,6 +42,7 @@ import torch
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
+from ..files import read_json, writing
 from .images import DatasetInfo
 
 FORMAT = "crate_nn.shards"
@@ -85,19 +86,23 @@ def listing_digest(samples: Sequence[tuple[str, int]], root: Path) -> str:
 
 
 def write_json_atomic(path: Path, payload: dict) -> None:
+    """Write ``payload`` as ``path`` through a temporary file and a rename (`WriteError` naming it on failure)."""
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(payload, indent=1) + "\n")
-    os.replace(tmp, path)
+    with writing("output", path):
+        tmp.write_text(json.dumps(payload, indent=1) + "\n")
+        os.replace(tmp, path)
 
 
 def save_npy_atomic(path: Path, array: np.ndarray) -> str:
-    """Write ``array`` as ``path`` (.npy) through a temporary file, fsync, rename; return the file's SHA-256."""
+    """Write ``array`` as ``path`` (.npy) through a temporary file, fsync, rename; return the file's SHA-256. A write
+    the operating system refuses (a full disk) raises `crate_nn.files.WriteError` naming ``path``."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        np.save(f, array)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    with writing("output", path):
+        with open(tmp, "wb") as f:
+            np.save(f, array)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
     return sha256_file(path)
 
 
@@ -105,11 +110,8 @@ def read_manifest(folder: Path) -> dict:
     path = folder / MANIFEST
     if not path.is_file():
         raise ValueError(f"data_dir: {str(folder)!r} holds no {MANIFEST}; pack an image folder with crate-pack first")
-    try:
-        manifest = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise ValueError(f"data_dir: {path} is not valid JSON ({err})") from err
-    if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
+    manifest = read_json(path, "data_dir")
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
         raise ValueError(f"data_dir: {path} is not a {FORMAT} version {VERSION} manifest")
     for k, entry in enumerate(manifest.get("shards") or []):
         if entry is not None and entry.get("name") != shard_name(k):
@@ -143,8 +145,11 @@ class ShardImages(Dataset):
         if len(self.labels) != self.offsets[-1]:
             raise ValueError(f"data_dir: the label files in {str(self.folder)!r} hold {len(self.labels)} labels, the "
                              f"manifest counts {self.offsets[-1]} images")
-        self.info = DatasetInfo(len(manifest["classes"]), manifest["channels"], self.geometry.crop,
-                                list(manifest["classes"]))
+        classes = len(manifest["classes"])
+        if len(self.labels) and not 0 <= int(self.labels.min()) <= int(self.labels.max()) < classes:
+            raise ValueError(f"data_dir: the labels in {str(self.folder)!r} run from {int(self.labels.min())} to "
+                             f"{int(self.labels.max())}, outside the {classes} classes of its {MANIFEST}")
+        self.info = DatasetInfo(classes, manifest["channels"], self.geometry.crop, list(manifest["classes"]))
         self._arrays: list[np.ndarray] | None = None
 
     def __getstate__(self) -> dict:  # memory maps are re-opened in each process, never pickled

@@ -23,7 +23,7 @@ from .. import checkpoint
 from ..data.batching import Batch, collate
 from ..engine.config import option
 from ..engine.loop import resolve_batches
-from ..engine.task import LossOutput, Task, preset, register_task
+from ..engine.task import LossOutput, Task, preset, register_task, require_classes
 from ..evaluation.classification import evaluate
 from ..models.classifier import CRATEClassifier, CRATEConfig
 from ..models.embedding import resample_pos_embed
@@ -142,6 +142,8 @@ class ClassificationTask(Task):
         self.micro, _ = resolve_batches(config, ctx.world_size)
         self.train_set, self.eval_set, self.test_set = image_splits(config)
         info = self.train_set.info
+        require_classes(info.classes, f"train_split: {config.dataset} split {config.train_split!r}"
+                        + (f" of {config.data_dir}" if config.data_dir else ""))
         self.model = build_classifier(config, {"image_size": config.image_size, "num_classes": info.num_classes,
                                                "in_channels": info.in_channels})
         self.reinitialised = initialise_from(self.model, config.init_from) if config.init_from else []

@@ -50,7 +50,7 @@ from ..engine import distributed
 from ..engine.config import TrainConfig, option
 from ..engine.loop import resolve_batches
 from ..engine.precision import autocast
-from ..engine.task import LossOutput, Task, preset, register_task
+from ..engine.task import LossOutput, Task, preset, register_task, require_classes
 from ..evaluation.language import as_float, classification_metrics, lm_loss, mlm_metrics, sequence_losses, spread
 from ..models.language import BERTClassifierConfig
 from ..models.registry import build_model, create_model, list_models, model_config, unwrap_model
@@ -159,7 +159,7 @@ class LanguageModelTask(Task):
     def __init__(self, config: LanguageModelConfig, ctx: distributed.Context) -> None:
         super().__init__(config, ctx)
         self.corpus: TokenCorpus = corpus(config.data_dir)
-        self.train_set = TokenBlocks(self.corpus.train, config.block_size, self.extra)
+        self.train_set = TokenBlocks(self.corpus.train, config.block_size, self.extra, self.corpus.vocab_size)
         self.model = create_model(config.model, **{"block_size": config.block_size,
                                                    "vocab_size": self.corpus.vocab_size, **config.model_args})
         if self.model.config.vocab_size < self.corpus.vocab_size:
@@ -366,6 +366,7 @@ class SequenceClassificationTask(Task):
         else:
             root = Path(config.data_dir)
             train = read_glue_tsv(root / config.train_file, config.text_columns, config.label_column)
+            require_classes(train.classes, f"train_file: {root / config.train_file}")
             dev = read_glue_tsv(root / config.eval_file, config.text_columns, config.label_column, train.classes)
         self.train_set = EncodedExamples(train, config.tokenizer, config.max_length)
         self.eval_set = EncodedExamples(dev, config.tokenizer, config.max_length)

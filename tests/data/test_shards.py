@@ -5,7 +5,9 @@ from the files, bit for bit; the GPU (nvJPEG) decoder is compared in ``tests/gpu
 """
 from __future__ import annotations
 
+import errno
 import json
+import os
 
 import numpy as np
 import pytest
@@ -170,6 +172,27 @@ def test_crate_pack_names_bad_arguments(source, tmp_path, capsys):
     assert "--image-size" in capsys.readouterr().err
     assert pack_main([str(source), str(tmp_path / "out"), "--verify-only", "--no-progress"]) == 2
     assert "manifest.json" in capsys.readouterr().err
+
+
+def test_labels_outside_the_classes_are_refused(source, tmp_path):
+    """Labels ≥ the manifest's class count used to reach the loss and fail there with an index error."""
+    pack(source, tmp_path / "shards")
+    folder = tmp_path / "shards" / "train"
+    labels = folder / f"{shard_name(1)}.labels.npy"
+    np.save(labels, np.load(labels) + 5)
+    with pytest.raises(ValueError, match=r"data_dir: the labels in .*train' run from 0 to 6, outside the 2 classes"):
+        ShardImages(folder)
+
+
+def test_crate_pack_names_the_file_a_full_disk_stopped(source, tmp_path, capsys, monkeypatch):
+    def disk_full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(np, "save", disk_full)
+    out = tmp_path / "shards"
+    assert pack_main([str(source), str(out), "--shard-size", "5", "--workers", "0", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"crate-pack: output: cannot write {out / 'train' / shard_name(0)}.npy: No space left on device\n"
 
 
 def test_device_resize_matches_pillow_within_one_grey_level(source):

@@ -179,6 +179,26 @@ def test_init_from_a_crate_nn_checkpoint_rebuilds_its_architecture(tmp_path):
         train(clash)
 
 
+def test_a_single_class_or_empty_training_folder_is_refused(tmp_path, capsys):
+    """A training folder with one class used to train a one-way head to "accuracy 1.0"."""
+    root = fake_imagenet(tmp_path / "data")
+    for split in ("train", "val"):
+        for image in (root / split / "n01443537").iterdir():
+            image.unlink()
+        (root / split / "n01443537").rmdir()
+    args = ["--preset", "synthetic", "--dataset", "imagefolder", "--data-dir", str(root), "--image-size", "16",
+            "--load-size", "20", "--eval-resize", "20", "--model-args", "patch_size=8", "dim=16", "depth=1", "heads=2",
+            "--batch-size", "4", "--epochs", "1", "--device", "cpu", "--no-progress"]
+    assert main([*args, "--output-dir", str(tmp_path / "one")]) == 1
+    assert capsys.readouterr().err == (f"crate-train: train_split: imagefolder split 'train' of {root} holds one "
+                                       "class, ['n01440764']; a classifier needs at least two\n")
+    for image in (root / "train" / "n01440764").iterdir():
+        image.unlink()
+    assert main([*args, "--output-dir", str(tmp_path / "none")]) == 1
+    assert capsys.readouterr().err.startswith(f"crate-train: data_dir: '{root / 'train'}' holds no image files in "
+                                              "its class folders ['n01440764']")
+
+
 def test_crate_eval_refuses_bad_inputs_with_one_line(tmp_path, capsys):
     root = fake_imagenet(tmp_path / "data")
     run = train(tiny(tmp_path / "run", dataset="imagenet", data_dir=str(root), **SMALL))
