@@ -109,8 +109,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.list:
         for c in claims:
-            only = "" if len(c.modes) > 1 else f" ({c.modes[0]} only)"
-            print(f"{c.id:28s} {c.expected_verdict:6s} {c.reference:40s} [{', '.join(c.tags)}]{only}")
+            modes = "both" if len(c.modes) > 1 else c.modes[0]
+            line = f"{c.id:36s} {c.expected_verdict:6s} {c.kind:8s} {c.provenance:11s} {modes:5s} {c.reference}"
+            print(line if len(line) <= 120 else line[:119] + "…")
         return 0
     argv_list = sys.argv[1:] if argv is None else argv
     command = "python -m verify " + " ".join(shlex.quote(a) for a in argv_list)

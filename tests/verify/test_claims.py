@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from verify.registry import VERDICTS, all_claims
+from verify.registry import KINDS, PROVENANCES, VERDICTS, all_claims
 
 CLAIMS = all_claims()
 QUICK = [c for c in CLAIMS if "quick" in c.modes]
@@ -21,6 +21,14 @@ def test_registry_is_large_and_well_formed():
     for c in CLAIMS:
         assert c.reference and c.statement and c.measures and c.expected, c.id
         assert c.expected_verdict in VERDICTS
+        assert c.kind in KINDS and c.provenance in PROVENANCES, c.id
+
+
+def test_expectations_found_by_measuring_say_so():
+    """A claim whose expected text says its expectation was found by measuring or counting has the provenance
+    'measurement' (the converse is a judgment on each claim's history, recorded in its decorator)."""
+    told = [c.id for c in CLAIMS if "found by measuring" in c.expected or "found by counting" in c.expected]
+    assert told and all(c.provenance == "measurement" for c in CLAIMS if c.id in told), told
 
 
 @pytest.mark.parametrize("claim_id", [c.id for c in QUICK])

@@ -8,12 +8,14 @@ from verify import verdicts
 from verify.__main__ import audit
 from verify.context import Context
 from verify.numerics import loglog_slope
-from verify.registry import Claim, Result, select
+from verify.registry import Claim, Headline, Result, claim, select
 
 
-def _claim(id, expected_verdict, measure, tags=("demo",)):
+def _claim(id, expected_verdict, measure, tags=("demo",), kind="theory", provenance="analysis",
+           modes=("quick", "full")):
     return Claim(id=id, tags=tags, reference="000 eq. (0)", statement="a statement", measures="a figure",
-                 expected="a threshold, with its reason", expected_verdict=expected_verdict, measure=measure)
+                 expected="a threshold, with its reason", expected_verdict=expected_verdict, kind=kind,
+                 provenance=provenance, measure=measure, modes=modes)
 
 
 def _holds(ctx):
@@ -76,6 +78,7 @@ def test_audit_exit_status_and_reports(tmp_path, capsys):
     assert report["summary"]["mismatches"] == []
     assert "2.2-b" in (tmp_path / "ok" / "report.md").read_text()
     assert "2.1-a" in capsys.readouterr().out
+    assert (report["claims"][0]["kind"], report["claims"][0]["provenance"]) == ("theory", "analysis")
 
     # a verdict that differs from its expectation, and a measurement that raises: exit 1, report still written
     bad = [_claim("2.1-a", "loose", _holds), _claim("2.3-c", "holds", _raises)]
@@ -130,9 +133,7 @@ def test_the_comparison_rule_gives_holds_fails_and_inconclusive_where_it_must():
 
 
 def test_full_only_claims_are_skipped_in_quick_mode_and_named(tmp_path):
-    only_full = Claim(id="2.2-b", tags=("demo",), reference="000", statement="s", measures="m", expected="e",
-                      expected_verdict="holds", measure=_raises, modes=("full",))
-    claims = [_claim("2.1-a", "holds", _holds), only_full]
+    claims = [_claim("2.1-a", "holds", _holds), _claim("2.2-b", "holds", _raises, modes=("full",))]
     assert audit(claims, output_dir=tmp_path, progress=False, echo=False) == 0  # the raising claim never runs
     report = json.loads((tmp_path / "report.json").read_text())
     assert [c["id"] for c in report["claims"]] == ["2.1-a"]
@@ -142,9 +143,35 @@ def test_full_only_claims_are_skipped_in_quick_mode_and_named(tmp_path):
     assert audit(claims, mode="full", output_dir=tmp_path / "full", progress=False, echo=False) == 1  # it raises
 
 
-def test_claim_modes_are_validated():
-    from verify.registry import claim
+def _register(**fields):
+    spec = dict(id="x", tags=(), reference="r", statement="s", measures="m", expected="e", expected_verdict="holds",
+                kind="theory", provenance="analysis") | fields
+    return claim(**spec)(_holds)
 
-    with pytest.raises(ValueError, match="modes"):
+
+@pytest.mark.parametrize("field, value", [("modes", ("medium",)), ("kind", "proof"), ("provenance", "hunch"),
+                                          ("expected_verdict", "maybe")])
+def test_registration_refuses_unknown_values_with_one_line(field, value):
+    with pytest.raises(ValueError, match=f"{field} of 'x' must be") as raised:
+        _register(**{field: value})
+    assert "\n" not in str(raised.value)
+
+
+def test_a_printed_number_can_only_hold_or_fail():
+    with pytest.raises(ValueError, match="printed-number check"):
+        _register(kind="printed", expected_verdict="loose")
+
+
+def test_kind_and_provenance_are_required():
+    with pytest.raises(TypeError, match="kind"):
         claim(id="x", tags=(), reference="r", statement="s", measures="m", expected="e", expected_verdict="holds",
-              modes=("medium",))
+              provenance="analysis")
+
+
+def test_headline_text():
+    assert Headline("cos", 0.07125).text() == "cos: 0.0712"
+    assert Headline.from_seeds("Δ", [2.0]).text() == "Δ: 2" and Headline.from_seeds("Δ", [2.0]).seeds == 1
+    h = Headline.from_seeds("Δ", [1.0, 2.0, 3.0])  # t(0.975, 2) = 4.303, sd 1: half-width 2.484
+    assert (h.value, h.seeds) == (2.0, 3) and h.low == pytest.approx(2 - 2.484, abs=1e-3)
+    assert h.text() == "Δ: +2 [-0.48, 4.5]"
+

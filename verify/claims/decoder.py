@@ -49,6 +49,7 @@ def _round_trip_errors(ctx, preset: str, eta: float = 1.0) -> np.ndarray:
     measures="fitted log-log slope of ‖g(f(Z)) − Z‖/‖Z‖ vs κ ∈ [1e-3, 1e-1]",
     expected="slope 2 ± 0.3 (Z + MSSA(Z) − MSSA(Z + MSSA(Z)) = Z + O(κ²))",
     expected_verdict="holds",
+    kind="theory", provenance="analysis",
 )
 def decoder_inverse(ctx) -> Result:
     errors = _round_trip_errors(ctx, "inverse")
@@ -71,6 +72,7 @@ def decoder_inverse(ctx) -> Result:
     expected="slope 2 ± 0.3 as for E = D; expected to fail: D*·D*(…) ≠ identity for a non-symmetric orthogonal D, "
              "the error stays O(1) as κ → 0",
     expected_verdict="fails",
+    kind="printed", provenance="analysis",
 )
 def decoder_remark7_printed(ctx) -> Result:
     errors = _round_trip_errors(ctx, "printed")
@@ -101,6 +103,7 @@ def remark7_verdict(slopes: dict[str, float]) -> str:
              "0.9I + 0.1D*, which neither preset inverts (errors ≈ 1.2–1.3); (1 + η)I − ηD* leaves an O(η²) floor "
              "(≈ 0.02) and only the exact inverse reaches O(κ²) — the claim as written covers η = 1 only",
     expected_verdict="fails",
+    kind="theory", provenance="analysis",
 )
 def decoder_remark7_eta(ctx) -> Result:
     presets = ("printed", "inverse", "first-order", "linear-inverse")

@@ -57,6 +57,7 @@ def _log_density_z(mix, X: np.ndarray, Y: np.ndarray, sigma: float) -> float:
              "and mean log q_{2t} vs fresh samples of the convolved law (z-score)",
     expected=f"all |t| ≤ {T_STAT:g} (agreement within Monte-Carlo error)",
     expected_verdict="holds",
+    kind="theory", provenance="analysis",
 )
 def ve_sde_marginals(ctx) -> Result:
     mix = _mixture(ctx)
@@ -83,6 +84,7 @@ def ve_sde_marginals(ctx) -> Result:
              "z-score of the transported samples vs fresh samples, forward and backward",
     expected=f"all |t| ≤ {T_STAT:g} (agreement within Monte-Carlo error; RK4 error is negligible at 40 steps)",
     expected_verdict="holds",
+    kind="theory", provenance="analysis",
 )
 def pf_ode(ctx) -> Result:
     mix = _mixture(ctx)
@@ -110,6 +112,7 @@ def pf_ode(ctx) -> Result:
              "at the end relative to the start (and relative to the total energy)",
     expected="R^c increase ≤ 1e-12 relative (monotone up to rounding) and off-subspace energy ratio < 1",
     expected_verdict="holds",
+    kind="theory", provenance="analysis",
 )
 def structured_denoising(ctx) -> Result:
     d, n, K = ctx.pick((32, 40, 4), (96, 120, 6))
@@ -145,6 +148,7 @@ def structured_denoising(ctx) -> Result:
              "(reference: RK4 on an 8× finer grid)",
     expected="coefficient gap ≤ 1e-12 (exact) and slope 1 ± 0.2 (first-order scheme)",
     expected_verdict="holds",
+    kind="theory", provenance="analysis",
 )
 def geometric_grid(ctx) -> Result:
     Z0, U = _euler_setting(ctx)
@@ -193,6 +197,7 @@ def encoder_grid(T: float, m: int) -> np.ndarray:
              "‖Euler − reference‖/‖reference‖ vs κ over T − t ∈ [T/e, T] (reference: RK4 on an 8× finer grid)",
     expected="gap ≤ 1e-12 (the same update up to rounding) and slope 1 ± 0.2 (a first-order scheme)",
     expected_verdict="holds",
+    kind="theory", provenance="analysis",
 )
 def encoder_euler(ctx) -> Result:
     Z0, U = _euler_setting(ctx)
@@ -233,6 +238,7 @@ def score_verdict(cosines, ratios) -> str:
              "score points from each token to its own subspace, while −∇R^c mostly shrinks the tokens' in-subspace "
              "signal (Theorem 16: X_♮/(1 + β^{-1})), so the cosine falls towards 0 as σ → 0",
     expected_verdict="fails",
+    kind="theory", provenance="analysis",
 )
 def rc_as_score(ctx) -> Result:
     d, n, K = ctx.pick((32, 64, 4), (128, 196, 8))
@@ -262,6 +268,7 @@ def rc_as_score(ctx) -> Result:
     expected="≤ 1e-12 if the printed formula were right; expected to fail (L times have L − 1 ratios: "
              "t_1 = T/(1 + 2κ)^{L−1})",
     expected_verdict="fails",
+    kind="printed", provenance="analysis",
 )
 def t1_as_printed(ctx) -> Result:
     T, kappa, L = 1.0, 0.05, 12

@@ -61,6 +61,7 @@ def _protocol_claim(name: str) -> None:
         expected=f"`holds` when the 95% interval of trained − init lies {side} 0 at every layer. "
                  + EXPECTATIONS[name][1],
         expected_verdict=EXPECTATIONS[name][0],
+        kind="trained", provenance="analysis" if name == "official" else "measurement",
     )
     def measure(ctx) -> Result:
         runs = digits.runs(ctx)
@@ -141,6 +142,7 @@ def verdict_depends_on(table: dict) -> dict[str, bool]:
              "less compression the stronger the decay (≈ −0.03 at 0.05, −0.017 at 0.5, ≈ 0 at 1.0)",
     expected_verdict="fails",
     modes=("full",),
+    kind="trained", provenance="measurement",
 )
 def weight_decay(ctx) -> Result:
     table = _weight_decay_table(ctx)
@@ -170,6 +172,7 @@ def weight_decay(ctx) -> Result:
              "to fail (found by measuring): the per-layer differences are within the seed-to-seed spread or "
              "positive; with 3 layers this check can only refute a strong trend, not establish a weak one",
     expected_verdict="fails",
+    kind="trained", provenance="measurement",
 )
 def digits_depth(ctx) -> Result:
     runs = digits.runs(ctx)
@@ -191,6 +194,7 @@ def digits_depth(ctx) -> Result:
              "by measuring): with ηλ = 0.01 on LayerNorm-ed inputs the ReLU zeroes about half the entries whatever "
              "the weights",
     expected_verdict="fails",
+    kind="trained", provenance="measurement",
 )
 def digits_sparsity(ctx) -> Result:
     diffs = _difference(digits.runs(ctx), ("sparsity",))
@@ -210,6 +214,7 @@ def digits_sparsity(ctx) -> Result:
              "initialisation's own last − first (paired). Expected to fail (found by measuring): random directions "
              "in d = 96 are already as incoherent (≈ √(2/(πd)) = 0.081) and training changes it by < 0.01",
     expected_verdict="fails",
+    kind="trained", provenance="measurement",
 )
 def digits_incoherence(ctx) -> Result:
     runs = digits.runs(ctx)
@@ -235,6 +240,7 @@ def digits_incoherence(ctx) -> Result:
              "below 0. Expected to fail (found by measuring): deeper trained layers are of lower rank, and lower "
              "than at initialisation, but the first layer's output is slightly *higher* rank after training",
     expected_verdict="fails",
+    kind="trained", provenance="measurement",
 )
 def digits_low_rank(ctx) -> Result:
     runs = digits.runs(ctx)
@@ -285,6 +291,7 @@ def relative_trend(curves: np.ndarray):
     expected=f"`holds` when the 95% interval of the trend lies within ±{FLAT:.0%} under both protocols (measured: "
              "trends of 1–2%)",
     expected_verdict="holds",
+    kind="control", provenance="analysis",
 )
 def random_init_flat(ctx) -> Result:
     curves = _random_init_curves(ctx.mode, ctx.seed)

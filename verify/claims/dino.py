@@ -160,6 +160,7 @@ def _knn_claim(mode: str, expected_verdict: str) -> None:
         expected="`holds` when the DINO teacher beats its initialisation on every seed",
         expected_verdict=expected_verdict,
         modes=(mode,),
+        kind="trained", provenance="analysis" if expected_verdict == "holds" else "measurement",
     )
     def dino_knn(ctx) -> Result:
         m = _run(ctx)
@@ -187,6 +188,7 @@ def _layer_claim(kind: str, protocol: str | None, mode: str, expected_verdict: s
         expected="`holds` when trained < init at every layer",
         expected_verdict=expected_verdict,
         modes=(mode,),
+        kind="trained", provenance="analysis" if expected_verdict == "holds" else "measurement",
     )
     def measure(ctx) -> Result:
         m = _run(ctx)

@@ -65,6 +65,7 @@ def _params_claim(group: str, sizes: dict[str, tuple[float, float]], expected_ve
         measures="parameters of crate_nn.create_model(name) (tied weights once), built on the meta device",
         expected=f"each within the printed rounding (|Δ| ≤ half a unit of the last printed digit). {note}",
         expected_verdict=expected_verdict,
+        kind="printed", provenance="analysis" if group == "gpt2" else "measurement",
     )
     def measure(ctx) -> Result:
         counts = {name: _count(name) for name in sizes}
@@ -123,6 +124,7 @@ def _causal_mask_errors(attention: str, seed: int) -> dict[str, float]:
              "column convention, float64; and the outputs before position t when token t changes",
     expected="every difference ≤ 1e-12 (float64 rounding of the same sums)",
     expected_verdict="holds",
+    kind="identity", provenance="analysis",
 )
 def causal_mask(ctx) -> Result:
     errors = {attention: _causal_mask_errors(attention, ctx.torch_seed) for attention in ("mssa", "mhsa")}
@@ -215,6 +217,7 @@ def _loss_figure(ctx, losses: dict[str, list[float]]) -> str:
              "tiny run each, --full: the gpt_stdlib preset, three seeds",
     expected="`holds` when the mean loss with ISTA is below the mean without",
     expected_verdict="holds",
+    kind="trained", provenance="analysis",
 )
 def table16(ctx) -> Result:
     losses = _losses(ctx)
@@ -233,6 +236,7 @@ def table16(ctx) -> Result:
              "quick: one tiny run each, --full: the gpt_stdlib preset, three seeds",
     expected="`holds` when the standard GPT's mean loss is below CRATE-GPT's",
     expected_verdict="holds",
+    kind="trained", provenance="analysis",
 )
 def table6(ctx) -> Result:
     losses = _losses(ctx)
@@ -282,6 +286,7 @@ def _compression_claim(protocol: str, expected_verdict: str, note: str) -> None:
                  "trained CRATE-GPT vs its saved initialisation",
         expected=f"`holds` when trained < init at every layer. {note}",
         expected_verdict=expected_verdict,
+        kind="trained", provenance="measurement" if protocol == "paper" else "analysis",
     )
     def measure(ctx) -> Result:
         m = _crate_layers(ctx)
@@ -312,6 +317,7 @@ _compression_claim("official", "holds", "The scale-free protocol (unit-norm code
              "far denser than at initialisation (quick 0.89 vs 0.35; full 0.64 vs 0.27), a margin no single-seed "
              "noise explains",
     expected_verdict="fails",
+    kind="trained", provenance="measurement",
 )
 def gpt_sparsity(ctx) -> Result:
     s = _crate_layers(ctx)["sparsity"]

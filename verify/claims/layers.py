@@ -180,6 +180,7 @@ def _curve(values) -> str:
              "than at the first — the ISTA ReLU, acting on coordinates the random subspaces are not aligned with, "
              "halves the tokens' own-subspace energy in its first step (see 2.24-ideal-orientation)",
     expected_verdict="fails",
+    kind="ideal", provenance="measurement",
 )
 def ideal_compression(ctx) -> Result:
     values = _stack(ctx, "CRATE")
@@ -210,6 +211,7 @@ def ideal_compression(ctx) -> Result:
              "layer in quick mode) and does not lower the scale-free measure either; it is LayerNorm + ISTA that "
              "lowers raw R^c",
     expected_verdict="fails",
+    kind="ideal", provenance="measurement",
 )
 def ideal_half_steps(ctx) -> Result:
     values = _stack(ctx, "CRATE")
@@ -235,6 +237,7 @@ def ideal_half_steps(ctx) -> Result:
              "LayerNorm + ISTA gives it back), but by collapsing the tokens onto each other — relative R^c drops "
              "below the aligned floor while the own-subspace energy falls to the isotropic level",
     expected_verdict="fails",
+    kind="ideal", provenance="measurement",
 )
 def ideal_shrink(ctx) -> Result:
     values = _stack(ctx, "(27) shrink")
@@ -268,6 +271,7 @@ def _paired_last_layers(ctx, name: str, other: str, measure: str = "relative") -
     expected="`holds` when the 95% interval of the difference lies below 0 at every layer (a decrease is credited "
              "to attention only when it beats the ISTA-only control)",
     expected_verdict="holds",
+    kind="control", provenance="analysis",
 )
 def ideal_attention_credit(ctx) -> Result:
     diffs = _paired_last_layers(ctx, "CRATE", "ISTA only")
@@ -288,6 +292,7 @@ def ideal_attention_credit(ctx) -> Result:
              "yardstick — true but small next to the ISTA block's loss of structure, which both stacks share; with "
              "5 seeds the interval excludes 0 for base seeds 0–2, not for 3)",
     expected_verdict="holds",
+    kind="control", provenance="analysis",
 )
 def ideal_random_layers(ctx) -> Result:
     diffs = _paired_last_layers(ctx, "CRATE", "random layers")
@@ -308,6 +313,7 @@ def ideal_random_layers(ctx) -> Result:
     expected="`holds` when the axis-aligned stack retains more alignment (95% interval of the paired difference "
              "above 0) and ends compressed (interval of its last − first R^c/isotropic below 0)",
     expected_verdict="holds",
+    kind="control", provenance="analysis",
 )
 def ideal_orientation(ctx) -> Result:
     axis, rand = _stack(ctx, "axis-aligned"), _stack(ctx, "CRATE")
@@ -330,6 +336,7 @@ def ideal_orientation(ctx) -> Result:
     measures=f"fraction of non-zero entries of the ISTA output per layer, {SEEDS} seeds",
     expected=DECREASE_RULE,
     expected_verdict="holds",
+    kind="ideal", provenance="analysis",
 )
 def ideal_sparsity(ctx) -> Result:
     sparsity = _outputs(_measure(_stack(ctx, "CRATE"), "sparsity"))
@@ -354,6 +361,7 @@ equivalent: 5 points of own-subspace energy."""
              "temperature 1 the near-uniform softmax of the other subspaces' heads mixes every token with their "
              "means and the own-subspace energy decays with depth, while √p keeps it",
     expected_verdict="fails",
+    kind="ideal", provenance="measurement",
 )
 def temperature(ctx) -> Result:
     one, sqrt_p = _stack(ctx, "attention only"), _stack(ctx, "attention only, T = √p")

@@ -163,6 +163,7 @@ def _params_claim(size: str, printed: float, expected_verdict: str, note: str) -
                  "tensors their code holds but never reads (decoder_embed, a second sine-cosine table)",
         expected=f"{printed}M within the table's rounding (|Δ| ≤ 0.05M){note}",
         expected_verdict=expected_verdict,
+        kind="printed", provenance="measurement" if size == "large" else "analysis",
     )
     def measure(ctx) -> Result:
         with torch.device("meta"):
@@ -193,6 +194,7 @@ def _roundtrip_claim(suffix: str, key: str, how: str, expected_verdict: str, not
                  f"tokens{', each token standardised' if suffix else ''}), mean over images (and seeds under --full)",
         expected=f"`holds` when the error is below {INVERSE} at every layer{note}",
         expected_verdict=expected_verdict,
+        kind="trained", provenance="measurement",
     )
     def measure(ctx) -> Result:
         trained, init = _mean(ctx, "trained", key), _mean(ctx, "init", key)
@@ -243,6 +245,7 @@ _roundtrip_claim("-standardised", "round_trip_standardised", ", up to each token
     measures="the per-layer round-trip errors of 2.22-mae-roundtrip, trained vs initialisation",
     expected="`holds` when trained < init at every layer",
     expected_verdict="holds",
+    kind="trained", provenance="analysis",
 )
 def mae_roundtrip_training(ctx) -> Result:
     trained, init = _mean(ctx, "trained", "round_trip"), _mean(ctx, "init", "round_trip")
@@ -265,6 +268,7 @@ def _step_claim(part: str, sign: str, equation: str, expected_verdict: str, note
                  + f" per layer, ε = {RATE_EPS}, on the masked test digits",
         expected=f"`holds` when the step {sign} R^c at every layer{note}",
         expected_verdict=expected_verdict,
+        kind="trained", provenance="measurement" if part == "encoder" else "analysis",
     )
     def measure(ctx) -> Result:
         a, b = _mean(ctx, "trained", before), _mean(ctx, "trained", after)
@@ -295,6 +299,7 @@ def _encoder_claim(key: str, what: str, expected_verdict: str, note: str, modes=
         expected=f"`holds` when trained < init at every layer{note}",
         expected_verdict=expected_verdict,
         modes=modes,
+        kind="trained", provenance="analysis" if key == "sparsity" else "measurement",
     )
     def measure(ctx) -> Result:
         trained, init = _mean(ctx, "trained", key), _mean(ctx, "init", key)
@@ -324,6 +329,7 @@ _encoder_claim("sparsity", "fraction of non-zero ISTA outputs ‖Z^{ℓ+1}‖₀
              f"(measured, seeds 0–2: 87.7 ± 2.0% vs 80.1 ± 3.6%). Under --full only: {_UNDERTRAINED}",
     expected_verdict="holds",
     modes=("full",),
+    kind="trained", provenance="analysis",
 )
 def mae_probe(ctx) -> Result:
     runs = _measurements(ctx.quick, tuple(_seeds(ctx)))["seeds"]

@@ -44,6 +44,7 @@ def _prox_kkt_violation(P: np.ndarray, V: np.ndarray, t: float, nonneg: bool) ->
     measures="max violation of the prox optimality (KKT) conditions by ista(Z, D) for V = Z − ηD*(DZ − Z), threshold ηλ",
     expected="≤ 1e-12 (exact: ISTA's output satisfies the prox conditions up to float64 rounding)",
     expected_verdict="holds",
+    kind="identity", provenance="analysis",
 )
 def ista_prox_step(ctx) -> Result:
     worst = 0.0
@@ -65,6 +66,7 @@ def ista_prox_step(ctx) -> Result:
              "nonneg_lasso_reference (L-BFGS-B, an independent solver)",
     expected="increase ≤ 1e-12·F (monotone up to rounding) and distance ≤ 1e-6 (both solvers' tolerances)",
     expected_verdict="holds",
+    kind="theory", provenance="analysis",
 )
 def ista_converges(ctx) -> Result:
     d, n, lam = 10, ctx.pick(6, 20), 0.1
@@ -89,6 +91,7 @@ def ista_converges(ctx) -> Result:
     measures="max abs difference of ista(Z, D, eta=1) and ReLU(D*Z − λ)",
     expected="≤ 1e-12 (exact up to rounding: Z − D*(DZ − Z) = D*Z when D*D = I)",
     expected_verdict="holds",
+    kind="identity", provenance="analysis",
 )
 def ista_orthogonal(ctx) -> Result:
     Z, D = ctx.rng.standard_normal((16, 11)), orthonormal(ctx.rng, 16, 16)
@@ -104,6 +107,7 @@ def ista_orthogonal(ctx) -> Result:
     measures="max violation of the optimality conditions of argmin_P t‖P‖_1 + ½‖P − V‖² by soft_threshold(V, t)",
     expected="≤ 1e-12 (exact up to rounding)",
     expected_verdict="holds",
+    kind="identity", provenance="analysis",
 )
 def soft_threshold_prox(ctx) -> Result:
     worst = 0.0
@@ -126,6 +130,7 @@ def _orthonormal_tokens(ctx, d: int, n: int) -> np.ndarray:
     measures="relative error of coding_rate_grad(Z) vs α/(1+α)·Z for orthonormal columns, several ε",
     expected="≤ 1e-12 (exact identity)",
     expected_verdict="holds",
+    kind="identity", provenance="analysis",
 )
 def mm_gradient(ctx) -> Result:
     d, n = 20, 8
@@ -153,6 +158,7 @@ def _majoriser_gap(ctx, Z0: np.ndarray, radius: float, eps: float, L=None) -> fl
     measures="min of majoriser − (−R) over random Z0 and Z at distances 1e-3…1e2",
     expected="≥ −1e-10 (a valid upper bound; the slack is float64 rounding of R at these sizes)",
     expected_verdict="holds",
+    kind="theory", provenance="analysis",
 )
 def mm_majoriser(ctx) -> Result:
     gap = min(_majoriser_gap(ctx, ctx.rng.standard_normal((8, 6)) * s, r, 1.0)
@@ -170,6 +176,7 @@ def mm_majoriser(ctx) -> Result:
     expected="≤ 9/4 (needed for validity); `loose` when below ⅔·9/4 — only the upper curvature of −R matters, "
              "and −∇²R ⪯ (α/8)I",
     expected_verdict="loose",
+    kind="theory", provenance="analysis",
 )
 def mm_lipschitz(ctx) -> Result:
     d, n, eps = 4, 3, 1.0
@@ -218,6 +225,7 @@ def _numerical_prox_argmin(Z0: np.ndarray, eps: float, lam: float) -> np.ndarray
     measures="relative distance of mm_step(form='closed') to an L-BFGS-B minimiser, for D = I and a random orthogonal D",
     expected="≤ 1e-6 (the numerical minimiser's tolerance)",
     expected_verdict="holds",
+    kind="identity", provenance="analysis",
 )
 def mm_step_argmin(ctx) -> Result:
     d, n, eps, lam = 12, 5, 1.0, 0.05
@@ -239,6 +247,7 @@ def mm_step_argmin(ctx) -> Result:
     measures="largest φ(Z⁺) − φ(Z) over random non-negative Z (scales 0.1…10) and its count of increases",
     expected="≤ 1e-12 (a majorise–minimise step never increases φ; slack for rounding)",
     expected_verdict="holds",
+    kind="theory", provenance="analysis",
 )
 def mm_descent(ctx) -> Result:
     changes = []
@@ -271,6 +280,7 @@ def tight_step_verdict(paper_changes, tight_changes, slack: float = 1e-12) -> st
              "much as the 9α/4 step on every sample (the majoriser with α/8 is valid because the Hessian of R has "
              "its spectrum in [−α/8, α])",
     expected_verdict="holds",
+    kind="theory", provenance="analysis",
 )
 def mm_tight_step(ctx) -> Result:
     eps, lam = 1.0, 0.1
