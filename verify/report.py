@@ -33,6 +33,7 @@ PAPER_CLAIMS = (
     ("… through its attention term, not βZ", ("2.7-approx9-attention-term",)),
     ("R^c gradient step ≈ denoising (Th. 16)", ("2.16-nominal-floor",)),
     ("−∇R^c/σ² points along the score (432)", ("2.20-rc-as-score",)),
+    ("the score's size scales as 1/σ² (432)", ("2.20-score-scale",)),
     ("Remark 7 inverse at the models' η 0.1", ("2.22-decoder-remark7-eta",)),
     ("… in a trained CRATE-MAE (Fig. 10)", ("2.22-mae-roundtrip",)),
     ("ideal CRATE compresses layer by layer", ("2.24-ideal-compression",)),
