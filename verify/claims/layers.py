@@ -331,8 +331,9 @@ def ideal_orientation(ctx) -> Result:
 @claim(
     id="2.24-ideal-sparsity",
     tags=("layers", "ideal"),
-    reference="004 Sec. 2.4, eq. (44), Fig. 14 (right)",
-    statement="The same ideal unrolled CRATE makes the tokens sparser layer by layer (‖Z^{ℓ+1}‖₀/(dn) decreases)",
+    reference="004 Sec. 2.4, eq. (44), Fig. 14 (right) and its footnote 17",
+    statement="The same ideal unrolled CRATE makes the tokens sparser layer by layer (‖Z^{ℓ+1}‖₀/(dn) decreases; "
+              "footnote 17's rise at the last layer comes from a classifier, which this stack lacks)",
     measures=f"fraction of non-zero entries of the ISTA output per layer, {SEEDS} seeds",
     expected=DECREASE_RULE,
     expected_verdict="holds",
