@@ -233,3 +233,44 @@ def test_summary_and_console_are_short(tmp_path, capsys):
     assert audit(claims, output_dir=tmp_path / "t", progress=False, table=True) == 1
     assert "| reference" in capsys.readouterr().out  # --table: the full table as well
 
+
+@pytest.fixture
+def figures(monkeypatch):
+    """The figures the plot helpers build, kept instead of saved."""
+    from verify import plots
+
+    built = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: built.append(fig) or str(path))
+    return built
+
+
+def test_a_random_initialisation_is_grey_in_every_figure(figures, tmp_path):
+    from matplotlib.colors import to_hex
+
+    from verify import plots
+
+    plots.per_layer(tmp_path / "a.png", {"R^c": {"random init": [1, 2], "dino": [2, 3]}}, title="")
+    plots.per_layer(tmp_path / "b.png", {"R^c": {"trained": [1, 2], "init": [2, 3]}}, title="")
+    plots.curves(tmp_path / "c.png", [1, 2], {"initialisation": [1, 2], "trained": [2, 3]}, xlabel="", ylabel="",
+                 title="")
+    plots.per_seed(tmp_path / "d.png", {"dino": [0.7], "random init": [0.6]}, ylabel="", title="")
+    colours = [{line.get_label(): to_hex(line.get_color()) for line in fig.axes[0].get_lines()} for fig in figures[:3]]
+    grey, first = to_hex(plots.INIT_COLOUR), to_hex("C0")
+    assert colours[0] == {"random init": grey, "dino": first} and colours[1] == {"trained": first, "init": grey}
+    assert colours[2] == {"initialisation": grey, "trained": first}
+    bars = [to_hex(patch.get_facecolor()[:3]) for patch in figures[3].axes[0].patches]
+    assert bars == [first, grey]
+    assert "(1 seed)" in figures[3].axes[0].get_title()
+
+
+def test_a_slope_guide_follows_its_series_and_keeps_to_the_data(figures, tmp_path):
+    from verify import plots
+
+    x = np.logspace(-3, -1, 5)
+    plots.loglog_rates(tmp_path / "r.png", x, {"flat": np.full(5, 1.3), "quadratic": x**2}, xlabel="", ylabel="",
+                       title="", references={"slope 2": 2.0})
+    ax = figures[0].axes[0]
+    guide = next(line for line in ax.get_lines() if line.get_label() == "slope 2")
+    assert np.allclose(guide.get_ydata(), 2 * x**2)  # parallel to the quadratic series, not through the flat one
+    low, high = ax.get_ylim()
+    assert low >= 1e-6 / 2 and high <= 1.3 * 4  # the data's range: the guide does not stretch the axis

@@ -124,26 +124,6 @@ def _mean_std(values) -> str:
         f"{100 * values[0]:.1f}%"
 
 
-def _knn_figure(path: Path, knn: dict, title: str) -> str:
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(4.6, 3.4))
-    ax = fig.add_subplot()
-    names = list(knn)
-    for i, name in enumerate(names):
-        values = 100 * np.asarray(knn[name])
-        ax.bar(i, values.mean(), yerr=values.std(ddof=1) if len(values) > 1 else 0, capsize=4, alpha=0.7)
-        ax.plot(np.full(len(values), i), values, "k.", ms=4)
-    ax.set_xticks(range(len(names)), names)
-    ax.set_ylabel("k-NN test top-1 (%)")
-    ax.set_ylim(0, 100)
-    ax.grid(True, axis="y", lw=0.3)
-    ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return str(path)
-
-
 def _knn_claim(mode: str, expected_verdict: str) -> None:
     run = "a 1-epoch dino_digits run (seed 0)" if mode == "quick" else "the dino_digits preset (3 seeds)"
 
@@ -166,7 +146,8 @@ def _knn_claim(mode: str, expected_verdict: str) -> None:
         m = _run(ctx)
         knn = m["knn"]
         beats = all(d > r for d, r in zip(knn["dino"], knn["random init"]))
-        figure = _knn_figure(ctx.figure_path("knn"), knn, f"digits, {len(knn['dino'])} seed(s)")
+        figure = plots.per_seed(ctx.figure_path("knn"), {name: 100 * np.asarray(v) for name, v in knn.items()},
+                                ylabel="k-NN test top-1 (%)", title="DINO on digits", ylim=(0, 100))
         measured = ", ".join(f"{name} {_mean_std(v)}" for name, v in knn.items())
         return Result(measured, "holds" if beats else "fails",
                       {"knn": knn, "probe": m["probe"], "monitors": m["train"], "log_k": m["log_k"]}, [figure])

@@ -201,10 +201,8 @@ def _mean_std(values) -> str:
 
 
 def _loss_figure(ctx, losses: dict[str, list[float]]) -> str:
-    fig_data = {variant: losses[variant] for variant in VARIANTS}
-    return plots.curves(ctx.figure_path("val-loss"), list(range(1, len(_seeds(ctx)) + 1)), fig_data,
-                        xlabel="seed (offset)", ylabel="validation loss (nats per byte)",
-                        title="gpt_stdlib recipe, built-in corpus: same width, data and recipe")
+    return plots.per_seed(ctx.figure_path("val-loss"), {variant: losses[variant] for variant in VARIANTS},
+                          ylabel="validation loss (nats per byte)", title="built-in corpus, same width and recipe")
 
 
 @claim(

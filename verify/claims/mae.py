@@ -204,29 +204,25 @@ def _roundtrip_claim(suffix: str, key: str, how: str, expected_verdict: str, not
         if not suffix:
             data.update(stack_trained=float(_mean(ctx, "trained", "round_trip_stack")),
                         stack_init=float(_mean(ctx, "init", "round_trip_stack")))
+        ylabel = "‖g^{L−ℓ}(f^ℓ(Z^ℓ)) − Z^ℓ‖ / ‖Z^ℓ‖" + (", tokens standardised" if suffix else "")
+        figure = _per_layer_figure(ctx, ylabel, {"trained": trained, "random init": init})
         return Result(f"trained {_curve(trained)} (init {_curve(init)})",
-                      "holds" if np.all(trained < INVERSE) else "fails", data, _figures(ctx) if not suffix else [])
+                      "holds" if np.all(trained < INVERSE) else "fails", data,
+                      [figure] if suffix else [figure, _reconstructions(ctx)])
 
 
-def _figures(ctx) -> list[str]:
-    """The per-layer curves (trained vs initialisation) and reconstructions of test digits by the trained model."""
+def _reconstructions(ctx) -> str:
+    """Reconstructions of held-out digits by the trained model (the first seed)."""
     model, images, mask, config = _measurements(ctx.quick, tuple(_seeds(ctx)))["first"]
     pictures = ctx.figure_path("reconstructions")
     reconstruction_figure(reconstruct(model, images, mask), config.mean, config.std,
                           title="held-out digits, trained CRATE-MAE").savefig(pictures, dpi=110)
+    return str(pictures)
 
-    def both(key):
-        return {"trained": _mean(ctx, "trained", key), "random init": _mean(ctx, "init", key)}
 
-    curves = plots.per_layer(ctx.figure_path("per-layer"), {
-        "round trip ‖g^{L−ℓ}(f^ℓ(Z^ℓ)) − Z^ℓ‖ / ‖Z^ℓ‖": both("round_trip"),
-        "round trip, tokens standardised": both("round_trip_standardised"),
-        "encoder R^c(Z^{ℓ+1/2}) (paper protocol)": both("compression_paper"),
-        "encoder ‖Z^{ℓ+1}‖₀/(dn)": both("sparsity"),
-        "decoder R^c, trained": {"H (before −MSSA)": _mean(ctx, "trained", "decoder_before"),
-                                 "output": _mean(ctx, "trained", "decoder_after")}},
-        title=f"CRATE-MAE on digits ({_where(ctx)})")
-    return [curves, str(pictures)]
+def _per_layer_figure(ctx, ylabel: str, curves: dict) -> str:
+    """One claim's per-layer curves, one panel."""
+    return plots.per_layer(ctx.figure_path("per-layer"), {ylabel: curves}, title=f"CRATE-MAE on digits ({_where(ctx)})")
 
 
 _roundtrip_claim("", "round_trip", "", "fails",
@@ -275,9 +271,10 @@ def _step_claim(part: str, sign: str, equation: str, expected_verdict: str, note
     def measure(ctx) -> Result:
         a, b = _mean(ctx, "trained", before), _mean(ctx, "trained", after)
         ok = np.all(b < a) if lower else np.all(b > a)
+        figure = _per_layer_figure(ctx, f"{part} R^c (trained)", {"before the MSSA step": a, "after it": b})
         return Result(f"before {_curve(a)}, after {_curve(b)}", "holds" if ok else "fails",
                       {"before": a.tolist(), "after": b.tolist(), "init_before": _mean(ctx, "init", before).tolist(),
-                       "init_after": _mean(ctx, "init", after).tolist()})
+                       "init_after": _mean(ctx, "init", after).tolist()}, [figure])
 
 
 _step_claim("encoder", "lowers", "56", "fails", ". Expected to fail (found by measuring): Z + MSSA(LN Z) adds mass "
@@ -311,7 +308,8 @@ def _encoder_claim(key: str, what: str, expected_verdict: str, note: str, modes=
         trained, init = _mean(ctx, "trained", key), _mean(ctx, "init", key)
         return Result(f"trained {_curve(trained)} vs init {_curve(init)}",
                       "holds" if np.all(trained < init) else "fails",
-                      {"trained": trained.tolist(), "init": init.tolist()})
+                      {"trained": trained.tolist(), "init": init.tolist()},
+                      [_per_layer_figure(ctx, what, {"trained": trained, "random init": init})])
 
 
 _RC_UP = (". Expected to fail (found by measuring, seeds 0–2): MAE training raises R^c at every layer (unlike the "
