@@ -22,7 +22,7 @@ from crate_theory import (
 from crate_theory.synthetic import orthonormal_bases, sample_tokens
 from verify import digits, plots, verdicts
 from verify.numerics import cosine, fmt, loglog_slope, rel_err
-from verify.registry import Result, claim
+from verify.registry import Headline, Result, claim
 
 
 def _union_of_subspaces(ctx, sigma: float = 0.05):
@@ -148,7 +148,7 @@ def approx9_cosine(ctx) -> Result:
                           xlabel="β = p/(nε²)", ylabel="", title="Approximation 9 vs β", logx=True)
     return Result("cos " + ", ".join(f"{c:.3f}" for c in cosines), verdicts.at_least(min(cosines), 0.0),
                   {"beta": BETAS, "cosine": cosines, "cosine_first_order_only": first_order, "rel_err": errors},
-                  [figure])
+                  [figure], Headline(f"least cos, β ≤ {max(BETAS):g}", min(cosines)))
 
 
 @claim(
@@ -235,7 +235,8 @@ def approx9_attention_term(ctx) -> Result:
     aim = [cosine(direction - beta * Z, grad - beta * Z) for beta, _, direction, grad in rows]
     return Result("cosine gain over βZ " + ", ".join(f"{g:+.2g}" for g in gain) + "; attention term ‖·‖/‖βZ‖ "
                   + ", ".join(f"{r:.2g}" for r in size), "holds" if min(gain) > 0 else "fails",
-                  {"beta": BETAS, "cosine_gain": gain, "relative_size": size, "cosine_with_remainder": aim})
+                  {"beta": BETAS, "cosine_gain": gain, "relative_size": size, "cosine_with_remainder": aim},
+                  headline=Headline("least gain over βZ", min(gain)))
 
 
 @claim(

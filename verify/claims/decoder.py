@@ -15,7 +15,7 @@ from crate_theory.decoder import decoder_layer, decoder_presets
 from crate_theory.synthetic import orthonormal_bases, random_orthogonal
 from verify import plots, verdicts
 from verify.numerics import loglog_slope, rel_err
-from verify.registry import Result, claim
+from verify.registry import Headline, Result, claim
 
 KAPPAS = np.logspace(-3, -1, 5)
 
@@ -114,4 +114,5 @@ def decoder_remark7_eta(ctx) -> Result:
                                 references={"slope 2": 2.0})
     return Result("min error " + ", ".join(f"{k} {e.min():.3g}" for k, e in errors.items())
                   + f"; slopes {', '.join(f'{s:.2f}' for s in slopes.values())}", remark7_verdict(slopes),
-                  {"kappa": KAPPAS, "error": errors, "slope": slopes}, [figure])
+                  {"kappa": KAPPAS, "error": errors, "slope": slopes}, [figure],
+                  Headline("least error, E = D* or D", min(errors["printed"].min(), errors["inverse"].min())))

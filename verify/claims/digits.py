@@ -17,7 +17,7 @@ import torch
 import crate_nn
 from verify import digits, plots
 from verify.context import Context
-from verify.registry import Result, claim
+from verify.registry import Headline, Result, claim
 from verify.statistics import interval, intervals
 
 PROTOCOLS = {
@@ -39,6 +39,12 @@ def _difference(runs, path) -> list:
 
 def _signs(diffs) -> str:
     return " ".join(f"{d.mean:+.3g}" + ("*" if d.sign() else "") for d in diffs)
+
+
+def _least_compressed(diffs, direction: int) -> Headline:
+    """The headline of an every-layer comparison: trained − init at the layer that is least on the claimed side."""
+    layer = max(range(len(diffs)), key=lambda i: -direction * diffs[i].mean)
+    return Headline.of(f"ℓ {layer + 1}, trained − init", diffs[layer])
 
 
 def compressed_at_every_layer(diffs, direction: int) -> bool:
@@ -71,7 +77,8 @@ def _protocol_claim(name: str) -> None:
         verdict = "holds" if compressed_at_every_layer(diffs, direction) else "fails"
         return Result(f"trained − init per layer {_signs(diffs)} (* = 95% CI excludes 0)", verdict,
                       {"difference": [d.as_dict() for d in diffs], "trained": trained, "init": init,
-                       "test_accuracy": [r["trained"]["test_accuracy"] for r in runs]}, [figure])
+                       "test_accuracy": [r["trained"]["test_accuracy"] for r in runs]}, [figure],
+                      _least_compressed(diffs, direction))
 
 
 def _protocols_figure(ctx) -> str:
@@ -200,7 +207,7 @@ def digits_depth(ctx) -> Result:
 def digits_sparsity(ctx) -> Result:
     diffs = _difference(digits.runs(ctx), ("sparsity",))
     return Result(f"trained − init per layer {_signs(diffs)}", "holds" if all(d.below_zero for d in diffs) else "fails",
-                  {"difference": [d.as_dict() for d in diffs]})
+                  {"difference": [d.as_dict() for d in diffs]}, headline=_least_compressed(diffs, -1))
 
 
 @claim(
@@ -298,9 +305,11 @@ def random_init_flat(ctx) -> Result:
     curves = _random_init_curves(ctx.mode, ctx.seed)
     trends = {k: relative_trend(v) for k, v in curves.items()}
     flat = all(-FLAT <= t.low and t.high <= FLAT for t in trends.values())
+    steepest = max(trends, key=lambda k: abs(trends[k].mean))
     figure = plots.per_layer(ctx.figure_path("per-layer"), {f"R^c ({k})": {"random init": v.mean(0)}
                                                             for k, v in curves.items()},
                              title="12-layer random CRATEs (mean over seeds)")
     return Result("depth trend " + "; ".join(f"{k} {t.mean:+.1%} [{t.low:+.1%}, {t.high:+.1%}]"
                                              for k, t in trends.items()), "holds" if flat else "fails",
-                  {k: {"trend": t.as_dict(), "curve": curves[k].mean(0)} for k, t in trends.items()}, [figure])
+                  {k: {"trend": t.as_dict(), "curve": curves[k].mean(0)} for k, t in trends.items()}, [figure],
+                  Headline.of(f"trend ({steepest})", trends[steepest]))

@@ -39,7 +39,7 @@ from crate_nn.tasks import get_preset
 from crate_nn.tasks.dino import DINOTask
 from verify import plots
 from verify.context import cache_dir
-from verify.registry import Result, claim
+from verify.registry import Headline, Result, claim
 
 PROTOCOLS = ("paper", "official")
 QUICK = dict(epochs=1, warmup_epochs=0.5, knn_epochs=(), probe_epochs=(), measure_epochs=())
@@ -150,7 +150,9 @@ def _knn_claim(mode: str, expected_verdict: str) -> None:
                                 ylabel="k-NN test top-1 (%)", title="DINO on digits", ylim=(0, 100))
         measured = ", ".join(f"{name} {_mean_std(v)}" for name, v in knn.items())
         return Result(measured, "holds" if beats else "fails",
-                      {"knn": knn, "probe": m["probe"], "monitors": m["train"], "log_k": m["log_k"]}, [figure])
+                      {"knn": knn, "probe": m["probe"], "monitors": m["train"], "log_k": m["log_k"]}, [figure],
+                      Headline.from_seeds("DINO − init (points)", 100 * (np.asarray(knn["dino"])
+                                                                       - np.asarray(knn["random init"]))))
 
 
 def _layer_claim(kind: str, protocol: str | None, mode: str, expected_verdict: str) -> None:

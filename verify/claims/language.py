@@ -34,7 +34,7 @@ from crate_nn.models.mssa import HeadAttention
 from crate_nn.tasks import get_preset
 from verify import plots, verdicts
 from verify.context import cache_dir
-from verify.registry import Result, claim
+from verify.registry import Headline, Result, claim
 
 # ----------------------------------------------------------------------------------------------------------------
 # Table 10: parameter counts
@@ -221,7 +221,9 @@ def table16(ctx) -> Result:
     losses = _losses(ctx)
     with_ista, without = np.mean(losses["CRATE-GPT"]), np.mean(losses["without ISTA"])
     return Result(f"with ISTA {_mean_std(losses['CRATE-GPT'])}, without {_mean_std(losses['without ISTA'])}",
-                  "holds" if with_ista < without else "fails", {"val_loss": losses}, [_loss_figure(ctx, losses)])
+                  "holds" if with_ista < without else "fails", {"val_loss": losses}, [_loss_figure(ctx, losses)],
+                  Headline.from_seeds("without − with ISTA", np.subtract(losses["without ISTA"],
+                                                                              losses["CRATE-GPT"])))
 
 
 @claim(

@@ -28,7 +28,7 @@ from crate_theory.protocol import token_profile
 from crate_theory.synthetic import orthonormal_bases, random_orthogonal, sample_tokens
 from verify import plots
 from verify.context import Context
-from verify.registry import Result, claim
+from verify.registry import Headline, Result, claim
 from verify.statistics import interval, intervals
 
 SEEDS = 5
@@ -195,7 +195,8 @@ def ideal_compression(ctx) -> Result:
                   {"relative_halves": relative.mean(0), "rate_halves": rate.mean(0),
                    "alignment_stations": alignment.mean(0), "norm_stations": _measure(values, "norm").mean(0),
                    "last_minus_first": interval(change).as_dict(),
-                   "aligned_floor_relative": float(_measure(values, "aligned_relative")[:, 0].mean())}, [figure])
+                   "aligned_floor_relative": float(_measure(values, "aligned_relative")[:, 0].mean())}, [figure],
+                  Headline.of("last − first layer", interval(change)))
 
 
 @claim(

@@ -44,7 +44,7 @@ from crate_nn.tasks import get_preset
 from crate_nn.tasks.mae import EVAL_STREAM, MAETask
 from verify import plots, verdicts
 from verify.context import cache_dir
-from verify.registry import Result, claim
+from verify.registry import Headline, Result, claim
 
 QUICK = dict(epochs=20, warmup_epochs=2.0, eval_every=20)
 FULL_SEEDS = 3
@@ -208,7 +208,8 @@ def _roundtrip_claim(suffix: str, key: str, how: str, expected_verdict: str, not
         figure = _per_layer_figure(ctx, ylabel, {"trained": trained, "random init": init})
         return Result(f"trained {_curve(trained)} (init {_curve(init)})",
                       "holds" if np.all(trained < INVERSE) else "fails", data,
-                      [figure] if suffix else [figure, _reconstructions(ctx)])
+                      [figure] if suffix else [figure, _reconstructions(ctx)],
+                      Headline("worst layer's error", trained.max(), seeds=len(_seeds(ctx))))
 
 
 def _reconstructions(ctx) -> str:

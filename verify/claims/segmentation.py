@@ -30,7 +30,8 @@ from crate_nn.tasks import segmentation as experiment
 from crate_theory import layer_norm, ssa_attention
 from crate_theory.synthetic import orthonormal_bases
 from verify.context import MODES, cache_dir
-from verify.registry import Result, claim
+from verify.registry import Headline, Result, claim
+from verify.statistics import welch_interval
 
 RESULTS = Path(__file__).resolve().parents[2] / "results" / "segmentation" / "results.json"
 
@@ -193,7 +194,9 @@ def _table_claim(name: str, id: str, statement: str, reference: str, expected: s
         return Result(f"{v['a']} {100 * a['mean']:.1f} ± {100 * a['std']:.1f} {v['sign']} {v['b']} "
                       f"{100 * b['mean']:.1f} ± {100 * b['std']:.1f} ({v['key']}; {source})", v["verdict"],
                       {"a": a, "b": b, **{k: v[k] for k in ("a", "b", "key", "sign")}, "source": source},
-                      [_figure(ctx, results)] if name == "attention" else [])
+                      [_figure(ctx, results)] if name == "attention" else [],
+                      Headline.of(f"{v['a']} − {v['b']} (points)",
+                                  welch_interval(100 * np.asarray(a["values"]), 100 * np.asarray(b["values"]))))
 
 
 _RULE = "`holds` when the first mean exceeds the second by more than twice the standard error of the difference"

@@ -16,7 +16,7 @@ from crate_theory.theorem16 import projection_operators, sample_theorem16, theor
 from verify import plots, verdicts
 from verify.context import Context
 from verify.numerics import fmt, loglog_slope
-from verify.registry import Result, claim
+from verify.registry import Headline, Result, claim
 
 SIGMAS = np.array([0.1, 0.03, 0.01, 0.003])
 
@@ -125,7 +125,8 @@ def nominal_floor(ctx) -> Result:
     return Result(f"σ-slope {sigma_slope:.3f} (floor {fmt(nominal[-1])} = {nominal[-1] / np.sqrt(n / d):.3f}·√(n/d)); "
                   f"floor ∝ (n/d)^{exponent:.2f}", verdicts.slope(exponent, 0.5, 0.15),
                   {"sigma": SIGMAS, "residual_nominal": nominal, "sigma_slope": sigma_slope, "n_over_d": ratios,
-                   "floor": floors, "exponent": exponent, "beta": beta}, figures)
+                   "floor": floors, "exponent": exponent, "beta": beta}, figures,
+                  Headline("a in floor ∝ (n/d)^a", exponent))
 
 
 @claim(
