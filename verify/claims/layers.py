@@ -28,7 +28,7 @@ from crate_theory.protocol import token_profile
 from crate_theory.synthetic import orthonormal_bases, random_orthogonal, sample_tokens
 from verify import plots
 from verify.context import Context
-from verify.registry import Result, claim
+from verify.registry import Headline, Result, claim
 from verify.statistics import interval, intervals
 
 SEEDS = 5
@@ -180,6 +180,7 @@ def _curve(values) -> str:
              "than at the first — the ISTA ReLU, acting on coordinates the random subspaces are not aligned with, "
              "halves the tokens' own-subspace energy in its first step (see 2.24-ideal-orientation)",
     expected_verdict="fails",
+    kind="ideal", provenance="measurement",
 )
 def ideal_compression(ctx) -> Result:
     values = _stack(ctx, "CRATE")
@@ -194,7 +195,8 @@ def ideal_compression(ctx) -> Result:
                   {"relative_halves": relative.mean(0), "rate_halves": rate.mean(0),
                    "alignment_stations": alignment.mean(0), "norm_stations": _measure(values, "norm").mean(0),
                    "last_minus_first": interval(change).as_dict(),
-                   "aligned_floor_relative": float(_measure(values, "aligned_relative")[:, 0].mean())}, [figure])
+                   "aligned_floor_relative": float(_measure(values, "aligned_relative")[:, 0].mean())}, [figure],
+                  Headline.of("last − first layer", interval(change)))
 
 
 @claim(
@@ -210,6 +212,7 @@ def ideal_compression(ctx) -> Result:
              "layer in quick mode) and does not lower the scale-free measure either; it is LayerNorm + ISTA that "
              "lowers raw R^c",
     expected_verdict="fails",
+    kind="ideal", provenance="measurement",
 )
 def ideal_half_steps(ctx) -> Result:
     values = _stack(ctx, "CRATE")
@@ -235,6 +238,7 @@ def ideal_half_steps(ctx) -> Result:
              "LayerNorm + ISTA gives it back), but by collapsing the tokens onto each other — relative R^c drops "
              "below the aligned floor while the own-subspace energy falls to the isotropic level",
     expected_verdict="fails",
+    kind="ideal", provenance="measurement",
 )
 def ideal_shrink(ctx) -> Result:
     values = _stack(ctx, "(27) shrink")
@@ -268,6 +272,7 @@ def _paired_last_layers(ctx, name: str, other: str, measure: str = "relative") -
     expected="`holds` when the 95% interval of the difference lies below 0 at every layer (a decrease is credited "
              "to attention only when it beats the ISTA-only control)",
     expected_verdict="holds",
+    kind="control", provenance="analysis",
 )
 def ideal_attention_credit(ctx) -> Result:
     diffs = _paired_last_layers(ctx, "CRATE", "ISTA only")
@@ -288,6 +293,7 @@ def ideal_attention_credit(ctx) -> Result:
              "yardstick — true but small next to the ISTA block's loss of structure, which both stacks share; with "
              "5 seeds the interval excludes 0 for base seeds 0–2, not for 3)",
     expected_verdict="holds",
+    kind="control", provenance="analysis",
 )
 def ideal_random_layers(ctx) -> Result:
     diffs = _paired_last_layers(ctx, "CRATE", "random layers")
@@ -308,6 +314,7 @@ def ideal_random_layers(ctx) -> Result:
     expected="`holds` when the axis-aligned stack retains more alignment (95% interval of the paired difference "
              "above 0) and ends compressed (interval of its last − first R^c/isotropic below 0)",
     expected_verdict="holds",
+    kind="control", provenance="analysis",
 )
 def ideal_orientation(ctx) -> Result:
     axis, rand = _stack(ctx, "axis-aligned"), _stack(ctx, "CRATE")
@@ -325,11 +332,13 @@ def ideal_orientation(ctx) -> Result:
 @claim(
     id="2.24-ideal-sparsity",
     tags=("layers", "ideal"),
-    reference="004 Sec. 2.4, eq. (44), Fig. 14 (right)",
-    statement="The same ideal unrolled CRATE makes the tokens sparser layer by layer (‖Z^{ℓ+1}‖₀/(dn) decreases)",
+    reference="004 Sec. 2.4, eq. (44), Fig. 14 (right) and its footnote 17",
+    statement="The same ideal unrolled CRATE makes the tokens sparser layer by layer (‖Z^{ℓ+1}‖₀/(dn) decreases; "
+              "footnote 17's rise at the last layer comes from a classifier, which this stack lacks)",
     measures=f"fraction of non-zero entries of the ISTA output per layer, {SEEDS} seeds",
     expected=DECREASE_RULE,
     expected_verdict="holds",
+    kind="ideal", provenance="analysis",
 )
 def ideal_sparsity(ctx) -> Result:
     sparsity = _outputs(_measure(_stack(ctx, "CRATE"), "sparsity"))
@@ -354,6 +363,7 @@ equivalent: 5 points of own-subspace energy."""
              "temperature 1 the near-uniform softmax of the other subspaces' heads mixes every token with their "
              "means and the own-subspace energy decays with depth, while √p keeps it",
     expected_verdict="fails",
+    kind="ideal", provenance="measurement",
 )
 def temperature(ctx) -> Result:
     one, sqrt_p = _stack(ctx, "attention only"), _stack(ctx, "attention only, T = √p")

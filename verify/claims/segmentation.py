@@ -30,7 +30,8 @@ from crate_nn.tasks import segmentation as experiment
 from crate_theory import layer_norm, ssa_attention
 from crate_theory.synthetic import orthonormal_bases
 from verify.context import MODES, cache_dir
-from verify.registry import Result, claim
+from verify.registry import Headline, Result, claim
+from verify.statistics import welch_interval
 
 RESULTS = Path(__file__).resolve().parents[2] / "results" / "segmentation" / "results.json"
 
@@ -48,6 +49,7 @@ RESULTS = Path(__file__).resolve().parents[2] / "results" / "segmentation" / "re
     expected="`holds` when the printed formula matches the network to 1e-9. Expected to fail: the network's "
              "logits carry p^(-1/2) (erratum 15); with temperature √p the two implementations agree to ~1e-15",
     expected_verdict="fails",
+    kind="printed", provenance="analysis",
 )
 def eq437(ctx) -> Result:
     torch.manual_seed(ctx.torch_seed)
@@ -104,6 +106,7 @@ def _scene(ctx):
              "orthonormal subspaces: IoU of each found mask with its object",
     expected="`holds` when both objects are recovered exactly (IoU 1)",
     expected_verdict="holds",
+    kind="theory", provenance="analysis",
 )
 def maskcut_subspaces(ctx) -> Result:
     features, region = _scene(ctx)
@@ -126,6 +129,7 @@ def maskcut_subspaces(ctx) -> Result:
     expected="`holds` when the printed update's second mask is the other object. Expected to fail: it keeps only the "
              "found object's affinities, so the second cut splits the first object again",
     expected_verdict="fails",
+    kind="printed", provenance="analysis",
 )
 def maskcut_printed(ctx) -> Result:
     features, region = _scene(ctx)
@@ -180,7 +184,8 @@ def _table_claim(name: str, id: str, statement: str, reference: str, expected: s
                     "scores at the layer chosen on the validation split, mean ± std over seeds; quick mode reads "
                     "the committed run (results/segmentation), and without one the claim is measured only under "
                     "--full (≈ 35 min on one core)",
-           expected=expected, expected_verdict=expected_verdict, modes=MODES if RESULTS.is_file() else ("full",))
+           expected=expected, expected_verdict=expected_verdict, modes=MODES if RESULTS.is_file() else ("full",),
+           kind="trained", provenance="measurement" if name == "maskcut_corloc" else "analysis")
     def measure(ctx) -> Result:
         results, source = _table(ctx.mode, ctx.seed)
         summary = experiment.summarize(results["runs"])  # recomputed from the per-seed numbers
@@ -189,7 +194,9 @@ def _table_claim(name: str, id: str, statement: str, reference: str, expected: s
         return Result(f"{v['a']} {100 * a['mean']:.1f} ± {100 * a['std']:.1f} {v['sign']} {v['b']} "
                       f"{100 * b['mean']:.1f} ± {100 * b['std']:.1f} ({v['key']}; {source})", v["verdict"],
                       {"a": a, "b": b, **{k: v[k] for k in ("a", "b", "key", "sign")}, "source": source},
-                      [_figure(ctx, results)] if name == "attention" else [])
+                      [_figure(ctx, results)] if name == "attention" else [],
+                      Headline.of(f"{v['a']} − {v['b']} (points)",
+                                  welch_interval(100 * np.asarray(a["values"]), 100 * np.asarray(b["values"]))))
 
 
 _RULE = "`holds` when the first mean exceeds the second by more than twice the standard error of the difference"
