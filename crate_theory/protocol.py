@@ -7,10 +7,11 @@ R^c(Z | U_[K]) of eq. (13) cannot by itself say that a layer compresses the toke
   log(1 + x) while ε stays fixed. Even divided by the rate of isotropic tokens with the same norms (a yardstick at
   the same scale) the ratio is not scale-free: it tends to 1 as c → 0 (both rates become ½βc² times the same
   energy) and as c → ∞ (both count full ranks), and dips in between, so its value at one scale says as much about
-  the scale as about the tokens (LayerNorm-ed tokens × 0.25 / 1 / 4 / 16 score 0.961 / 0.937 / 0.959 / 0.974).
+  the scale as about the tokens (measured at d 32, n 64, K 4, ε = 1, 8 seeds: LayerNorm-ed mixture tokens × 0.25 /
+  1 / 4 / 16 score 0.961 / 0.940 / 0.963 / 0.975).
 * **Collapse.** R^c = Σ_k R(U_k*Z) is the sum of the rates of the projections: tokens that become alike lower
-  every projection's rate, wherever the subspaces are. Tokens pulled half-way to one shared direction score
-  lower than tokens lying exactly on their own subspaces.
+  every projection's rate, wherever the subspaces are. Isotropic tokens pulled half-way to one shared direction
+  (norms kept) score 0.853, lower than tokens lying exactly on their own subspaces (0.924); 70% of the way, 0.550.
 
 This module measures a token set ``Z`` (d, n) against bases ``U`` (K, d, p) so that neither can pass for
 compression:
@@ -43,8 +44,8 @@ higher, and ``spread`` not lower — a lower spread is reported as collapse, nev
 
 Why ``spread`` and not the whole rate R (eq. 8) for the collapse check: R works at a different operating point
 (per-direction isotropic eigenvalue 1/ε², the heads' 1/(Kε²)), so its changes are not commensurate with R^c's; and
-it sees LayerNorm's removal of the mean direction as lost rate (unit LayerNorm-ed tokens on their subspaces:
-R 0.975 of isotropic at ε = 0.1, spread 0.999).
+it sees LayerNorm's removal of the mean direction as lost rate (unit LayerNorm-ed tokens on their subspaces,
+8 seeds: R 0.973 ± 0.009 of isotropic at ε = 0.1, spread 0.998 ± 0.002).
 
 ``U`` need not be orthonormal (a trained model's U is not): every rate uses an orthonormal basis of each span, the
 projectors ``U_k U_k^+``, so neither the tokens' norms nor ‖U‖ (weight decay) enters. The subspaces must be able to
