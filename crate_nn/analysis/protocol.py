@@ -131,7 +131,8 @@ def measures_from_yardsticks(z: torch.Tensor, weight: torch.Tensor, heads: int, 
 
     own, iso_rate, rot_rate = rate(z), rate(isotropic).mean(0), rate(rotated).mean(0)
     return {"relative": own / iso_rate, "specific": own / rot_rate, "spread": rot_rate / iso_rate,
-            "alignment": alignment(z, weight, heads), "isotropic_alignment": alignment(isotropic, weight, heads).mean(0)}
+            "alignment": alignment(z, weight, heads),
+            "isotropic_alignment": alignment(isotropic, weight, heads).mean(0)}
 
 
 def joint_measures(z: torch.Tensor, weight: torch.Tensor, heads: int, eps: float = OFFICIAL_EPS, *,

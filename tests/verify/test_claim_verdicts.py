@@ -37,7 +37,8 @@ def stack(specific=None, alignment=None, spread=None, rate=None, sparsity=None):
     flat = np.ones(stations)
     curves = {"rate": flat * 30 if rate is None else rate, "specific": flat * 0.95 if specific is None else specific,
               "spread": flat if spread is None else spread, "alignment": flat * 0.9 if alignment is None else alignment,
-              "norm": flat * 5, "isotropic_alignment": flat * 0.25, "sparsity": flat * 0.5 if sparsity is None else sparsity}
+              "norm": flat * 5, "isotropic_alignment": flat * 0.25,
+              "sparsity": flat * 0.5 if sparsity is None else sparsity}
     curves["relative"] = curves["specific"] * curves["spread"]
     base = np.stack([np.asarray(curves[m], dtype=float) for m in layers.MEASURES], axis=-1)
     return base[None] * (1 + 1e-4 * rng.standard_normal((SEEDS, stations, len(layers.MEASURES))))
@@ -139,11 +140,11 @@ def run(init: dict, trained: dict, seed: int) -> dict:
 
 
 BASE = {"paper": [80, 70, 70], "official": [60, 60, 60], "specific": [1.0, 1.0, 1.0], "spread": [1.0, 1.0, 1.0],
-        "alignment": [0.3, 0.3, 0.3], "sparsity": [0.5, 0.4, 0.4], "coherence": [0.08, 0.08, 0.08], "effective_rank": [0.8, 0.8, 0.8],
-        "projector_sum_deviation": [1.0, 1.0, 1.0], "u_norm": [5.6, 5.6, 5.6]}
+        "alignment": [0.3, 0.3, 0.3], "sparsity": [0.5, 0.4, 0.4], "coherence": [0.08, 0.08, 0.08],
+        "effective_rank": [0.8, 0.8, 0.8], "projector_sum_deviation": [1.0, 1.0, 1.0], "u_norm": [5.6, 5.6, 5.6]}
 COMPRESSED = {**BASE, "paper": [70, 60, 60], "official": [58, 57, 56], "specific": [0.97, 0.96, 0.95],
-              "spread": [1.01, 1.01, 1.01], "alignment": [0.4, 0.4, 0.4], "sparsity": [0.45, 0.35, 0.3], "coherence": [0.08, 0.07, 0.06],
-              "effective_rank": [0.7, 0.6, 0.5]}
+              "spread": [1.01, 1.01, 1.01], "alignment": [0.4, 0.4, 0.4], "sparsity": [0.45, 0.35, 0.3],
+              "coherence": [0.08, 0.07, 0.06], "effective_rank": [0.7, 0.6, 0.5]}
 
 
 @pytest.fixture

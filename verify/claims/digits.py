@@ -184,7 +184,8 @@ def verdict_depends_on(table: dict, joint: dict) -> dict[str, bool]:
     expected="`holds` when, under the paper protocol, the every-layer verdict is the same at all three weight "
              "decays. Expected to fail (found by measuring): weight decay shrinks ‖U‖ (5.7 → 3.5–3.9 at 1.0) "
              "and the paper-protocol R^c with it, so trained lies above init at 0.05 (layers 2–3) and below at "
-             "1.0; the authors' per-head-normalised protocol keeps its verdict. The joint rule fails at every weight decay (recorded after measuring): layer 3 is "
+             "1.0; the authors' per-head-normalised protocol keeps its verdict. The joint rule fails at every weight "
+             "decay (recorded after measuring): layer 3 is "
              "a collapse at 0.05, 0.5 and 1.0, layer 2 too at 0.05",
     expected_verdict="fails",
     modes=("full",),
@@ -220,7 +221,8 @@ def weight_decay(ctx) -> Result:
              "seeds. Low power: 3 layers (one step from layer 2) and 5 tokens per image",
     expected="`holds` when every consecutive difference of the authors' R^c from layer 2 on has its 95% interval "
              "below 0 and the joint rule credits compression to the last layer against layer 2; `fails` when one "
-             "lies above 0 or the joint rule fails. Expected to fail (recorded after measuring): the authors' R^c falls from layer 2 "
+             "lies above 0 or the joint rule fails. Expected to fail (recorded after measuring): the authors' R^c "
+             "falls from layer 2 "
              "to 3 (−0.78 [−1.11, −0.46]), but by the joint rule that step is a collapse (spread −0.055 [−0.065, "
              "−0.045], specific R^c +0.034 [+0.017, +0.051]); layer 1 → 2 is a collapse too (spread −0.040). "
              "--full the same (2 → 3: spread −0.029, specific +0.044). With 3 layers this check can only refute a "

@@ -293,7 +293,8 @@ def _mssa_steps(values: np.ndarray) -> list[Judgement]:
     measures=f"per layer, the joint judgement of the MSSA half-step (Z^ℓ → Z^{{ℓ+1/2}}); raw ΔR^c (ε = 1) over the "
              f"MSSA and the LayerNorm + ISTA half-steps in the data; {SEEDS} seeds",
     expected="`holds` when the joint rule credits compression to the MSSA half-step at ≥ 3/4 of layers 2 … L (layer "
-             "1 apart), `fails` when it fails at more than 1/4. Recorded after measuring (it failed under the former R^c/isotropic yardstick; "
+             "1 apart), `fails` when it fails at more than 1/4. Recorded after measuring (it failed under the former "
+             "R^c/isotropic yardstick; "
              "quick, 16 seeds): from layer 2 on every MSSA half-step compresses — specific R^c −0.005 to −0.003, "
              "own-subspace energy +0.026 to +0.004, spread not lower — while the raw R^c rises by ≈ 3.6 per "
              "half-step (the skip adds energy); layer 1's step is a slight collapse (spread −0.0006 [−0.0007, "
@@ -320,7 +321,8 @@ def ideal_half_steps(ctx) -> Result:
     measures=f"per layer, the joint judgement of the MSSA half-step in the stack with the shrink; raw ΔR^c (ε = 1) "
              f"per MSSA and per LN + ISTA half-step; {SEEDS} seeds",
     expected="`holds` when the joint rule credits compression to the MSSA half-step at ≥ 3/4 of layers 2 … L (layer "
-             "1 apart), `fails` when it fails at more than 1/4. Expected to fail (recorded after measuring, quick, 16 seeds): the raw R^c does fall "
+             "1 apart), `fails` when it fails at more than 1/4. Expected to fail (recorded after measuring, quick, 16 "
+             "seeds): the raw R^c does fall "
              "(−22 per MSSA half-step, given back by the next LayerNorm + ISTA), but layer 1's step is a collapse "
              "(spread −0.009 [−0.010, −0.008], own-subspace energy −0.090) and layers 2–8 show no compression (4) or "
              "collapse (3); --full: no compression at layers 2–12",
@@ -359,7 +361,8 @@ CREDIT_VARIANTS = {"T = 1": ("CRATE", "ISTA only"), "T = √p": ("CRATE, T = √
     measures=f"joint judgement of Z^{{ℓ+1}}, CRATE against the ISTA-only control, per layer, paired over {SEEDS} "
              f"seeds, for {', '.join(CREDIT_VARIANTS)}",
     expected="`holds` when the joint rule credits compression to attention at every layer 2 … L (layer 1 apart) in "
-             "every variant, `fails` when it fails at one. Expected to fail (recorded after measuring, quick, 16 seeds; it held under the "
+             "every variant, `fails` when it fails at one. Expected to fail (recorded after measuring, quick, 16 "
+             "seeds; it held under the "
              "former R^c/isotropic yardstick, which credited the collapse): in every variant and at every layer 2–8 "
              "attention leaves the tokens more alike than the ISTA-only control. At layer 8: T = 1 spread −0.010 "
              "[−0.011, −0.009], own-subspace energy −0.021 [−0.025, −0.018], specific R^c −0.003 [−0.004, −0.002]; "
@@ -409,7 +412,8 @@ def ideal_random_layers(ctx) -> Result:
              f"apart), {SEEDS} seeds",
     expected="`holds` when the axis-aligned stack retains more alignment (95% interval of the paired difference "
              "above 0) and its last layer's tokens are compressed relative to layer 2's by the joint rule "
-             "(verify.joint); `fails` when either fails. Recorded after measuring (quick, 16 seeds): the axis-aligned stack retains its "
+             "(verify.joint); `fails` when either fails. Recorded after measuring (quick, 16 seeds): the axis-aligned "
+             "stack retains its "
              "alignment (0.99 vs 0.22) and from layer 2 to 8 compresses a little: specific R^c −0.011 [−0.016, "
              "−0.007], own-subspace energy +0.037, spread +0.015. Small and seed-dependent: base seeds 1 and 2 give "
              "`inconclusive` (specific +0.000 [−0.008, +0.008], −0.005 [−0.011, +0.000]), 3 `holds`; over 40 "
