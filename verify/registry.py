@@ -91,6 +91,12 @@ class Headline:
         values = np.asarray(values, dtype=float).ravel()
         return cls.of(label, interval(values)) if values.size > 1 else cls(label, float(values[0]), seeds=1)
 
+    @classmethod
+    def of_judgement(cls, label: str, judgement) -> Headline:
+        """From a `verify.joint.Judgement`: its label and the difference of the measure that decides it."""
+        name, comparison = judgement.deciding()
+        return cls.of(f"{label} {judgement.label}, {name}", comparison.difference)
+
     def text(self) -> str:
         """``label: value [low, high]`` (two significant digits with an interval, three without)."""
         if self.low is None or self.high is None:

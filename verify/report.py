@@ -37,8 +37,9 @@ PAPER_CLAIMS = (
     ("Remark 7 inverse at the models' η 0.1", ("2.22-decoder-remark7-eta",)),
     ("… in a trained CRATE-MAE (Fig. 10)", ("2.22-mae-roundtrip",)),
     ("ideal CRATE compresses layer by layer", ("2.24-ideal-compression",)),
+    ("… crediting attention over ISTA alone", ("2.24-ideal-attention-credit",)),
     ("trained R^c < init's, paper (Fig. 15)", ("2.24-digits-paper",)),
-    ("trained R^c < init's, scale-free", ("2.24-digits-relative",)),
+    ("training compresses (Fig. 15), jointly", ("2.24-digits-joint",)),
     ("trained sparser than init (Fig. 15)", ("2.24-digits-sparsity",)),
     ("random init is flat (Fig. 15)", ("2.24-random-init-flat",)),
     ("DINO k-NN beats its init (Table 4)", ("4.1.3-dino-knn", "4.1.3-dino-knn-short")),
@@ -50,7 +51,7 @@ PAPER_CLAIMS = (
 that test it most directly — the first one measured in this run answers the row (the quick and the full mode may
 measure it under different ids)."""
 
-SUMMARY_WIDTHS = (38, 14, 48, 7, 5)
+SUMMARY_WIDTHS = (38, 12, 52, 7, 3)
 """Console widths of the summary's columns (statement, verdict, number, kind, seeds): 120 columns in all."""
 COLUMNS = ("id", "kind", "reference", "measured quantity", "measured", "expected", "verdict")
 
@@ -153,7 +154,7 @@ def _md_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]
             + ["| " + " | ".join(_md_escape(c) for c in r) + " |" for r in rows])
 
 
-SUMMARY_HEADER = ("the papers say", "verdict", "number [95% interval]", "kind", "seeds")
+SUMMARY_HEADER = ("the papers say", "verdict", "number [95% interval]", "kind", "n")
 
 
 def format_console(outcomes: list[Outcome]) -> str:
