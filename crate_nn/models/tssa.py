@@ -90,7 +90,7 @@ class TSSA(SubspaceAttention):
     def _attend(self, x: torch.Tensor, attention_mask: torch.Tensor | None, explicit: bool
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
         w = self.project(x)  # (b, K, n, p)
-        b, _, n, _ = w.shape
+        n = w.shape[-2]
         sums, seen = self._sums(n, attention_mask, w.device, explicit)
         with torch.autocast(x.device.type, enabled=False):
             codes = _accurate(w)
