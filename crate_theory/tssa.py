@@ -39,9 +39,11 @@ and ``n_k = ⟨π_k, 1⟩`` (so ``Σ_k n_k = n``). ``c = d/ε²`` and ``f(x) = l
    of its prefix with respect to its own (last) token: ``−τ ∂R^c_var(Z_{≤t}, Π_{≤t})/∂z_t =
    −(τ/t) Σ_k π_kt U_k D_k^{(t)} U_k*z_t`` with the prefix statistics ``s_k^{(t)} = Σ_{j≤t} π_kj (U_k*z_j)^{⊙2} /
    Σ_{j≤t} π_kj`` (running sums: still linear). It equals the bidirectional TSSA at t = n.
-6. **Π** is computed from the tokens (the code's "Pi from Eq. 10"): a softmax over the K groups of each token's
-   projected energy ``‖U_k*z_j‖²`` times an inverse temperature (`membership`). It depends on token j alone, so it is
-   causal as it stands. The public code normalises the energies first (`membership(normalize=True)`, below).
+6. **Π** is computed from the tokens. The public code computes it as a softmax over the K groups of each token's
+   energies in the subspaces times a learned inverse temperature, each coordinate's energy normalised by its sum over
+   the tokens (its comment: "Pi from Eq. 10"; the paper's eq. 10 itself was not available to us):
+   `membership(normalize=True)`. Without the normalisation (`membership`, the "energy" rule ``‖U_k*z_j‖²``) π_j
+   depends on token j alone, so it is causal as it stands; the normalised rule needs the prefix sums when causal.
 
 Step size. The network's free output map absorbs τ/n (as CRATE's absorbs MSSA's β = p/(nε²)); the public code thus
 takes the step τ ∝ n (τ_t ∝ t causally), i.e. every token moves by O(1) whatever the number of tokens.
@@ -106,7 +108,7 @@ def _softmax_groups(logits: np.ndarray) -> np.ndarray:
 
 
 def membership(Z, U, temperature=1.0, *, normalize: bool = False, causal: bool = False) -> np.ndarray:
-    """The membership matrix Π (..., n, K) — ToST eq. (10) as the public code labels it:
+    """The membership matrix Π (..., n, K) — item 6 of the module docstring (the public code's "Eq. 10"):
     ``π_j = softmax_k(t_k · e_kj)``, a softmax over the K groups of token j's energies in the subspaces.
 
     ``normalize=False``: ``e_kj = ‖U_k*z_j‖²``, the energy of token j alone (causal as it stands).
