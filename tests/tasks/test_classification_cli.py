@@ -14,7 +14,7 @@ from crate_nn.data import DeviceTransform, build_dataset
 from crate_nn.engine import train
 from crate_nn.evaluate import main as crate_eval
 from crate_nn.official import crate_nn_to_official
-from crate_nn.tasks import PRESETS, get_preset
+from crate_nn.tasks import PRESETS, get_preset, list_presets
 from crate_nn.tasks.classification import initialise_from
 from crate_nn.train import main, parse_args
 
@@ -160,7 +160,9 @@ def test_help_lists_presets_allowed_values_and_data_layouts(capsys):
     with pytest.raises(SystemExit):
         main(["--preset", "digits", "--help"])
     out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
-    assert "classification: imagenet, finetune, digits, synthetic" in out
+    for task, names in list_presets().items():  # every registered preset, grouped under its task
+        assert f"{task}: {', '.join(names)}" in out
+    assert {"imagenet", "digits", "synthetic"} <= set(list_presets()["classification"])
     assert "one of imagenet, imagefolder, cifar10" in out and "one of none, flip, shift, rrc_flip, randaugment" in out
     assert "ImageNet's val/ must be" in out and "cifar-10-batches-py" in out
 
