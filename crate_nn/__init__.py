@@ -1,7 +1,8 @@
 """crate_nn: the production PyTorch CRATE (row convention, x is (batch, tokens, dim)).
 
 Sub-packages:
-    models      the networks: MSSA, ISTA, the baselines' MHSA/MLP, layers, stacks, model families, the registry
+    models      the networks: MSSA, ISTA, the baselines' MHSA/MLP, ToST's TSSA, layers, stacks, model families,
+                the registry
     data        dataset layouts from local paths, deterministic batch order, on-device augmentation
     engine      the one training loop, its config, optimizers, schedules, EMA, checkpoints of runs
     tasks       one task per system (classification, ...) and their presets
@@ -20,6 +21,7 @@ from .models import (
                      MHSA,
                      MLP,
                      MSSA,
+                     TSSA,
                      BlockConfig,
                      CRATEClassifier,
                      CRATEConfig,
@@ -51,6 +53,7 @@ __all__ = [
     "MLP",
     "MSSA",
     "PatchEmbed",
+    "TSSA",
     "checkpoint",
     "coherence",
     "create_model",

@@ -3,16 +3,20 @@
 A ``torch.save`` dictionary read back with ``weights_only=True`` (no arbitrary unpickling)::
 
     {"format": "crate_nn", "family": "classifier", "config": dataclasses.asdict(model.config),
-     "model": state_dict, **extra}
+     "model": state_dict, **extra, "checksum": SHA-256 of all of the above}
 
 written atomically (temporary file in the same directory, fsync, then ``os.replace``), so a crash never leaves a
-half-written checkpoint under the final name. `load` rebuilds the architecture the file names through the model
+half-written checkpoint under the final name. The checksum (`payload_digest`: every tensor's dtype, shape and bytes
+and every other value, in a fixed order) is verified by `read` and `load`: a flipped byte in a weight is an error
+naming the file, not a silently different model (``verify=False`` reads such a file anyway, for forensic use; files
+written before checksums existed have none and are read as they are). `load` rebuilds the architecture the file names through the model
 registry (files written before families existed have no ``family`` and are classifiers). The authors' formats are
 read by `crate_nn.official`.
 """
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import pickle
 import tempfile
@@ -21,10 +25,11 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
+from .files import writing
 from .models.registry import get_family, unwrap_model
 
 FORMAT = "crate_nn"
-RESERVED = ("format", "family", "config", "model")
+RESERVED = ("format", "family", "config", "model", "checksum")
 
 
 def save(path: str | os.PathLike, model: nn.Module, extra: Mapping | None = None) -> None:
@@ -45,25 +50,56 @@ def save(path: str | os.PathLike, model: nn.Module, extra: Mapping | None = None
         raise ValueError(f"extra must not contain the reserved keys {clash}")
     payload = {"format": FORMAT, "family": family, "config": dataclasses.asdict(config),
                "model": model.state_dict(), **extra}
-    atomic_save(payload, path)
+    atomic_save({**payload, "checksum": payload_digest(payload)}, path)
+
+
+def payload_digest(payload) -> str:
+    """SHA-256 of a checkpoint dictionary: a walk in a fixed order (dict keys sorted by their repr) hashing each
+    tensor's dtype, shape and bytes (on the CPU) and the repr of every other value, so that it does not depend on
+    the device the tensors were saved from or are read to."""
+    digest = hashlib.sha256()
+
+    def walk(value) -> None:
+        if isinstance(value, torch.Tensor):
+            t = value.detach().to("cpu").contiguous()
+            digest.update(f"T{t.dtype}{tuple(t.shape)}".encode())
+            digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+        elif isinstance(value, Mapping):
+            digest.update(b"{")
+            for key in sorted(value, key=repr):
+                digest.update(repr(key).encode())
+                walk(value[key])
+            digest.update(b"}")
+        elif isinstance(value, (list, tuple)):
+            digest.update(b"[")
+            for item in value:
+                walk(item)
+            digest.update(b"]")
+        else:
+            digest.update(repr(value).encode())
+
+    walk(payload)
+    return digest.hexdigest()
 
 
 def atomic_save(payload, path: str | os.PathLike) -> None:
-    """``torch.save(payload)`` to a temporary file beside ``path``, fsync, then rename it to ``path``."""
+    """``torch.save(payload)`` to a temporary file beside ``path``, fsync, then rename it to ``path``. A write the
+    operating system refuses (a full disk) raises `crate_nn.files.WriteError` naming ``path``."""
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".pt", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; a checkpoint gets the mode any new file gets
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with writing("checkpoint", path):
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".pt", dir=directory)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                torch.save(payload, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; a checkpoint gets the mode any new file gets
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
 
 
 def _read_umask() -> int:
@@ -75,24 +111,31 @@ def _read_umask() -> int:
 _UMASK = _read_umask()  # read once at import (os.umask can only be read by setting it)
 
 
-def read(path: str | os.PathLike, map_location="cpu") -> dict:
+def read(path: str | os.PathLike, map_location="cpu", verify: bool = True) -> dict:
     """The raw dictionary of a checkpoint file, read with ``weights_only=True`` (no arbitrary unpickling).
 
-    A missing, empty, truncated or foreign file raises ValueError naming it (not torch's internal errors).
+    A missing, empty, truncated or foreign file raises ValueError naming it (not torch's internal errors); so does a
+    file of ours whose contents do not match the checksum written with them, unless ``verify`` is False.
     """
     if not os.path.isfile(path):
         raise ValueError(f"checkpoint: {os.fspath(path)!r} does not exist or is not a file")
     try:
-        return torch.load(path, map_location=map_location, weights_only=True)
+        payload = torch.load(path, map_location=map_location, weights_only=True)
     except (RuntimeError, EOFError, KeyError, ValueError, pickle.UnpicklingError, UnicodeDecodeError) as err:
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ValueError(f"checkpoint: {os.fspath(path)!r} is not a readable torch checkpoint (empty, truncated or "
                          f"another kind of file): {type(err).__name__}: {reason[:300]}") from err
+    recorded = payload.pop("checksum", None) if isinstance(payload, dict) and payload.get("format") == FORMAT else None
+    if verify and recorded is not None and payload_digest(payload) != recorded:
+        raise ValueError(f"checkpoint: {os.fspath(path)!r} does not match the checksum written with it (the file "
+                         "is corrupted); crate_nn.load(path, verify=False) reads it anyway, for forensic use")
+    return payload
 
 
-def load(path: str | os.PathLike, map_location="cpu") -> nn.Module:
-    """Rebuild the model saved by `save`: its family, its config, its weights (strictly) and their dtype."""
-    payload = read(path, map_location=map_location)
+def load(path: str | os.PathLike, map_location="cpu", verify: bool = True) -> nn.Module:
+    """Rebuild the model saved by `save`: its family, its config, its weights (strictly) and their dtype, after
+    checking them against the file's checksum (``verify``, see `read`)."""
+    payload = read(path, map_location=map_location, verify=verify)
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise ValueError(
             f"{os.fspath(path)} is not a crate_nn checkpoint (no format={FORMAT!r}); "

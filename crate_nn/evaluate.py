@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import checkpoint
+from . import checkpoint, cli
 from .data.images import DATASETS, IMAGENET_MEAN, IMAGENET_STD, ImageFiles, build_dataset
 from .data.transforms import DeviceTransform
 from .engine import distributed
@@ -123,9 +123,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         metrics = run(args)
-    except (ValueError, TypeError) as err:
-        print(f"crate-eval: {err}", file=sys.stderr)
-        return 2
+    except cli.EXPECTED as err:
+        return cli.fail("crate-eval", err, 2)
     if metrics:
         print(json.dumps(metrics, indent=2))
         if args.output:

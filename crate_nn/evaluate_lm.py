@@ -4,7 +4,7 @@ full windows of ``--block-size`` + 1 tokens).
 
     crate-eval-lm runs/gpt_stdlib/checkpoints/last.pt                      (its training run's validation split)
     crate-eval-lm runs/gpt_owt/checkpoints/last.pt --data-dir data/owt --batch-size 4 --batches 1000
-    crate-eval-lm ckpt.pt --tokens data/wikitext/val.bin --block-size 1024       (any token file, uint16 by default)
+    crate-eval-lm ckpt.pt --tokens data/wikitext/val.bin --block-size 1024       (any token file: see --dtype)
     torchrun --nproc_per_node 8 -m crate_nn.evaluate_lm ckpt.pt --data-dir data/owt     (windows shared by 8 GPUs)
 
 The corpus defaults to the one the checkpoint's run trained on (the built-in corpus when it had no data_dir).
@@ -17,8 +17,8 @@ import json
 import sys
 from collections.abc import Sequence
 
-from . import checkpoint
-from .data.text import SPLITS, corpus, read_tokens
+from . import checkpoint, cli
+from .data.text import SPLITS, TOKEN_DTYPES, corpus, read_tokens
 from .engine import distributed
 from .evaluation.language import lm_loss
 from .official.gpt import load_causal_lm
@@ -34,7 +34,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     source.add_argument("--tokens", default=None, help="a token file (.bin) to evaluate on")
     parser.add_argument("--builtin", action="store_true", help="the built-in corpus, whatever the run used")
     parser.add_argument("--split", default="val", choices=SPLITS)
-    parser.add_argument("--dtype", default="uint16", help="ids' dtype in --tokens (uint16 or uint32)")
+    parser.add_argument("--dtype", default=None, choices=TOKEN_DTYPES,
+                        help="ids' dtype in --tokens (default: the meta.json beside it records it; without one, "
+                        "uint16 as nanoGPT's files)")
     parser.add_argument("--block-size", type=int, default=None, help="default: the model's")
     parser.add_argument("--batch-size", type=int, default=4, help="windows per batch and process (Table 6: 4)")
     parser.add_argument("--batches", type=int, default=1000, help="batches (Table 6: 1,000)")
@@ -45,6 +47,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> dict:
+    if args.dtype and not args.tokens:
+        raise ValueError("dtype: --dtype applies to --tokens (a prepared corpus records its dtype in meta.json)")
     model = load_causal_lm(args.checkpoint, args.heads)
     if args.tokens:
         tokens = read_tokens(args.tokens, args.dtype)
@@ -70,9 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         metrics = run(args)
-    except (ValueError, TypeError, OSError) as err:
-        print(f"crate-eval-lm: {err}", file=sys.stderr)
-        return 2
+    except cli.EXPECTED as err:
+        return cli.fail("crate-eval-lm", err, 2)
     if metrics:
         print(json.dumps(metrics, indent=2))
     return 0

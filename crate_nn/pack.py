@@ -20,6 +20,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from . import cli
 from .data import jpeg
 from .data.images import image_folder
 from .data.shards import Geometry, pack_split, pillow_decoder, verify_split
@@ -81,9 +82,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             images = verify_split(args.output / split, progress=args.progress)
             summary[split] = {"images": images, "skipped": len(manifest["skipped"]), "shards": len(manifest["shards"]),
                               "geometry": manifest["geometry"], "verified": True}
-    except ValueError as err:
-        print(f"crate-pack: {err}", file=sys.stderr)
-        return 2
+    except cli.EXPECTED as err:
+        return cli.fail("crate-pack", err, 2)
     print(json.dumps(summary, indent=2))
     return 0
 

@@ -15,14 +15,14 @@ import argparse
 import math
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 import torch
 from torch import nn
 
-from . import checkpoint
+from . import checkpoint, cli
 from .data.text import Tokenizer, get_tokenizer, load_corpus
 from .engine.distributed import resolve_device
+from .files import read_text
 from .official.gpt import load_causal_lm
 
 
@@ -34,17 +34,24 @@ def generate(model: nn.Module, tokens: torch.Tensor, max_new_tokens: int, temper
     Each step feeds the last ``block_size`` tokens, divides the last position's logits by ``temperature``, keeps
     the ``top_k`` largest (all if None) and samples from their softmax with ``generator``. ``top_k=1`` is greedy
     (argmax) decoding whatever the temperature and the generator. The model is used in its current mode.
+
+    Any temperature ≥ 0 is exact: the logits are shifted so that the largest is 0 and divided in float64, so a tiny
+    temperature gives the softmax's limit instead of an overflow (inf/inf = NaN) — every probability on the
+    largest logit. ``temperature=0`` is that limit itself: greedy (argmax) decoding. (Either way, tokens tied for
+    the largest logit share its probability, as with ``top_k=1``.)
     """
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens: expected a non-negative integer, got {max_new_tokens!r}")
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not (
-            math.isfinite(temperature) and temperature > 0):
-        raise ValueError(f"temperature: expected a positive number, got {temperature!r}")
+            math.isfinite(temperature) and temperature >= 0):
+        raise ValueError(f"temperature: expected a number ≥ 0 (0: greedy decoding), got {temperature!r}")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
         raise ValueError(f"top_k: expected None or a positive integer, got {top_k!r}")
     block = model.config.block_size
     for _ in range(max_new_tokens):
-        logits = model(tokens[:, -block:])[:, -1, :].float() / temperature
+        logits = model(tokens[:, -block:])[:, -1, :].double()
+        logits = logits - logits.amax(dim=-1, keepdim=True)  # ≤ 0, the largest 0: finite after any division
+        logits = logits / temperature if temperature > 0 else torch.where(logits == 0, 0.0, float("-inf"))
         if top_k is not None and top_k < logits.shape[-1]:
             kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
             logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -74,7 +81,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     prompt.add_argument("--prompt-file", default=None, help="a file whose text to continue")
     parser.add_argument("--num-samples", type=int, default=1)
     parser.add_argument("--max-new-tokens", type=int, default=200)
-    parser.add_argument("--temperature", type=float, default=0.8)
+    parser.add_argument("--temperature", type=float, default=0.8, help="0 (or anything tiny): greedy decoding")
     parser.add_argument("--top-k", type=int, default=200, help="0 keeps every token")
     parser.add_argument("--seed", type=int, default=1337)
     parser.add_argument("--tokenizer", default=None, help="bytes | tiktoken:<encoding> | hf:<name or path>")
@@ -90,7 +97,7 @@ def run(args: argparse.Namespace) -> list[str]:
     tokenizer = tokenizer_for(args.checkpoint, args.tokenizer)
     device = resolve_device(args.device)
     model = load_causal_lm(args.checkpoint, args.heads).to(device).eval()
-    text = Path(args.prompt_file).read_text(encoding="utf-8") if args.prompt_file else args.prompt
+    text = read_text(args.prompt_file, "prompt_file") if args.prompt_file else args.prompt
     ids = tokenizer.encode(text).tolist() if text else ([tokenizer.eot_id] if tokenizer.eot_id is not None else [])
     if not ids:
         raise ValueError("prompt: empty, and the tokenizer has no end-of-text token to start from")
@@ -105,9 +112,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         samples = run(args)
-    except (ValueError, TypeError, OSError) as err:
-        print(f"crate-sample: {err}", file=sys.stderr)
-        return 2
+    except cli.EXPECTED as err:
+        return cli.fail("crate-sample", err, 2)
     print(("\n" + "-" * 40 + "\n").join(samples))
     return 0
 

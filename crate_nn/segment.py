@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from . import cli
 from .data.images import IMAGENET_MEAN, IMAGENET_STD
 from .data.transforms import DeviceTransform
 from .evaluate import load_model
@@ -197,9 +198,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         result = {"maps": maps, "coco": coco, "voc": voc, "experiment": experiment}[args.command](args)
-    except (ValueError, TypeError, ImportError) as err:
-        print(f"crate-segment: {err}", file=sys.stderr)
-        return 2
+    except cli.EXPECTED as err:
+        return cli.fail("crate-segment", err, 2)
     text = json.dumps(result, indent=2)
     print(text)
     if getattr(args, "output", None):

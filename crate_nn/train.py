@@ -31,9 +31,9 @@ import sys
 import typing
 from collections.abc import Sequence
 
-from .data.batching import CorruptImageError
+from . import cli
 from .engine.config import TrainConfig, strip_optional
-from .engine.loop import NonFiniteLossError, Preempted, train
+from .engine.loop import Preempted, train
 from .tasks import PRESETS, get_preset, list_presets
 
 DEFAULT_PRESET = "synthetic"
@@ -146,12 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Preempted as stop:
         print(f"crate-train: {stop}", file=sys.stderr)
         return 128 + int(stop.signum)
-    except (ValueError, TypeError, NonFiniteLossError) as err:
-        print(f"crate-train: {err}", file=sys.stderr)
-        return 1
-    except CorruptImageError as err:  # raised in a DataLoader worker, its message ends with the original line
-        print(f"crate-train: {str(err).strip().splitlines()[-1].split('CorruptImageError: ')[-1]}", file=sys.stderr)
-        return 1
+    except cli.EXPECTED as err:
+        return cli.fail("crate-train", err, 1)
     if int(os.environ.get("RANK", "0")) == 0:
         print(json.dumps({"output_dir": result.output_dir, "checkpoint": result.checkpoint, "steps": result.steps,
                           "seconds": round(result.seconds, 1), **result.metrics}, indent=2))

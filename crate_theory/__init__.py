@@ -6,7 +6,8 @@ Imports no torch. Every public function cites its equation in the long paper
 Modules: :mod:`.coding_rate` (R, R^c, ΔR, gradients, Hessian — eqs. 7–17, 31, 109, 127), :mod:`.mssa`
 (Neumann gradient, SSA/MSSA, compression step — eqs. 26–37), :mod:`.ista` (LASSO, ISTA, MM step — eqs. 41–44,
 108–123), :mod:`.layer` (LayerNorm, the encoder layer, unrolled CRATE — eq. 45), :mod:`.synthetic` (samplers of the
-signal model 10–11), :mod:`._checks` (input validation).
+signal model 10–11), :mod:`._checks` (input validation); :mod:`.tssa` (ToST, a successor paper: the variational
+compression term, the membership Π, TSSA and its causal form; see its docstring for its sources).
 """
 from . import synthetic
 from .coding_rate import (
@@ -87,8 +88,9 @@ __all__ = [
     "synthetic",
 ]
 
-# Part 2 (issue 3): Gaussian-mixture denoising, diffusion, Theorem 16, the white-box decoder.
-from . import decoder, denoising, diffusion, theorem16
+# Part 2 (issue 3): Gaussian-mixture denoising, diffusion, Theorem 16, the white-box decoder; and ToST (arXiv
+# 2412.17810): the variational compression term, the membership Π and TSSA.
+from . import decoder, denoising, diffusion, theorem16, tssa
 from .decoder import DecoderLayerParams, crate_decode, decoder_layer, decoder_presets
 from .denoising import (
     LowRankGaussianMixture,
@@ -115,5 +117,5 @@ __all__ += [
     "approx12_denoiser", "denoising_projection",
     "ve_sde", "probability_flow_ode", "structured_denoising_ode", "structured_diffusion_ode", "geometric_time_grid",
     "sample_theorem16", "theorem16_residuals",
-    "DecoderLayerParams", "decoder_layer", "crate_decode", "decoder_presets",
+    "DecoderLayerParams", "decoder_layer", "crate_decode", "decoder_presets", "tssa",
 ]

@@ -1,21 +1,57 @@
-"""A scale-free measurement protocol for "layers decrease R^c" (Sec. 4.2, Figs. 14–15; paper-notes §2.24).
+"""Compression told apart from collapse: the joint measure of "layers compress" (long paper 004: Sec. 2.1–2.5,
+eqs. 8, 12–14, Approximation 9; Figs. 14–15; paper-notes §2.24), column convention.
 
-R^c(Z | U_[K]) of eq. (13) grows with the tokens' energy: at a fixed ε it cannot tell a layer that compresses the
-tokens towards the subspaces from one that merely shrinks them. This module measures a token set ``Z`` (d, n)
-against bases ``U`` (K, d, p) with quantities that separate structure from scale (column convention):
+R^c(Z | U_[K]) of eq. (13) cannot by itself say that a layer compresses the tokens *onto their subspaces*:
 
-* :func:`official_compression_rate` — R^c of per-subspace unit-norm codes, as the authors' figures are measured
-  (official-implementation.md: ``Σ_k R(normalize(U_k*Z))`` at ε² = 0.01); scale-free by construction.
-* :func:`isotropic_tokens` — the yardstick: tokens with the same count, dimension and norms as ``Z`` but uniformly
-  random directions. ``R^c(Z) / E R^c(isotropic)`` is 1 for tokens without structure (:func:`token_profile`).
-* :func:`alignment` — each token's energy fraction ``‖P_k z_i‖²/‖z_i‖²`` in its own subspace (its label when known,
-  else the subspace holding most of its energy), P_k the orthogonal projector onto span(U_k); 1 = on the subspace.
-* :func:`aligned_tokens` — the floor: every token moved onto its own subspace with its norm kept, i.e. what perfect
-  alignment would give under the same measures.
+* **Scale.** ``R^c(cZ | U) = ½ Σ_k Σ_i log(1 + βc²s_{ki}²)`` moves every singular value along the concave
+  log(1 + x) while ε stays fixed. Even divided by the rate of isotropic tokens with the same norms (a yardstick at
+  the same scale) the ratio is not scale-free: it tends to 1 as c → 0 (both rates become ½βc² times the same
+  energy) and as c → ∞ (both count full ranks), and dips in between, so its value at one scale says as much about
+  the scale as about the tokens (measured at d 32, n 64, K 4, ε = 1, 8 seeds: LayerNorm-ed mixture tokens × 0.25 /
+  1 / 4 / 16 score 0.961 / 0.940 / 0.963 / 0.975).
+* **Collapse.** R^c = Σ_k R(U_k*Z) is the sum of the rates of the projections: tokens that become alike lower
+  every projection's rate, wherever the subspaces are. Isotropic tokens pulled half-way to one shared direction
+  (norms kept) score 0.853, lower than tokens lying exactly on their own subspaces (0.924); 70% of the way, 0.550.
 
-``U`` need not be orthonormal (a trained model's U is not): the paper's R^c and the authors' normalised R^c use it
-as is (eq. 13); the yardstick ratios and the projectors use only its span (each basis orthonormalised), so that
-neither the tokens' norms nor ‖U‖ enters them.
+This module measures a token set ``Z`` (d, n) against bases ``U`` (K, d, p) so that neither can pass for
+compression:
+
+1. **Unit tokens.** Every rate is computed from ``Ẑ``, each column divided by its norm (zero columns stay zero):
+   Approximation 9's hypothesis (unit-norm columns) and App. A.2's ``diag(Z*Z) = 1``. ``Ẑ`` is the same for ``Z``
+   and ``cZ`` (c > 0), and for any per-token rescaling (LayerNorm gains, ISTA's shrink), so every ratio below is
+   exactly invariant to the tokens' scale. ε is then in units of the token norm: the default 0.1 is the authors'
+   measurement precision (ε² = 0.01), which they too apply to unit-norm vectors.
+2. **Two yardsticks** (Monte-Carlo means over ``draws`` sets): isotropic unit tokens (uniform directions), and
+   the tokens themselves in a uniformly random orientation ``OẐ`` (O Haar-orthogonal). Since (13) is invariant to
+   the joint rotation Z → OZ, U → OU (Sec. 2.1), ``E_O R^c(OẐ | U) = E_O R^c(Ẑ | O*U)`` is the rate the tokens have
+   in randomly placed copies of the same heads: a function of the Gram matrix Ẑ*Ẑ alone, blind to where the
+   subspaces are. The R^c of unit tokens relative to isotropic ones factorises exactly::
+
+       R^c(Ẑ|U) / E R^c(iso|U)  =  [R^c(Ẑ|U) / E_O R^c(OẐ|U)]  ×  [E_O R^c(OẐ|U) / E R^c(iso|U)]
+            relative                        specific                            spread
+
+   * ``specific`` — compression onto *these* subspaces: 1 in expectation for tokens unrelated to U (isotropic,
+     or collapsing onto a direction unrelated to U), below 1 when the tokens sit in U's subspaces more than in
+     randomly placed ones;
+   * ``spread`` — how unlike each other the tokens are, at the heads' resolution (same K, p, β, ε): 1 for
+     isotropic tokens, and equally for tokens spread over K orthogonal subspaces with Kp = d; below 1 when the
+     tokens bunch together (a shared direction, clusters, a common mean).
+3. **Alignment** — each token's energy fraction ``‖P_k z_i‖²/‖z_i‖²`` in its own subspace (its label when known,
+   else the subspace holding most of its energy), P_k the orthogonal projector onto span(U_k).
+
+``verify.joint.compresses`` decides "A compresses relative to B" on these: ``specific`` lower, ``alignment``
+higher, and ``spread`` not lower — a lower spread is reported as collapse, never as compression.
+
+Why ``spread`` and not the whole rate R (eq. 8) for the collapse check: R works at a different operating point
+(per-direction isotropic eigenvalue 1/ε², the heads' 1/(Kε²)), so its changes are not commensurate with R^c's; and
+it sees LayerNorm's removal of the mean direction as lost rate (unit LayerNorm-ed tokens on their subspaces,
+8 seeds: R 0.973 ± 0.009 of isotropic at ε = 0.1, spread 0.998 ± 0.002).
+
+``U`` need not be orthonormal (a trained model's U is not): every rate uses an orthonormal basis of each span, the
+projectors ``U_k U_k^+``, so neither the tokens' norms nor ‖U‖ (weight decay) enters. The subspaces must be able to
+hold every direction, K·p ≥ d (every CRATE has p = d/K): with K·p < d, (13) is lowered by moving energy *out of*
+their union, and ``specific`` with it — tokens placed exactly on K orthogonal subspaces of dimension p in
+d = Kp + 1 score ``specific`` > 1.
 """
 from __future__ import annotations
 
@@ -23,24 +59,26 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ._checks import check_bases, check_int, check_labels, check_positive, check_tokens
+from ._checks import check_bases, check_int, check_labels, check_positive, check_same_size, check_tokens
 from .coding_rate import coding_rate, compression_rate, project_onto_bases
-from .synthetic import as_generator, normalize_columns
+from .synthetic import as_generator, normalize_columns, random_orthogonal
 
 __all__ = [
+    "OFFICIAL_EPS",
     "official_compression_rate",
     "subspace_projectors",
     "subspace_energy",
     "own_subspace",
     "alignment",
     "isotropic_tokens",
-    "aligned_tokens",
-    "TokenProfile",
-    "token_profile",
+    "rotated_tokens",
+    "CompressionProfile",
+    "profile_from_yardsticks",
+    "compression_profile",
 ]
 
 OFFICIAL_EPS = 0.1
-"""ε of the authors' measurement code (ε² = 0.01)."""
+"""ε of the authors' measurement code (ε² = 0.01), on unit-norm vectors; the default ε of the joint measure."""
 
 
 def _tokens_bases(Z, U) -> tuple[np.ndarray, np.ndarray]:
@@ -56,12 +94,8 @@ def official_compression_rate(Z, U, eps=OFFICIAL_EPS) -> float:
         Z: tokens (d, n); U: bases (K, d, p); eps: ε > 0.
     """
     Z, U = _tokens_bases(Z, U)
-    return float(_official(Z, U, check_positive(eps, "eps")))
-
-
-def _official(Z: np.ndarray, U: np.ndarray, eps: float) -> np.ndarray:
-    """official_compression_rate of a stack Z (..., d, n): (...)."""
-    return np.sum(coding_rate(normalize_columns(project_onto_bases(Z, U)), eps), axis=-1)
+    eps = check_positive(eps, "eps")
+    return float(np.sum(coding_rate(normalize_columns(project_onto_bases(Z, U)), eps)))
 
 
 def subspace_projectors(U) -> np.ndarray:
@@ -106,7 +140,8 @@ def _own_energy(energy: np.ndarray, labels: np.ndarray | None) -> np.ndarray:
 
 
 def alignment(Z, U, labels=None) -> float:
-    """Mean over tokens of the energy fraction in the token's own subspace, ``‖P_{s_i} z_i‖²/‖z_i‖²`` ∈ [0, 1].
+    """Mean over tokens of the energy fraction in the token's own subspace, ``‖P_{s_i} z_i‖²/‖z_i‖²`` ∈ [0, 1]: 1 for
+    tokens of the signal model (10), ``z_i = U_{s_i} α_i`` (004 eq. 10).
 
     Args:
         Z: tokens (d, n); U: bases (K, d, p); labels: memberships s_i (n,), or None for :func:`own_subspace`.
@@ -117,97 +152,99 @@ def alignment(Z, U, labels=None) -> float:
     return float(np.mean(_own_energy(_energy(Z, subspace_projectors(U)), _labels(Z, U, labels))))
 
 
+def _draws(draws: int | None) -> int:
+    return 1 if draws is None else check_int(draws, "draws", minimum=1)
+
+
 def isotropic_tokens(Z, seed=None, draws: int | None = None) -> np.ndarray:
-    """The yardstick's tokens: uniformly random directions with the column norms of ``Z`` (d, n); with ``draws``,
-    a stack (draws, d, n) of independent sets."""
+    """The isotropic yardstick: uniformly random directions with the column norms of ``Z`` (d, n) — tokens with no
+    subspace structure, the ceiling of R^c (004 eq. 13); with ``draws``, a stack (draws, d, n) of independent sets."""
     Z = check_tokens(Z, batch=False)
-    shape = Z.shape if draws is None else (check_int(draws, "draws", minimum=1),) + Z.shape
-    directions = normalize_columns(as_generator(seed).standard_normal(shape))
-    return directions * np.linalg.norm(Z, axis=0)
+    sets = normalize_columns(as_generator(seed).standard_normal((_draws(draws),) + Z.shape)) * np.linalg.norm(Z, axis=0)
+    return sets[0] if draws is None else sets
 
 
-def aligned_tokens(Z, U, labels=None) -> np.ndarray:
-    """The floor: each token projected onto its own subspace and rescaled to its original norm (d, n).
-
-    A token with no energy in its own subspace is left unchanged.
-    """
-    Z, U = _tokens_bases(Z, U)
-    return _aligned(Z, subspace_projectors(U), _labels(Z, U, labels))
-
-
-def _aligned(Z: np.ndarray, P: np.ndarray, labels: np.ndarray | None) -> np.ndarray:
-    own = np.argmax(_energy(Z, P), axis=0) if labels is None else labels
-    projected = np.empty_like(Z)
-    for k, P_k in enumerate(P):
-        projected[:, own == k] = P_k @ Z[:, own == k]
-    kept = np.linalg.norm(projected, axis=0)
-    scale = np.divide(np.linalg.norm(Z, axis=0), kept, out=np.zeros_like(kept), where=kept > 0)
-    return np.where(kept > 0, projected * scale, Z)
+def rotated_tokens(Z, seed=None, draws: int | None = None) -> np.ndarray:
+    """The rotation yardstick: ``OZ`` for a Haar-random orthogonal O (d × d) — the same tokens (the same Gram matrix
+    Z*Z) in a uniformly random orientation, so that ``R^c(OZ | U) = R^c(Z | O*U)`` (004 Sec. 2.1: (13)–(14) are
+    invariant to joint rotations); with ``draws``, a stack (draws, d, n) of independent rotations."""
+    Z = check_tokens(Z, batch=False)
+    rng = as_generator(seed)
+    sets = np.stack([random_orthogonal(Z.shape[0], rng) @ Z for _ in range(_draws(draws))])
+    return sets[0] if draws is None else sets
 
 
 @dataclass
-class TokenProfile:
-    """The protocol's numbers for one token set (see :func:`token_profile`).
+class CompressionProfile:
+    """The joint measure of one token set (module docstring; :func:`compression_profile`).
 
     Attributes:
-        rate: R^c(Z | U) at ε (eq. 13, the paper's measure; grows with the tokens' energy and with ‖U‖).
-        normalised: :func:`official_compression_rate` (per-subspace unit-norm codes) at the authors' ε = 0.1.
-        relative: R^c(Z | Q) / isotropic_rate with Q the orthonormalised bases — 1 means no more structure than
-            random directions of the same norms.
-        relative_normalised: the normalised rate with Q over isotropic_normalised.
-        alignment: mean own-subspace energy fraction; norm: mean token ℓ2 norm.
-        isotropic_rate, isotropic_normalised, isotropic_alignment: the yardstick (means over the isotropic draws,
-            rates with Q): the ceiling of the rates, the floor of the alignment.
-        aligned_relative, aligned_relative_normalised: relative and relative_normalised of :func:`aligned_tokens` —
-            the floor perfect alignment would reach (the alignment ceiling is 1).
+        relative: R^c(Ẑ | U) / E R^c(isotropic unit tokens | U) — R^c against the isotropic yardstick, scale-free;
+            ``= specific × spread``, so it cannot tell the two apart.
+        specific: R^c(Ẑ | U) / E_O R^c(OẐ | U) — compression onto these subspaces (1 = no more than in random ones).
+        spread: E_O R^c(OẐ | U) / E R^c(isotropic | U) — 1 = as unlike each other as isotropic tokens; < 1 = collapse.
+        alignment: mean own-subspace energy fraction (1 = on the subspaces).
+        isotropic_alignment: the same for the isotropic yardstick (its floor; p/d for given labels).
     """
 
-    rate: float
-    normalised: float
     relative: float
-    relative_normalised: float
+    specific: float
+    spread: float
     alignment: float
-    norm: float
-    isotropic_rate: float
-    isotropic_normalised: float
     isotropic_alignment: float
-    aligned_relative: float
-    aligned_relative_normalised: float
 
     def as_dict(self) -> dict[str, float]:
         return asdict(self)
 
 
-def token_profile(Z, U, eps, *, labels=None, official_eps=OFFICIAL_EPS, draws: int = 8, seed=None) -> TokenProfile:
-    """Every measure of the protocol for one token set, with its isotropic yardstick and aligned floor.
+def _stack(sets, name: str, shape: tuple[int, int]) -> np.ndarray:
+    sets = check_tokens(sets, name)
+    if sets.ndim != 3:
+        raise ValueError(f"{name} must be a stack (draws, d, n) of token sets, got shape {sets.shape}")
+    check_same_size(sets.shape[1], shape[0], name, "rows (d)")
+    check_same_size(sets.shape[2], shape[1], name, "columns (n)")
+    return sets
+
+
+def profile_from_yardsticks(Z, U, eps, isotropic, rotated, labels=None) -> CompressionProfile:
+    """The joint measure of ``Z`` given its yardsticks' token sets (deterministic; :func:`compression_profile`
+    draws them). Every set is normalised to unit columns (004 Approximation 9) before its R^c (004 eqs. 12–13) is
+    taken.
 
     Args:
-        Z: tokens (d, n); U: bases (K, d, p); eps: ε of R^c (eq. 13); labels: memberships (n,) or None
-            (:func:`own_subspace`); official_eps: ε of the authors' protocol; draws: isotropic token sets averaged
-            for the yardstick (its Monte-Carlo error shrinks as 1/√draws); seed: int, None or Generator.
-
-    Returns:
-        :class:`TokenProfile`.
+        Z: tokens (d, n); U: bases (K, d, p), any basis of each span; eps: ε > 0 of β = p/(nε²) (eq. 12);
+        isotropic: (draws, d, n) isotropic token sets (:func:`isotropic_tokens`);
+        rotated: (draws', d, n) rotations of Z (:func:`rotated_tokens`);
+        labels: memberships (n,) or None (:func:`own_subspace`) for the alignment.
     """
     Z, U = _tokens_bases(Z, U)
-    eps, official_eps = check_positive(eps, "eps"), check_positive(official_eps, "official_eps")
+    if U.shape[0] * U.shape[2] < Z.shape[0]:
+        raise ValueError(f"U must hold every direction, K·p >= d (module docstring); got K·p = "
+                         f"{U.shape[0] * U.shape[2]} < d = {Z.shape[0]}")
+    eps = check_positive(eps, "eps")
     labels = _labels(Z, U, labels)
-    P, Q = subspace_projectors(U), np.linalg.qr(U)[0]  # Q_k: an orthonormal basis of span(U_k)
-    iso = isotropic_tokens(Z, seed, draws)
-    sets = np.concatenate([Z[None], _aligned(Z, P, labels)[None], iso])  # the tokens, the floor, the yardstick
-    rates, normalised = compression_rate(sets, Q, eps), _official(sets, Q, official_eps)
-    iso_rate, iso_normalised = float(np.mean(rates[2:])), float(np.mean(normalised[2:]))
-    own = _own_energy(_energy(np.concatenate([Z[None], iso]), P), labels)
-    return TokenProfile(
-        rate=float(compression_rate(Z, U, eps)),
-        normalised=float(_official(Z, U, official_eps)),
-        relative=float(rates[0]) / iso_rate,
-        relative_normalised=float(normalised[0]) / iso_normalised,
-        alignment=float(np.mean(own[0])),
-        norm=float(np.mean(np.linalg.norm(Z, axis=0))),
-        isotropic_rate=iso_rate,
-        isotropic_normalised=iso_normalised,
-        isotropic_alignment=float(np.mean(own[1:])),
-        aligned_relative=float(rates[1]) / iso_rate,
-        aligned_relative_normalised=float(normalised[1]) / iso_normalised,
-    )
+    isotropic, rotated = _stack(isotropic, "isotropic", Z.shape), _stack(rotated, "rotated", Z.shape)
+    Q = np.linalg.qr(U)[0]  # Q_k: an orthonormal basis of span(U_k)
+    rate = float(compression_rate(normalize_columns(Z), Q, eps))
+    iso_rate = float(np.mean(compression_rate(normalize_columns(isotropic), Q, eps)))
+    rot_rate = float(np.mean(compression_rate(normalize_columns(rotated), Q, eps)))
+    own = _own_energy(_energy(np.concatenate([Z[None], isotropic]), subspace_projectors(U)), labels)
+    return CompressionProfile(relative=rate / iso_rate, specific=rate / rot_rate, spread=rot_rate / iso_rate,
+                              alignment=float(np.mean(own[0])), isotropic_alignment=float(np.mean(own[1:])))
+
+
+def compression_profile(Z, U, eps=OFFICIAL_EPS, *, labels=None, draws: int = 8, seed=None) -> CompressionProfile:
+    """The joint measure of one token set: ``specific``, ``spread`` and ``alignment`` (module docstring) — R^c of
+    004 eqs. (12)–(13) on unit tokens (Approximation 9) against two yardsticks.
+
+    Args:
+        Z: tokens (d, n); U: bases (K, d, p); eps: ε of the rates of unit tokens (default the authors' 0.1);
+        labels: memberships (n,) or None (:func:`own_subspace`); draws: sets per yardstick (their Monte-Carlo error
+        shrinks as 1/√draws); seed: int, None or Generator.
+
+    Returns:
+        :class:`CompressionProfile`.
+    """
+    Z = check_tokens(Z, batch=False)
+    rng = as_generator(seed)
+    return profile_from_yardsticks(Z, U, eps, isotropic_tokens(Z, rng, draws), rotated_tokens(Z, rng, draws), labels)

@@ -113,13 +113,14 @@ print("R^c official protocol, ideal:", np.round(ideal_rc_official, 2))
 # near 30%. Compression does **not** show here: $R^c(Z^{\ell+1/2}\mid U)$ *grows* with depth. That is mostly scale —
 # at $\varepsilon = 1$ the unnormalised rate tracks the tokens' energy, and these raw tokens (norm ≈ 2.9) are smaller
 # than what the layers' LayerNorms make of them (≈ 5.7) — while the official measure, normalised per head, stays
-# flat within a few per cent. The audit's claim 2.24-ideal-compression measures it scale-free ($R^c$ against
-# isotropic tokens of the same norms, from LayerNorm-scaled tokens, five seeds): the tokens end slightly *less*
-# compressed than they start, because the ISTA block's ReLU acts on coordinates the randomly oriented subspaces are
-# not aligned with and halves the tokens' own-subspace energy in its first step (2.24-ideal-orientation); attention
-# does compress relative to an ISTA-only control (2.24-ideal-attention-credit), not enough to win. "Layers decrease
-# $R^c$" is
-# not a property of the architecture alone, even with perfect weights.
+# flat within a few per cent. The audit's claim 2.24-ideal-compression measures it with a joint measure that tells
+# compression from collapse ($R^c$ of unit tokens against the same tokens in random orientations, the tokens'
+# spread, their own-subspace energy; 16 seeds): the first ISTA block's ReLU, acting on coordinates the randomly
+# oriented subspaces are not aligned with, collapses the tokens and takes half of their own-subspace energy
+# above the isotropic floor in its first step (2.24-ideal-orientation), and from layer 2 on the tokens keep losing
+# structure. Against an ISTA-only control attention leaves the tokens more alike — collapse, not compression
+# (2.24-ideal-attention-credit). "Layers decrease $R^c$" is not a property of the architecture alone, even with
+# perfect weights.
 
 # %% [markdown]
 # ## 3. Token heat maps (Fig. 16)

@@ -181,7 +181,8 @@ row_sums = traces[layer_index].attention.sum(-1)
 # intervals, under every protocol. Its expected verdicts: `2.24-digits-official` holds (the authors' scale-free
 # protocol: trained below initialisation at every layer); `2.24-digits-paper` fails at the paper's weight decay 0.5
 # (the last layer is not below), and `2.24-digits-weight-decay` (`--full`) shows that its verdict moves with the
-# weight decay; the scale-free `2.24-digits-relative` and `-alignment` find no consistent change at every layer;
+# weight decay; the joint rule that tells compression from collapse (`2.24-digits-joint`) finds no compression at
+# layer 2 and a collapse at layer 3;
 # `2.24-digits-depth` fails (3 layers cannot establish a depth trend), `2.24-digits-sparsity` fails (see above).
 
 # %% [markdown]

@@ -1,4 +1,5 @@
 """Checkpoints: the authors' format against an independent forward pass, and our own save/load."""
+import errno
 import math
 import os
 
@@ -197,6 +198,18 @@ def test_save_load_round_trip(tmp_path):
     assert os.listdir(path.parent) == ["last.pt"]
 
 
+def test_a_full_disk_names_the_checkpoint_and_leaves_no_temporary_file(tmp_path, monkeypatch):
+    def disk_full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(torch, "save", disk_full)
+    model = crate_nn.create_model("crate_tiny", image_size=8, patch_size=4, num_classes=2, dim=8, depth=1, heads=2)
+    with pytest.raises(OSError) as raised:
+        crate_nn.save(tmp_path / "last.pt", model)
+    assert str(raised.value) == f"checkpoint: cannot write {tmp_path / 'last.pt'}: No space left on device"
+    assert raised.value.errno == errno.ENOSPC and os.listdir(tmp_path) == []
+
+
 def test_save_unwraps_ddp_style_wrappers(tmp_path):
     class Wrapper(torch.nn.Module):  # DistributedDataParallel keeps the model under .module
         def __init__(self, module):
@@ -222,3 +235,26 @@ def test_formats_are_not_confused(tmp_path):
         crate_nn.load(theirs)
     with pytest.raises(ValueError, match="reserved keys \\['model'\\]"):
         crate_nn.save(ours, model, extra={"model": 1})
+
+
+def test_a_flipped_byte_in_a_weight_is_an_error_naming_the_file(tmp_path):
+    """The checksum written with a checkpoint covers every tensor: one flipped bit of one weight (a DINO-head-sized
+    change of 81.3 was loading silently) is refused by read and load; verify=False reads the file for forensics."""
+    torch.manual_seed(0)
+    model = crate_nn.create_model("crate_tiny", depth=1, num_classes=3)
+    with torch.no_grad():
+        model.head.fc.bias.copy_(torch.tensor([1.2345, 2.5, -7.0]))
+    path = tmp_path / "model.pt"
+    crate_nn.save(path, model, {"optimizer": {"state": {0: {"exp_avg": torch.ones(3, dtype=torch.bfloat16)}}}})
+    assert read(path)["model"]["head.fc.bias"][0].item() == pytest.approx(1.2345)  # an intact file reads
+    data = bytearray(path.read_bytes())
+    at = data.find(torch.tensor([1.2345, 2.5, -7.0]).numpy().tobytes())
+    assert at > 0  # torch.save stores tensor data uncompressed: the bias's bytes are in the file
+    data[at + 3] ^= 0x40  # the exponent's high bit of 1.2345: ×2^±64
+    path.write_bytes(bytes(data))
+    for reader in (read, crate_nn.load):
+        with pytest.raises(ValueError, match=f"checkpoint: '{path}' does not match the checksum written with it"):
+            reader(path)
+    forensic = crate_nn.load(path, verify=False)
+    assert forensic.head.fc.bias[0].item() != pytest.approx(1.2345)
+    assert "checksum" not in read(path, verify=False)

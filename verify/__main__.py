@@ -4,8 +4,10 @@
     python -m verify --full               # CRATE-Base sizes, more samples
     python -m verify --only 2.11 lemma11  # ids, id prefixes or tags
     python -m verify --list               # the registered claims
+    python -m verify --table              # also print the full table (wide) after the summary
 
-Writes ``report.md``, ``report.json`` and ``figures/*.png`` into ``--output-dir`` (default ``./verify-report``).
+Writes ``report.md``, ``report.json`` and ``figures/*.png`` into ``--output-dir`` (default ``./verify-report``) and
+prints the headline and the summary (≤ 40 lines, ≤ 120 columns).
 The exit status is 1 when any measured verdict differs from the verdict its claim expects, or a measurement
 raises (the report is written regardless), 2 on bad arguments, 0 otherwise.
 """
@@ -19,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from verify.registry import Claim, all_claims, select
-from verify.report import format_summary, format_table, write_json, write_markdown
+from verify.report import format_console, format_table, write_json, write_markdown
 from verify.runner import run_claims
 
 
@@ -32,8 +34,10 @@ def audit(
     progress: bool = True,
     command: str = "python -m verify",
     echo: bool = True,
+    table: bool = False,
 ) -> int:
-    """Measure ``claims``, print the table, write the report; return the exit status (0 when all as expected).
+    """Measure ``claims``, write the report and print its headline and summary (and the full table with
+    ``table``); return the exit status (0 when all as expected).
 
     Claims not measured in ``mode`` (``Claim.modes``) are skipped and named in the report.
     """
@@ -55,9 +59,9 @@ def audit(
     write_json(output_dir / "report.json", outcomes, meta)
     write_markdown(output_dir / "report.md", outcomes, meta)
     if echo:
-        print(format_table(outcomes))
-        print()
-        print(format_summary(outcomes))
+        if table:
+            print(format_table(outcomes), end="\n\n")
+        print(format_console(outcomes))
         print(f"wall time {meta['wall_seconds']:.1f} s; report written to {output_dir}/report.md and report.json")
     return 0 if all(o.matches for o in outcomes) else 1
 
@@ -93,6 +97,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--output-dir", type=Path, default=Path("verify-report"),
                    help="where report.md, report.json and figures/ go (default ./verify-report)")
     p.add_argument("--list", action="store_true", help="list the registered claims and exit")
+    p.add_argument("--table", action="store_true", help="also print the full table of every claim (wide)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -109,13 +114,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.list:
         for c in claims:
-            only = "" if len(c.modes) > 1 else f" ({c.modes[0]} only)"
-            print(f"{c.id:28s} {c.expected_verdict:6s} {c.reference:40s} [{', '.join(c.tags)}]{only}")
+            modes = "both" if len(c.modes) > 1 else c.modes[0]
+            line = f"{c.id:36s} {c.expected_verdict:6s} {c.kind:8s} {c.provenance:11s} {modes:5s} {c.reference}"
+            print(line if len(line) <= 120 else line[:119] + "…")
         return 0
     argv_list = sys.argv[1:] if argv is None else argv
     command = "python -m verify " + " ".join(shlex.quote(a) for a in argv_list)
     return audit(claims, mode=args.mode, seed=args.seed, output_dir=args.output_dir,
-                 progress=not args.no_progress, command=command.strip())
+                 progress=not args.no_progress, command=command.strip(), table=args.table)
 
 
 if __name__ == "__main__":

@@ -47,11 +47,12 @@ BUDGETS = {"quick": Budget(epochs=8, profile_images=40, draws=2, depth_images=16
            "full": Budget(epochs=30, profile_images=360, draws=8, depth_images=360)}
 
 
-def recipe(epochs: int | None = None, weight_decay: float | None = None) -> ClassificationConfig:
+def recipe(epochs: int | None = None, weight_decay: float | None = None, preset: str = "digits"
+           ) -> ClassificationConfig:
     """The digits preset (silent, no in-training measurements, validation only at the end — evaluation runs under
     its own RNG, so the trained weights are those of the preset), optionally with fewer epochs (warm-up scaled in
-    proportion) or another weight decay."""
-    base = get_preset("digits", progress=False, measure_epochs=())
+    proportion) or another weight decay; ``preset``: another preset of the same task (``tost_digits``)."""
+    base = get_preset(preset, progress=False, measure_epochs=())
     epochs = base.epochs if epochs is None else epochs
     return dataclasses.replace(base, epochs=epochs, warmup_epochs=base.warmup_epochs * epochs / base.epochs,
                                weight_decay=base.weight_decay if weight_decay is None else weight_decay,

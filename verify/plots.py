@@ -2,10 +2,12 @@
 value per seed for several models.
 
 Figures are built with matplotlib's object-oriented API (``matplotlib.figure.Figure``), so no backend or
-global pyplot state is touched.
+global pyplot state is touched. One colour convention holds in every figure (`colour`): a random initialisation is
+grey, everything else takes the default colours in order.
 """
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -13,6 +15,18 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from verify.numerics import loglog_slope
+
+INIT_COLOUR = "0.55"
+"""Grey: the colour of a random initialisation (a series whose label contains "init") in every figure."""
+CYCLE = ("C0", "C1", "C2", "C3", "C4", "C5", "C6", "C8", "C9")
+"""The colours of the other series, in order (matplotlib's default cycle without its grey)."""
+
+
+def _colours(labels) -> dict[str, str]:
+    """The colours of one panel's series, the convention of every figure: a series labelled as a random
+    initialisation grey, the others the colours of `CYCLE` in order."""
+    others = itertools.cycle(CYCLE)
+    return {label: INIT_COLOUR if "init" in label.lower() else next(others) for label in labels}
 
 
 def _save(fig: Figure, path: Path) -> str:
@@ -33,19 +47,23 @@ def loglog_rates(
 ) -> str:
     """Log-log plot of each series against ``x`` with its fitted slope in the legend.
 
-    ``references`` maps a label to a slope drawn as a dashed guide line through the first series' first point.
-    Returns the path written.
+    ``references`` maps a label to a slope drawn as a dashed guide line parallel to (twice above) the series whose
+    fitted slope is closest to it; the y-axis keeps to the data's range, so a guide never stretches it. Returns the
+    path written.
     """
     fig = Figure(figsize=(5.2, 3.8))
     ax = fig.add_subplot()
     x = np.asarray(x, dtype=float)
-    first = None
-    for label, y in series.items():
-        y = np.asarray(y, dtype=float)
-        first = y if first is None else first
-        ax.loglog(x, y, "o-", label=f"{label} (slope {loglog_slope(x, y):.2f})")
+    ys = {label: np.asarray(y, dtype=float) for label, y in series.items()}
+    slopes = {label: loglog_slope(x, y) for label, y in ys.items()}
+    colours = _colours(ys)
+    for label, y in ys.items():
+        ax.loglog(x, y, "o-", color=colours[label], label=f"{label} (slope {slopes[label]:.2f})")
+    low, high = min(y.min() for y in ys.values()), max(y.max() for y in ys.values())
     for label, rate in (references or {}).items():
-        ax.loglog(x, first[0] * (x / x[0]) ** rate, "--", color="grey", lw=0.8, label=label)
+        anchor = ys[min(slopes, key=lambda k: abs(slopes[k] - rate))]
+        ax.loglog(x, 2 * anchor[0] * (x / x[0]) ** rate, "--", color="grey", lw=0.8, label=label)
+    ax.set_ylim(low / 2, high * 4)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=9)
@@ -68,8 +86,9 @@ def curves(
     """Plain curves of each series against ``x`` (e.g. a cosine against β), with optional horizontal guides."""
     fig = Figure(figsize=(5.2, 3.8))
     ax = fig.add_subplot()
+    colours = _colours(series)
     for label, y in series.items():
-        ax.plot(x, y, "o-", label=label)
+        ax.plot(x, y, "o-", color=colours[label], label=label)
     for label, level in (hlines or {}).items():
         ax.axhline(level, ls="--", color="grey", lw=0.8, label=label)
     if logx:
@@ -79,31 +98,6 @@ def curves(
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7)
     ax.grid(True, lw=0.3)
-    return _save(fig, path)
-
-
-def strips(
-    path: Path,
-    groups: Mapping[str, Sequence[float]],
-    *,
-    ylabel: str,
-    title: str,
-    ylim: tuple[float, float] | None = None,
-) -> str:
-    """One bar per group (its mean, the std over seeds as error bar) with every seed's value as a dot: groups may
-    hold different numbers of seeds."""
-    fig = Figure(figsize=(4.6, 3.4))
-    ax = fig.add_subplot()
-    for i, values in enumerate(groups.values()):
-        values = np.asarray(values, dtype=float)
-        ax.bar(i, values.mean(), yerr=values.std(ddof=1) if values.size > 1 else 0, capsize=4, alpha=0.7)
-        ax.plot(np.full(values.size, i), values, "k.", ms=4)
-    ax.set_xticks(range(len(groups)), list(groups))
-    ax.set_ylabel(ylabel)
-    if ylim is not None:
-        ax.set_ylim(*ylim)
-    ax.grid(True, axis="y", lw=0.3)
-    ax.set_title(title, fontsize=9)
     return _save(fig, path)
 
 
@@ -124,12 +118,13 @@ def per_layer(
     fig = Figure(figsize=(4.2 * len(panels), 3.6))
     for i, (ylabel, series) in enumerate(panels.items()):
         ax = fig.add_subplot(1, len(panels), i + 1)
+        colours = _colours(series)
         for label, y in series.items():
             xs = np.arange(1, len(y) + 1) if x is None else np.asarray(x, dtype=float)
-            line, = ax.plot(xs, y, "o-", ms=3, label=label)
+            ax.plot(xs, y, "o-", ms=3, color=colours[label], label=label)
             if bands and label in bands.get(ylabel, {}):
                 low, high = bands[ylabel][label]
-                ax.fill_between(xs, low, high, color=line.get_color(), alpha=0.2, lw=0)
+                ax.fill_between(xs, low, high, color=colours[label], alpha=0.2, lw=0)
         if x is None:
             ax.set_xticks(np.arange(1, max(len(y) for y in series.values()) + 1))
         ax.set_xlabel(xlabel)
@@ -137,4 +132,25 @@ def per_layer(
         ax.grid(True, lw=0.3)
         ax.legend(fontsize=6)
     fig.suptitle(title, fontsize=9)
+    return _save(fig, path)
+
+
+def per_seed(path: Path, values: Mapping[str, Sequence[float]], *, ylabel: str, title: str,
+             ylim: tuple[float, float] | None = None) -> str:
+    """One bar per model at its mean over seeds, each seed's value as a dot on it (and the std as an error bar when
+    there are several seeds): for a comparison measured once per seed, with one seed or many."""
+    fig = Figure(figsize=(4.6, 3.4))
+    ax = fig.add_subplot()
+    colours = _colours(values)
+    for i, (label, v) in enumerate(values.items()):
+        v = np.asarray(v, dtype=float)
+        ax.bar(i, v.mean(), yerr=v.std(ddof=1) if v.size > 1 else None, capsize=4, color=colours[label], alpha=0.7)
+        ax.plot(np.full(v.size, i), v, "k.", ms=4)
+    ax.set_xticks(range(len(values)), list(values))
+    ax.set_ylabel(ylabel)
+    if ylim is not None:
+        ax.set_ylim(*ylim)
+    ax.grid(True, axis="y", lw=0.3)
+    seeds = sorted({len(v) for v in values.values()})
+    ax.set_title(f"{title} ({'/'.join(map(str, seeds))} seed{'s' if seeds != [1] else ''})", fontsize=9)
     return _save(fig, path)

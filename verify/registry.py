@@ -11,14 +11,19 @@ function::
         measures="sup of ‖∇²R(Z)‖/α over random and optimised Z",
         expected="≤ 9/4 (the lemma); `loose` when the supremum is below 2/3 of it",
         expected_verdict="loose",
+        kind="theory", provenance="analysis",
     )
     def lemma11(ctx: Context) -> Result:
         ...
 
 The measurement function receives a :class:`~verify.context.Context` and returns a :class:`Result`: the
-measured figure(s), the verdict *computed from them* (see :mod:`verify.verdicts`) and the raw numbers.
-``expected_verdict`` records what the analysis (paper-notes §2) expects, so that the audit doubles as a
-regression check.
+measured figure(s), the verdict *computed from them* (see :mod:`verify.verdicts`) and the raw numbers, and
+optionally a :class:`Headline`: the one number the report's summary shows for the claim.
+
+``expected_verdict`` records the verdict the claim expects, so that the audit doubles as a regression check;
+``provenance`` says where that expectation comes from (:data:`PROVENANCES`): an analysis written before measuring,
+or a measurement — for the latter "as expected" is a regression check only. ``kind`` says what sort of check the
+claim is (:data:`KINDS`). Both are required, and put last in each decorator.
 """
 from __future__ import annotations
 
@@ -29,12 +34,91 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from verify.context import MODES
+from verify.statistics import Interval, interval
 
 VERDICTS = ("holds", "fails", "loose", "inconclusive")
 """``holds``: the statement is confirmed; ``fails``: it is contradicted by the measurement; ``loose``: it is
 true, but with a bound the data beat by a wide margin; ``inconclusive``: a comparison over seeds whose 95% interval
 contains its boundary (`verify.statistics.compare`)."""
+
+KINDS = {
+    "identity": ("identity or cross-check", "two implementations, or the two sides of an identity, agree to round-off"),
+    "printed": ("printed number or formula", "a number or formula printed in the papers, checked against a "
+                "computation: an erratum check, which can only hold or fail"),
+    "control": ("control comparison", "a comparison with a trivial control"),
+    "theory": ("theory on synthetic data", "a property of the theory, measured on synthetic data"),
+    "ideal": ("ideal CRATE stack", "a hand-built CRATE stack on synthetic data"),
+    "trained": ("trained network", "a network trained on data, against its initialisation or a baseline"),
+}
+"""What sort of check a claim is: kind → (short name, description); the report counts verdicts per kind, in this
+order."""
+
+PROVENANCES = {
+    "analysis": "set before measuring, from an analysis: the paper's derivation or statement, an identity, a closed "
+                "form, paper-notes §2",
+    "measurement": "set from a measurement: 'as expected' is a regression check only",
+}
+"""Where a claim's expected verdict comes from."""
+
+
+def _check(claim_id: str, name: str, value: str, allowed) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name} of {claim_id!r} must be one of {tuple(allowed)}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The one number the report's summary shows for a claim: ``value`` named by ``label`` (e.g. "trained − init,
+    layer 3"), with its 95% interval [``low``, ``high``] over ``seeds`` seeds where there is one."""
+
+    label: str
+    value: float
+    low: float | None = None
+    high: float | None = None
+    seeds: int | None = None
+
+    @classmethod
+    def of(cls, label: str, interval: Interval, scale: float = 1.0) -> Headline:
+        """From a :class:`verify.statistics.Interval` (its mean, 95% interval and number of seeds), each value times
+        ``scale`` (e.g. 100 for fractions shown as points)."""
+        return cls(label, scale * interval.mean, scale * interval.low, scale * interval.high, interval.n)
+
+    @classmethod
+    def from_seeds(cls, label: str, values) -> Headline:
+        """One value per seed: their mean with its 95% t-interval, or the value alone for one seed."""
+        values = np.asarray(values, dtype=float).ravel()
+        return cls.of(label, interval(values)) if values.size > 1 else cls(label, float(values[0]), seeds=1)
+
+    @classmethod
+    def of_judgement(cls, label: str, judgement) -> Headline:
+        """From a `verify.joint.Judgement`: its label and the difference of the measure that decides it."""
+        name, comparison = judgement.deciding()
+        return cls.of(f"{label} {judgement.label}, {name}", comparison.difference)
+
+    @classmethod
+    def of_layers(cls, label: str, comparisons) -> Headline:
+        """From per-layer `verify.statistics.compare` results (as `verify.statistics.every` decides them): the layer
+        that decides the verdict — the first that fails, else the first inconclusive, else the one nearest its
+        boundary — named in the label (``label, layer ℓ``)."""
+        comparisons = list(comparisons)
+        for verdict in ("fails", "inconclusive"):
+            found = [i for i, c in enumerate(comparisons) if c.verdict == verdict]
+            if found:
+                break
+        else:
+            found = [int(np.argmin([min(abs(c.difference.low - c.boundary), abs(c.difference.high - c.boundary))
+                                    for c in comparisons]))]
+        layer = found[0]
+        return cls.of(f"{label}, layer {layer + 1}", comparisons[layer].difference)
+
+    def text(self) -> str:
+        """``label: value [low, high]`` (two significant digits with an interval, three without)."""
+        if self.low is None or self.high is None:
+            return f"{self.label}: {self.value:.3g}"
+        return f"{self.label}: {self.value:+.2g} [{self.low:.2g}, {self.high:.2g}]"
 
 
 @dataclass
@@ -43,13 +127,15 @@ class Result:
 
     ``measured``: the measured figure(s) as one short line for the table; ``verdict``: one of :data:`VERDICTS`,
     computed from the numbers; ``data``: the numbers themselves (JSON-serialisable) for ``report.json``;
-    ``figures``: paths of the PNG files written (relative to the output directory or absolute).
+    ``figures``: paths of the PNG files written (relative to the output directory or absolute); ``headline``: the
+    number the report's summary shows (optional; the summary falls back to ``measured``).
     """
 
     measured: str
     verdict: str
     data: dict[str, Any] = field(default_factory=dict)
     figures: list[str] = field(default_factory=list)
+    headline: Headline | None = None
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -58,7 +144,8 @@ class Result:
 
 @dataclass(frozen=True)
 class Claim:
-    """One checkable statement: what the paper says, where, how it is measured and what we expect."""
+    """One checkable statement: what the paper says, where, how it is measured, what we expect and why (the
+    ``provenance`` of the expectation), and what ``kind`` of check it is."""
 
     id: str
     tags: tuple[str, ...]
@@ -67,9 +154,20 @@ class Claim:
     measures: str
     expected: str
     expected_verdict: str
+    kind: str
+    provenance: str
     measure: Callable[..., Result]
     module: str = ""
     modes: tuple[str, ...] = MODES
+
+    def __post_init__(self) -> None:
+        _check(self.id, "expected_verdict", self.expected_verdict, VERDICTS)
+        _check(self.id, "kind", self.kind, KINDS)
+        _check(self.id, "provenance", self.provenance, PROVENANCES)
+        if self.kind == "printed":
+            _check(self.id, "expected_verdict (a printed-number check)", self.expected_verdict, ("holds", "fails"))
+        if not self.modes or any(m not in MODES for m in self.modes):
+            raise ValueError(f"modes of {self.id!r} must be a non-empty subset of {MODES}, got {self.modes!r}")
 
     def matches(self, selector: str) -> bool:
         """True when ``selector`` is this claim's id, an id prefix ending at a dash/dot (``2.11``), or a tag."""
@@ -91,24 +189,25 @@ def claim(
     expected: str,
     expected_verdict: str,
     modes: Iterable[str] = MODES,
+    kind: str,
+    provenance: str,
 ) -> Callable[[Callable[..., Result]], Callable[..., Result]]:
     """Register the decorated measurement function as a claim (see the module docstring).
 
     ``modes``: the audit modes that measure the claim; ``("full",)`` for a claim whose measurement does not fit
-    the quick mode's time budget (it is listed, and named in the quick report as not run).
+    the quick mode's time budget (it is listed, and named in the quick report as not run). ``kind``: one of
+    :data:`KINDS`; ``provenance``: one of :data:`PROVENANCES`. Registration refuses an unknown verdict, mode, kind
+    or provenance (``ValueError``, see :class:`Claim`).
     """
-    if expected_verdict not in VERDICTS:
-        raise ValueError(f"expected_verdict of {id!r} must be one of {VERDICTS}, got {expected_verdict!r}")
-    modes = tuple(modes)
-    if not modes or any(m not in MODES for m in modes):
-        raise ValueError(f"modes of {id!r} must be a non-empty subset of {MODES}, got {modes!r}")
+    spec = dict(id=id, tags=tuple(tags), reference=reference, statement=statement, measures=measures,
+                expected=expected, expected_verdict=expected_verdict, kind=kind, provenance=provenance,
+                modes=tuple(modes))
 
     def register(fn: Callable[..., Result]) -> Callable[..., Result]:
         if id in _REGISTRY:
-            raise ValueError(f"claim id {id!r} is registered twice ({_REGISTRY[id].measure.__module__} and {fn.__module__})")
-        module = fn.__module__.rsplit(".", 1)[-1]
-        _REGISTRY[id] = Claim(id, tuple(tags), reference, statement, measures, expected, expected_verdict, fn, module,
-                              modes)
+            raise ValueError(f"claim id {id!r} is registered twice ({_REGISTRY[id].measure.__module__} and "
+                             f"{fn.__module__})")
+        _REGISTRY[id] = Claim(**spec, measure=fn, module=fn.__module__.rsplit(".", 1)[-1])
         return fn
 
     return register
@@ -134,7 +233,7 @@ def _broken_module_claim(module: str, trace: str) -> Claim:
 
     return Claim(id=f"0-import-{module}", tags=("import",), reference="—", statement=f"verify.claims.{module} imports",
                  measures="import of the claim module", expected="imports", expected_verdict="holds",
-                 measure=measure, module=module)
+                 kind="identity", provenance="analysis", measure=measure, module=module)
 
 
 def _id_key(claim_id: str) -> tuple:

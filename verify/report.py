@@ -1,4 +1,11 @@
-"""The audit's outputs: the terminal table, ``report.md`` and ``report.json``."""
+"""The audit's outputs: the console summary, the full table, ``report.md`` and ``report.json``.
+
+``report.md`` opens with the headline (verdict counts, per kind of check, and how many claims came out as
+expected, split by where the expectation comes from), then the summary a reader of the papers takes in at a glance
+(`PAPER_CLAIMS`: one row per substantive statement of the papers, answered by one claim), then the detail (every
+claim as one bullet with its verdict, grouped by kind), the full table and one section per claim. The console gets
+the headline and the summary; ``python -m verify --table`` adds the full table.
+"""
 from __future__ import annotations
 
 import json
@@ -8,33 +15,161 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from verify.registry import KINDS, PROVENANCES, VERDICTS
 from verify.runner import Outcome
 
-COLUMNS = ("id", "reference", "measured quantity", "measured", "expected", "verdict")
+COUNTED = (*VERDICTS, "error")
+"""The verdicts the report counts: the claims' own, and ``error`` for a measurement that raised."""
+PLURAL = {"holds": "hold", "fails": "fail", "loose": "loose", "inconclusive": "inconclusive", "error": "raised"}
+DETAIL_ORDER = ("fails", "inconclusive", "loose", "error", "holds")
+"""Order of the bullets within each kind in the detail: what contradicts the papers first."""
+
+PAPERS = ('"004" is the long CRATE paper (arXiv 2311.13110), "000" its NeurIPS 2023 version (arXiv 2306.01129). Claim '
+          'ids 2.x number the checks of the paper notes (§2 of docs/paper-notes.md in the shared docs), 4.x the '
+          "papers' sections.")
+
+PAPER_CLAIMS = (
+    ("MSSA step descends R^c (Approx. 9)", ("2.7-approx9-cosine",)),
+    ("… through its attention term, not βZ", ("2.7-approx9-attention-term",)),
+    ("R^c gradient step ≈ denoising (Th. 16)", ("2.16-nominal-floor",)),
+    ("−∇R^c/σ² points along the score (432)", ("2.20-rc-as-score",)),
+    ("the score's size scales as 1/σ² (432)", ("2.20-score-scale",)),
+    ("Remark 7 inverse at the models' η 0.1", ("2.22-decoder-remark7-eta",)),
+    ("… in a trained CRATE-MAE (Fig. 10)", ("2.22-mae-roundtrip",)),
+    ("ideal CRATE compresses layer by layer", ("2.24-ideal-compression",)),
+    ("… crediting attention over ISTA alone", ("2.24-ideal-attention-credit",)),
+    ("trained R^c < init's, paper (Fig. 15)", ("2.24-digits-paper",)),
+    ("training compresses (Fig. 15), jointly", ("2.24-digits-joint",)),
+    ("trained sparser than init (Fig. 15)", ("2.24-digits-sparsity",)),
+    ("random init is flat (Fig. 15)", ("2.24-random-init-flat",)),
+    ("DINO k-NN beats its init (Table 4)", ("4.1.3-dino-knn", "4.1.3-dino-knn-short")),
+    ("ISTA lowers CRATE-GPT's loss (T. 16)", ("4.1.4-table16-without-ista",)),
+    ("CRATE attention segments > ViT (T. 17)", ("4.3-table17-attention",)),
+    ("MaskCut on CRATE > on ViT (T. 7, 17)", ("4.3-table17-maskcut",)),
+)
+"""The summary's rows: a substantive statement of the papers (not an identity or a printed number) and the claims
+that test it most directly — the first one measured in this run answers the row (the quick and the full mode may
+measure it under different ids)."""
+
+SUMMARY_WIDTHS = (38, 12, 52, 7, 3)
+"""Console widths of the summary's columns (statement, verdict, number, kind, seeds): 120 columns in all."""
+COLUMNS = ("id", "kind", "reference", "measured quantity", "measured", "expected", "verdict")
 
 
 def summary(outcomes: list[Outcome]) -> dict[str, Any]:
-    """Counts of verdicts and the ids whose measured verdict differs from the expected one."""
+    """Counts of verdicts (all, and per kind), the as-expected counts per provenance, and the ids whose measured
+    verdict differs from the expected one."""
     counts = Counter(o.verdict for o in outcomes)
+    by_kind = {}
+    for kind in KINDS:
+        group = [o for o in outcomes if o.claim.kind == kind]
+        per = Counter(o.verdict for o in group)
+        by_kind[kind] = {"claims": len(group), **{v: per.get(v, 0) for v in COUNTED},
+                         "as_expected": {p: sum(o.matches and o.claim.provenance == p for o in group)
+                                         for p in PROVENANCES}}
     return {
         "claims": len(outcomes),
-        "verdicts": {v: counts.get(v, 0) for v in ("holds", "fails", "loose", "inconclusive", "error")},
+        "verdicts": {v: counts.get(v, 0) for v in COUNTED},
+        "by_kind": by_kind,
+        "as_expected": {p: sum(k["as_expected"][p] for k in by_kind.values()) for p in PROVENANCES},
         "mismatches": [o.claim.id for o in outcomes if not o.matches],
         "seconds": round(sum(o.seconds for o in outcomes), 2),
     }
 
 
-def _verdict_cell(o: Outcome) -> str:
-    return o.verdict if o.matches else f"{o.verdict} (expected {o.claim.expected_verdict})"
+def _counts(verdicts: dict[str, int]) -> str:
+    return ", ".join(f"{verdicts[v]} {PLURAL[v]}" for v in COUNTED)
 
 
-def _row(o: Outcome) -> tuple[str, ...]:
-    measured = o.result.measured if o.result else (o.error or "").strip().splitlines()[-1]
-    return (o.claim.id, o.claim.reference, o.claim.measures, measured, o.claim.expected, _verdict_cell(o))
+def format_summary(outcomes: list[Outcome]) -> str:
+    """The headline: verdict counts, and how many came out as expected by analysis and by measurement."""
+    s = summary(outcomes)
+    matched = s["claims"] - len(s["mismatches"])
+    text = (
+        f"{s['claims']} claims: {_counts(s['verdicts'])} ({s['seconds']:.1f} s measuring)\n"
+        f"{matched}/{s['claims']} as expected: {s['as_expected']['analysis']} by analysis, "
+        f"{s['as_expected']['measurement']} by measurement (for those a regression check only)"
+    )
+    if s["mismatches"]:
+        text += "\n" + textwrap.fill("verdict differs from its expectation (or raised): " + ", ".join(s["mismatches"]),
+                                     120, break_on_hyphens=False)
+    return text
 
 
-def format_table(outcomes: list[Outcome], widths: tuple[int, ...] = (22, 26, 34, 30, 34, 24)) -> str:
-    """A fixed-width text table for the terminal; long cells wrap within their column."""
+def _kind_rows(outcomes: list[Outcome]) -> list[tuple[str, ...]]:
+    rows = []
+    for kind, k in summary(outcomes)["by_kind"].items():
+        if k["claims"]:
+            rows.append((KINDS[kind][0], str(k["claims"]), *(str(k[v]) for v in COUNTED),
+                         f"{k['as_expected']['analysis']} / {k['as_expected']['measurement']}"))
+    return rows
+
+
+KIND_HEADER = ("kind", "claims", *(PLURAL[v] for v in COUNTED), "as expected: analysis / measurement")
+KIND_WIDTHS = (26, 6, 4, 4, 5, 12, 6, 35)
+
+
+def _verdict_cell(o: Outcome, expected: str = "expected ") -> str:
+    return o.verdict if o.matches else f"{o.verdict} ({expected}{o.claim.expected_verdict})"
+
+
+def _shorten(text: str, width: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def paper_rows(outcomes: list[Outcome]) -> list[tuple[str, Outcome]]:
+    """The summary's rows measured in this run: (the papers' statement, the outcome of the claim that answers it)."""
+    by_id = {o.claim.id: o for o in outcomes}
+    rows = []
+    for said, ids in PAPER_CLAIMS:
+        measured = [by_id[i] for i in ids if i in by_id]
+        if measured:
+            rows.append((said, measured[0]))
+    return rows
+
+
+def _summary_cells(said: str, o: Outcome, width: int, expected: str = "expected ") -> tuple[str, ...]:
+    """(statement, verdict, number, kind, seeds) of a summary row; the number is the claim's headline, or its
+    measured line shortened to ``width`` where the claim sets none; ``expected`` introduces a differing
+    expectation."""
+    headline = o.result.headline if o.result else None
+    if headline is not None:
+        number, seeds = headline.text(), str(headline.seeds or "—")
+    else:
+        number, seeds = (o.result.measured if o.result else "raised"), "—"
+    return said, _verdict_cell(o, expected), _shorten(number, width), o.claim.kind, seeds
+
+
+def _text_table(header: tuple[str, ...], rows: list[tuple[str, ...]], widths: tuple[int, ...]) -> list[str]:
+    """An aligned plain-text table; each cell cut to its column's width."""
+    def line(cells):
+        return "  ".join(_shorten(c, w).ljust(w) for c, w in zip(cells, widths)).rstrip()
+
+    return [line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in rows]
+
+
+def _md_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+            + ["| " + " | ".join(_md_escape(c) for c in r) + " |" for r in rows])
+
+
+SUMMARY_HEADER = ("the papers say", "verdict", "number [95% interval]", "kind", "n")
+
+
+def format_console(outcomes: list[Outcome]) -> str:
+    """What ``python -m verify`` prints: the headline, the counts per kind and the summary (≤ 120 columns)."""
+    lines = [format_summary(outcomes), ""]
+    lines += _text_table(KIND_HEADER, _kind_rows(outcomes), KIND_WIDTHS)
+    rows = [_summary_cells(said, o, SUMMARY_WIDTHS[2], "≠") for said, o in paper_rows(outcomes)]
+    if rows:
+        lines += ["", "The papers' substantive statements (the detail is in report.md):"]
+        lines += _text_table(SUMMARY_HEADER, rows, SUMMARY_WIDTHS)
+    return "\n".join(lines)
+
+
+def format_table(outcomes: list[Outcome], widths: tuple[int, ...] = (22, 8, 26, 34, 30, 34, 24)) -> str:
+    """The full table (every claim) for a wide terminal (``--table``); long cells wrap within their column."""
     def render(cells: tuple[str, ...]) -> list[str]:
         wrapped = [textwrap.wrap(str(c), w) or [""] for c, w in zip(cells, widths)]
         height = max(len(w) for w in wrapped)
@@ -50,55 +185,60 @@ def format_table(outcomes: list[Outcome], widths: tuple[int, ...] = (22, 26, 34,
     return "\n".join(lines)
 
 
-def format_summary(outcomes: list[Outcome]) -> str:
-    s = summary(outcomes)
-    v = s["verdicts"]
-    text = (
-        f"{s['claims']} claims: {v['holds']} hold, {v['loose']} loose, {v['fails']} fail, "
-        f"{v['inconclusive']} inconclusive, {v['error']} raised; "
-        f"{s['claims'] - len(s['mismatches'])}/{s['claims']} as expected ({s['seconds']:.1f} s measuring)"
-    )
-    if s["mismatches"]:
-        text += "\nverdict differs from its expectation (or raised): " + ", ".join(s["mismatches"])
-    return text
+def _row(o: Outcome) -> tuple[str, ...]:
+    measured = o.result.measured if o.result else (o.error or "").strip().splitlines()[-1]
+    c = o.claim
+    return (c.id, c.kind, c.reference, c.measures, measured, c.expected, _verdict_cell(o))
 
 
 def _md_escape(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def _why(claim) -> str:
-    """The claim's explanation of its expected outcome: the part of ``expected`` from "Expected to …" on, else all."""
+def _reason(claim) -> str:
+    """Why the claim expects what it expects: the part of ``expected`` from "Expected to …" on; else the criterion
+    the verdict is computed by, named as such (it states when the claim *would* hold)."""
     text = claim.expected
     at = text.lower().find("expected to")
-    return text[at:] if at >= 0 else text
+    return text[at:] if at >= 0 else f"criterion: {text}"
 
 
-def _summary_line(o: Outcome, why: bool, statement: bool = True) -> str:
+def _bullet(o: Outcome) -> str:
+    """One claim in the detail: verdict first, then the statement and the measured figure, and for a verdict other
+    than ``holds`` the reason; a printed-number check and an expectation set by measurement say so."""
     c = o.claim
     figure = f" ([figure]({o.figures[0]}))" if o.figures else ""
     measured = o.result.measured if o.result else "raised"
-    reason = f" — {_md_escape(_why(c))}" if why else ""
-    said = f" · {_md_escape(c.statement)}" if statement else ""
-    return f"- **{c.id}**{said} → {_md_escape(measured)}{figure}{reason}"
+    labels = [note for note, on in (("erratum check", c.kind == "printed"),
+                                    ("expected by measurement", c.provenance == "measurement")) if on]
+    label = f" ({', '.join(labels)})" if labels else ""
+    said = "" if o.verdict == "holds" and c.kind == "identity" else f" {_md_escape(c.statement)} →"
+    reason = "" if o.verdict == "holds" else f" — {_md_escape(_reason(c))}"
+    return f"- **{c.id}** — **{_verdict_cell(o)}**{label}:{said} {_md_escape(measured)}{figure}{reason}"
 
 
 def summary_page(outcomes: list[Outcome], meta: dict[str, Any]) -> list[str]:
-    """The one-page summary report.md opens with: the layer-wise claims (does a CRATE layer compress?) first, then
-    every other claim grouped by verdict, failures and loose bounds with their explanation and figure."""
-    layers = [o for o in outcomes if "layers" in o.claim.tags]
-    rest = [o for o in outcomes if "layers" not in o.claim.tags]
-    lines = ["## Summary", "", "### Does a CRATE layer compress? (Sec. 4.2, Figs. 14–17)", "",
-             "Measured scale-free (R^c against isotropic tokens of the same norms, own-subspace energy, the authors'",
-             "per-head normalisation) and against controls, over seeds with 95% intervals (verify.statistics).", ""]
-    lines += [_summary_line(o, why=o.verdict != "holds") for o in layers]
-    for verdict, title in (("fails", "Fail"), ("inconclusive", "Inconclusive"), ("loose", "Loose"), ("error", "Raised"),
-                           ("holds", "Hold")):
-        group = [o for o in rest if o.verdict == verdict]
+    """The summary (≤ 25 lines: the papers, then `PAPER_CLAIMS` as a table) and the detail (every claim, grouped by
+    kind, each bullet with its verdict)."""
+    rows = [_summary_cells(said, o, 60) + (o.claim.id,) for said, o in paper_rows(outcomes)]
+    lines = ["## Summary", "", PAPERS, ""]
+    lines += _md_table(SUMMARY_HEADER + ("claim",), rows) if rows else ["(none of the summary's claims was measured)"]
+    lines += [
+        "", "## Detail", "",
+        "Verdicts: **holds** = confirmed; **fails** = contradicted by the measurement; **loose** = true, with a",
+        "bound the data beat by a wide margin; **inconclusive** = a comparison whose 95% interval over seeds",
+        "contains its boundary; *(expected …)* marks a verdict that differs from its claim's expectation. Each",
+        f"expectation is set by *analysis* ({PROVENANCES['analysis']}) or by *measurement*",
+        f"({PROVENANCES['measurement']}).",
+    ]
+    for kind, (name, description) in KINDS.items():
+        group = sorted((o for o in outcomes if o.claim.kind == kind), key=lambda o: DETAIL_ORDER.index(o.verdict))
         if group:
-            lines += ["", f"### {title} ({len(group)})", ""]
-            lines += [_summary_line(o, why=verdict in ("fails", "loose", "inconclusive"), statement=verdict != "holds")
-                      for o in group]
+            counts = Counter(o.verdict for o in group)
+            tally = ", ".join(f"{counts[v]} {PLURAL[v]}" for v in COUNTED if counts[v])
+            lines += ["", f"### {name[0].upper() + name[1:]} ({len(group)}: {tally})", "",
+                      f"{description[0].upper() + description[1:]}.", ""]
+            lines += [_bullet(o) for o in group]
     if meta.get("not_run_in_this_mode"):
         lines += ["", f"Not measured in `{meta['mode']}` mode (run `python -m verify --full`): "
                   + ", ".join(meta["not_run_in_this_mode"]) + "."]
@@ -106,40 +246,37 @@ def summary_page(outcomes: list[Outcome], meta: dict[str, Any]) -> list[str]:
 
 
 def write_markdown(path: Path, outcomes: list[Outcome], meta: dict[str, Any]) -> None:
-    """``report.md``: the one-page summary, the full table, then one section per claim with its statement and
-    figures."""
+    """``report.md``: the headline, the summary and the detail, the full table, then one section per claim with its
+    statement and figures."""
+    headline = format_summary(outcomes).split("\n")
     lines = [
         "# CRATE derivation audit",
         "",
         f"Mode `{meta['mode']}`, seed {meta['seed']}, {meta['started']} — `{meta['command']}`.",
         "",
-        format_summary(outcomes).replace("\n", "  \n"),
+        f"**{headline[0]}.** {' '.join(headline[1:])}.",
         "",
-        "Verdicts: **holds** = confirmed; **fails** = contradicted by the measurement; **loose** = true, with a bound",
-        "the data beat by a wide margin; **inconclusive** = a comparison whose 95% interval over seeds contains its",
-        "boundary. Each claim states the verdict its analysis expects (paper-notes §2);",
-        "a verdict marked *(expected …)* differs from it.",
+        *_md_table(KIND_HEADER, _kind_rows(outcomes)),
         "",
         *summary_page(outcomes, meta),
         "## All claims",
         "",
-        "| " + " | ".join(COLUMNS) + " |",
-        "|" + "---|" * len(COLUMNS),
+        *_md_table(COLUMNS, [_row(o) for o in outcomes]),
+        "",
     ]
-    lines += ["| " + " | ".join(_md_escape(c) for c in _row(o)) + " |" for o in outcomes]
-    lines.append("")
     for o in outcomes:
         c = o.claim
         lines += [
             f"## {c.id} — {_verdict_cell(o)}",
             "",
-            f"*{c.reference}* · tags: {', '.join(c.tags)} · {o.seconds:.2f} s",
+            f"*{c.reference}* · {KINDS[c.kind][0]} · tags: {', '.join(c.tags)} · {o.seconds:.2f} s",
             "",
             f"**Statement.** {c.statement}",
             "",
             f"**Measured.** {c.measures}: {o.result.measured if o.result else '—'}",
             "",
-            f"**Expected.** {c.expected} (expected verdict: `{c.expected_verdict}`)",
+            f"**Expected.** {c.expected} (expected verdict: `{c.expected_verdict}`, set by {c.provenance}: "
+            f"{PROVENANCES[c.provenance]})",
             "",
         ]
         lines += [f"![{c.id}]({f})" for f in o.figures]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -48,6 +49,9 @@ class Outcome:
             "verdict": self.verdict,
             "expected_verdict": c.expected_verdict,
             "matches_expectation": self.matches,
+            "kind": c.kind,
+            "provenance": c.provenance,
+            "headline": dataclasses.asdict(self.result.headline) if self.result and self.result.headline else None,
             "data": self.result.data if self.result else {},
             "figures": self.figures,
             "seconds": round(self.seconds, 3),

@@ -1,45 +1,43 @@
-"""A scale-free measurement protocol for "layers decrease R^c" (Sec. 4.2, Figs. 14–15), in torch (row convention).
+"""Compression told apart from collapse, in torch (row convention): the joint measure of "layers compress"
+(Sec. 4.2, Figs. 14–15). The column-convention float64 reference, with the derivation, is ``crate_theory.protocol``.
 
-``crate_nn.measure_layers`` reports R^c(Z^{ℓ+1/2} | U^ℓ) (eq. 13), which grows with the tokens' energy and with
-‖U^ℓ‖ (weight decay shrinks U, LayerNorms rescale tokens), and the authors' per-head unit-norm protocol. This
-module separates compression from scale. For every encoder layer ℓ it measures three *stations* — the layer input
-Z^ℓ, the MSSA output Z^{ℓ+1/2} and the ISTA output Z^{ℓ+1} — all against the layer's own U^ℓ (the ``qkv`` weight
-[U_1 … U_K]*, rows of head k are U_k*), per image:
+For token sets z (..., n, d) against a layer's subspaces — its ``qkv`` weight [U_1 … U_K]* (rows of head k are
+U_k*), each head orthonormalised, so ‖U‖ (weight decay) does not enter — every rate is R^c (eq. 13) of *unit*
+tokens (each token divided by its norm; zero tokens stay zero), so no measure moves under any rescaling of the
+tokens. ε is in units of the token norm (default 0.1, the authors' ε² = 0.01 on unit-norm vectors). The heads
+must hold every direction, K·p ≥ d (every CRATE has p = d/K).
 
-* ``rate``: R^c(z | U^ℓ) at ε (eq. 13, the paper's measure, as in ``measure_layers(protocol="paper")``);
-* ``rate_orthonormal``: the same with each head's U_k orthonormalised (removes ‖U‖, keeps the tokens' scale);
-* ``normalised``: R^c of per-head unit-norm codes — the authors' figures' normalisation (ε = 0.1);
-* ``relative`` / ``relative_normalised``: ``rate_orthonormal`` / the normalised rate with the orthonormalised
-  heads, each divided by its mean over isotropic token sets with the same count, dimension and norms (uniformly
-  random directions): 1 = no structure, the ceiling. Neither the tokens' scale nor ‖U‖ (weight decay) enters;
-* ``alignment``: each token's energy fraction in its own subspace, ‖P_k z_i‖²/‖z_i‖² with P_k the projector onto
-  span(U_k) and k the subspace holding most of the token's energy; 1 = on a subspace (the ceiling);
-* ``norm``: mean token ℓ2 norm;
-* floors: ``isotropic_alignment`` (the alignment of the isotropic tokens) and ``aligned_relative`` (``relative`` of
-  the tokens moved onto their own subspaces with their norms kept — what perfect alignment would give).
+* ``specific``: R^c(ẑ | U) over its mean for the same tokens in uniformly random orientations — compression onto
+  these subspaces (1 = no more than in randomly placed ones);
+* ``spread``: that mean over the mean R^c of isotropic unit tokens — 1 = as unlike each other as random
+  directions, < 1 = the tokens bunch together (collapse);
+* ``relative`` = specific × spread: R^c against the isotropic yardstick alone, which cannot tell the two apart;
+* ``alignment``: each token's energy fraction ‖P_k z_i‖²/‖z_i‖² in its own subspace (the head holding most of
+  its energy), P_k the projector onto span(U_k); ``isotropic_alignment``: the same for the isotropic tokens.
 
-Everything is computed in float64 from ``crate_nn.analysis.diagnostics`` (`trace`, `head_codes`, and `compression`, which
-rests on `subspace_rates`). The column-convention reference is ``crate_theory.protocol``.
+``verify.joint.compresses`` decides "A compresses relative to B" from ``specific``, ``alignment`` and ``spread``.
+`station_measures` measures one layer's `LayerTrace` (any model's ``forward_intermediates``) against its
+attention module; `layer_profile` does it for every layer of a CRATE encoder over a set of images.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..checkpoint import unwrap_model
+from ..models.blocks import LayerTrace
 from .diagnostics import OFFICIAL_EPS, Stat, _batches, _encoder_layers, compression, head_codes, trace
 
-__all__ = ["STATIONS", "MEASURES", "LayerProfile", "aligned_like", "alignment", "isotropic_like", "layer_profile",
-           "orthonormalise_heads", "subspace_energy", "token_measures"]
+__all__ = ["STATIONS", "MEASURES", "LayerProfile", "alignment", "isotropic_like", "joint_measures",
+           "layer_profile", "measures_from_yardsticks", "orthonormalise_heads", "rotated_like", "station_measures",
+           "subspace_energy", "unit_tokens"]
 
 STATIONS = ("input", "half", "output")
 """Z^ℓ, Z^{ℓ+1/2} (after MSSA) and Z^{ℓ+1} (after ISTA)."""
 
-MEASURES = ("rate", "rate_orthonormal", "normalised", "relative", "relative_normalised", "alignment", "norm",
-            "isotropic_alignment", "aligned_relative")
+MEASURES = ("relative", "specific", "spread", "alignment", "isotropic_alignment")
 
 
 def _check_weight(weight: torch.Tensor, heads: int) -> None:
@@ -56,21 +54,13 @@ def orthonormalise_heads(weight: torch.Tensor, heads: int) -> torch.Tensor:
     return q.transpose(-2, -1).flatten(0, 1)
 
 
-def _heads(z: torch.Tensor, weight: torch.Tensor, heads: int):
-    """float64 tokens, per-head blocks U_k* (K, p, d), (U_k*U_k)^+ (K, p, p) and codes U_k*z (..., K, n, p)."""
-    _check_weight(weight, heads)
-    z, weight = z.to(torch.float64), weight.to(torch.float64)
-    blocks = weight.unflatten(0, (heads, weight.shape[0] // heads))
-    return z, blocks, torch.linalg.pinv(blocks @ blocks.transpose(-2, -1)), head_codes(z, weight, heads)
-
-
 def subspace_energy(z: torch.Tensor, weight: torch.Tensor, heads: int) -> torch.Tensor:
     """‖P_k z_i‖²/‖z_i‖² for tokens z (..., n, d) and every head k: (..., K, n), float64 (zero tokens give 0).
 
-    P_k = U_k (U_k*U_k)^+ U_k* projects onto span(U_k), so ``‖P_k z‖² = c (U_k*U_k)^+ cᵀ`` with c = U_k*z.
+    With the orthonormalised heads Q_k, ‖P_k z‖² = ‖Q_k* z‖².
     """
-    z, _, inverse_gram, codes = _heads(z, weight, heads)
-    energy = torch.einsum("...knp,kpq,...knq->...kn", codes, inverse_gram, codes)
+    z = z.to(torch.float64)
+    energy = head_codes(z, orthonormalise_heads(weight.to(torch.float64), heads), heads).square().sum(-1)
     norms2 = z.square().sum(-1).unsqueeze(-2)
     return torch.where(norms2 > 0, energy / norms2.clamp_min(torch.finfo(torch.float64).tiny), 0.0)
 
@@ -80,61 +70,98 @@ def alignment(z: torch.Tensor, weight: torch.Tensor, heads: int) -> torch.Tensor
     return subspace_energy(z, weight, heads).amax(-2).mean(-1)
 
 
-def isotropic_like(z: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Tokens with the norms of z (..., n, d) in uniformly random directions (float64): the yardstick."""
+def unit_tokens(z: torch.Tensor) -> torch.Tensor:
+    """Every token (last axis) divided by its ℓ2 norm, float64; zero tokens stay zero."""
     z = z.to(torch.float64)
-    directions = F.normalize(torch.randn(z.shape, generator=generator, dtype=torch.float64).to(z.device), dim=-1)
-    return directions * z.norm(dim=-1, keepdim=True)
+    norms = z.norm(dim=-1, keepdim=True)
+    return torch.where(norms > 0, z / norms.clamp_min(torch.finfo(torch.float64).tiny), 0.0)
 
 
-def aligned_like(z: torch.Tensor, weight: torch.Tensor, heads: int) -> torch.Tensor:
-    """Each token moved onto its own subspace (largest energy fraction) with its norm kept (float64): the floor."""
-    z, blocks, inverse_gram, codes = _heads(z, weight, heads)
-    own = subspace_energy(z, weight, heads).argmax(-2)  # (..., n)
-    own_codes = codes.gather(-3, own[..., None, :, None].expand(*own.shape[:-1], 1, own.shape[-1],
-                                                                 codes.shape[-1])).squeeze(-3)  # (..., n, p)
-    # row form of P_k z = U_k (U_k*U_k)^+ U_k* z: c (U_k*U_k)^+ U_k*, with k the token's own head
-    projected = torch.einsum("...np,...npq,...nqd->...nd", own_codes, inverse_gram[own], blocks[own])
-    kept = projected.norm(dim=-1, keepdim=True)
-    return torch.where(kept > 0, projected * (z.norm(dim=-1, keepdim=True) / kept.clamp_min(1e-300)), z)
+def isotropic_like(z: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Tokens with the norms of z (..., n, d) in uniformly random directions (float64): the isotropic yardstick."""
+    z = z.to(torch.float64)
+    gaussian = torch.randn(z.shape, generator=generator, dtype=torch.float64).to(z.device)
+    return unit_tokens(gaussian) * z.norm(dim=-1, keepdim=True)
 
 
-def token_measures(z: torch.Tensor, weight: torch.Tensor, heads: int, eps: float = OFFICIAL_EPS, *,
-                   draws: int = 8, generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
-    """Every measure of the module docstring for token sets z (..., n, d) against a qkv weight: name → (...).
+def _haar_stiefel(shape: tuple[int, ...], generator: torch.Generator | None) -> torch.Tensor:
+    """Haar-random matrices with orthonormal columns, shape (..., d, r), r ≤ d (QR of a Gaussian, signs fixed)."""
+    q, r = torch.linalg.qr(torch.randn(shape, generator=generator, dtype=torch.float64))
+    return q * torch.where(r.diagonal(dim1=-2, dim2=-1) < 0, -1.0, 1.0).unsqueeze(-2)
+
+
+def rotated_like(z: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """The rotation yardstick: each token set z (..., n, d) rotated by its own Haar-random orthogonal O (float64).
+
+    Only O's action on the span of the set matters: with zᵀ = E C (thin QR, E d × r orthonormal, r = min(n, d)),
+    Ozᵀ = (OE) C and OE is a Haar-random d × r orthonormal frame — O(d r²) instead of a d × d QR per set.
+    """
+    z = z.to(torch.float64)
+    frame, coords = torch.linalg.qr(z.transpose(-2, -1))  # (..., d, r), (..., r, n)
+    random_frame = _haar_stiefel(tuple(frame.shape), generator).to(z.device)
+    return (random_frame @ coords).transpose(-2, -1)
+
+
+def measures_from_yardsticks(z: torch.Tensor, weight: torch.Tensor, heads: int, eps: float,
+                             isotropic: torch.Tensor, rotated: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Every measure of the module docstring, given the yardsticks' token sets (deterministic).
 
     Args:
-        z: tokens (..., n, d); weight: [U_1 … U_K]* (K·p, d); heads: K; eps: ε of R^c (both rates);
-        draws: isotropic token sets per token set for the yardstick; generator: their random source.
+        z: tokens (..., n, d); weight: [U_1 … U_K]* (K·p, d); heads: K; eps: ε of the rates of unit tokens;
+        isotropic, rotated: (draws, ..., n, d) isotropic token sets and rotations of z (`isotropic_like`,
+            `rotated_like`); each is normalised to unit tokens, like z.
+
+    Returns:
+        name → (...) float64.
     """
-    if draws < 1:
-        raise ValueError(f"draws must be a positive integer, got {draws}")
     if eps <= 0:
         raise ValueError(f"eps must be positive, got {eps}")
     _check_weight(weight, heads)
-    z, weight = z.to(torch.float64), weight.to(torch.float64)
-    ortho = orthonormalise_heads(weight, heads)
+    if weight.shape[0] < weight.shape[1]:
+        raise ValueError(f"the heads must hold every direction, K·p >= d (crate_theory.protocol); got a weight of "
+                         f"shape {tuple(weight.shape)}")
+    for name, sets in (("isotropic", isotropic), ("rotated", rotated)):
+        if sets.ndim != z.ndim + 1 or sets.shape[1:] != z.shape:
+            raise ValueError(f"{name} must be (draws, *z.shape) = (draws, {', '.join(map(str, z.shape))}), got "
+                             f"{tuple(sets.shape)}")
+    ortho = orthonormalise_heads(weight.to(torch.float64), heads)
+
+    def rate(tokens: torch.Tensor) -> torch.Tensor:
+        return compression(unit_tokens(tokens), ortho, heads, eps)
+
+    own, iso_rate, rot_rate = rate(z), rate(isotropic).mean(0), rate(rotated).mean(0)
+    return {"relative": own / iso_rate, "specific": own / rot_rate, "spread": rot_rate / iso_rate,
+            "alignment": alignment(z, weight, heads),
+            "isotropic_alignment": alignment(isotropic, weight, heads).mean(0)}
+
+
+def joint_measures(z: torch.Tensor, weight: torch.Tensor, heads: int, eps: float = OFFICIAL_EPS, *,
+                   draws: int = 8, generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+    """The joint measure of token sets z (..., n, d) against a qkv weight: name → (...) (module docstring).
+
+    Args:
+        z: tokens (..., n, d); weight: [U_1 … U_K]* (K·p, d); heads: K; eps: ε of the rates of unit tokens;
+        draws: sets per yardstick and token set; generator: their random source.
+    """
+    if draws < 1:
+        raise ValueError(f"draws must be a positive integer, got {draws}")
     isotropic = torch.stack([isotropic_like(z, generator) for _ in range(draws)])
-    rate_ortho = compression(z, ortho, heads, eps)
-    iso_rate = compression(isotropic, ortho, heads, eps).mean(0)
-    iso_normalised = compression(isotropic, ortho, heads, eps, normalize=True).mean(0)
-    return {
-        "rate": compression(z, weight, heads, eps),
-        "rate_orthonormal": rate_ortho,
-        "normalised": compression(z, weight, heads, eps, normalize=True),
-        "relative": rate_ortho / iso_rate,
-        "relative_normalised": compression(z, ortho, heads, eps, normalize=True) / iso_normalised,
-        "alignment": alignment(z, weight, heads),
-        "norm": z.norm(dim=-1).mean(-1),
-        "isotropic_alignment": alignment(isotropic, weight, heads).mean(0),
-        "aligned_relative": compression(aligned_like(z, weight, heads), ortho, heads, eps) / iso_rate,
-    }
+    rotated = torch.stack([rotated_like(z, generator) for _ in range(draws)])
+    return measures_from_yardsticks(z, weight, heads, eps, isotropic, rotated)
+
+
+def station_measures(layer_trace: LayerTrace, attention: nn.Module, eps: float = OFFICIAL_EPS, *, draws: int = 8,
+                     generator: torch.Generator | None = None) -> dict[str, dict[str, torch.Tensor]]:
+    """`joint_measures` of one layer's three stations (``STATIONS``) against its MSSA module (``qkv.weight``,
+    ``heads``): station → name → (batch,). Works on the `LayerTrace` of any model's ``forward_intermediates``."""
+    return {station: joint_measures(z, attention.qkv.weight, attention.heads, eps, draws=draws, generator=generator)
+            for station, z in zip(STATIONS, (layer_trace.input, layer_trace.half, layer_trace.output))}
 
 
 @dataclass
 class LayerProfile:
     """Output of `layer_profile`: ``stats[measure][station]`` is a list over layers ℓ = 1 … L of `Stat`
-    (per-image values, mean, std); ``eps`` the ε of the rates; ``draws`` the isotropic sets per image."""
+    (per-image values, mean, std); ``eps`` the ε of the rates; ``draws`` the yardstick sets per image."""
 
     eps: float
     draws: int
@@ -148,12 +175,12 @@ class LayerProfile:
 @torch.no_grad()
 def layer_profile(model: nn.Module, images, eps: float = OFFICIAL_EPS, *, draws: int = 8, seed: int = 0,
                   batch_size: int = 64) -> LayerProfile:
-    """The protocol at every station of every encoder layer over a set of images (measured in the model's mode).
+    """The joint measure at every station of every encoder layer over a set of images (in the model's mode).
 
     Args:
         model: `CRATEClassifier` (images (B, C, H, W)) or `CRATEEncoder` (token batches (B, n, d)).
         images: a tensor, split into ``batch_size`` chunks, or an iterable of batches / ``(images, labels)``.
-        eps: ε of the rates (default 0.1, the authors'); draws: isotropic sets per image; seed: their seed.
+        eps: ε of the rates of unit tokens (default 0.1); draws: yardstick sets per image; seed: their seed.
 
     Returns:
         `LayerProfile`.
@@ -164,12 +191,10 @@ def layer_profile(model: nn.Module, images, eps: float = OFFICIAL_EPS, *, draws:
     values = {m: {s: [[] for _ in layers] for s in STATIONS} for m in MEASURES}
     for batch in _batches(images, batch_size):
         for i, t in enumerate(trace(model, batch.to(device=param.device, dtype=param.dtype))):
-            mssa = layers[i].mssa
-            for station, z in zip(STATIONS, (t.input, t.half, t.output)):
-                measured = token_measures(z, mssa.qkv.weight, mssa.heads, eps, draws=draws, generator=generator)
+            for station, measured in station_measures(t, layers[i].mssa, eps, draws=draws,
+                                                      generator=generator).items():
                 for name, v in measured.items():
                     values[name][station][i].append(v.cpu())
     stats = {m: {s: [Stat(torch.cat(v)) for v in per_layer] for s, per_layer in by_station.items()}
              for m, by_station in values.items()}
     return LayerProfile(eps=float(eps), draws=draws, stats=stats)
-

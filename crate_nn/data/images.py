@@ -35,6 +35,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from ..files import read_text
 from .batching import Corrupt, CorruptImageError
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -184,6 +185,9 @@ def image_folder(root: str | Path, classes: Sequence[str] | None = None) -> tupl
         for f in sorted((root / name).rglob("*"))
         if f.is_file() and f.suffix.lower() in IMAGE_EXTENSIONS
     ]
+    if not samples:
+        raise ValueError(f"data_dir: {str(root)!r} holds no image files in its class folders {folders} (extensions "
+                         f"{', '.join(sorted(IMAGE_EXTENSIONS))})")
     return samples, classes
 
 
@@ -273,7 +277,7 @@ def pets(root: str | Path, split: str, classes: Sequence[str] | None = None) -> 
         return image_folder(root / split, classes)
     if split not in ("trainval", "test"):
         raise ValueError(f"split: Oxford-IIIT Pets has splits 'trainval' and 'test', got {split!r}")
-    rows = [line.split() for line in (root / "annotations" / f"{split}.txt").read_text().splitlines()]
+    rows = [line.split() for line in read_text(root / "annotations" / f"{split}.txt", "data_dir").splitlines()]
     rows = [r for r in rows if r and not r[0].startswith("#")]
     breeds: dict[int, str] = {int(r[1]) - 1: r[0].rsplit("_", 1)[0] for r in rows}
     samples = [(str(root / "images" / f"{r[0]}.jpg"), int(r[1]) - 1) for r in rows]

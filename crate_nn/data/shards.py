@@ -10,6 +10,7 @@ Layout of one split (``<root>/<split>/``), written by `pack` (``crate-pack``)::
     shard_00000.npy             (m, C, S, S) uint8 images, NumPy .npy (memory-mapped when read)
     shard_00000.labels.npy      (m,) int64 labels
     ...
+    verified.json               what the last verification found intact: each file's size and modification time
 
 Geometry: a training split stores each image's shorter side resized to ``load_size`` and its central square
 (``resize = crop = load_size``: the square `ImageFiles` gives training, from which RandomResizedCrop draws); an
@@ -19,11 +20,16 @@ evaluation protocol, so nothing is resized again). Every shard entry records the
 Packing is resumable: the manifest is rewritten (atomically) after every shard; a run that stops — killed,
 preempted, a full disk — continues from its last finished shard when started again with the same arguments, and
 refuses to mix two different source listings or geometries. A finished pack is verified by reading every shard
-back against its checksum (`verify`, also ``crate-pack --verify-only``).
+back against its checksum (`verify_split`, also ``crate-pack --verify-only``), which records in ``verified.json``
+the size and modification time of every file it found intact. Training and evaluation open a split with
+``verify="changed"``: every file whose size or modification time differs from that record (all of them when there is
+none) is checked against its checksum first, so a shard is hashed once after it is written or changed, not at every
+run. A manifest's entries name the shard files of its own folder only (``shard_00000``, …): any other name is refused.
 """
 from __future__ import annotations
 
 import bisect
+import contextlib
 import hashlib
 import json
 import os
@@ -36,11 +42,15 @@ import torch
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
+from ..files import read_json, writing
 from .images import DatasetInfo
 
 FORMAT = "crate_nn.shards"
 VERSION = 1
 MANIFEST = "manifest.json"
+STAMP = "verified.json"
+FILES = ((".npy", "sha256"), (".labels.npy", "labels_sha256"))
+"""A shard's two files: suffix after its name, and the manifest key of the file's SHA-256."""
 
 
 @dataclass(frozen=True)
@@ -76,19 +86,23 @@ def listing_digest(samples: Sequence[tuple[str, int]], root: Path) -> str:
 
 
 def write_json_atomic(path: Path, payload: dict) -> None:
+    """Write ``payload`` as ``path`` through a temporary file and a rename (`WriteError` naming it on failure)."""
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(payload, indent=1) + "\n")
-    os.replace(tmp, path)
+    with writing("output", path):
+        tmp.write_text(json.dumps(payload, indent=1) + "\n")
+        os.replace(tmp, path)
 
 
 def save_npy_atomic(path: Path, array: np.ndarray) -> str:
-    """Write ``array`` as ``path`` (.npy) through a temporary file, fsync, rename; return the file's SHA-256."""
+    """Write ``array`` as ``path`` (.npy) through a temporary file, fsync, rename; return the file's SHA-256. A write
+    the operating system refuses (a full disk) raises `crate_nn.files.WriteError` naming ``path``."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        np.save(f, array)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    with writing("output", path):
+        with open(tmp, "wb") as f:
+            np.save(f, array)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
     return sha256_file(path)
 
 
@@ -96,12 +110,13 @@ def read_manifest(folder: Path) -> dict:
     path = folder / MANIFEST
     if not path.is_file():
         raise ValueError(f"data_dir: {str(folder)!r} holds no {MANIFEST}; pack an image folder with crate-pack first")
-    try:
-        manifest = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise ValueError(f"data_dir: {path} is not valid JSON ({err})") from err
-    if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
+    manifest = read_json(path, "data_dir")
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
         raise ValueError(f"data_dir: {path} is not a {FORMAT} version {VERSION} manifest")
+    for k, entry in enumerate(manifest.get("shards") or []):
+        if entry is not None and entry.get("name") != shard_name(k):
+            raise ValueError(f"data_dir: {path}: shard {k} is named {entry.get('name')!r}, expected {shard_name(k)!r} "
+                             "(a manifest names the shard files of its own folder only)")
     return manifest
 
 
@@ -111,17 +126,17 @@ class ShardImages(Dataset):
 
     The image arrays are memory-mapped on first use in each process (DataLoader workers map their own), so
     opening a split reads only the manifest and the labels. ``verify=True`` first checks every file against its
-    SHA-256 (reads everything).
+    SHA-256 (reads everything); ``verify="changed"`` only the files changed since the last verification (`STAMP`).
     """
 
-    def __init__(self, folder: str | Path, verify: bool = False):
+    def __init__(self, folder: str | Path, verify: bool | str = False):
         self.folder = Path(folder)
         manifest = read_manifest(self.folder)
         if not manifest.get("complete"):
             raise ValueError(f"data_dir: the pack in {str(self.folder)!r} is unfinished; run the same crate-pack "
                              "command again to complete it")
         if verify:
-            verify_split(self.folder)
+            verify_split(self.folder, only_changed=verify == "changed")
         self.geometry = Geometry(**manifest["geometry"])
         self.shards = [entry for entry in manifest["shards"] if entry["images"]]
         self.offsets = np.cumsum([0] + [entry["images"] for entry in self.shards]).tolist()
@@ -130,8 +145,11 @@ class ShardImages(Dataset):
         if len(self.labels) != self.offsets[-1]:
             raise ValueError(f"data_dir: the label files in {str(self.folder)!r} hold {len(self.labels)} labels, the "
                              f"manifest counts {self.offsets[-1]} images")
-        self.info = DatasetInfo(len(manifest["classes"]), manifest["channels"], self.geometry.crop,
-                                list(manifest["classes"]))
+        classes = len(manifest["classes"])
+        if len(self.labels) and not 0 <= int(self.labels.min()) <= int(self.labels.max()) < classes:
+            raise ValueError(f"data_dir: the labels in {str(self.folder)!r} run from {int(self.labels.min())} to "
+                             f"{int(self.labels.max())}, outside the {classes} classes of its {MANIFEST}")
+        self.info = DatasetInfo(classes, manifest["channels"], self.geometry.crop, list(manifest["classes"]))
         self._arrays: list[np.ndarray] | None = None
 
     def __getstate__(self) -> dict:  # memory maps are re-opened in each process, never pickled
@@ -160,7 +178,7 @@ def open_split(root: str | Path, split: str, *, train: bool, image_size: int, lo
     folder = Path(root) / split
     if not folder.is_dir():
         raise ValueError(f"data_dir: {str(folder)!r} does not exist (expected crate-pack's {split}/ folder)")
-    dataset = ShardImages(folder)
+    dataset = ShardImages(folder, verify="changed")
     expected = Geometry(load_size, load_size) if train else Geometry(eval_resize, image_size)
     if dataset.geometry != expected:
         flags = "--load-size" if train else "--eval-resize / --image-size"
@@ -170,22 +188,45 @@ def open_split(root: str | Path, split: str, *, train: bool, image_size: int, lo
     return dataset
 
 
-def verify_split(folder: str | Path, progress: bool = False) -> int:
-    """Check every file of a packed split against the SHA-256 in its manifest; return the number of images.
+def _file_state(path: Path) -> list[int]:
+    stat = path.stat()
+    return [stat.st_size, stat.st_mtime_ns]
+
+
+def verify_split(folder: str | Path, progress: bool = False, only_changed: bool = False) -> int:
+    """Check the files of a packed split against the SHA-256 in its manifest; return the number of images.
+
+    Every file, or with ``only_changed`` those whose size or modification time differ from `STAMP`'s record of the
+    last verification (all of them when there is no record, or one of another manifest). The record is rewritten
+    after a successful check (skipped, silently, where the folder is read-only: the check then repeats next time).
     Raises ValueError naming the first missing or corrupted file."""
     folder = Path(folder)
     manifest = read_manifest(folder)
     shards = [e for e in manifest["shards"] if e is not None]
     if not manifest.get("complete") or len(shards) != len(manifest["shards"]):
         raise ValueError(f"data_dir: the pack in {str(folder)!r} is unfinished")
+    manifest_sha = sha256_file(folder / MANIFEST)
+    recorded: dict = {}
+    if only_changed and (folder / STAMP).is_file():
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            stamp = json.loads((folder / STAMP).read_text())
+            recorded = dict(stamp["files"]) if stamp.get("manifest_sha256") == manifest_sha else {}
+    files = {}
     for entry in tqdm(shards, desc=f"verifying {folder.name}", unit="shard", disable=not progress):
-        for suffix, key in ((".npy", "sha256"), (".labels.npy", "labels_sha256")):
-            path = folder / f"{entry['name']}{suffix}"
+        for suffix, key in FILES:
+            name = f"{entry['name']}{suffix}"
+            path = folder / name
             if not path.is_file():
                 raise ValueError(f"data_dir: {path} is missing")
+            files[name] = _file_state(path)
+            if recorded.get(name) == files[name]:
+                continue
             if sha256_file(path) != entry[key]:
                 raise ValueError(f"data_dir: {path} does not match its checksum in {MANIFEST} (corrupted; delete it "
                                  "and run crate-pack again to rewrite it)")
+    if files != recorded:
+        with contextlib.suppress(OSError):
+            write_json_atomic(folder / STAMP, {"manifest_sha256": manifest_sha, "files": files})
     return sum(e["images"] for e in shards)
 
 
@@ -301,4 +342,4 @@ def _files_intact(folder: Path, entry: dict) -> bool:
     checksums are compared by `verify_split`)."""
     return all((folder / f"{entry['name']}{suffix}").is_file()
                and (folder / f"{entry['name']}{suffix}").stat().st_size == entry[f"{key}_bytes"]
-               for suffix, key in ((".npy", "sha256"), (".labels.npy", "labels_sha256")))
+               for suffix, key in FILES)

@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import abc
 import argparse
-import csv
 import functools
 import json
 import math
 import multiprocessing
 import os
+import re
 import sys
 import sysconfig
 import zlib
@@ -46,6 +46,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 from tqdm import tqdm
+
+from ..files import read_json, read_text
 
 BYTE_EOT, BYTE_MASK = 256, 257
 SPLITS = ("train", "val")
@@ -268,6 +270,10 @@ def stdlib_documents() -> list[Document]:
 
 
 # ------------------------------------------------------------------------------------------------ token files
+TOKEN_DTYPES = ("uint16", "uint32")  # what token files hold; read as anything else, the ids are garbage
+META_FIELDS = ("tokenizer", "vocab_size", "dtype", "eot_id", "mask_id", "special_ids")  # what load_corpus reads
+
+
 def token_dtype(vocab_size: int) -> np.dtype:
     """uint16 when every id fits (V ≤ 65,536, nanoGPT's files), else uint32."""
     return np.dtype(np.uint16 if vocab_size <= 2**16 else np.uint32)
@@ -352,11 +358,41 @@ def prepare(documents: Sequence[Document], tokenizer: Tokenizer, output_dir: str
     return meta
 
 
-def read_tokens(path: str | os.PathLike, dtype: np.dtype | str) -> np.ndarray:
-    """The token ids of a ``.bin`` file, memory-mapped read-only (ValueError naming a missing or malformed file)."""
-    path, dtype = Path(path), np.dtype(dtype)
+def read_meta(data_dir: str | os.PathLike) -> dict:
+    """The ``meta.json`` of a prepared corpus, checked: it has every field `load_corpus` reads, and its dtype is a
+    token dtype wide enough for the vocabulary (ValueError naming the file otherwise)."""
+    path = Path(data_dir) / "meta.json"
+    if not path.is_file():
+        raise ValueError(f"data_dir: {str(path)!r} does not exist; prepare the corpus with crate-prepare-text "
+                         "(an interrupted preparation has no meta.json)")
+    meta = read_json(path, "data_dir")
+    missing = [k for k in META_FIELDS if k not in meta] if isinstance(meta, dict) else list(META_FIELDS)
+    if missing:
+        raise ValueError(f"data_dir: {path} has no {', '.join(missing)}; crate-prepare-text writes them all "
+                         "(prepare the corpus again)")
+    if meta["dtype"] not in TOKEN_DTYPES:
+        raise ValueError(f"data_dir: {path} gives dtype {meta['dtype']!r}; token files hold {' or '.join(TOKEN_DTYPES)} "
+                         "ids")
+    if not isinstance(meta["vocab_size"], int) or not 0 < meta["vocab_size"] <= np.iinfo(meta["dtype"]).max + 1:
+        raise ValueError(f"data_dir: {path} gives vocab_size {meta['vocab_size']!r}, not a positive number of ids "
+                         f"that {meta['dtype']} holds")
+    return meta
+
+
+def read_tokens(path: str | os.PathLike, dtype: str | None = None) -> np.ndarray:
+    """The token ids of a ``.bin`` file, memory-mapped read-only. ``dtype`` (uint16 or uint32) defaults to the one
+    the ``meta.json`` beside the file records, else uint16 (nanoGPT's files, which have none). A dtype that
+    contradicts that meta.json, and a missing or malformed file, raise ValueError naming it."""
+    path = Path(path)
+    if dtype is not None and str(dtype) not in TOKEN_DTYPES:
+        raise ValueError(f"dtype: expected {' or '.join(TOKEN_DTYPES)}, got {str(dtype)!r}")
     if not path.is_file():
         raise ValueError(f"token file: {str(path)!r} does not exist (prepare it with crate-prepare-text)")
+    recorded = read_meta(path.parent)["dtype"] if (path.parent / "meta.json").is_file() else None
+    if dtype is not None and recorded is not None and str(dtype) != recorded:
+        raise ValueError(f"dtype: {dtype} contradicts {path.parent / 'meta.json'}, which records {recorded} for "
+                         f"{path.name}")
+    dtype = np.dtype(str(dtype or recorded or "uint16"))
     size = path.stat().st_size
     if size == 0 or size % dtype.itemsize:
         raise ValueError(f"token file: {str(path)!r} holds {size} bytes, not a whole non-zero number of {dtype.name} "
@@ -367,12 +403,8 @@ def read_tokens(path: str | os.PathLike, dtype: np.dtype | str) -> np.ndarray:
 def load_corpus(data_dir: str | os.PathLike) -> TokenCorpus:
     """The token files of a prepared corpus (``meta.json``, ``train.bin``, ``val.bin``)."""
     root = Path(data_dir)
-    meta_path = root / "meta.json"
-    if not meta_path.is_file():
-        raise ValueError(f"data_dir: {str(meta_path)!r} does not exist; prepare the corpus with crate-prepare-text "
-                         "(an interrupted preparation has no meta.json)")
-    meta = json.loads(meta_path.read_text())
-    return TokenCorpus(*(read_tokens(root / f"{s}.bin", meta["dtype"]) for s in SPLITS), meta["tokenizer"],
+    meta = read_meta(root)
+    return TokenCorpus(*(read_tokens(root / f"{s}.bin") for s in SPLITS), meta["tokenizer"],
                        meta["vocab_size"], meta["eot_id"], meta["mask_id"], tuple(meta["special_ids"]),
                        meta.get("source") or str(root))
 
@@ -402,22 +434,30 @@ class TokenBlocks(Dataset):
 
     ``extra=1`` (causal LM): B inputs and their B next tokens share one window of B + 1 ids (the last id of window
     i is the first of window i + 1); ``extra=0`` (masked LM): windows of exactly B ids. The tail shorter than a
-    window is not used.
+    window is not used. With ``vocab_size``, a window holding an id outside [0, vocab_size) raises ValueError naming
+    the token file and the position: the model checks its inputs, but a window's targets (its last id, the masked
+    positions) reach only the loss, which would fail with an index error deep inside it.
     """
 
-    def __init__(self, tokens: np.ndarray, block_size: int, extra: int = 1) -> None:
+    def __init__(self, tokens: np.ndarray, block_size: int, extra: int = 1, vocab_size: int | None = None) -> None:
         if block_size < 1:
             raise ValueError(f"block_size: expected a positive integer, got {block_size}")
         if len(tokens) < block_size + extra:
             raise ValueError(f"block_size: {block_size} (+{extra}) exceeds the {len(tokens)} tokens of the split")
-        self.tokens, self.block_size, self.extra = tokens, block_size, extra
+        self.tokens, self.block_size, self.extra, self.vocab_size = tokens, block_size, extra, vocab_size
 
     def __len__(self) -> int:
         return (len(self.tokens) - self.extra) // self.block_size
 
     def __getitem__(self, i: int) -> torch.Tensor:
         start = int(i) * self.block_size
-        return torch.from_numpy(np.asarray(self.tokens[start:start + self.block_size + self.extra], dtype=np.int64))
+        window = np.asarray(self.tokens[start:start + self.block_size + self.extra], dtype=np.int64)
+        if self.vocab_size is not None and (window.min() < 0 or window.max() >= self.vocab_size):
+            where = start + int(np.argmax((window < 0) | (window >= self.vocab_size)))
+            source = getattr(self.tokens, "filename", None) or "the token array"
+            raise ValueError(f"tokens: id {int(self.tokens[where])} at position {where} of {source} is outside the "
+                             f"vocabulary [0, {self.vocab_size})")
+        return torch.from_numpy(window)
 
 
 def stack_blocks(items: list[torch.Tensor]) -> torch.Tensor:
@@ -487,28 +527,32 @@ class TextPairs:
 def read_glue_tsv(path: str | os.PathLike, text_columns: Sequence[str], label_column: str,
                   classes: Sequence[str] | None = None) -> TextPairs:
     """A GLUE-format TSV with a header row (SST-2: ``sentence``, ``label``; MRPC: ``#1 String``, ``#2 String``,
-    ``Quality``), read without quote handling as GLUE's files need. Labels map to ``classes`` (default: the sorted
-    distinct labels, numerically when they are integers)."""
+    ``Quality``), UTF-8, split at tabs and line ends without quote handling as GLUE's files need, fields of any length.
+    Every row must have the header's number of fields and a non-empty label (a stray tab would shift a text into the
+    label column and make a class of it): ValueError naming the file and the line otherwise; blank lines are
+    skipped. Labels map to ``classes`` (default: the sorted distinct labels, numerically when they are integers)."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"glue file: {str(path)!r} does not exist")
     if not 1 <= len(text_columns) <= 2:
         raise ValueError(f"text_columns: expected one or two column names, got {list(text_columns)}")
-    with open(path, encoding="utf-8", newline="") as f:
-        rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    lines = re.split(r"\r\n|\r|\n", read_text(path, "glue file"))
+    rows = [(number, line.split("\t")) for number, line in enumerate(lines, start=1) if line]
     if len(rows) < 2:
         raise ValueError(f"glue file: {str(path)!r} has no examples below its header")
-    header, body = rows[0], [r for r in rows[1:] if r]
+    (_, header), body = rows[0], rows[1:]
     missing = [c for c in (*text_columns, label_column) if c not in header]
     if missing:
         raise ValueError(f"glue file: {str(path)!r} has no column(s) {missing}; its header is {header}")
     where = [header.index(c) for c in text_columns]
     label_at = header.index(label_column)
-    short = next((i for i, r in enumerate(body) if len(r) <= max(*where, label_at)), None)
-    if short is not None:
-        raise ValueError(f"glue file: row {short + 2} of {str(path)!r} has {len(body[short])} fields, the header "
-                         f"{len(header)}")
-    raw = [r[label_at] for r in body]
+    for number, row in body:
+        if len(row) != len(header):
+            raise ValueError(f"glue file: line {number} of {path} has {len(row)} tab-separated fields, its header "
+                             f"{len(header)}")
+        if not row[label_at].strip():
+            raise ValueError(f"glue file: line {number} of {path} has an empty {label_column!r}")
+    raw = [r[label_at] for _, r in body]
     if classes is None:
         distinct = set(raw)
         numeric = all(v.lstrip("-").isdigit() for v in distinct)
@@ -517,7 +561,7 @@ def read_glue_tsv(path: str | os.PathLike, text_columns: Sequence[str], label_co
     if unknown:
         raise ValueError(f"glue file: {str(path)!r} has labels {unknown[:5]} outside the classes {list(classes)}")
     index = {c: i for i, c in enumerate(classes)}
-    return TextPairs([tuple(r[i] for i in where) for r in body], [index[v] for v in raw], list(classes))
+    return TextPairs([tuple(r[i] for i in where) for _, r in body], [index[v] for v in raw], list(classes))
 
 
 def stdlib_next_lines(split: str, count: int, seed: int = 0) -> TextPairs:
@@ -562,15 +606,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help=f"share of documents held out (default 0.0005; {BUILTIN_VAL_FRACTION} with --builtin)")
     parser.add_argument("--workers", type=int, default=1, help="tokenizing processes")
     args = parser.parse_args(argv)
+    from .. import cli  # the command lines' shared error path (it imports the engine, which the data need not)
+
     try:
         tokenizer = get_tokenizer(args.tokenizer)
         documents = stdlib_documents() if args.builtin else find_documents(args.input, args.pattern)
         fraction = args.val_fraction or (BUILTIN_VAL_FRACTION if args.builtin else 0.0005)
         meta = prepare(documents, tokenizer, args.output_dir, fraction, args.workers,
                        source="stdlib" if args.builtin else " ".join(args.input))
-    except (ValueError, TypeError, OSError) as err:
-        print(f"crate-prepare-text: {err}", file=sys.stderr)
-        return 1
+    except cli.EXPECTED as err:
+        return cli.fail("crate-prepare-text", err, 1)
     print(json.dumps({"output_dir": args.output_dir, **{k: meta[k] for k in ("tokenizer", "vocab_size", "dtype",
                                                                             "train", "val")}}, indent=2))
     return 0

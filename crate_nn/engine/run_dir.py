@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from .. import checkpoint
+from ..files import writing
 
 OWNED = ("checkpoints", "metrics.jsonl", "config.json", "measurements", "figures", "tensorboard")
 
@@ -205,8 +206,9 @@ class RunFiles:
         path = self.checkpoints / f"step_{step:07d}.pt"
         checkpoint.save(path, model, extra)
         tmp = self.checkpoints / ".last.pt.tmp"
-        shutil.copyfile(path, tmp)
-        os.replace(tmp, self.last)
+        with writing("checkpoint", self.last):
+            shutil.copyfile(path, tmp)
+            os.replace(tmp, self.last)
         if self.keep > 0:
             for old in sorted(self.checkpoints.glob("step_*.pt"))[:-self.keep]:
                 old.unlink()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
@@ -106,6 +106,14 @@ class Task(abc.ABC):
         """What the task resolved from its config, recorded in config.json (e.g. the model's full config)."""
         config = getattr(self.model, "config", None)
         return {"model_config": dataclasses.asdict(config)} if dataclasses.is_dataclass(config) else {}
+
+
+def require_classes(classes: Sequence[str], where: str) -> None:
+    """ValueError unless a classifier's training data (``where``: the option and what it names) has at least two
+    classes: a one-way head predicts its only class whatever the input, so it "learns" to accuracy 1.0."""
+    if len(classes) < 2:
+        found = f"one class, {list(classes)}" if classes else "no classes"
+        raise ValueError(f"{where} holds {found}; a classifier needs at least two")
 
 
 TASKS: dict[type[TrainConfig], type[Task]] = {}

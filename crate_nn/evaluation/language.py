@@ -41,12 +41,13 @@ def spread(available: int, count: int) -> list[int]:
     return [(k * available) // count for k in range(count)]
 
 
-def _evaluation_windows(tokens: np.ndarray, block_size: int, extra: int, batch_size: int, batches: int,
-                        ctx: distributed.Context) -> tuple[TokenBlocks, list[list[int]]]:
-    """This process's batches of window indices (every world_size-th window of the spread)."""
+def _evaluation_windows(model: nn.Module, tokens: np.ndarray, block_size: int, extra: int, batch_size: int,
+                        batches: int, ctx: distributed.Context) -> tuple[TokenBlocks, list[list[int]]]:
+    """The windows (ids checked against ``model``'s vocabulary) and this process's batches of window indices
+    (every world_size-th window of the spread)."""
     if batch_size < 1 or batches < 1:
         raise ValueError(f"batch_size, batches: expected positive integers, got {batch_size}, {batches}")
-    windows = TokenBlocks(tokens, block_size, extra)
+    windows = TokenBlocks(tokens, block_size, extra, unwrap_model(model).config.vocab_size)
     mine = spread(len(windows), batch_size * batches)[ctx.rank::ctx.world_size]
     return windows, [mine[i:i + batch_size] for i in range(0, len(mine), batch_size)]
 
@@ -70,7 +71,7 @@ def lm_loss(model: nn.Module, tokens: np.ndarray, block_size: int, ctx: distribu
             batches: int = 1000, precision: str = "auto") -> dict[str, float]:
     """``loss`` (nats per token), ``perplexity`` and the number of predicted ``tokens`` of a causal LM on
     ``tokens`` (a 1-D array of ids): the module docstring's protocol."""
-    windows, mine = _evaluation_windows(tokens, block_size, 1, batch_size, batches, ctx)
+    windows, mine = _evaluation_windows(model, tokens, block_size, 1, batch_size, batches, ctx)
 
     def body(net: nn.Module) -> torch.Tensor:
         totals = torch.zeros(2, dtype=torch.float64, device=ctx.device)
@@ -104,7 +105,7 @@ def mlm_metrics(model: nn.Module, tokens: np.ndarray, block_size: int, ctx: dist
     (fraction of masked tokens predicted exactly) and the number of ``masked`` tokens of a masked LM on windows of
     ``tokens``. Each window is masked by ``mask`` with a generator seeded by (``seed``, window index), so it gets
     the same mask on every call."""
-    windows, mine = _evaluation_windows(tokens, block_size, 0, batch_size, batches, ctx)
+    windows, mine = _evaluation_windows(model, tokens, block_size, 0, batch_size, batches, ctx)
 
     def body(net: nn.Module) -> torch.Tensor:
         totals = torch.zeros(4, dtype=torch.float64, device=ctx.device)  # Σ sequence losses, sequences, hits, masked

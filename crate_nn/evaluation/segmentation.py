@@ -29,7 +29,6 @@ Evaluators:
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +48,7 @@ from ..analysis.segmentation import (
     patch_grid,
     upsample,
 )
+from ..files import read_json, read_text
 
 VOC_CLASSES = 21  # background + 20 object classes
 IGNORE = 255
@@ -169,12 +169,25 @@ def evaluate_objects(model: nn.Module, dataset, transform: Callable[[torch.Tenso
 
 
 # --------------------------------------------------------------------------------------------- image files
-def load_image(path: str | Path, size: int) -> tuple[torch.Tensor, tuple[int, int]]:
-    """An image file as a float tensor (3, size, size) in [0, 1] (resized, aspect not kept, as MaskCut does) and
-    its original (height, width)."""
+def open_image(path: str | Path, what: str):
+    """``path`` opened and decoded by Pillow; ValueError "``what``: <path> cannot be decoded (<Pillow's reason>)" for
+    a truncated, corrupt or oversized file (more pixels than ``PIL.Image.MAX_IMAGE_PIXELS`` allows)."""
     from PIL import Image
 
-    with Image.open(path) as im:
+    try:
+        image = Image.open(path)
+        image.load()
+    except Exception as err:  # Pillow raises OSError, SyntaxError, DecompressionBombError... for such files
+        raise ValueError(f"{what}: {path} cannot be decoded ({type(err).__name__}: {err})") from err
+    return image
+
+
+def load_image(path: str | Path, size: int) -> tuple[torch.Tensor, tuple[int, int]]:
+    """An image file as a float tensor (3, size, size) in [0, 1] (resized, aspect not kept, as MaskCut does) and
+    its original (height, width); `open_image`'s ValueError for a file Pillow cannot decode."""
+    from PIL import Image
+
+    with open_image(path, "image") as im:
         im = im.convert("RGB")
         original = (im.height, im.width)
         array = np.asarray(im.resize((size, size), Image.BICUBIC), dtype=np.float32) / 255.0
@@ -192,20 +205,55 @@ def _coco():
     return COCO, COCOeval, coco_mask
 
 
+COCO_IMAGE_FIELDS = ("id", "file_name", "height", "width")
+COCO_ANNOTATION_FIELDS = ("id", "image_id", "bbox", "segmentation", "area", "iscrowd")  # what COCOeval reads
+
+
+def read_coco(annotation_file: str | Path) -> dict:
+    """A COCO instances file, checked: every image has `COCO_IMAGE_FIELDS`, every annotation
+    `COCO_ANNOTATION_FIELDS` (a box of four numbers) and the id of a listed image; ValueError naming the file and
+    the first record that does not."""
+    path = Path(annotation_file)
+    if not path.is_file():
+        raise ValueError(f"annotations: {str(path)!r} does not exist")
+    data = read_json(path, "annotations")
+    if not isinstance(data, dict) or not all(isinstance(data.get(k), list) for k in ("images", "annotations")):
+        raise ValueError(f"annotations: {str(path)!r} is not a COCO instances file (no images/annotations lists)")
+    for kind, fields in (("images", COCO_IMAGE_FIELDS), ("annotations", COCO_ANNOTATION_FIELDS)):
+        for k, record in enumerate(data[kind]):
+            missing = [f for f in fields if f not in record] if isinstance(record, dict) else list(fields)
+            if missing:
+                raise ValueError(f"annotations: {kind}[{k}] of {path} has no {', '.join(missing)}")
+    known = {im["id"] for im in data["images"]}
+    for k, a in enumerate(data["annotations"]):
+        box = a["bbox"]
+        if not (isinstance(box, list) and len(box) == 4 and all(isinstance(v, (int, float)) for v in box)):
+            raise ValueError(f"annotations: annotations[{k}] of {path} has bbox {box!r}, not [x, y, width, height]")
+        if a["image_id"] not in known:
+            raise ValueError(f"annotations: annotations[{k}] of {path} refers to image_id {a['image_id']!r}, which "
+                             "is not among its images")
+    return data
+
+
 def read_coco_images(annotation_file: str | Path, image_dir: str | Path) -> list[dict]:
-    """The images of a COCO annotation file (``id``, ``file`` path, ``height``, ``width``), sorted by id; a missing
-    file raises ValueError naming it."""
-    annotation_file, image_dir = Path(annotation_file), Path(image_dir)
-    if not annotation_file.is_file():
-        raise ValueError(f"annotations: {str(annotation_file)!r} does not exist")
-    data = json.loads(annotation_file.read_text())
-    if not isinstance(data, dict) or "images" not in data or "annotations" not in data:
-        raise ValueError(f"annotations: {str(annotation_file)!r} is not a COCO instances file (no images/annotations)")
+    """The images of a COCO annotation file (`read_coco`): ``id``, ``file`` path, ``height``, ``width``, sorted by
+    id. A missing file, or one whose size (read from its header) is not the annotated size — the masks and boxes
+    are in the annotated pixels, so a resized copy of the images would score wrong numbers — raises ValueError
+    naming it."""
+    from PIL import Image
+
+    data, image_dir = read_coco(annotation_file), Path(image_dir)
     images = [{"id": int(im["id"]), "file": str(image_dir / im["file_name"]), "height": int(im["height"]),
                "width": int(im["width"])} for im in sorted(data["images"], key=lambda im: im["id"])]
     missing = [im["file"] for im in images if not Path(im["file"]).is_file()]
     if missing:
         raise ValueError(f"image_dir: {len(missing)} image(s) of the annotations are missing, e.g. {missing[0]!r}")
+    for im in images:
+        with Image.open(im["file"]) as file:  # reads the header only
+            width, height = file.size
+        if (width, height) != (im["width"], im["height"]):
+            raise ValueError(f"image_dir: {im['file']} is {width}×{height} pixels, {annotation_file} annotates it "
+                             f"as {im['width']}×{im['height']} (a resized copy? the masks are in the annotated size)")
     return images
 
 
@@ -238,7 +286,7 @@ def coco_ap(annotation_file: str | Path, predictions: Sequence[dict], image_ids:
     ``seg_*`` for masks (Table 7), over ``image_ids`` (default: every image of the file). ``predictions`` as from
     `maskcut_predictions`; no predictions scores 0."""
     COCO, COCOeval, coco_mask = _coco()
-    data = json.loads(Path(annotation_file).read_text())
+    data = read_coco(annotation_file)
     data = {**data, "categories": [{"id": 1, "name": "object", "supercategory": "object"}],
             "annotations": [{**a, "category_id": 1} for a in data["annotations"]]}
     gt = COCO()
@@ -282,7 +330,9 @@ def read_voc(root: str | Path, split: str = "val") -> list[tuple[str, str]]:
     listing = root / "ImageSets" / "Segmentation" / f"{split}.txt"
     if not listing.is_file():
         raise ValueError(f"data_dir: expected the VOC2012 split list {str(listing)!r}, it does not exist")
-    names = [line.strip() for line in listing.read_text().splitlines() if line.strip()]
+    names = [line.strip() for line in read_text(listing, "data_dir").splitlines() if line.strip()]
+    if not names:
+        raise ValueError(f"data_dir: the {split} split list {str(listing)!r} names no images")
     pairs = [(str(root / "JPEGImages" / f"{n}.jpg"), str(root / "SegmentationClass" / f"{n}.png")) for n in names]
     missing = [p for pair in pairs for p in pair if not Path(p).is_file()]
     if missing:
@@ -292,9 +342,7 @@ def read_voc(root: str | Path, split: str = "val") -> list[tuple[str, str]]:
 
 def read_label_png(path: str | Path) -> torch.Tensor:
     """A VOC label image (palette PNG: class indices, 255 = boundary/ignore) → (H, W) int64."""
-    from PIL import Image
-
-    with Image.open(path) as im:
+    with open_image(path, "labels") as im:
         if im.mode not in ("P", "L"):
             raise ValueError(f"labels: {str(path)!r} is a {im.mode} image; VOC labels are palette (P) PNGs of indices")
         return torch.from_numpy(np.asarray(im, dtype=np.int64).copy())

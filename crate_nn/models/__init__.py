@@ -1,4 +1,5 @@
-"""The networks: blocks (MSSA, ISTA, the baselines' MHSA and MLP), layer stacks, model families and their registry.
+"""The networks: blocks (MSSA, ISTA, the baselines' MHSA and MLP, ToST's TSSA), layer stacks, model families and their
+registry.
 
 Importing this package registers every family and named size (`create_model`, `list_models`).
 """
@@ -23,11 +24,12 @@ from .registry import (
     register_model,
     unwrap_model,
 )
+from .tssa import TSSA
 
 __all__ = [
     "BERTClassifierConfig", "BERTConfig", "BlockConfig", "CRATEBERT", "CRATEBERTClassifier", "CRATEGPT", "GPTConfig",
     "CRATEClassifier", "CRATEConfig", "CRATEDecoder", "DINO", "DINOConfig", "CRATEDecoderLayer", "CRATEEncoder", "CRATEMAE", "CRATEMAEConfig",
-    "CRATELayer", "ISTA", "LayerStack", "LayerTrace", "MHSA", "MLP", "MSSA", "PatchEmbed", "build_model",
+    "CRATELayer", "ISTA", "LayerStack", "LayerTrace", "MHSA", "MLP", "MSSA", "PatchEmbed", "TSSA", "build_model",
     "create_model", "get_family", "list_models", "model_config", "patchify", "register_family", "register_model",
     "resample_pos_embed", "unwrap_model",
 ]

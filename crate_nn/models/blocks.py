@@ -6,10 +6,11 @@ Encoder layer ℓ (Fig. 10; LayerNorm before each block):
                                                  S = LN1(Z^ℓ) (skip="normed", Appendix D Alg. 4)
     Z^{ℓ+1}   = ISTA(LN2(Z^{ℓ+1/2}) | D^ℓ)        (+ Z^{ℓ+1/2}, resp. LN2(Z^{ℓ+1/2}), if ista_skip)
 
-``attention="mhsa"`` puts the standard multi-head attention in place of MSSA and ``feedforward="mlp"`` the
-standard MLP with its residual, ``Z^{ℓ+1} = S' + MLP(LN2(Z^{ℓ+1/2}))``, in place of ISTA (ViT, CRATE-MLP,
-CRATE-MHSA; Table 17). The sub-modules are named after what they are (``mssa`` or ``mhsa``, ``ista`` or ``mlp``);
-``attn`` and ``ffn`` reach whichever is present.
+``attention="mhsa"`` puts the standard multi-head attention in place of MSSA (``"tssa"``: ToST's token statistics
+self-attention, `crate_nn.models.tssa`) and ``feedforward="mlp"`` the standard MLP with its residual,
+``Z^{ℓ+1} = S' + MLP(LN2(Z^{ℓ+1/2}))``, in place of ISTA (ViT, CRATE-MLP, CRATE-MHSA; Table 17; ToST = TSSA + MLP).
+The sub-modules are named after what they are (``mssa``, ``mhsa`` or ``tssa``, ``ista`` or ``mlp``); ``attn`` and
+``ffn`` reach whichever is present.
 
 Decoder layer ℓ, eq. (64) ``Z̃^{ℓ+1} = E^ℓ Z̃^ℓ − MSSA(E^ℓ Z̃^ℓ | V^ℓ)`` with LayerNorms:
 
@@ -33,6 +34,7 @@ from .baselines import MHSA, MLP
 from .config import BlockConfig
 from .ista import ISTA
 from .mssa import MSSA, HeadAttention
+from .tssa import TSSA
 
 
 @dataclass
@@ -50,10 +52,14 @@ class LayerTrace:
 
 
 def build_attention(config: BlockConfig) -> HeadAttention:
-    """The attention block ``config.attention`` names: MSSA (eqs. 35–37) or the baselines' MHSA."""
+    """The attention block ``config.attention`` names: MSSA (eqs. 35–37), the baselines' MHSA or ToST's TSSA."""
     common = dict(scale=config.attn_scale, causal=config.causal, attn_dropout=config.attn_dropout)
     if config.attention == "mhsa":
         return MHSA(config.dim, config.heads, config.head_dim, **common)
+    if config.attention == "tssa":
+        return TSSA(config.dim, config.heads, config.head_dim, membership=config.tssa_membership,
+                    temperature=config.tssa_temperature, step=config.tssa_step, output=config.mssa_output,
+                    out_bias=config.out_bias, **common)
     return MSSA(config.dim, config.heads, config.head_dim, output=config.mssa_output, out_bias=config.out_bias,
                 eps=config.eps, **common)
 
@@ -82,7 +88,7 @@ class CRATELayer(nn.Module):
 
     @property
     def attn(self) -> HeadAttention:
-        """The attention block (``self.mssa`` or ``self.mhsa``)."""
+        """The attention block (``self.mssa``, ``self.mhsa`` or ``self.tssa``)."""
         return getattr(self, self.attention_name)
 
     @property

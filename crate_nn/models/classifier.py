@@ -16,10 +16,14 @@ Registered sizes (``create_model(name)``; 224² images, 16² patches unless the 
 | crate_tiny / small / base / large | MSSA + ISTA | 384 / 576 / 768 / 1024 | 12 / 12 / 12 / 24 | 6 / 12 / 12 / 16 | 6,090,856 / 13,116,328 / 22,796,008 / 77,641,192 (Table 8) |
 | vit_tiny / small / base / large | MHSA + MLP | 192 / 384 / 768 / 1024 | 12 / 12 / 12 / 24 | 3 / 6 / 12 / 16 | 5,719,336 / 22,052,968 / 86,570,728 / 304,330,216 |
 | crate_s8 / crate_mlp_s8 / crate_mhsa_s8 / vit_s8 (patch 8) | Table 17's four | 384 | 12 | 6 | 6,094,312 / 18,503,656 / 9,647,080 / 22,056,424 |
+| tost_tiny / small / medium / large | TSSA + MLP (ToST) | 192 / 384 / 512 / 768 | 12 / 12 / 24 / 24 | 4 / 8 / 8 / 16 | 4,827,736 / 18,500,296 / 64,049,320 / 143,258,728 |
 
 The baselines share everything with CRATE but the block (same stem, head, LayerNorms and initialisation), so a
 comparison differs in what it compares. Table 8 prints ViT-T 5.72M and ViT-S 22.05M for timm's ViTs, whose
-Conv2d stem lacks our stem's two LayerNorms (1,536 + 2d parameters).
+Conv2d stem lacks our stem's two LayerNorms (1,536 + 2d parameters). The ToST sizes are those of ToST's public
+vision code (``tost_cab_{tiny_12, small_12, medium_24, large_24}_p16``: d, L, K as above, MLP ratio 4) with our
+stem and head; the authors' models are XCiT's (a convolutional stem, Fourier position encoding, two class-attention
+layers, LayerScale), so their counts differ from these, and the paper's tables were not available to compare.
 """
 from __future__ import annotations
 
@@ -153,6 +157,7 @@ class CRATEClassifier(nn.Module):
 
 
 _VIT = dict(attention="mhsa", feedforward="mlp")
+_TOST = dict(attention="tssa", feedforward="mlp")
 _S8 = dict(dim=384, depth=12, heads=6, patch_size=8)
 for _name, _values in {
     "crate_tiny": dict(dim=384, depth=12, heads=6),
@@ -167,5 +172,9 @@ for _name, _values in {
     "crate_mlp_s8": dict(_S8, feedforward="mlp"),
     "crate_mhsa_s8": dict(_S8, attention="mhsa"),
     "vit_s8": dict(_S8, **_VIT),
+    "tost_tiny": dict(dim=192, depth=12, heads=4, **_TOST),
+    "tost_small": dict(dim=384, depth=12, heads=8, **_TOST),
+    "tost_medium": dict(dim=512, depth=24, heads=8, **_TOST),
+    "tost_large": dict(dim=768, depth=24, heads=16, **_TOST),
 }.items():
     register_model(_name, "classifier", **_values)

@@ -14,7 +14,8 @@ SKIPS = ("input", "normed")
 MSSA_OUTPUTS = ("free", "tied")
 ISTA_KINDS = ("relu", "soft", "mm", "overcomplete")
 ISTA_OUTPUTS = ("free", "tied")
-ATTENTIONS = ("mssa", "mhsa")
+ATTENTIONS = ("mssa", "mhsa", "tssa")
+MEMBERSHIPS = ("normalized", "energy")
 FEEDFORWARDS = ("ista", "mlp", "none")
 
 
@@ -28,7 +29,9 @@ class BlockConfig:
 
     Which blocks (Table 17 of the long paper; one flag each, everything else shared):
         attention: ``"mssa"`` — multi-head subspace self-attention, eqs. (35)–(37) (CRATE); ``"mhsa"`` — the
-            standard multi-head self-attention with separate query/key/value maps (ViT, CRATE-MHSA).
+            standard multi-head self-attention with separate query/key/value maps (ViT, CRATE-MHSA); ``"tssa"`` —
+            ToST's token statistics self-attention, linear in n (`crate_nn.models.tssa`; with ``causal`` its
+            prefix form). ToST = tssa + mlp.
         feedforward: ``"ista"`` — the sparsification block (CRATE); ``"mlp"`` — the standard two-layer GELU
             MLP of width ``mlp_ratio``·d with a residual connection (ViT, CRATE-MLP); ``"none"`` — no second
             block and no LayerNorm before it, Z^{ℓ+1} = Z^{ℓ+1/2} (the "without ISTA" ablations, Tables 15–16).
@@ -53,15 +56,27 @@ class BlockConfig:
             ``Z^{ℓ+1/2} = Z^ℓ + MSSA(LN(Z^ℓ))``; ``"normed"`` (Appendix D, Alg. 4):
             ``Z^{ℓ+1/2} = LN(Z^ℓ) + MSSA(LN(Z^ℓ))``. The decoder (Alg. 5 vs the code) follows the same switch.
         attn_scale: the factor multiplying the attention logits; ``None`` means p^(-1/2) (the code's
-            temperature). Eq. (35) has none: use ``attn_scale=1.0`` for the paper's SSA.
+            temperature). Eq. (35) has none: use ``attn_scale=1.0`` for the paper's SSA. With ``attention="tssa"``
+            it is c of f(x) = log(1 + c x), the statistics' weights c/(1 + c s); ``None`` means 1 (ToST's public
+            code); the derivation's c is d/ε².
         mssa_output: ``"free"`` (eq. 37, the default): a trainable output map W (d, K·p);
             ``"tied"`` (eq. 36): the output map is β[U_1 … U_K], tied to the projection, with
-            β = p/(nε²) computed from the actual token count n of each input.
+            β = p/(nε²) computed from the actual token count n of each input. TSSA's tied map is (τ/n)[U_1 … U_K]
+            (n: the tokens each token sees), which makes the block the gradient step −τ∇R^c_var.
         out_bias: the free output map W has a bias (the authors' CRATE; CRATE-α has none).
         eps: ε, the quantisation precision in β = p/(nε²) (``mssa_output="tied"``) and α = d/(nε²)
             (``ista="mm"``). Unused otherwise.
         causal: causal mask of eqs. (86)–(87): token j attends to tokens i ≤ j.
-        attn_dropout: dropout on the attention maps while training (0 in every published run).
+        attn_dropout: dropout on the attention maps while training (0 in every published run); TSSA: on the
+            statistics' weights c/(1 + c s), as ToST's public code.
+
+    Token statistics self-attention (``attention="tssa"``; ToST, arXiv 2412.17810):
+        tssa_membership: how the membership Π is computed from the codes w_k = x U_k, a softmax over the K groups
+            of t_k·e_k: ``"normalized"`` (ToST's public code, the default): e_kt = Σ_i w_kti² / Σ_{j visible} w_kji²
+            (each coordinate's square over its sum on the tokens t sees); ``"energy"``: e_kt = ‖w_kt‖², token t's
+            energy alone.
+        tssa_temperature: initial value of the learned per-head inverse temperature t_k of Π (ToST's ``temp``: 1).
+        tssa_step: τ, the gradient step of the tied output (``mssa_output="tied"``); a free W absorbs it.
 
     Normalisation:
         norm_eps: the LayerNorms' ε (1e-5, PyTorch's default, the authors' CRATE and CRATE-MAE layers; 1e-6 in CRATE-α).
@@ -86,6 +101,9 @@ class BlockConfig:
     eps: float = 1.0
     causal: bool = False
     attn_dropout: float = 0.0
+    tssa_membership: str = "normalized"
+    tssa_temperature: float = 1.0
+    tssa_step: float = 1.0
     norm_eps: float = 1e-5
 
     def __post_init__(self) -> None:
@@ -105,11 +123,13 @@ class BlockConfig:
                              f"ista={self.ista!r}")
         check_choice("skip", self.skip, SKIPS)
         check_choice("mssa_output", self.mssa_output, MSSA_OUTPUTS)
+        check_choice("tssa_membership", self.tssa_membership, MEMBERSHIPS)
+        check_number("tssa_temperature", self.tssa_temperature)
         for name in ("eta", "lam", "attn_dropout"):
             check_number(name, getattr(self, name), minimum=0.0)
         if not self.attn_dropout < 1:
             raise ValueError(f"attn_dropout must be < 1, got {self.attn_dropout}")
-        for name in ("eps", "norm_eps", "mlp_ratio"):
+        for name in ("eps", "norm_eps", "mlp_ratio", "tssa_step"):
             check_number(name, getattr(self, name), minimum=0.0)
             if getattr(self, name) == 0:
                 raise ValueError(f"{name} must be a positive number, got 0")

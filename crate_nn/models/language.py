@@ -29,10 +29,14 @@ weights once):
 | gpt_small / base / large | MHSA + MLP (GPT-2), final LN | 512 / 768 / 1280 | 8 / 12 / 20 | 12 / 12 / 36 | 50,304 | 1,024 | 64,109,568 / 124,475,904 / 774,090,240 |
 | crate_bert_medium / base / large | MSSA + ISTA | 512 / 768 / 1024 | 8 / 12 / 16 | 8 / 12 / 24 | 50,265 | 512 | 32,623,705 / 60,918,873 / 128,717,913 |
 | bert_medium / base / large | MHSA + MLP, final LN | 512 / 768 / 1024 | 8 / 12 / 16 | 8 / 12 / 24 | 50,265 | 512 | 51,531,865 / 124,695,129 / 355,408,985 |
+| tost_gpt_base / medium / large | causal TSSA + MLP (ToST), final LN | 768 / 1024 / 1280 | 12 / 16 / 20 | 12 / 24 / 36 | 50,304 | 1,024 | 110,292,624 / 304,466,304 / 655,987,920 |
 
 The paper gives CRATE-GPT-Base 60M (GPT-2 124M), CRATE-GPT-Large 242M (GPT-2 774M), GPT-2 Small 64M, CRATE-BERT
 Medium / Base / Large 33M / 61M (60.9M in the text) / 129M; its BERT baselines (41M / 110M / 335M) are Google's
-BERTs with a 30,522-token vocabulary, not these.
+BERTs with a 30,522-token vocabulary, not these. ToST's language README prints ToST-Base / Medium / Large 110M / 304M /
+655M for its nanoGPT models (the sizes of its training configs, as here) without biases (``bias=False``), with
+LayerScale and a learned per-position bias in Π, counted as nanoGPT prints (position embedding left out); those
+differences applied to ours give 109.60M / 303.66M / 655.14M (tests/models/test_language_models.py).
 """
 from __future__ import annotations
 
@@ -306,6 +310,7 @@ class CRATEBERTClassifier(LanguageBackbone):
 
 
 _STANDARD = dict(attention="mhsa", feedforward="mlp", final_norm=True)
+_TOST = dict(attention="tssa", feedforward="mlp", final_norm=True)
 for _name, _family, _values in [
     ("crate_gpt_small", "gpt", dict(dim=512, heads=8, depth=12)),
     ("crate_gpt_base", "gpt", dict(dim=768, heads=12, depth=12)),
@@ -321,5 +326,8 @@ for _name, _family, _values in [
     ("bert_medium", "bert", dict(dim=512, heads=8, depth=8, **_STANDARD)),
     ("bert_base", "bert", dict(dim=768, heads=12, depth=12, **_STANDARD)),
     ("bert_large", "bert", dict(dim=1024, heads=16, depth=24, **_STANDARD)),
+    ("tost_gpt_base", "gpt", dict(dim=768, heads=12, depth=12, **_TOST)),
+    ("tost_gpt_medium", "gpt", dict(dim=1024, heads=16, depth=24, **_TOST)),
+    ("tost_gpt_large", "gpt", dict(dim=1280, heads=20, depth=36, **_TOST)),
 ]:
     register_model(_name, _family, **_values)

@@ -14,7 +14,8 @@ query from attending to padding (text batches of unequal lengths).
 
 `HeadAttention` holds what MSSA shares with the standard multi-head attention of the baselines
 (`crate_nn.models.baselines.MHSA`): the fused (SDPA, `fused_attention`) and explicit paths, the causal mask, the
-head merge.
+head merge. `SubspaceAttention` holds what MSSA shares with ToST's TSSA (`crate_nn.models.tssa`): the projection
+[U_1 … U_K]* that serves as query, key and value, and the free or tied output map.
 """
 from __future__ import annotations
 
@@ -41,11 +42,13 @@ def fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs)
 
 
 class HeadAttention(nn.Module, abc.ABC):
-    """Scaled-dot-product attention over K heads: (batch, n, d) → (batch, n, d).
+    """Attention over K heads: (batch, n, d) → (batch, n, d); by default scaled-dot-product attention.
 
     Subclasses define ``qkv_heads(x)`` → (q, k, v), each (batch, K, n, p), and ``merge(heads, n)`` mapping the
-    concatenated head outputs (batch, n, K·p) back to (batch, n, d). ``fused_attn`` selects
-    ``F.scaled_dot_product_attention`` (default) or the explicit softmax path, which tests compare.
+    concatenated head outputs (batch, n, K·p) back to (batch, n, d). ``fused_attn`` selects the fast path (default;
+    here ``F.scaled_dot_product_attention``) or the explicit path with its (batch, K, n, n) maps, which tests compare.
+    `crate_nn.models.tssa.TSSA` replaces both paths by its own (linear in n, and explicit) and keeps the rest: the
+    flag, the causal/padding mask, the head merge.
     """
 
     def __init__(self, heads: int, dim_head: int, *, scale: float | None, causal: bool, attn_dropout: float):
@@ -105,7 +108,34 @@ class HeadAttention(nn.Module, abc.ABC):
         return self._combine(F.dropout(attn, dropout, training=self.training) @ v), attn
 
 
-class MSSA(HeadAttention):
+class SubspaceAttention(HeadAttention):
+    """What MSSA and TSSA share: one bias-free projection ``qkv`` whose weight (K·p, d) is [U_1 … U_K]*, serving as
+    query, key and value (per-head codes w_k = x U_k), and an output map — a free Linear W (``output="free"``, with
+    bias unless ``out_bias=False``) or, for ``"tied"``, [U_1 … U_K] times the subclass's factor (`merge`)."""
+
+    def __init__(self, dim: int, heads: int, dim_head: int, *, scale: float | None, output: str, out_bias: bool,
+                 causal: bool, attn_dropout: float) -> None:
+        super().__init__(heads, dim_head, scale=scale, causal=causal, attn_dropout=attn_dropout)
+        if output not in ("free", "tied"):
+            raise ValueError(f"output must be 'free' or 'tied', got {output!r}")
+        self.output = output
+        self.qkv = nn.Linear(dim, heads * dim_head, bias=False)  # weight = [U_1 … U_K]*, shape (K·p, d)
+        self.out = nn.Linear(heads * dim_head, dim, bias=out_bias) if output == "free" else None
+
+    def project(self, x: torch.Tensor) -> torch.Tensor:
+        """Per-head codes w_k = x U_k: (batch, n, d) → (batch, K, n, p) (the qkv output, split by head)."""
+        b, n, _ = x.shape
+        return self.qkv(x).view(b, n, self.heads, self.dim_head).transpose(1, 2)
+
+    def qkv_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        w = self.project(x)
+        return w, w, w
+
+    def extra_repr(self) -> str:
+        return f"heads={self.heads}, dim_head={self.dim_head}, scale={self.scale:.4g}, output={self.output}, causal={self.causal}"
+
+
+class MSSA(SubspaceAttention):
     """MSSA block: (batch, n, d) → (batch, n, d).
 
     Args:
@@ -131,21 +161,9 @@ class MSSA(HeadAttention):
         causal: bool = False,
         attn_dropout: float = 0.0,
     ) -> None:
-        super().__init__(heads, dim_head, scale=scale, causal=causal, attn_dropout=attn_dropout)
-        if output not in ("free", "tied"):
-            raise ValueError(f"output must be 'free' or 'tied', got {output!r}")
-        self.output, self.eps = output, float(eps)
-        self.qkv = nn.Linear(dim, heads * dim_head, bias=False)  # weight = [U_1 … U_K]*, shape (K·p, d)
-        self.out = nn.Linear(heads * dim_head, dim, bias=out_bias) if output == "free" else None
-
-    def project(self, x: torch.Tensor) -> torch.Tensor:
-        """Per-head codes w_k = x U_k: (batch, n, d) → (batch, K, n, p) (the qkv output, split by head)."""
-        b, n, _ = x.shape
-        return self.qkv(x).view(b, n, self.heads, self.dim_head).transpose(1, 2)
-
-    def qkv_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        w = self.project(x)
-        return w, w, w
+        super().__init__(dim, heads, dim_head, scale=scale, output=output, out_bias=out_bias, causal=causal,
+                         attn_dropout=attn_dropout)
+        self.eps = float(eps)
 
     def attention(self, w: torch.Tensor) -> torch.Tensor:
         """Attention maps softmax(scale · w wᵀ) (masked if causal): (batch, K, n, p) → (batch, K, n, n)."""
@@ -157,6 +175,3 @@ class MSSA(HeadAttention):
             return self.out(heads)
         beta = self.dim_head / (n * self.eps**2)
         return beta * (heads @ self.qkv.weight)
-
-    def extra_repr(self) -> str:
-        return f"heads={self.heads}, dim_head={self.dim_head}, scale={self.scale:.4g}, output={self.output}, causal={self.causal}"

@@ -25,6 +25,11 @@ end) and the linear probe (``probe_epochs``, solver ``probe_solver``) read the t
 every process extracts a shard of; both run once, in the main process. White-box measurements (per-layer R^c,
 sparsity) of the teacher at ``measure_epochs`` under ``measurements/``.
 
+Reproducibility: a run resumes bit for bit, and the same command on the same number of processes repeats it; but
+the crops are drawn by each process's own random stream (the engine seeds process r with seed·1000 + 1 + r), so a
+run on 2 processes differs from one on 1 process or 8 (CRATE-MAE, whose masks are keyed per image by (seed, epoch,
+index), does not).
+
 Presets: ``dino_imagenet`` (App. C.3 on ImageNet-1K, GPUs) and ``dino_digits`` (scikit-learn's digits, CPU).
 """
 from __future__ import annotations

@@ -25,6 +25,7 @@ from benchmarks import (
     task_step,
     theory,
     train_step,
+    tssa,
 )
 from benchmarks.models import LOGIT_RTOL, TINY_OVERRIDES, build_pair, check_pair, forward_flops
 from crate_nn import model_config
@@ -184,6 +185,27 @@ def test_theory_benchmark_writes_results(tmp_path):
         # float64: the three forms are the same number up to rounding (1e-16 per operation, ~100 operations)
         assert row["max_rel_diff_vs_crate_theory"] < 1e-12
     assert result["verify_quick"]["status"].startswith("skipped")
+
+
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "forward-backward"])
+def test_tssa_benchmark_writes_results(tmp_path, backward):
+    result = run_tiny(tssa, tmp_path, *(["--backward"] if backward else []))
+    measured = {(row["n"], row["block"]) for row in result["rows"]}
+    assert measured == {(n, b) for n in (16, 32, 64) for b in tssa.CONTENDERS if b != "MSSA (explicit)" or n <= 32}
+    assert all(row["ms"] > 0 and row["peak_mb"] > 0 for row in result["rows"])
+    assert result["paths_max_rel_diff"] < 1e-12  # float64: the same sums in another order
+    assert set(result["fits"]) == set(tssa.CONTENDERS) and set(result["crossovers"]) == set(tssa.CONTENDERS[1:])
+
+
+def test_crossover_and_slope():
+    """The interpolated crossover lies between the grid points where the ratio falls through 1, at the geometric
+    position log-linear interpolation gives; a power law's slope is its exponent."""
+    ns = [100, 200, 400, 800]
+    cross = tssa.crossover(ns, [4.0, 4.0, 4.0, 4.0], [1.0, 2.0, 8.0, 32.0])
+    assert cross["between"] == [200, 400] and cross["n"] == pytest.approx(200 * 2**0.5)
+    assert tssa.crossover(ns, [1.0] * 4, [2.0] * 4)["n"] is None
+    assert "not faster" in tssa.crossover(ns, [2.0] * 4, [1.0] * 4)["note"]
+    assert tssa.slope(ns, [3 * n**1.5 for n in ns]) == pytest.approx(1.5)
 
 
 def test_fast_paths_benchmark_writes_results(tmp_path):

@@ -5,14 +5,16 @@ from the files, bit for bit; the GPU (nvJPEG) decoder is compared in ``tests/gpu
 """
 from __future__ import annotations
 
+import errno
 import json
+import os
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
-from crate_nn.data import jpeg
+from crate_nn.data import jpeg, shards
 from crate_nn.data.images import ImageFiles, build_dataset, image_folder
 from crate_nn.data.shards import Geometry, ShardImages, open_split, pack_split, pillow_decoder, shard_name, verify_split
 from crate_nn.pack import main as pack_main
@@ -172,6 +174,27 @@ def test_crate_pack_names_bad_arguments(source, tmp_path, capsys):
     assert "manifest.json" in capsys.readouterr().err
 
 
+def test_labels_outside_the_classes_are_refused(source, tmp_path):
+    """Labels ≥ the manifest's class count used to reach the loss and fail there with an index error."""
+    pack(source, tmp_path / "shards")
+    folder = tmp_path / "shards" / "train"
+    labels = folder / f"{shard_name(1)}.labels.npy"
+    np.save(labels, np.load(labels) + 5)
+    with pytest.raises(ValueError, match=r"data_dir: the labels in .*train' run from 0 to 6, outside the 2 classes"):
+        ShardImages(folder)
+
+
+def test_crate_pack_names_the_file_a_full_disk_stopped(source, tmp_path, capsys, monkeypatch):
+    def disk_full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(np, "save", disk_full)
+    out = tmp_path / "shards"
+    assert pack_main([str(source), str(out), "--shard-size", "5", "--workers", "0", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"crate-pack: output: cannot write {out / 'train' / shard_name(0)}.npy: No space left on device\n"
+
+
 def test_device_resize_matches_pillow_within_one_grey_level(source):
     # The GPU decoder's resize (torch bilinear + antialias, float) against Pillow's (fixed-point integers): the
     # same triangle filter, so they differ by rounding only: at most 1 grey level, rarely.
@@ -197,3 +220,34 @@ def test_torchvision_decoder_matches_pillow_on_the_cpu(source, tmp_path):
     shards = ShardImages(tmp_path / "tv")
     for i in range(len(shards)):
         assert (shards[i][0].int() - reference[i][0].int()).abs().max() <= 2
+
+
+def test_training_checks_a_changed_shard_once_and_an_unchanged_one_never(source, tmp_path, monkeypatch):
+    """A flipped byte in a shard used to train silently (only crate-pack --verify-only caught it): opening a split
+    for training checks every file changed since the last verification against its checksum, and only those."""
+    pack(source, tmp_path / "s")
+    verify_split(tmp_path / "s" / "train")  # what crate-pack does at the end: records every file as intact
+    hashed = []
+    real = shards.sha256_file
+    monkeypatch.setattr(shards, "sha256_file", lambda path, *a: hashed.append(path.name) or real(path, *a))
+    common = dict(train=True, image_size=32, load_size=32, eval_resize=32)
+    open_split(tmp_path / "s", "train", **common)
+    assert hashed == ["manifest.json"]  # nothing changed: sizes and times compared, no shard read
+    target = tmp_path / "s" / "train" / f"{shard_name(1)}.npy"
+    data = bytearray(target.read_bytes())
+    data[-5] ^= 0xFF
+    target.write_bytes(bytes(data))
+    hashed.clear()
+    with pytest.raises(ValueError, match=f"{shard_name(1)}.npy does not match its checksum"):
+        open_split(tmp_path / "s", "train", **common)
+    assert hashed == ["manifest.json", f"{shard_name(1)}.npy"]
+
+
+def test_a_manifest_naming_a_file_outside_its_folder_is_refused(source, tmp_path):
+    pack(source, tmp_path / "s")
+    path = tmp_path / "s" / "train" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["shards"][1]["name"] = "../../outside"
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match=r"shard 1 is named '../../outside', expected 'shard_00001'"):
+        ShardImages(tmp_path / "s" / "train")

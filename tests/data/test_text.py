@@ -151,6 +151,56 @@ def test_bad_corpora_and_token_files_are_named(tmp_path):
         load_corpus(tmp_path)
 
 
+def _prepared(root):
+    prepare(find_documents([_corpus_files(root / "src", {f"d{i}.txt": f"text {i}" for i in range(4)})]),
+            ByteTokenizer(), root / "tokens", 0.25, progress=False)
+    return root / "tokens"
+
+
+def _edit_meta(tokens, **changes):
+    meta = json.loads((tokens / "meta.json").read_text())
+    meta.update(changes)
+    (tokens / "meta.json").write_text(json.dumps({k: v for k, v in meta.items() if v is not None}))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "uint8", "int16"])
+def test_meta_json_with_another_dtype_is_refused(tmp_path, dtype):
+    """A float32 meta.json used to read the uint16 ids as floats and train on garbage."""
+    tokens = _prepared(tmp_path)
+    _edit_meta(tokens, dtype=dtype)
+    with pytest.raises(ValueError, match=f"meta.json gives dtype '{dtype}'; token files hold uint16 or uint32 ids"):
+        load_corpus(tokens)
+
+
+def test_meta_json_without_dtype_is_named(tmp_path):
+    tokens = _prepared(tmp_path)
+    _edit_meta(tokens, dtype=None)
+    with pytest.raises(ValueError, match="data_dir: .*meta.json has no dtype; crate-prepare-text writes them all"):
+        load_corpus(tokens)
+
+
+def test_token_file_dtype_defaults_to_its_meta_json(tmp_path):
+    tokens = _prepared(tmp_path)
+    assert read_tokens(tokens / "train.bin").dtype == np.uint16
+    with pytest.raises(ValueError, match="dtype: uint32 contradicts .*meta.json, which records uint16 for train.bin"):
+        read_tokens(tokens / "train.bin", "uint32")
+    with pytest.raises(ValueError, match="dtype: expected uint16 or uint32, got 'int8'"):
+        read_tokens(tokens / "train.bin", "int8")
+
+
+def test_windows_name_an_id_outside_the_vocabulary(tmp_path):
+    """A window's last id is only a target: the model's input check never sees it."""
+    path = tmp_path / "val.bin"
+    ids = np.arange(20, dtype=np.uint16) % 7
+    ids[12] = 300
+    ids.tofile(path)
+    windows = TokenBlocks(read_tokens(path), 4, 1, vocab_size=258)
+    assert windows[0].tolist() == ids[:5].tolist() and windows[1].tolist() == ids[4:9].tolist()
+    with pytest.raises(ValueError, match=r"tokens: id 300 at position 12 of .*val.bin is outside the vocabulary "
+                                         r"\[0, 258\)"):
+        windows[2]
+
+
 class _NoEot(ByteTokenizer):
     eot_id = None
 
@@ -266,5 +316,38 @@ def test_glue_tsv_single_sentences_and_pairs(tmp_path):
         read_glue_tsv(tmp_path / "test.tsv", ["sentence"], "label")
     short = tmp_path / "short.tsv"
     short.write_text("sentence\tlabel\nonly one field\n")
-    with pytest.raises(ValueError, match="row 2 .* has 1 fields"):
+    with pytest.raises(ValueError, match="line 2 of .*short.tsv has 1 tab-separated fields, its header 2"):
         read_glue_tsv(short, ["sentence"], "label")
+
+
+def test_glue_tsv_refuses_a_row_with_an_extra_field(tmp_path):
+    """A stray tab in a sentence used to shift its tail into the label column: a third class, silently."""
+    sst = tmp_path / "train.tsv"
+    sst.write_text("sentence\tlabel\ngood\t1\n\nbad\t0\nhalf\tgood\t1\n")
+    with pytest.raises(ValueError, match="line 5 of .*train.tsv has 3 tab-separated fields, its header 2"):
+        read_glue_tsv(sst, ["sentence"], "label")
+
+
+def test_glue_tsv_refuses_an_empty_label(tmp_path):
+    sst = tmp_path / "train.tsv"
+    sst.write_text("sentence\tlabel\ngood\t1\nunlabelled\t\nbad\t0\n")
+    with pytest.raises(ValueError, match="line 3 of .*train.tsv has an empty 'label'"):
+        read_glue_tsv(sst, ["sentence"], "label")
+
+
+def test_glue_tsv_reads_a_200_kb_field(tmp_path):
+    """Python's csv module stops at 128 KiB per field; GLUE's format has no quoting, so no limit is needed: the
+    text is cut to max_length tokens later anyway."""
+    long = "word " * 40_000
+    sst = tmp_path / "train.tsv"
+    sst.write_text(f"sentence\tlabel\n{long}\t1\r\nshort\t0\r\n")
+    data = read_glue_tsv(sst, ["sentence"], "label")
+    assert data.texts == [(long,), ("short",)] and data.labels == [1, 0]
+
+
+def test_invalid_utf8_names_the_file_and_the_byte_offset(tmp_path):
+    sst = tmp_path / "train.tsv"
+    sst.write_bytes(b"sentence\tlabel\ngood\t1\nb\xffd\t0\n")
+    with pytest.raises(ValueError, match=r"glue file: .*train.tsv is not UTF-8 text \(byte 0xff at byte offset 23, "
+                                         r"line 3\)"):
+        read_glue_tsv(sst, ["sentence"], "label")

@@ -124,6 +124,31 @@ def test_coco_ap_known_scores(tmp_path):
         read_coco_images(path, tmp_path)
 
 
+def test_coco_image_sizes_must_match_the_files(tmp_path):
+    """A downscaled copy of the images used to score predictions equal to the ground truth at segmentation AP 44."""
+    pytest.importorskip("pycocotools")
+    path = write_coco(tmp_path, [boxes(32, 40, (2, 14, 3, 20)), boxes(24, 24, (4, 20, 4, 20))])
+    with Image.open(tmp_path / "val" / "1.png") as im:
+        im.resize((20, 16)).save(tmp_path / "val" / "1.png")
+    with pytest.raises(ValueError, match=r"image_dir: .*1.png is 20×16 pixels, .*instances_val.json annotates it as "
+                                         r"40×32"):
+        read_coco_images(path, tmp_path / "val")
+
+
+@pytest.mark.parametrize("kind, field", [("images", "file_name"), ("annotations", "bbox"), ("annotations", "iscrowd")])
+def test_coco_records_missing_a_field_are_named(tmp_path, kind, field):
+    pytest.importorskip("pycocotools")
+    path = write_coco(tmp_path, [boxes(32, 40, (2, 14, 3, 20), (18, 30, 22, 38))])
+    data = json.loads(path.read_text())
+    del data[kind][-1][field]
+    path.write_text(json.dumps(data))
+    last = len(data[kind]) - 1
+    with pytest.raises(ValueError, match=rf"annotations: {kind}\[{last}\] of .*instances_val.json has no {field}"):
+        read_coco_images(path, tmp_path / "val")
+    with pytest.raises(ValueError, match=rf"{kind}\[{last}\] .* has no {field}"):
+        coco_ap(path, [])
+
+
 def tiny_model(image_size=16):
     torch.manual_seed(0)
     return crate_nn.create_model("crate_tiny", image_size=image_size, patch_size=4, dim=16, depth=2, heads=2,
@@ -187,6 +212,14 @@ def test_voc_known_scores_and_reader(tmp_path):
     assert set(oracle_labels(torch.ones(16, 16, dtype=torch.bool), labels[1]).unique().tolist()) == {7}
     with pytest.raises(ValueError, match="split list"):
         read_voc(root, "train")
+
+
+def test_an_empty_voc_split_is_refused(tmp_path):
+    """An empty split list used to score mIoU NaN and exit 0."""
+    root = write_voc(tmp_path, voc_labels())
+    (root / "VOCdevkit" / "VOC2012" / "ImageSets" / "Segmentation" / "val.txt").write_text("\n")
+    with pytest.raises(ValueError, match="data_dir: the val split list .*val.txt' names no images"):
+        read_voc(root, "val")
 
 
 def test_voc_coarse_segmentation_end_to_end(tmp_path):

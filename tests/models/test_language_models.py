@@ -31,10 +31,17 @@ EXPECTED_PARAMETERS = {
     "bert_medium": 51_531_865,
     "bert_base": 124_695_129,
     "bert_large": 355_408_985,
+    "tost_gpt_base": 110_292_624,
+    "tost_gpt_medium": 304_466_304,
+    "tost_gpt_large": 655_987_920,
 }
+TOST_README = {"tost_gpt_base": 110, "tost_gpt_medium": 304, "tost_gpt_large": 655}
+"""ToST's language README: parameters in millions, as nanoGPT prints them (rounded)."""
 TINY = dict(dim=24, heads=3, depth=2, vocab_size=40, block_size=12)
 VARIANTS = [dict(), dict(attention="mhsa", feedforward="mlp", final_norm=True), dict(feedforward="none"),
-            dict(ista="overcomplete", ista_output="tied", final_norm=True)]
+            dict(ista="overcomplete", ista_output="tied", final_norm=True),
+            dict(attention="tssa", feedforward="mlp", final_norm=True),
+            dict(attention="tssa", tssa_membership="energy", mssa_output="tied")]
 
 
 def tiny(name="crate_gpt_base", **overrides):
@@ -67,7 +74,22 @@ def test_every_language_size_is_tested():
     assert set(list_models("gpt") + list_models("bert")) == set(EXPECTED_PARAMETERS)
 
 
-@pytest.mark.parametrize("variant", VARIANTS, ids=["crate", "standard", "no-ista", "overcomplete"])
+@pytest.mark.parametrize("name", sorted(TOST_README))
+def test_tost_sizes_reproduce_the_readme_with_the_authors_differences(name):
+    """Our ToST-GPT with the public model's differences applied — no biases in Linears and LayerNorms (its train.py
+    sets bias=False), LayerScale (2d per layer), a learned per-position bias in Π (K × 1,024 per layer), the
+    position embedding left out as nanoGPT prints — gives the README's count within its rounding (±0.5M)."""
+    with torch.device("meta"):
+        model = create_model(name)
+    cfg = model.config
+    biases = sum(p.numel() for n, p in model.named_parameters() if n.endswith(".bias"))
+    authors = (sum(p.numel() for p in model.parameters()) - biases - model.wpe.weight.numel()
+               + cfg.depth * (2 * cfg.dim + cfg.heads * cfg.block_size))
+    assert abs(authors / 1e6 - TOST_README[name]) <= 0.5, authors
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=["crate", "standard", "no-ista", "overcomplete", "tost",
+                                                    "tssa-energy-tied"])
 @pytest.mark.parametrize("fused", [True, False])
 @given(t=st.integers(0, 11), seed=st.integers(0, 2**16))
 def test_causality_no_output_before_t_depends_on_token_t(variant, fused, t, seed):
@@ -130,11 +152,12 @@ def test_uniform_model_has_loss_log_v():
     assert loss.item() == pytest.approx(math.log(40), rel=1e-12)
 
 
+@pytest.mark.parametrize("attention", ["mssa", "tssa"])
 @pytest.mark.parametrize("fused", [True, False])
-def test_padding_mask_makes_padded_batches_equal_to_single_sequences(fused):
+def test_padding_mask_makes_padded_batches_equal_to_single_sequences(fused, attention):
     """A bidirectional encoder with attention_mask: the real tokens of a padded batch see exactly what they see
     alone, and the classifier pools only real tokens."""
-    model = build_model(BERTClassifierConfig(**TINY, num_labels=3)).double().eval()
+    model = build_model(BERTClassifierConfig(**TINY, num_labels=3, attention=attention)).double().eval()
     for layer in model.encoder.layers:
         layer.attn.fused_attn = fused
     a, b = tokens(1, 5, seed=2), tokens(1, 9, seed=3)

@@ -14,6 +14,8 @@ from crate_nn.models.mssa import fused_attention
 # ViT: timm's vit_{tiny,small,base,large}_patch16_224 (5,717,416 / 22,050,664 / 86,567,656 / 304,326,632) plus the
 # two LayerNorms of the CRATE stem all our models share (1,536 + 2d); Table 8 prints ViT-T 5.72M, ViT-S 22.05M.
 # Table 17's S/8 variants: d = 384, L = 12, K = 6, patch 8 (784 patches), counted from the module structure.
+# ToST (the sizes of ToST's public vision code): our ViT of the same d, L, K with each layer's MHSA (qkv 3d² + 3d)
+# replaced by TSSA (a bias-free qkv d² and K inverse temperatures): ViT − L·(2d² + 3d − K).
 EXPECTED_PARAMETERS = {
     "crate_tiny": 6_090_856,
     "crate_small": 13_116_328,
@@ -27,6 +29,10 @@ EXPECTED_PARAMETERS = {
     "crate_mlp_s8": 18_503_656,
     "crate_mhsa_s8": 9_647_080,
     "vit_s8": 22_056_424,
+    "tost_tiny": 5_719_336 - 12 * (2 * 192**2 + 3 * 192 - 4),
+    "tost_small": 22_052_968 - 12 * (2 * 384**2 + 3 * 384 - 8),
+    "tost_medium": 76_668_904 - 24 * (2 * 512**2 + 3 * 512 - 8),
+    "tost_large": 171_625_192 - 24 * (2 * 768**2 + 3 * 768 - 16),
 }
 
 SMALL = dict(image_size=16, patch_size=4, num_classes=5, dim=24, depth=2, heads=3)

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import crate_theory as ct
 from crate_nn import ISTA, MSSA, BlockConfig, CRATEDecoder, CRATEEncoder
 from crate_nn.analysis.diagnostics import compression, measure_layers, sparsity, thresholded_sparsity, trace
+from crate_nn.models.tssa import TSSA
 from crate_theory.decoder import DecoderLayerParams, crate_decode
 
 TOL = 1e-10
@@ -25,7 +26,7 @@ def cols(x: torch.Tensor) -> np.ndarray:
     return x.detach().numpy().transpose(0, 2, 1)
 
 
-def bases(mssa: MSSA) -> np.ndarray:
+def bases(mssa: MSSA | TSSA) -> np.ndarray:
     """[U_1 … U_K]* (K·p, d) → U of shape (K, d, p)."""
     w = mssa.qkv.weight.detach().numpy()
     return w.reshape(mssa.heads, mssa.dim_head, -1).transpose(0, 2, 1)
@@ -84,6 +85,29 @@ def test_mssa_equals_theory(d, heads, p, n, batch, seed, causal, scale, eps, tie
     for k in range(heads):  # column-stochastic maps of eqs. (35), (87) are our row maps transposed
         maps = ct.ssa_attention(Z, U[k], temperature=temperature, causal=causal)
         assert np.abs(attn[:, k].detach().numpy().transpose(0, 2, 1) - maps).max() < TOL
+
+
+@given(**sizes, causal=st.booleans(), scale=st.sampled_from([None, 0.5, 4.0]), tied=st.booleans(),
+       membership=st.sampled_from(["normalized", "energy"]), step=st.floats(0.1, 3.0), fused=st.booleans())
+def test_tssa_equals_theory(d, heads, p, n, batch, seed, causal, scale, tied, membership, step, fused):
+    """TSSA against crate_theory.tssa: Π from `membership`, the heads of `tssa_heads` through the free map W + b
+    (`tssa_free`), or the tied block as the gradient step `tssa` (τ/n, causally τ/t) with ε = (d/c)^½."""
+    tssa = randomise(TSSA(d, heads, p, scale=scale, membership=membership, output="tied" if tied else "free",
+                          step=step, causal=causal), seed)
+    tssa.fused_attn = fused
+    with torch.no_grad():
+        tssa.temperature.uniform_(0.2, 3.0)
+    x = tokens(batch, n, d, seed)
+    Z, U, c = cols(x), bases(tssa), tssa.scale
+    temperature = tssa.temperature.detach().numpy()
+    Pi = ct.tssa.membership(Z, U, temperature, normalize=membership == "normalized", causal=causal)
+    assert np.abs(tssa.memberships(x).detach().numpy().transpose(0, 2, 1) - Pi).max() < TOL
+    if tied:
+        theirs = ct.tssa.tssa(Z, U, Pi, eps=(d / c) ** 0.5, step=step, causal=causal)
+    else:
+        W, b = tssa.out.weight.detach().numpy(), tssa.out.bias.detach().numpy()
+        theirs = ct.tssa.tssa_free(Z, U, W, Pi, c, b, causal=causal)
+    close(tssa(x), theirs)
 
 
 @given(d=st.integers(1, 8), n=st.integers(1, 6), batch=st.integers(1, 3), seed=st.integers(0, 2**16),

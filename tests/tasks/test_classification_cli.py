@@ -14,7 +14,7 @@ from crate_nn.data import DeviceTransform, build_dataset
 from crate_nn.engine import train
 from crate_nn.evaluate import main as crate_eval
 from crate_nn.official import crate_nn_to_official
-from crate_nn.tasks import PRESETS, get_preset
+from crate_nn.tasks import PRESETS, get_preset, list_presets
 from crate_nn.tasks.classification import initialise_from
 from crate_nn.train import main, parse_args
 
@@ -160,7 +160,9 @@ def test_help_lists_presets_allowed_values_and_data_layouts(capsys):
     with pytest.raises(SystemExit):
         main(["--preset", "digits", "--help"])
     out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
-    assert "classification: imagenet, finetune, digits, synthetic" in out
+    for task, names in list_presets().items():  # every registered preset, grouped under its task
+        assert f"{task}: {', '.join(names)}" in out
+    assert {"imagenet", "digits", "synthetic"} <= set(list_presets()["classification"])
     assert "one of imagenet, imagefolder, cifar10" in out and "one of none, flip, shift, rrc_flip, randaugment" in out
     assert "ImageNet's val/ must be" in out and "cifar-10-batches-py" in out
 
@@ -177,6 +179,26 @@ def test_init_from_a_crate_nn_checkpoint_rebuilds_its_architecture(tmp_path):
     clash = dataclasses.replace(config, output_dir=str(tmp_path / "clash"), model_args={"dim": 32})
     with pytest.raises(ValueError, match=r"model_args: \['dim'\] contradict the architecture stored in init_from"):
         train(clash)
+
+
+def test_a_single_class_or_empty_training_folder_is_refused(tmp_path, capsys):
+    """A training folder with one class used to train a one-way head to "accuracy 1.0"."""
+    root = fake_imagenet(tmp_path / "data")
+    for split in ("train", "val"):
+        for image in (root / split / "n01443537").iterdir():
+            image.unlink()
+        (root / split / "n01443537").rmdir()
+    args = ["--preset", "synthetic", "--dataset", "imagefolder", "--data-dir", str(root), "--image-size", "16",
+            "--load-size", "20", "--eval-resize", "20", "--model-args", "patch_size=8", "dim=16", "depth=1", "heads=2",
+            "--batch-size", "4", "--epochs", "1", "--device", "cpu", "--no-progress"]
+    assert main([*args, "--output-dir", str(tmp_path / "one")]) == 1
+    assert capsys.readouterr().err == (f"crate-train: train_split: imagefolder split 'train' of {root} holds one "
+                                       "class, ['n01440764']; a classifier needs at least two\n")
+    for image in (root / "train" / "n01440764").iterdir():
+        image.unlink()
+    assert main([*args, "--output-dir", str(tmp_path / "none")]) == 1
+    assert capsys.readouterr().err.startswith(f"crate-train: data_dir: '{root / 'train'}' holds no image files in "
+                                              "its class folders ['n01440764']")
 
 
 def test_crate_eval_refuses_bad_inputs_with_one_line(tmp_path, capsys):

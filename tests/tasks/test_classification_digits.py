@@ -48,11 +48,11 @@ def test_crate_eval_reproduces_the_test_accuracy(digits_run, tmp_path, capsys):
     assert metrics["top1"] == pytest.approx(digits_run.metrics["test_top1"], abs=1e-12)  # same images, same model
 
 
-@pytest.mark.parametrize("model", ["vit_tiny", "crate_mlp_s8", "crate_mhsa_s8"])
+@pytest.mark.parametrize("model", ["vit_tiny", "crate_mlp_s8", "crate_mhsa_s8", "tost_tiny"])
 def test_baselines_train_on_digits_with_the_same_recipe(tmp_path, model):
-    """ViT, CRATE-MLP and CRATE-MHSA at the digits preset's size (patch 4, d = 96, 3 layers, 4 heads) and recipe,
-    5 of its 30 epochs: measured 97.2% / 90.3% / 95.8% validation top-1 (chance is 10%, so 85% can only fail
-    when a block does not learn)."""
+    """ViT, CRATE-MLP, CRATE-MHSA and ToST (the tost_digits preset) at the digits preset's size (patch 4, d = 96,
+    3 layers, 4 heads) and recipe, 5 of its 30 epochs: measured 97.2% / 90.3% / 95.8% / 90.3% validation top-1
+    (chance is 10%, so 85% can only fail when a block does not learn)."""
     result = train(get_preset("digits", model=model, model_args=dict(patch_size=4, dim=96, depth=3, heads=4),
                               epochs=5, warmup_epochs=1.0, measure_epochs=(), test_split=None,
                               output_dir=str(tmp_path), progress=False))

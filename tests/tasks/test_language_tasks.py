@@ -198,11 +198,77 @@ def test_top_k_one_is_deterministic_argmax_decoding():
     assert torch.equal(first, second) and torch.equal(first, greedy) and first.shape == (2, 15)
     sampled = [generate(model, prompt, 12, top_k=5, generator=torch.Generator().manual_seed(s)) for s in (3, 3)]
     assert torch.equal(*sampled)
-    for bad in (dict(temperature=0.0), dict(temperature=float("nan")), dict(top_k=0), dict(top_k=2.5)):
+    for bad in (dict(temperature=-1.0), dict(temperature=float("nan")), dict(top_k=0), dict(top_k=2.5)):
         with pytest.raises(ValueError, match="temperature|top_k"):
             generate(model, prompt, 2, **bad)
     with pytest.raises(ValueError, match="max_new_tokens"):
         generate(model, prompt, -1)
+
+
+@pytest.mark.parametrize("temperature", [1e-40, 5e-324, 0.0])
+def test_a_tiny_or_zero_temperature_is_greedy_decoding(temperature):
+    """logits / 1e-40 used to overflow float32 to inf, the softmax to NaN and torch.multinomial to raise; the limit
+    T → 0 of the softmax is all the probability on the largest logit, and T = 0 is that limit."""
+    torch.manual_seed(0)
+    model = crate_nn.create_model("crate_gpt_base", **TINY_MODEL, vocab_size=30, block_size=8).eval()
+    prompt = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    greedy = generate(model, prompt, 12, top_k=1, generator=torch.Generator().manual_seed(1))
+    cold = generate(model, prompt, 12, temperature=temperature, top_k=None, generator=torch.Generator().manual_seed(2))
+    assert torch.equal(cold, greedy)
+
+
+def _gpt_checkpoint(path, vocab_size=258):
+    torch.manual_seed(0)
+    crate_nn.save(path, crate_nn.create_model("crate_gpt_small", **TINY_MODEL, vocab_size=vocab_size, block_size=16))
+    return str(path)
+
+
+def test_eval_lm_reads_the_token_dtype_from_meta_json(corpus_dir, tmp_path, capsys):
+    """--dtype uint8 (or a uint16 default) on other ids used to give a loss of garbage: 5.32 instead of 3.35."""
+    checkpoint = _gpt_checkpoint(tmp_path / "gpt.pt")
+    wide = tmp_path / "wide"
+    wide.mkdir()
+    np.asarray(load_corpus(corpus_dir).val, dtype=np.uint32).tofile(wide / "val.bin")
+    meta = json.loads((corpus_dir / "meta.json").read_text())
+    (wide / "meta.json").write_text(json.dumps({**meta, "dtype": "uint32"}))
+    common = ["--batches", "3", "--batch-size", "2", "--device", "cpu"]
+    assert eval_lm_main([checkpoint, "--data-dir", str(corpus_dir), *common]) == 0
+    expected = json.loads(capsys.readouterr().out)
+    assert eval_lm_main([checkpoint, "--tokens", str(wide / "val.bin"), *common]) == 0
+    assert json.loads(capsys.readouterr().out) == expected  # the same ids through the same code: equal to the bit
+    assert eval_lm_main([checkpoint, "--tokens", str(wide / "val.bin"), "--dtype", "uint16", *common]) == 2
+    assert capsys.readouterr().err == (f"crate-eval-lm: dtype: uint16 contradicts {wide / 'meta.json'}, which records "
+                                       "uint32 for val.bin\n")
+    for dtype in ("uint8", "int8", "float32"):
+        with pytest.raises(SystemExit) as exit_info:
+            eval_lm_main([checkpoint, "--tokens", str(wide / "val.bin"), "--dtype", dtype, *common])
+        assert exit_info.value.code == 2 and "argument --dtype: invalid choice" in capsys.readouterr().err
+
+
+def test_eval_lm_names_a_target_id_outside_the_vocabulary(tmp_path, capsys):
+    """The last id of the last window is only a target: the model's input check never sees it, and the loss used
+    to fail with an IndexError traceback."""
+    checkpoint = _gpt_checkpoint(tmp_path / "gpt.pt")
+    ids = np.arange(3 * 16 + 1, dtype=np.uint16) % 200
+    ids[-1] = 300
+    ids.tofile(tmp_path / "val.bin")
+    assert eval_lm_main([checkpoint, "--tokens", str(tmp_path / "val.bin"), "--batches", "3", "--batch-size", "1",
+                         "--device", "cpu"]) == 2
+    assert capsys.readouterr().err == (f"crate-eval-lm: tokens: id 300 at position 48 of {tmp_path / 'val.bin'} is "
+                                       "outside the vocabulary [0, 258)\n")
+
+
+def test_a_single_class_training_file_is_refused(tmp_path, capsys):
+    """A TSV whose labels are all one class used to train a one-way head to "accuracy 1.0"."""
+    glue = tmp_path / "glue"
+    glue.mkdir()
+    for name in ("train.tsv", "dev.tsv"):
+        (glue / name).write_text("sentence\tlabel\n" + "".join(f"text {i}\t1\n" for i in range(8)))
+    assert train_main(["--preset", "pairs_stdlib", "--init-from", "none", "--data-dir", str(glue), "--model-args",
+                       "dim=16", "heads=2", "depth=1", "block_size=16", "--max-length", "16", "--batch-size", "4",
+                       "--epochs", "1", "--output-dir", str(tmp_path / "run"), "--no-progress"]) == 1
+    assert capsys.readouterr().err == (f"crate-train: train_file: {glue / 'train.tsv'} holds one class, ['1']; a "
+                                       "classifier needs at least two\n")
 
 
 def test_bad_language_configs_are_named(corpus_dir, tmp_path):

@@ -5,7 +5,8 @@ import sys
 
 import pytest
 
-from verify.registry import VERDICTS, all_claims
+from verify.registry import KINDS, PROVENANCES, VERDICTS, all_claims
+from verify.report import PAPER_CLAIMS
 
 CLAIMS = all_claims()
 QUICK = [c for c in CLAIMS if "quick" in c.modes]
@@ -21,6 +22,21 @@ def test_registry_is_large_and_well_formed():
     for c in CLAIMS:
         assert c.reference and c.statement and c.measures and c.expected, c.id
         assert c.expected_verdict in VERDICTS
+        assert c.kind in KINDS and c.provenance in PROVENANCES, c.id
+
+
+def test_expectations_found_by_measuring_say_so():
+    """A claim whose expected text says its expectation was found by measuring or counting has the provenance
+    'measurement' (the converse is a judgment on each claim's history, recorded in its decorator)."""
+    told = [c.id for c in CLAIMS if "found by measuring" in c.expected or "found by counting" in c.expected]
+    assert told and all(c.provenance == "measurement" for c in CLAIMS if c.id in told), told
+
+
+def test_summary_rows_name_registered_substantive_claims():
+    by_id = {c.id: c for c in CLAIMS}
+    for said, ids in PAPER_CLAIMS:
+        assert ids and all(i in by_id for i in ids), (said, ids)
+        assert all(by_id[i].kind not in ("identity", "printed") for i in ids), said
 
 
 @pytest.mark.parametrize("claim_id", [c.id for c in QUICK])
@@ -48,9 +64,13 @@ def test_cli_end_to_end(quick_audit):
     assert sum(len(c["figures"]) for c in report["claims"]) >= 5
     md = (quick_audit.output_dir / "report.md").read_text()
     assert all(c.id in md for c in CLAIMS)  # full-only claims are named as not run
-    summary = md[md.index("## Summary"):md.index("## All claims")]
-    assert all(c.id in summary for c in QUICK)  # the one-page summary covers every measured claim
-    assert "2.4-lemma11" in quick_audit.stdout and "as expected" in quick_audit.stdout
+    summary = md[md.index("## Summary"):md.index("## Detail")].rstrip("\n").split("\n")
+    assert len(summary) <= 25 and sum(line.startswith("| ") for line in summary) == len(PAPER_CLAIMS) + 1
+    detail = md[md.index("## Detail"):md.index("## All claims")]
+    assert all(f"- **{c.id}** — **" in detail for c in QUICK)  # the detail covers every measured claim
+    lines = quick_audit.stdout.rstrip("\n").split("\n")
+    assert "as expected" in quick_audit.stdout and len(lines) <= 40
+    assert max(len(line) for line in lines[:-1]) <= 120  # the last line names the output folder
 
 
 def test_console_entry_point_runs_a_selection(tmp_path):

@@ -8,12 +8,15 @@ from verify import verdicts
 from verify.__main__ import audit
 from verify.context import Context
 from verify.numerics import loglog_slope
-from verify.registry import Claim, Result, select
+from verify.registry import KINDS, PROVENANCES, Claim, Headline, Result, claim, select
+from verify.report import PAPER_CLAIMS, summary
 
 
-def _claim(id, expected_verdict, measure, tags=("demo",)):
+def _claim(id, expected_verdict, measure, tags=("demo",), kind="theory", provenance="analysis",
+           modes=("quick", "full")):
     return Claim(id=id, tags=tags, reference="000 eq. (0)", statement="a statement", measures="a figure",
-                 expected="a threshold, with its reason", expected_verdict=expected_verdict, measure=measure)
+                 expected="a threshold, with its reason", expected_verdict=expected_verdict, kind=kind,
+                 provenance=provenance, measure=measure, modes=modes)
 
 
 def _holds(ctx):
@@ -75,7 +78,8 @@ def test_audit_exit_status_and_reports(tmp_path, capsys):
     assert report["claims"][0]["data"] == {"err": 0.0, "xs": [0, 1, 2]}
     assert report["summary"]["mismatches"] == []
     assert "2.2-b" in (tmp_path / "ok" / "report.md").read_text()
-    assert "2.1-a" in capsys.readouterr().out
+    assert "2/2 as expected" in capsys.readouterr().out
+    assert (report["claims"][0]["kind"], report["claims"][0]["provenance"]) == ("theory", "analysis")
 
     # a verdict that differs from its expectation, and a measurement that raises: exit 1, report still written
     bad = [_claim("2.1-a", "loose", _holds), _claim("2.3-c", "holds", _raises)]
@@ -148,21 +152,143 @@ def test_a_claim_of_several_comparisons_needs_each_of_them():
 
 
 def test_full_only_claims_are_skipped_in_quick_mode_and_named(tmp_path):
-    only_full = Claim(id="2.2-b", tags=("demo",), reference="000", statement="s", measures="m", expected="e",
-                      expected_verdict="holds", measure=_raises, modes=("full",))
-    claims = [_claim("2.1-a", "holds", _holds), only_full]
+    claims = [_claim("2.1-a", "holds", _holds), _claim("2.2-b", "holds", _raises, modes=("full",))]
     assert audit(claims, output_dir=tmp_path, progress=False, echo=False) == 0  # the raising claim never runs
     report = json.loads((tmp_path / "report.json").read_text())
     assert [c["id"] for c in report["claims"]] == ["2.1-a"]
     assert report["meta"]["not_run_in_this_mode"] == ["2.2-b"]
     md = (tmp_path / "report.md").read_text()
-    assert "## Summary" in md and "Not measured in `quick` mode" in md and "2.2-b" in md
+    assert "## Detail" in md and "Not measured in `quick` mode" in md and "2.2-b" in md
     assert audit(claims, mode="full", output_dir=tmp_path / "full", progress=False, echo=False) == 1  # it raises
 
 
-def test_claim_modes_are_validated():
-    from verify.registry import claim
+def _register(**fields):
+    spec = dict(id="x", tags=(), reference="r", statement="s", measures="m", expected="e", expected_verdict="holds",
+                kind="theory", provenance="analysis") | fields
+    return claim(**spec)(_holds)
 
-    with pytest.raises(ValueError, match="modes"):
+
+@pytest.mark.parametrize("field, value", [("modes", ("medium",)), ("kind", "proof"), ("provenance", "hunch"),
+                                          ("expected_verdict", "maybe")])
+def test_registration_refuses_unknown_values_with_one_line(field, value):
+    with pytest.raises(ValueError, match=f"{field} of 'x' must be") as raised:
+        _register(**{field: value})
+    assert "\n" not in str(raised.value)
+
+
+def test_a_printed_number_can_only_hold_or_fail():
+    with pytest.raises(ValueError, match="printed-number check"):
+        _register(kind="printed", expected_verdict="loose")
+
+
+def test_kind_and_provenance_are_required():
+    with pytest.raises(TypeError, match="kind"):
         claim(id="x", tags=(), reference="r", statement="s", measures="m", expected="e", expected_verdict="holds",
-              modes=("medium",))
+              provenance="analysis")
+
+
+def test_headline_text():
+    assert Headline("cos", 0.07125).text() == "cos: 0.0712"
+    assert Headline.from_seeds("Δ", [2.0]).text() == "Δ: 2" and Headline.from_seeds("Δ", [2.0]).seeds == 1
+    h = Headline.from_seeds("Δ", [1.0, 2.0, 3.0])  # t(0.975, 2) = 4.303, sd 1: half-width 2.484
+    assert (h.value, h.seeds) == (2.0, 3) and h.low == pytest.approx(2 - 2.484, abs=1e-3)
+    assert h.text() == "Δ: +2 [-0.48, 4.5]"
+
+
+def _mixed_outcomes(tmp_path):
+    """Every kind and provenance, every verdict (and a raise), some as expected and some not."""
+    from verify.runner import run_claims
+
+    def verdict(v):
+        return lambda ctx: Result(measured=v, verdict=v, headline=Headline("x", 1.0) if v == "fails" else None)
+
+    claims = []
+    for i, (kind, provenance, measured, expected) in enumerate([
+        ("identity", "analysis", "holds", "holds"), ("printed", "analysis", "fails", "fails"),
+        ("printed", "measurement", "holds", "fails"), ("control", "analysis", "inconclusive", "holds"),
+        ("theory", "analysis", "loose", "loose"), ("ideal", "measurement", "fails", "fails"),
+        ("trained", "measurement", "inconclusive", "inconclusive"), ("trained", "analysis", "error", "holds"),
+    ]):
+        measure = _raises if measured == "error" else verdict(measured)
+        claims.append(_claim(f"2.{i + 1}-c", expected, measure, kind=kind, provenance=provenance))
+    claims += [_claim(ids[0], "holds", verdict("fails"), kind="trained") for _, ids in PAPER_CLAIMS]
+    return run_claims(claims, mode="quick", seed=0, output_dir=tmp_path, progress=False)
+
+
+def test_headline_counts_by_kind_and_provenance_add_up(tmp_path):
+    outcomes = _mixed_outcomes(tmp_path)
+    s = summary(outcomes)
+    assert sum(s["verdicts"].values()) == s["claims"] == len(outcomes)
+    assert set(s["by_kind"]) == set(KINDS) and set(s["as_expected"]) == set(PROVENANCES)
+    for verdict, count in s["verdicts"].items():
+        assert sum(k[verdict] for k in s["by_kind"].values()) == count
+    assert sum(k["claims"] for k in s["by_kind"].values()) == s["claims"]
+    assert sum(s["as_expected"].values()) == s["claims"] - len(s["mismatches"])
+    assert s["as_expected"] == {"analysis": 3, "measurement": 2} and s["verdicts"]["inconclusive"] == 2
+    assert s["by_kind"]["trained"]["error"] == 1 and s["by_kind"]["printed"]["as_expected"]["measurement"] == 0
+
+
+def test_summary_and_console_are_short(tmp_path, capsys):
+    """The summary ≤ 25 lines before the detail, every detail bullet with its verdict; the console ≤ 40 lines of
+    ≤ 120 columns, the full table only with --table."""
+    outcomes = _mixed_outcomes(tmp_path)
+    claims = [o.claim for o in outcomes]
+    assert audit(claims, output_dir=tmp_path / "r", progress=False) == 1
+    out = capsys.readouterr().out
+    lines = out.rstrip("\n").split("\n")
+    assert len(lines) <= 40 and max(len(line) for line in lines[:-1]) <= 120, out  # the last names the folder
+    assert lines[-1].startswith("wall time")
+    assert "as expected: 3 by analysis, 2 by measurement" in out and "| reference" not in out
+    md = (tmp_path / "r" / "report.md").read_text()
+    summary_section = md[md.index("## Summary"):md.index("## Detail")].rstrip("\n").split("\n")
+    assert len(summary_section) <= 25 and "arXiv 2311.13110" in md and "paper-notes.md" in md
+    detail = md[md.index("## Detail"):md.index("## All claims")]
+    bullets = [line for line in detail.split("\n") if line.startswith("- **")]
+    assert len(bullets) == len(outcomes)
+    assert all(f"— **{o.verdict}" in next(b for b in bullets if f"**{o.claim.id}**" in b) for o in outcomes)
+    assert all("erratum check" in b for b in bullets if "**2.2-c**" in b or "**2.3-c**" in b)
+    assert "criterion: a threshold" in detail  # the criterion is named as such, not shown as a reason
+    assert audit(claims, output_dir=tmp_path / "t", progress=False, table=True) == 1
+    assert "| reference" in capsys.readouterr().out  # --table: the full table as well
+
+
+@pytest.fixture
+def figures(monkeypatch):
+    """The figures the plot helpers build, kept instead of saved."""
+    from verify import plots
+
+    built = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: built.append(fig) or str(path))
+    return built
+
+
+def test_a_random_initialisation_is_grey_in_every_figure(figures, tmp_path):
+    from matplotlib.colors import to_hex
+
+    from verify import plots
+
+    plots.per_layer(tmp_path / "a.png", {"R^c": {"random init": [1, 2], "dino": [2, 3]}}, title="")
+    plots.per_layer(tmp_path / "b.png", {"R^c": {"trained": [1, 2], "init": [2, 3]}}, title="")
+    plots.curves(tmp_path / "c.png", [1, 2], {"initialisation": [1, 2], "trained": [2, 3]}, xlabel="", ylabel="",
+                 title="")
+    plots.per_seed(tmp_path / "d.png", {"dino": [0.7], "random init": [0.6]}, ylabel="", title="")
+    colours = [{line.get_label(): to_hex(line.get_color()) for line in fig.axes[0].get_lines()} for fig in figures[:3]]
+    grey, first = to_hex(plots.INIT_COLOUR), to_hex("C0")
+    assert colours[0] == {"random init": grey, "dino": first} and colours[1] == {"trained": first, "init": grey}
+    assert colours[2] == {"initialisation": grey, "trained": first}
+    bars = [to_hex(patch.get_facecolor()[:3]) for patch in figures[3].axes[0].patches]
+    assert bars == [first, grey]
+    assert "(1 seed)" in figures[3].axes[0].get_title()
+
+
+def test_a_slope_guide_follows_its_series_and_keeps_to_the_data(figures, tmp_path):
+    from verify import plots
+
+    x = np.logspace(-3, -1, 5)
+    plots.loglog_rates(tmp_path / "r.png", x, {"flat": np.full(5, 1.3), "quadratic": x**2}, xlabel="", ylabel="",
+                       title="", references={"slope 2": 2.0})
+    ax = figures[0].axes[0]
+    guide = next(line for line in ax.get_lines() if line.get_label() == "slope 2")
+    assert np.allclose(guide.get_ydata(), 2 * x**2)  # parallel to the quadratic series, not through the flat one
+    low, high = ax.get_ylim()
+    assert low >= 1e-6 / 2 and high <= 1.3 * 4  # the data's range: the guide does not stretch the axis

@@ -50,6 +50,7 @@ def _naive_rate(Z: np.ndarray, eps: float, gram: str) -> float:
     measures="max relative gap between coding_rate and both literal log-determinants, scales 1e-3…30, n<d and n>d",
     expected="≤ 1e-10 relative (float64 log-determinants of well-conditioned SPD matrices agree to ~1e-13)",
     expected_verdict="holds",
+    kind="identity", provenance="analysis",
 )
 def sylvester(ctx) -> Result:
     gaps = []
@@ -72,6 +73,7 @@ def sylvester(ctx) -> Result:
     measures="relative gap between compression_rate and Σ_k of the literal log-determinants ½logdet(I + β G_k)",
     expected="≤ 1e-10 relative (an identity; float64 log-determinants agree to ~1e-13)",
     expected_verdict="holds",
+    kind="identity", provenance="analysis",
 )
 def rc_sum(ctx) -> Result:
     d, K, p, n = 16, 4, 3, 10
@@ -93,6 +95,7 @@ def rc_sum(ctx) -> Result:
     measures="relative change of ΔR under a random joint rotation; relative change of ‖Z‖_1 of sparse (axis-aligned) Z",
     expected="ΔR change ≤ 1e-10 (exact invariance, float64 rounding) and ‖Z‖_1 change ≥ 1e-2 (it is not invariant)",
     expected_verdict="holds",
+    kind="identity", provenance="analysis",
 )
 def rotation_invariance(ctx) -> Result:
     d, K, p, n = 16, 4, 4, 12
@@ -142,6 +145,7 @@ FD_TOL = 1e-6
     measures="max relative error of coding_rate_grad vs central finite differences of coding_rate, scales 0.1…30",
     expected=f"≤ {FD_TOL:g} (finite-difference truncation and rounding level)",
     expected_verdict="holds",
+    kind="identity", provenance="analysis",
 )
 def grad_R(ctx) -> Result:
     err, errors = _fd_check(ctx, lambda Z: coding_rate_grad(Z, 0.5), lambda Z: coding_rate(Z, 0.5), (6, 4))
@@ -156,6 +160,7 @@ def grad_R(ctx) -> Result:
     measures="max relative error of compression_rate_grad vs central finite differences of compression_rate",
     expected=f"≤ {FD_TOL:g} (finite-difference truncation and rounding level)",
     expected_verdict="holds",
+    kind="identity", provenance="analysis",
 )
 def grad_Rc(ctx) -> Result:
     U = _bases(ctx.rng, 8, 3, 2)
@@ -172,6 +177,7 @@ def grad_Rc(ctx) -> Result:
     measures="max relative error of coding_rate_hvp vs central differences of coding_rate_grad along Δ",
     expected=f"≤ {FD_TOL:g} (finite-difference truncation and rounding level)",
     expected_verdict="holds",
+    kind="identity", provenance="analysis",
 )
 def hessian(ctx) -> Result:
     errors = []
@@ -201,6 +207,7 @@ def _hessian_ratio(Z: np.ndarray, eps: float) -> float:
              "and Nelder–Mead maximisation",
     expected="≤ 9/4 (the lemma); `loose` when the measured sup stays below ⅔·9/4 = 1.5 (the constant could drop by a third)",
     expected_verdict="loose",
+    kind="theory", provenance="analysis",
 )
 def lemma11(ctx) -> Result:
     shapes = ctx.pick(((3, 2), (2, 3), (4, 4)), ((3, 2), (2, 3), (4, 4), (6, 5), (5, 8)))
@@ -229,6 +236,7 @@ def lemma11(ctx) -> Result:
     measures="max relative gap of the three identities for a random orthogonal D",
     expected="≤ 1e-10 (exact identities, float64 rounding)",
     expected_verdict="holds",
+    kind="identity", provenance="analysis",
 )
 def equivariance(ctx) -> Result:
     Z, V = ctx.rng.standard_normal((7, 5)), ctx.rng.standard_normal((7, 5))
@@ -252,6 +260,7 @@ def equivariance(ctx) -> Result:
     measures="relative gap of the printed identity over random orthogonal D (max over 5 draws)",
     expected="an identity would give ≤ 1e-10; `fails` beyond — the arguments are swapped (D vs D* unless D is symmetric)",
     expected_verdict="fails",
+    kind="printed", provenance="analysis",
 )
 def eq121_as_printed(ctx) -> Result:
     gaps = []
@@ -284,6 +293,7 @@ def beta_gap(Z: np.ndarray, U: np.ndarray, eps: float) -> float:
     expected="`holds` when the change is ≤ 1% at CRATE-Base sizes (below the resolution of any figure in the "
              "papers). For 5 tokens (the audit's digits model) β differs by 25% between the two conventions",
     expected_verdict="holds",
+    kind="theory", provenance="analysis",
 )
 def beta_n_vs_N(ctx) -> Result:
     U = _bases(ctx.rng, 768, 12, 64)

@@ -22,7 +22,7 @@ from crate_theory import (
 from crate_theory.synthetic import orthonormal_bases, sample_tokens
 from verify import digits, plots, verdicts
 from verify.numerics import cosine, fmt, loglog_slope, rel_err
-from verify.registry import Result, claim
+from verify.registry import Headline, Result, claim
 
 
 def _union_of_subspaces(ctx, sigma: float = 0.05):
@@ -59,6 +59,7 @@ def _neumann_sweep(ctx, rhos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     measures="fitted log-log slope of ‖∇̂R^c − ∇R^c‖/‖∇R^c‖ against ρ = β max_k‖U_k*Z‖², ρ ∈ [0.01, 0.5]",
     expected="slope 2 ± 0.3 (the first neglected Neumann term is (βG_k)²)",
     expected_verdict="holds",
+    kind="theory", provenance="analysis",
 )
 def neumann_rate(ctx) -> Result:
     rhos = np.logspace(-2, np.log10(0.5), 7)
@@ -81,6 +82,7 @@ def neumann_rate(ctx) -> Result:
              "diverges for ρ > 1, so a sign flip is expected. At the papers' own setting (CRATE-Base sizes, ε = 1) "
              "ρ ≈ 0.7 < 1: the approximation is used inside its range there",
     expected_verdict="fails",
+    kind="theory", provenance="analysis",
 )
 def neumann_beyond_one(ctx) -> Result:
     rhos = np.logspace(-2, 1, 13)
@@ -133,6 +135,7 @@ def _mssa_directions(ctx):
              "It holds through the step's first-order part: βZ alone scores as well or better "
              "(2.7-approx9-attention-term)",
     expected_verdict="holds",
+    kind="theory", provenance="analysis",
 )
 def approx9_cosine(ctx) -> Result:
     Z, _, rows = _mssa_directions(ctx)
@@ -145,7 +148,7 @@ def approx9_cosine(ctx) -> Result:
                           xlabel="β = p/(nε²)", ylabel="", title="Approximation 9 vs β", logx=True)
     return Result("cos " + ", ".join(f"{c:.3f}" for c in cosines), verdicts.at_least(min(cosines), 0.0),
                   {"beta": BETAS, "cosine": cosines, "cosine_first_order_only": first_order, "rel_err": errors},
-                  [figure])
+                  [figure], Headline(f"least cos, β ≤ {max(BETAS):g}", min(cosines)))
 
 
 @claim(
@@ -157,6 +160,7 @@ def approx9_cosine(ctx) -> Result:
     expected="decrease > 0 at every β (descent); the ratio shows how much of the exact step's decrease it achieves. "
              "As for the cosine, the βZ shrink alone gives this descent (2.7-approx9-attention-term)",
     expected_verdict="holds",
+    kind="theory", provenance="analysis",
 )
 def approx9_descent(ctx) -> Result:
     Z, U, rows = _mssa_directions(ctx)
@@ -183,6 +187,7 @@ def approx9_descent(ctx) -> Result:
     expected="`holds` if r ≤ 0.5 at every β. Expected to fail: softmax(G_k) is column-stochastic while G_k is "
              "not, so the replacement matches the remainder neither in size nor, beyond small β, in direction",
     expected_verdict="fails",
+    kind="theory", provenance="analysis",
 )
 def approx9_second_order(ctx) -> Result:
     Z, _, rows = _mssa_directions(ctx)
@@ -200,6 +205,7 @@ def approx9_second_order(ctx) -> Result:
     measures="relative difference of mssa_free(Z, U, β[U_1…U_K], temperature=1) and mssa(Z, U, ε)",
     expected="≤ 1e-13 (the same operator; float64 rounding)",
     expected_verdict="holds",
+    kind="identity", provenance="analysis",
 )
 def free_output_contains_paper(ctx) -> Result:
     Z, U = _union_of_subspaces(ctx)
@@ -220,6 +226,7 @@ def free_output_contains_paper(ctx) -> Result:
              "small next to βZ and only loosely aligned with what it replaces, so βZ alone does as well at small β "
              "and better at large β; 2.7-approx9-cosine/-descent hold through the βZ shrink",
     expected_verdict="fails",
+    kind="control", provenance="measurement",
 )
 def approx9_attention_term(ctx) -> Result:
     Z, _, rows = _mssa_directions(ctx)
@@ -228,7 +235,8 @@ def approx9_attention_term(ctx) -> Result:
     aim = [cosine(direction - beta * Z, grad - beta * Z) for beta, _, direction, grad in rows]
     return Result("cosine gain over βZ " + ", ".join(f"{g:+.2g}" for g in gain) + "; attention term ‖·‖/‖βZ‖ "
                   + ", ".join(f"{r:.2g}" for r in size), "holds" if min(gain) > 0 else "fails",
-                  {"beta": BETAS, "cosine_gain": gain, "relative_size": size, "cosine_with_remainder": aim})
+                  {"beta": BETAS, "cosine_gain": gain, "relative_size": size, "cosine_with_remainder": aim},
+                  headline=Headline("least gain over βZ", min(gain)))
 
 
 @claim(
@@ -244,6 +252,7 @@ def approx9_attention_term(ctx) -> Result:
              "β ≈ 0.33). Expected to fail: K·p = d heads of a random or trained U are not mutually orthogonal, "
              "S has a Marchenko–Pastur-like spread (deviation ≈ 1 at initialisation, larger after training)",
     expected_verdict="fails",
+    kind="trained", provenance="measurement",
 )
 def sum_projectors(ctx) -> Result:
     runs = digits.runs(ctx)

@@ -87,6 +87,7 @@ def _tokens(ctx) -> tuple[np.ndarray, torch.Tensor]:
     measures="max abs difference over the variants and both paths (float64)",
     expected=f"≤ {TOL:g} ({TOL:g}: float64 rounding with a wide margin)",
     expected_verdict="holds",
+    kind="identity", provenance="analysis",
 )
 def nn_mssa(ctx) -> Result:
     Z, x = _tokens(ctx)
@@ -116,6 +117,7 @@ def nn_mssa(ctx) -> Result:
     measures="max abs difference for (η, λ) ∈ {(0.1, 0.1), (0.5, 0.3)} (float64)",
     expected=f"≤ {TOL:g} (float64 rounding with a wide margin)",
     expected_verdict="holds",
+    kind="identity", provenance="analysis",
 )
 def nn_ista(ctx) -> Result:
     Z, x = _tokens(ctx)
@@ -154,6 +156,7 @@ def _theory_kwargs(config: crate_nn.BlockConfig) -> dict:
     measures=f"max abs difference over {len(_LAYER_VARIANTS)} variants × 3 layers × (half, full) steps (float64)",
     expected=f"≤ {TOL:g} (float64 rounding with a wide margin)",
     expected_verdict="holds",
+    kind="identity", provenance="analysis",
 )
 def nn_encoder(ctx) -> Result:
     Z, x = _tokens(ctx)
@@ -183,6 +186,7 @@ def nn_encoder(ctx) -> Result:
     measures="max abs difference over 4 variants (float64)",
     expected=f"≤ {TOL:g} (float64 rounding with a wide margin)",
     expected_verdict="holds",
+    kind="identity", provenance="analysis",
 )
 def nn_decoder(ctx) -> Result:
     Z, x = _tokens(ctx)

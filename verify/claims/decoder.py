@@ -15,7 +15,7 @@ from crate_theory.decoder import decoder_layer, decoder_presets
 from crate_theory.synthetic import orthonormal_bases, random_orthogonal
 from verify import plots, verdicts
 from verify.numerics import loglog_slope, rel_err
-from verify.registry import Result, claim
+from verify.registry import Headline, Result, claim
 
 KAPPAS = np.logspace(-3, -1, 5)
 
@@ -49,6 +49,7 @@ def _round_trip_errors(ctx, preset: str, eta: float = 1.0) -> np.ndarray:
     measures="fitted log-log slope of ‖g(f(Z)) − Z‖/‖Z‖ vs κ ∈ [1e-3, 1e-1]",
     expected="slope 2 ± 0.3 (Z + MSSA(Z) − MSSA(Z + MSSA(Z)) = Z + O(κ²))",
     expected_verdict="holds",
+    kind="theory", provenance="analysis",
 )
 def decoder_inverse(ctx) -> Result:
     errors = _round_trip_errors(ctx, "inverse")
@@ -71,6 +72,7 @@ def decoder_inverse(ctx) -> Result:
     expected="slope 2 ± 0.3 as for E = D; expected to fail: D*·D*(…) ≠ identity for a non-symmetric orthogonal D, "
              "the error stays O(1) as κ → 0",
     expected_verdict="fails",
+    kind="printed", provenance="analysis",
 )
 def decoder_remark7_printed(ctx) -> Result:
     errors = _round_trip_errors(ctx, "printed")
@@ -101,6 +103,7 @@ def remark7_verdict(slopes: dict[str, float]) -> str:
              "0.9I + 0.1D*, which neither preset inverts (errors ≈ 1.2–1.3); (1 + η)I − ηD* leaves an O(η²) floor "
              "(≈ 0.02) and only the exact inverse reaches O(κ²) — the claim as written covers η = 1 only",
     expected_verdict="fails",
+    kind="theory", provenance="analysis",
 )
 def decoder_remark7_eta(ctx) -> Result:
     presets = ("printed", "inverse", "first-order", "linear-inverse")
@@ -111,4 +114,5 @@ def decoder_remark7_eta(ctx) -> Result:
                                 references={"slope 2": 2.0})
     return Result("min error " + ", ".join(f"{k} {e.min():.3g}" for k, e in errors.items())
                   + f"; slopes {', '.join(f'{s:.2f}' for s in slopes.values())}", remark7_verdict(slopes),
-                  {"kappa": KAPPAS, "error": errors, "slope": slopes}, [figure])
+                  {"kappa": KAPPAS, "error": errors, "slope": slopes}, [figure],
+                  Headline("least error, E = D* or D", min(errors["printed"].min(), errors["inverse"].min())))

@@ -64,6 +64,7 @@ def _score_errors(ctx, mix, sigma: float = 0.5, tokens: int = 6) -> dict[str, fl
     measures="relative error of score_normalised (215) vs central differences of log q (uniform π, one Λ)",
     expected=f"≤ {FD_TOL:g} (exact formula; finite-difference level)",
     expected_verdict="holds",
+    kind="identity", provenance="analysis",
 )
 def prop14(ctx) -> Result:
     errors = _score_errors(ctx, _mixture(ctx))
@@ -80,6 +81,7 @@ def prop14(ctx) -> Result:
     expected=f"(215) ≤ {FD_TOL:g} would mean (213) is not needed; expected to fail (the dropped weights π_k det M_k "
              "matter), while (225) stays exact",
     expected_verdict="fails",
+    kind="theory", provenance="analysis",
 )
 def prop14_unnormalised(ctx) -> Result:
     p, K = 4, 4
@@ -102,6 +104,7 @@ def prop14_unnormalised(ctx) -> Result:
     expected="gap ≤ 1e-10 (exact identity) and |t| ≤ 4 (the residual of a conditional mean is orthogonal to x; "
              "4 standard errors)",
     expected_verdict="holds",
+    kind="identity", provenance="analysis",
 )
 def tweedie(ctx) -> Result:
     mix = _mixture(ctx)
@@ -136,6 +139,7 @@ def _rates(ctx):
     measures="fitted log-log slope of mean ‖E[z|x] − approximation‖ vs σ ∈ {0.3 … 0.003}",
     expected="slope 2 ± 0.3 — O(σ²), one order better than the O(σ) denoising error itself (paper-notes 2.14)",
     expected_verdict="holds",
+    kind="theory", provenance="analysis",
 )
 def approx12_rate(ctx) -> Result:
     approx_err, bayes_err, _ = _rates(ctx)
@@ -156,6 +160,7 @@ def approx12_rate(ctx) -> Result:
     measures="fitted log-log slope of mean ‖E[z|x] − z‖ vs σ ∈ {0.3 … 0.003}",
     expected="slope 1 ± 0.15 (noise within the p-dimensional subspace cannot be removed: error ≈ σ√p)",
     expected_verdict="holds",
+    kind="theory", provenance="analysis",
 )
 def denoising_rate(ctx) -> Result:
     _, bayes_err, _ = _rates(ctx)
@@ -171,6 +176,7 @@ def denoising_rate(ctx) -> Result:
     measures="mean posterior weight of the true component, per σ",
     expected="≥ 0.99 at σ = 0.003 (one-hot up to the rare tokens near an intersection)",
     expected_verdict="holds",
+    kind="theory", provenance="analysis",
 )
 def softmax_one_hot(ctx) -> Result:
     _, _, weight = _rates(ctx)
@@ -186,6 +192,7 @@ def softmax_one_hot(ctx) -> Result:
     measures="‖P_k − U_kU_k*‖ vs the closed form (max relative gap) and its log-log slope in σ",
     expected="gap ≤ 1e-8 (eigendecomposition rounding, amplified by 1/σ at σ = 0.003) and slope 1 ± 0.05",
     expected_verdict="holds",
+    kind="theory", provenance="analysis",
 )
 def pk_limit(ctx) -> Result:
     lam = np.linspace(0.5, 1.5, 4)
@@ -213,6 +220,7 @@ def pk_limit(ctx) -> Result:
     expected=f"≤ {FD_TOL:g} (exact formula; finite-difference level): the long version's restriction is a special "
              "case, not a correction",
     expected_verdict="holds",
+    kind="identity", provenance="analysis",
 )
 def neurips_prop1(ctx) -> Result:
     d, K, sigma = 6, 3, 0.5

@@ -38,7 +38,7 @@ from crate_nn.official import crate_nn_to_official_mae
 from crate_nn.tasks import get_preset
 from crate_nn.tasks.mae import EVAL_STREAM, MAETask
 from verify import experiments, plots, verdicts
-from verify.registry import Result, claim
+from verify.registry import Headline, Result, claim
 from verify.statistics import brief, compare, every, per_column
 
 QUICK = dict(epochs=20, warmup_epochs=2.0, eval_every=20, probe=False)
@@ -151,6 +151,7 @@ def _params_claim(size: str, printed: float, expected_verdict: str, note: str) -
                  "tensors their code holds but never reads (decoder_embed, a second sine-cosine table)",
         expected=f"{printed}M within the table's rounding (|Δ| ≤ 0.05M){note}",
         expected_verdict=expected_verdict,
+        kind="printed", provenance="measurement" if size == "large" else "analysis",
     )
     def measure(ctx) -> Result:
         with torch.device("meta"):
@@ -181,6 +182,7 @@ def _roundtrip_claim(suffix: str, key: str, how: str, expected_verdict: str, not
                  f"tokens{', each token standardised' if suffix else ''}), mean over images; {_RUNS}",
         expected=f"`holds` when the 95% interval of the error lies below {INVERSE} at every layer{note}",
         expected_verdict=expected_verdict,
+        kind="trained", provenance="measurement",
     )
     def measure(ctx) -> Result:
         trained, init = _mean(ctx, "trained", key), _mean(ctx, "init", key)
@@ -189,30 +191,26 @@ def _roundtrip_claim(suffix: str, key: str, how: str, expected_verdict: str, not
         if not suffix:
             data.update(stack_trained=float(_mean(ctx, "trained", "round_trip_stack")),
                         stack_init=float(_mean(ctx, "init", "round_trip_stack")))
+        ylabel = "‖g^{L−ℓ}(f^ℓ(Z^ℓ)) − Z^ℓ‖ / ‖Z^ℓ‖" + (", tokens standardised" if suffix else "")
+        figure = _per_layer_figure(ctx, ylabel, {"trained": trained, "random init": init})
         return Result(f"trained {_curve(trained)} (init {_curve(init)}); per layer {brief(below)}", every(below),
-                      data, _figures(ctx) if not suffix else [])
+                      data, [figure] if suffix else [figure, _reconstructions(ctx)],
+                      Headline.of_layers("error", below))
 
 
-def _figures(ctx) -> list[str]:
-    """The per-layer curves (trained vs initialisation) and reconstructions of test digits by the trained model."""
+def _reconstructions(ctx) -> str:
+    """Reconstructions of held-out digits by the trained model (the first seed)."""
     run = _runs(ctx.quick, ctx.seed)[0]
     _, images, mask = _test_data(run.config)
     pictures = ctx.figure_path("reconstructions")
     reconstruction_figure(reconstruct(run.model("trained"), images[:8], mask[:8]), run.config.mean, run.config.std,
                           title="held-out digits, trained CRATE-MAE").savefig(pictures, dpi=110)
+    return str(pictures)
 
-    def both(key):
-        return {"trained": _mean(ctx, "trained", key), "random init": _mean(ctx, "init", key)}
 
-    curves = plots.per_layer(ctx.figure_path("per-layer"), {
-        "round trip ‖g^{L−ℓ}(f^ℓ(Z^ℓ)) − Z^ℓ‖ / ‖Z^ℓ‖": both("round_trip"),
-        "round trip, tokens standardised": both("round_trip_standardised"),
-        "encoder R^c(Z^{ℓ+1/2}) (paper protocol)": both("compression_paper"),
-        "encoder ‖Z^{ℓ+1}‖₀/(dn)": both("sparsity"),
-        "decoder R^c, trained": {"H (before −MSSA)": _mean(ctx, "trained", "decoder_before"),
-                                 "output": _mean(ctx, "trained", "decoder_after")}},
-        title=f"CRATE-MAE on digits ({_where(ctx)})")
-    return [curves, str(pictures)]
+def _per_layer_figure(ctx, ylabel: str, curves: dict) -> str:
+    """One claim's per-layer curves, one panel."""
+    return plots.per_layer(ctx.figure_path("per-layer"), {ylabel: curves}, title=f"CRATE-MAE on digits ({_where(ctx)})")
 
 
 _roundtrip_claim("", "round_trip", "", "fails",
@@ -238,13 +236,15 @@ _roundtrip_claim("-standardised", "round_trip_standardised", ", up to each token
              "Under --full the preset's runs give `holds` (−0.23 [−0.41, −0.05], −0.93 [−1.22, −0.65], −0.73 "
              "[−1.15, −0.31]): the expectation is the quick audit's",
     expected_verdict="inconclusive",
+    kind="trained", provenance="measurement",
 )
 def mae_roundtrip_training(ctx) -> Result:
     trained, init = _per_seed(ctx, "trained", "round_trip"), _per_seed(ctx, "init", "round_trip")
     below = per_column(trained, init, direction="below")
     return Result(f"trained {_curve(trained.mean(0))} vs init {_curve(init.mean(0))}; trained − init {brief(below)}",
                   every(below), {"trained": trained.mean(0).tolist(), "init": init.mean(0).tolist(),
-                                 "difference": [c.as_dict() for c in below]})
+                                 "difference": [c.as_dict() for c in below]},
+                  [], Headline.of_layers("trained − init", below))
 
 
 def _step_claim(part: str, sign: str, equation: str, expected_verdict: str, note: str) -> None:
@@ -263,15 +263,19 @@ def _step_claim(part: str, sign: str, equation: str, expected_verdict: str, note
         expected=f"`holds` when the step {sign} R^c at every layer (95% interval of after − before over the "
                  f"seeds){note}",
         expected_verdict=expected_verdict,
+        kind="trained", provenance="measurement" if part == "encoder" else "analysis",
     )
     def measure(ctx) -> Result:
         a, b = _per_seed(ctx, "trained", before), _per_seed(ctx, "trained", after)
         step = per_column(b, a, direction="below" if lower else "above")
+        figure = _per_layer_figure(ctx, f"{part} R^c (trained)", {"before the MSSA step": a.mean(0),
+                                                                   "after it": b.mean(0)})
         return Result(f"before {_curve(a.mean(0))}, after {_curve(b.mean(0))}; after − before {brief(step)}",
                       every(step), {"before": a.mean(0).tolist(), "after": b.mean(0).tolist(),
                                     "difference": [c.as_dict() for c in step],
                                     "init_before": _mean(ctx, "init", before).tolist(),
-                                    "init_after": _mean(ctx, "init", after).tolist()})
+                                    "init_after": _mean(ctx, "init", after).tolist()}, [figure],
+                      Headline.of_layers("after − before", step))
 
 
 _step_claim("encoder", "lowers", "56", "fails", ". Expected to fail (found by measuring): Z + MSSA(LN Z) adds mass "
@@ -291,21 +295,27 @@ def _encoder_claim(key: str, what: str, expected_verdict: str, note: str, modes=
     @claim(
         id=f"2.24-mae-{key.replace('_', '-')}",
         tags=("layers", "mae", "digits", "nn"),
-        reference="004 Sec. 4.2, Fig. 15, for the CRATE-MAE encoder",
+        reference="004 Sec. 4.2, Fig. 15, for the CRATE-MAE encoder"
+                  + ("; Fig. 14's footnote 17 (the last layer)" if key == "sparsity" else ""),
         statement=f"MAE training lowers the encoder's {what}: the trained value lies below the random "
-                  "initialisation's at every layer",
+                  "initialisation's at every layer"
+                  + (" (footnote 17's rise at the last layer comes from a classifier, which the encoder lacks)"
+                     if key == "sparsity" else ""),
         measures=f"{what} per encoder layer on the masked test digits, trained vs initialisation",
         expected=f"`holds` when the 95% interval of trained − init (paired by seed) lies below 0 at every layer{note}",
         expected_verdict=expected_verdict,
         modes=modes,
+        kind="trained", provenance="measurement",
     )
     def measure(ctx) -> Result:
         trained, init = _per_seed(ctx, "trained", key), _per_seed(ctx, "init", key)
         below = per_column(trained, init, direction="below")
+        figure = _per_layer_figure(ctx, what, {"trained": trained.mean(0), "random init": init.mean(0)})
         return Result(f"trained {_curve(trained.mean(0))} vs init {_curve(init.mean(0))}; trained − init "
                       f"{brief(below)}", every(below), {"trained": trained.mean(0).tolist(),
                                                         "init": init.mean(0).tolist(),
-                                                        "difference": [c.as_dict() for c in below]})
+                                                        "difference": [c.as_dict() for c in below]}, [figure],
+                      Headline.of_layers("trained − init", below))
 
 
 _RC_UP = (". Expected to fail (found by measuring, seeds 0–2): MAE training raises R^c at every layer (unlike the "
@@ -331,6 +341,7 @@ _encoder_claim("sparsity", "fraction of non-zero ISTA outputs ‖Z^{ℓ+1}‖₀
              f"{_UNDERTRAINED}",
     expected_verdict="holds",
     modes=("full",),
+    kind="trained", provenance="analysis",
 )
 def mae_probe(ctx) -> Result:
     runs = _measurements(ctx.quick, ctx.seed)
@@ -344,4 +355,5 @@ def mae_probe(ctx) -> Result:
                   {"pretrained": trained, "random_init": init, "comparison": beats.as_dict(),
                    "test_recon_loss": losses, "mean_image_loss": baseline,
                    "train_recon_loss": [run["metrics"]["train_recon_loss"] for run in runs],
-                   "cache": [run["cache"] for run in runs]})
+                   "cache": [run["cache"] for run in runs]}, [],
+                  Headline.of("pre-trained − init (points)", beats.difference, scale=100))

@@ -27,6 +27,7 @@ def _register(name: str, printed: float) -> None:
         measures=f"parameter count of crate_nn.create_model('{name}')",
         expected=f"{printed:.2f}M within the table's rounding (|Δ| ≤ 0.005M)",
         expected_verdict="holds",
+        kind="printed", provenance="analysis",
     )
     def measure(ctx) -> Result:
         count = _count(name)
@@ -66,6 +67,7 @@ def same_results(printed: dict) -> bool:
              "1K head (22.804M) or its 21K head (38.831M), but the accuracies differ (80.2 / 98.3 / 88.3 vs "
              "79.5 / 98.1 / 87.9), as do the learning rates (1e-4 vs 9.6e-5): two different runs",
     expected_verdict="fails",
+    kind="printed", provenance="analysis",
 )
 def in21k_figures(ctx) -> Result:
     with torch.device("meta"):

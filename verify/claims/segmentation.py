@@ -33,7 +33,7 @@ from crate_theory import layer_norm, ssa_attention
 from crate_theory.synthetic import orthonormal_bases
 from verify import experiments
 from verify.context import MODES
-from verify.registry import Result, claim
+from verify.registry import Headline, Result, claim
 from verify.statistics import compare
 
 RESULTS = Path(__file__).resolve().parents[2] / "results" / "segmentation" / "results.json"
@@ -52,6 +52,7 @@ RESULTS = Path(__file__).resolve().parents[2] / "results" / "segmentation" / "re
     expected="`holds` when the printed formula matches the network to 1e-9. Expected to fail: the network's "
              "logits carry p^(-1/2) (erratum 15); with temperature √p the two implementations agree to ~1e-15",
     expected_verdict="fails",
+    kind="printed", provenance="analysis",
 )
 def eq437(ctx) -> Result:
     torch.manual_seed(ctx.torch_seed)
@@ -108,6 +109,7 @@ def _scene(ctx):
              "orthonormal subspaces: IoU of each found mask with its object",
     expected="`holds` when both objects are recovered exactly (IoU 1)",
     expected_verdict="holds",
+    kind="theory", provenance="analysis",
 )
 def maskcut_subspaces(ctx) -> Result:
     features, region = _scene(ctx)
@@ -130,6 +132,7 @@ def maskcut_subspaces(ctx) -> Result:
     expected="`holds` when the printed update's second mask is the other object. Expected to fail: it keeps only the "
              "found object's affinities, so the second cut splits the first object again",
     expected_verdict="fails",
+    kind="printed", provenance="analysis",
 )
 def maskcut_printed(ctx) -> Result:
     features, region = _scene(ctx)
@@ -198,9 +201,10 @@ def _figure(ctx, results: dict) -> str:
 
 
 def _table_claim(id: str, statement: str, reference: str, a: str, b: str, key: str, direction: str, expected: str,
-                 expected_verdict: str) -> None:
+                 expected_verdict: str, provenance: str = "analysis") -> None:
     """A claim "row ``a`` is above (``direction``) row ``b`` on ``key``", decided by `compare` over the seeds: paired
-    when ``b`` is ``a``'s own initialisation, Welch otherwise."""
+    when ``b`` is ``a``'s own initialisation, Welch otherwise. ``provenance``: "measurement" where the expected
+    verdict was recorded after measuring."""
     paired = b == f"{a} init"
     test = "paired by seed" if paired else "Welch"
 
@@ -210,7 +214,8 @@ def _table_claim(id: str, statement: str, reference: str, a: str, b: str, key: s
                     "the committed run (results/segmentation), and without one the claim is measured only under "
                     f"--full (≈ 1 hour on one core)",
            expected=f"`holds` when the 95% interval of {a} − {b} ({test}) lies {direction} 0{expected}",
-           expected_verdict=expected_verdict, modes=MODES if RESULTS.is_file() else ("full",))
+           expected_verdict=expected_verdict, modes=MODES if RESULTS.is_file() else ("full",),
+           kind="trained", provenance=provenance)
     def measure(ctx) -> Result:
         results, source = _table(ctx.mode, ctx.seed)
         x, y = per_seed(results, a, key), per_seed(results, b, key)
@@ -219,7 +224,8 @@ def _table_claim(id: str, statement: str, reference: str, a: str, b: str, key: s
                       f"{100 * np.std(y, ddof=1):.1f} ({key}; {source}); {a} − {b} {comparison.text()}",
                       comparison.verdict, {"a": x, "b": y, "key": key, "comparison": comparison.as_dict(),
                                            "seeds": results["seeds"], "source": source},
-                      [_figure(ctx, results)] if id == "4.3-table17-attention" else [])
+                      [_figure(ctx, results)] if id == "4.3-table17-attention" else [],
+                      Headline.of(f"{a} − {b} ({key}, points)", comparison.difference, scale=100))
 
 
 _table_claim("4.3-table17-emergence", "Segmentation emerges in CRATE's class-token attention through supervised "
@@ -243,7 +249,8 @@ _table_claim("4.3-table17-maskcut", "MaskCut on CRATE's patch codes localises ob
              ". Recorded after measuring (the committed run, seeds 0–4; `fails` under the former two-standard-error "
              "rule, which had no inconclusive): CorLoc 16.9 ± 8.2 vs 16.4 ± 8.1%, +0.4 [−11.4, +12.3] points — the "
              "seeds spread too widely to tell; MaskCut mIoU ties too (48.9 vs 47.8), and MaskCut on the raw pixels "
-             "beats every network (75.8 mIoU, 87.5% CorLoc)", "inconclusive")
+             "beats every network (75.8 mIoU, 87.5% CorLoc)", "inconclusive",
+             provenance="measurement")
 _table_claim("4.3-table17-mssa-in-vit", "Replacing ViT's MHSA by MSSA improves its segmentation: CRATE-MLP's "
              "attention masks beat ViT's", "004 App. C.7, Table 17 (22.0 vs 14.1)", "crate_mlp", "vit",
              "attention_miou", "above", "", "holds")

@@ -16,7 +16,7 @@ from crate_theory.theorem16 import projection_operators, sample_theorem16, theor
 from verify import plots, verdicts
 from verify.context import Context
 from verify.numerics import fmt, loglog_slope
-from verify.registry import Result, claim
+from verify.registry import Headline, Result, claim
 
 SIGMAS = np.array([0.1, 0.03, 0.01, 0.003])
 
@@ -42,6 +42,7 @@ def _sample(ctx, sigma: float):
     expected="every ratio in [1/3, 3]: the theorem's constants are unspecified, 'of order one' is what can be checked "
              "(the Gaussian/MP edges are approached only for large blocks; K_k ≈ n/K is small here)",
     expected_verdict="holds",
+    kind="theory", provenance="analysis",
 )
 def good_event(ctx) -> Result:
     sigma = 0.1
@@ -104,6 +105,7 @@ def _floors(mode: str, seed: int, sizes: tuple[int, int, int, int]) -> tuple[np.
              "This restates the former 2.16-nominal-vanishes, which tested a misreading (that the residual vanishes "
              "as σ → 0) and failed, as the theorem says it must",
     expected_verdict="holds",
+    kind="theory", provenance="analysis",
 )
 def nominal_floor(ctx) -> Result:
     rows = _residual_sweep(ctx)
@@ -123,7 +125,8 @@ def nominal_floor(ctx) -> Result:
     return Result(f"σ-slope {sigma_slope:.3f} (floor {fmt(nominal[-1])} = {nominal[-1] / np.sqrt(n / d):.3f}·√(n/d)); "
                   f"floor ∝ (n/d)^{exponent:.2f}", verdicts.slope(exponent, 0.5, 0.15),
                   {"sigma": SIGMAS, "residual_nominal": nominal, "sigma_slope": sigma_slope, "n_over_d": ratios,
-                   "floor": floors, "exponent": exponent, "beta": beta}, figures)
+                   "floor": floors, "exponent": exponent, "beta": beta}, figures,
+                  Headline("a in floor ∝ (n/d)^a", exponent))
 
 
 @claim(
@@ -135,6 +138,7 @@ def nominal_floor(ctx) -> Result:
     measures="fitted log-log slope of ‖∇R^c − exact-A nominal‖ vs σ ∈ {0.1 … 0.003} (ε = 1)",
     expected="slope 1 ± 0.2 (the bound (238) without its √(n/d) term is linear in σ for small σ)",
     expected_verdict="holds",
+    kind="theory", provenance="analysis",
 )
 def exact_a_nominal(ctx) -> Result:
     rows = _residual_sweep(ctx)
@@ -153,6 +157,7 @@ def exact_a_nominal(ctx) -> Result:
     measures="‖Z⁺(X_♮+Δ) − Z⁺(X_♮)‖_F²/‖Δ‖_F² at ε = 0.05, σ = 0.01, vs (p + (K−1)n/K)/d",
     expected="within 10% of the prediction (the prediction is the ε → 0 limit with the expected K_k = n/K)",
     expected_verdict="holds",
+    kind="theory", provenance="analysis",
 )
 def noise_retention(ctx) -> Result:
     d, n, K, p = _sizes(ctx)
@@ -174,6 +179,7 @@ def noise_retention(ctx) -> Result:
     expected="slope 1 ± 0.1 and ratio ≤ 1 (for A of full column rank the gap is exactly "
              "max β^{-1}/(σ_i² + β^{-1}) ≤ β^{-1}/σ_min²)",
     expected_verdict="holds",
+    kind="theory", provenance="analysis",
 )
 def projection_limit(ctx) -> Result:
     s = _sample(ctx, 0.01)
@@ -200,6 +206,7 @@ def projection_limit(ctx) -> Result:
              "Assumption 15's explicit inequalities d ≥ n ≥ p ≥ K ≥ 2, Kp = d",
     expected="β ≥ 1 for every ε ≤ 1 would need ε² ≤ p/n; expected to fail (β ≥ 1 only for ε ≤ √(p/n))",
     expected_verdict="fails",
+    kind="printed", provenance="analysis",
 )
 def beta_at_least_one(ctx) -> Result:
     config = crate_nn.model_config("crate_base")

@@ -1,0 +1,37 @@
+"""The error path every command line tool shares (crate-train, crate-eval, crate-eval-lm, crate-sample,
+crate-segment, crate-pack, crate-prepare-text): an expected failure — bad input, a missing optional package, a file
+the operating system refuses, an unreadable image, a loss that stopped being finite — is one line on stderr,
+``<prog>: <what went wrong, naming the argument or file>``, and the tool's exit status; anything else is a bug and
+keeps its traceback.
+
+    try:
+        result = run(args)
+    except cli.EXPECTED as err:
+        return cli.fail("crate-eval", err, 2)
+"""
+from __future__ import annotations
+
+import sys
+
+from .data.batching import CorruptImageError
+from .engine.loop import NonFiniteLossError
+
+EXPECTED = (ValueError, TypeError, OSError, ImportError, CorruptImageError, NonFiniteLossError)
+WORKER_TRACEBACK = "Original Traceback"  # how torch's DataLoader re-raises an exception from a worker process
+
+
+def one_line(err: BaseException) -> str:
+    """The message of ``err`` as one line: the worker's own message for an exception a DataLoader worker raised
+    (torch re-raises it with the worker's whole traceback), ``<file>: <reason>`` for an OSError naming a file."""
+    text = str(err).strip()
+    if WORKER_TRACEBACK in text:
+        text = text.splitlines()[-1].split(f"{type(err).__name__}: ", 1)[-1]
+    elif isinstance(err, OSError) and err.filename is not None and err.strerror:
+        text = f"{err.filename}: {err.strerror}"
+    return " ".join(text.split()) or type(err).__name__
+
+
+def fail(prog: str, err: BaseException, status: int) -> int:
+    """Print ``<prog>: <one_line(err)>`` on stderr and return ``status``."""
+    print(f"{prog}: {one_line(err)}", file=sys.stderr)
+    return status
