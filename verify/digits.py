@@ -115,8 +115,7 @@ def measure_model(model, budget: Budget, seed: int) -> dict:
         out["sparsity"] = [s.mean for s in m.sparsity]
         out["test_accuracy"] = float((model(images).argmax(-1) == labels).float().mean())
         profile = layer_profile(model, subset, draws=budget.draws, seed=seed)
-        out["profile"] = {name: {station: profile.means(name, station) for station in by_station}
-                          for name, by_station in profile.stats.items()}
+        out["profile"] = profile.all_means()
         out["u_norm"] = [float(layer.mssa.qkv.weight.norm()) for layer in model.encoder.layers]
         out["coherence"] = off_block_coherence(model)
         out["effective_rank"] = [float(effective_rank(t.output).mean()) for t in crate_nn.trace(model, subset)]

@@ -159,15 +159,26 @@ class Claim:
     measure: Callable[..., Result]
     module: str = ""
     modes: tuple[str, ...] = MODES
+    full_verdict: str | None = None
 
     def __post_init__(self) -> None:
         _check(self.id, "expected_verdict", self.expected_verdict, VERDICTS)
+        if self.full_verdict is not None:
+            _check(self.id, "full_verdict", self.full_verdict, VERDICTS)
+            if self.modes != MODES:
+                raise ValueError(f"full_verdict of {self.id!r} is for a claim measured in both modes, got modes "
+                                 f"{self.modes!r}")
         _check(self.id, "kind", self.kind, KINDS)
         _check(self.id, "provenance", self.provenance, PROVENANCES)
         if self.kind == "printed":
             _check(self.id, "expected_verdict (a printed-number check)", self.expected_verdict, ("holds", "fails"))
         if not self.modes or any(m not in MODES for m in self.modes):
             raise ValueError(f"modes of {self.id!r} must be a non-empty subset of {MODES}, got {self.modes!r}")
+
+    def expected_in(self, mode: str) -> str:
+        """The expected verdict of a ``mode`` audit: ``full_verdict`` under --full where one is given (a claim whose
+        quick runs resolve less or otherwise than the preset's), else ``expected_verdict``."""
+        return self.full_verdict if mode == "full" and self.full_verdict is not None else self.expected_verdict
 
     def matches(self, selector: str) -> bool:
         """True when ``selector`` is this claim's id, an id prefix ending at a dash/dot (``2.11``), or a tag."""
@@ -191,17 +202,19 @@ def claim(
     modes: Iterable[str] = MODES,
     kind: str,
     provenance: str,
+    full_verdict: str | None = None,
 ) -> Callable[[Callable[..., Result]], Callable[..., Result]]:
     """Register the decorated measurement function as a claim (see the module docstring).
 
     ``modes``: the audit modes that measure the claim; ``("full",)`` for a claim whose measurement does not fit
     the quick mode's time budget (it is listed, and named in the quick report as not run). ``kind``: one of
-    :data:`KINDS`; ``provenance``: one of :data:`PROVENANCES`. Registration refuses an unknown verdict, mode, kind
+    :data:`KINDS`; ``provenance``: one of :data:`PROVENANCES`; ``full_verdict``: the verdict expected under
+    --full where it differs from the quick mode's ``expected_verdict`` (the ``expected`` text says why). Registration refuses an unknown verdict, mode, kind
     or provenance (``ValueError``, see :class:`Claim`).
     """
     spec = dict(id=id, tags=tuple(tags), reference=reference, statement=statement, measures=measures,
                 expected=expected, expected_verdict=expected_verdict, kind=kind, provenance=provenance,
-                modes=tuple(modes))
+                modes=tuple(modes), full_verdict=full_verdict)
 
     def register(fn: Callable[..., Result]) -> Callable[..., Result]:
         if id in _REGISTRY:

@@ -110,7 +110,7 @@ KIND_WIDTHS = (26, 6, 4, 4, 5, 12, 6, 35)
 
 
 def _verdict_cell(o: Outcome, expected: str = "expected ") -> str:
-    return o.verdict if o.matches else f"{o.verdict} ({expected}{o.claim.expected_verdict})"
+    return o.verdict if o.matches else f"{o.verdict} ({expected}{o.expected_verdict})"
 
 
 def _shorten(text: str, width: int) -> str:
@@ -275,7 +275,9 @@ def write_markdown(path: Path, outcomes: list[Outcome], meta: dict[str, Any]) ->
             "",
             f"**Measured.** {c.measures}: {o.result.measured if o.result else '—'}",
             "",
-            f"**Expected.** {c.expected} (expected verdict: `{c.expected_verdict}`, set by {c.provenance}: "
+            f"**Expected.** {c.expected} (expected verdict: `{o.expected_verdict}`"
+            + (f", under --full `{c.full_verdict}`" if c.full_verdict and o.mode == "quick" else "")
+            + f", set by {c.provenance}: "
             f"{PROVENANCES[c.provenance]})",
             "",
         ]

@@ -26,6 +26,12 @@ class Outcome:
     seconds: float
     error: str | None = None
     figures: list[str] = field(default_factory=list)
+    mode: str = "quick"
+
+    @property
+    def expected_verdict(self) -> str:
+        """The claim's expected verdict in the mode it was measured in (`Claim.expected_in`)."""
+        return self.claim.expected_in(self.mode)
 
     @property
     def verdict(self) -> str:
@@ -34,7 +40,7 @@ class Outcome:
     @property
     def matches(self) -> bool:
         """True when the measured verdict is the one the claim's analysis expects."""
-        return self.error is None and self.verdict == self.claim.expected_verdict
+        return self.error is None and self.verdict == self.expected_verdict
 
     def to_json(self) -> dict[str, Any]:
         c = self.claim
@@ -47,7 +53,7 @@ class Outcome:
             "measured": self.result.measured if self.result else None,
             "expected": c.expected,
             "verdict": self.verdict,
-            "expected_verdict": c.expected_verdict,
+            "expected_verdict": self.expected_verdict,
             "matches_expectation": self.matches,
             "kind": c.kind,
             "provenance": c.provenance,
@@ -96,7 +102,7 @@ def _run(claims: list[Claim], mode: str, seed: int, output_dir: Path, progress: 
             result, error = None, traceback.format_exc()
         seconds = time.perf_counter() - start
         figures = [_relative(f, output_dir) for f in (result.figures if result else [])]
-        outcomes.append(Outcome(claim, result, seconds, error, figures))
+        outcomes.append(Outcome(claim, result, seconds, error, figures, mode))
     return outcomes
 
 

@@ -28,7 +28,16 @@ from torch import nn
 
 from ..checkpoint import unwrap_model
 from ..models.blocks import LayerTrace
-from .diagnostics import OFFICIAL_EPS, Stat, _batches, _encoder_layers, compression, head_codes, trace
+from .diagnostics import (
+    OFFICIAL_EPS,
+    Stat,
+    _batches,
+    _encoder_layers,
+    _layers_without_mssa,
+    compression,
+    head_codes,
+    trace,
+)
 
 __all__ = ["STATIONS", "MEASURES", "LayerProfile", "alignment", "isotropic_like", "joint_measures",
            "layer_profile", "measures_from_yardsticks", "orthonormalise_heads", "rotated_like", "station_measures",
@@ -171,6 +180,11 @@ class LayerProfile:
         """Per-layer means of one measure at one station."""
         return [s.mean for s in self.stats[measure][station]]
 
+    def all_means(self) -> dict[str, dict[str, list[float]]]:
+        """`means` of every measure and station: ``{measure: {station: [per layer]}}`` (JSON-serialisable)."""
+        return {name: {station: self.means(name, station) for station in by_station}
+                for name, by_station in self.stats.items()}
+
 
 @torch.no_grad()
 def layer_profile(model: nn.Module, images, eps: float = OFFICIAL_EPS, *, draws: int = 8, seed: int = 0,
@@ -178,20 +192,28 @@ def layer_profile(model: nn.Module, images, eps: float = OFFICIAL_EPS, *, draws:
     """The joint measure at every station of every encoder layer over a set of images (in the model's mode).
 
     Args:
-        model: `CRATEClassifier` (images (B, C, H, W)) or `CRATEEncoder` (token batches (B, n, d)).
-        images: a tensor, split into ``batch_size`` chunks, or an iterable of batches / ``(images, labels)``.
+        model: any CRATE model or stack with MSSA layers, as for `crate_nn.measure_layers`: `CRATEClassifier`
+            (images (B, C, H, W)), CRATE-GPT (token ids (B, T)), a `CRATEEncoder` or CRATE-MAE's decoder stack
+            (token batches (B, n, d)).
+        images: the model's inputs: a tensor, split into ``batch_size`` chunks, or an iterable of batches /
+            ``(inputs, labels)``; floating-point batches are cast to the model's dtype, integer ones (token ids)
+            kept.
         eps: ε of the rates of unit tokens (default 0.1); draws: yardstick sets per image; seed: their seed.
 
     Returns:
         `LayerProfile`.
     """
     layers = _encoder_layers(model)
+    not_mssa = _layers_without_mssa(layers)
+    if not_mssa:
+        raise TypeError(f"layer_profile needs MSSA layers (their U^ℓ define the measures); layers {not_mssa} have none")
     param = next(unwrap_model(model).parameters())
     generator = torch.Generator().manual_seed(seed)
     values = {m: {s: [[] for _ in layers] for s in STATIONS} for m in MEASURES}
     for batch in _batches(images, batch_size):
-        for i, t in enumerate(trace(model, batch.to(device=param.device, dtype=param.dtype))):
-            for station, measured in station_measures(t, layers[i].mssa, eps, draws=draws,
+        batch = batch.to(device=param.device, dtype=param.dtype if batch.is_floating_point() else None)
+        for i, t in enumerate(trace(model, batch)):
+            for station, measured in station_measures(t, layers[i].attn, eps, draws=draws,
                                                       generator=generator).items():
                 for name, v in measured.items():
                     values[name][station][i].append(v.cpu())

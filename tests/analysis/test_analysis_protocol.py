@@ -132,3 +132,18 @@ def test_bad_input_is_named():
         protocol.measures_from_yardsticks(z, weight, 2, 0.1, z[None], z[None, :3])
     with pytest.raises(TypeError, match="model"):
         protocol.layer_profile(torch.nn.Linear(2, 2), z)
+
+
+def test_layer_profile_takes_token_ids_and_a_decoder_stack_and_refuses_attention_without_subspaces():
+    torch.manual_seed(0)
+    gpt = crate_nn.create_model("crate_gpt_small", dim=16, heads=2, depth=2, vocab_size=30, block_size=8).eval()
+    ids = torch.randint(0, 30, (3, 8))
+    profile = protocol.layer_profile(gpt, ids, draws=1)  # integer ids reach the embedding uncast
+    assert len(profile.all_means()["spread"]["half"]) == 2
+    mae = crate_nn.create_model("crate_mae_tiny", image_size=8, patch_size=2, dim=16, depth=2, heads=4).eval()
+    images, mask = torch.randn(2, 3, 8, 8), torch.rand(2, 16).argsort(-1) < 12
+    decoder = protocol.layer_profile(mae.decoder, mae.encode(images, mask), draws=1).all_means()
+    assert set(decoder) == set(protocol.MEASURES) and len(decoder["alignment"]["output"]) == 2
+    vit = crate_nn.create_model("vit_tiny", image_size=8, patch_size=4, num_classes=3, dim=16, depth=1, heads=2)
+    with pytest.raises(TypeError, match="MSSA"):
+        protocol.layer_profile(vit, torch.randn(1, 3, 8, 8))

@@ -292,3 +292,18 @@ def test_a_slope_guide_follows_its_series_and_keeps_to_the_data(figures, tmp_pat
     assert np.allclose(guide.get_ydata(), 2 * x**2)  # parallel to the quadratic series, not through the flat one
     low, high = ax.get_ylim()
     assert low >= 1e-6 / 2 and high <= 1.3 * 4  # the data's range: the guide does not stretch the axis
+
+
+def test_a_full_verdict_is_expected_under_full_only(tmp_path):
+    claim = Claim(id="demo-modes", tags=("demo",), reference="000", statement="s", measures="m", expected="e",
+                  expected_verdict="fails", kind="trained", provenance="measurement", measure=_holds,
+                  full_verdict="holds")
+    assert claim.expected_in("quick") == "fails" and claim.expected_in("full") == "holds"
+    assert audit([claim], mode="full", output_dir=tmp_path / "full", progress=False, echo=False) == 0
+    assert audit([claim], mode="quick", output_dir=tmp_path / "quick", progress=False, echo=False) == 1
+    entry = json.loads((tmp_path / "quick" / "report.json").read_text())["claims"][0]
+    assert entry["expected_verdict"] == "fails" and not entry["matches_expectation"]
+    with pytest.raises(ValueError, match="full_verdict of 'x'"):
+        _register(full_verdict="maybe")
+    with pytest.raises(ValueError, match="both modes"):
+        _register(full_verdict="holds", modes=("full",))

@@ -20,7 +20,7 @@ import torch
 import crate_nn
 from verify import digits, plots
 from verify.context import Context
-from verify.joint import SIDES, Judgement, compresses
+from verify.joint import SIDES, Judgement, at, compresses, describe, from_layer_2, per_layer
 from verify.registry import Headline, Result, claim
 from verify.statistics import compare, interval, intervals
 
@@ -57,19 +57,12 @@ def lower_at_every_layer(diffs) -> bool:
 
 def _joint(runs, model: str, layer: int) -> dict[str, np.ndarray]:
     """Per-seed joint measures of one model ('trained' / 'init') at Z^{ℓ+1/2} of layer ℓ (1-based)."""
-    return {name: digits.per_seed(runs, model, path)[:, layer - 1] for name, path in JOINT.items()}
+    return at([run[model]["profile"] for run in runs], "half", layer)
 
 
 def joint_per_layer(runs) -> list[Judgement]:
     """The joint judgement of trained against init at every layer, paired by seed."""
-    depth = digits.per_seed(runs, "trained", JOINT["specific"]).shape[1]
-    return [compresses(_joint(runs, "trained", layer), _joint(runs, "init", layer)) for layer in range(1, depth + 1)]
-
-
-def from_layer_2(judgements: list[Judgement]) -> str:
-    """`holds` when every judgement of layers 2 … L holds, `fails` when one fails, `inconclusive` otherwise."""
-    verdicts = {j.verdict for j in judgements[1:]}
-    return "fails" if "fails" in verdicts else ("holds" if verdicts == {"holds"} else "inconclusive")
+    return per_layer([run["trained"]["profile"] for run in runs], [run["init"]["profile"] for run in runs])
 
 
 def _protocol_claim(name: str) -> None:
@@ -157,7 +150,7 @@ def digits_joint(ctx) -> Result:
     runs = digits.runs(ctx)
     judged = joint_per_layer(runs)
     figure = _protocols_figure(ctx)
-    return Result("; ".join(f"layer {i}: {j.text()}" for i, j in enumerate(judged, 1)), from_layer_2(judged),
+    return Result(describe(judged), from_layer_2(judged),
                   {"per_layer": [j.as_dict() for j in judged],
                    "trained": {n: digits.per_seed(runs, "trained", p).mean(0) for n, p in JOINT.items()},
                    "init": {n: digits.per_seed(runs, "init", p).mean(0) for n, p in JOINT.items()}}, [figure],

@@ -79,41 +79,40 @@ def _sizes(ctx) -> tuple[int, int, int, int]:
     return ctx.pick((32, 64, 4, 8), (128, 196, 8, 12))
 
 
-def _stack(ctx, name: str) -> np.ndarray:
-    """(seeds, stations, measures) for one control (memoised per mode and seed)."""
-    return _profiles(ctx.mode, ctx.seed, _sizes(ctx), name)
+def _stack(ctx, name: str, seeds: int = SEEDS) -> np.ndarray:
+    """(seeds, stations, measures) for one control on the first ``seeds`` data sets (each memoised per mode and
+    base seed, so a claim taking more data sets extends the others' rather than drawing new ones)."""
+    return np.array([_profile(ctx.mode, ctx.seed, _sizes(ctx), name, s) for s in range(seeds)])
 
 
 @functools.cache
-def _profiles(mode: str, seed: int, sizes: tuple[int, int, int, int], name: str) -> np.ndarray:
+def _profile(mode: str, seed: int, sizes: tuple[int, int, int, int], name: str, s: int) -> list:
+    """(stations, measures) of one control on data set ``s``."""
     d, n, K, depth = sizes
     control = CONTROLS[name]
     base = Context(mode, seed, "2.24-ideal", ".")
-    out = []
-    for s in range(SEEDS):
-        data = base.rng_for(f"2.24-ideal-data-{s}")
-        U = orthonormal_bases(K, d, d // K, seed=data)  # drawn for every control, so the codes below are paired
-        if control.axis_aligned:
-            U = np.eye(d).reshape(d, K, d // K).transpose(1, 0, 2).copy()
-        tokens = sample_tokens(U, n, data, sigma=0.1)
-        if control.random_layers:
-            draw = base.rng_for(f"2.24-ideal-layers-{s}")
-            layers = [CrateLayerParams(U=orthonormal_bases(K, d, d // K, seed=draw), D=random_orthogonal(d, draw))
-                      for _ in range(depth)]
-        else:
-            layers = [CrateLayerParams(U=U, D=U.transpose(1, 0, 2).reshape(d, d))] * depth
-        temperature = np.sqrt(d // K) if control.temperature_sqrt_p else 1.0
-        start = layer_norm(tokens.Z)
-        trace = crate_forward(start, layers, eps=1.0, temperature=temperature, **dict(control.options))
-        stations = [start] + [Z for pair in zip(trace.halves, trace.outputs) for Z in pair]
-        rows = []
-        for Z in stations:
-            joint = compression_profile(Z, U, labels=tokens.labels, draws=DRAWS,
-                                        seed=base.rng_for(f"yardsticks-{s}"))
-            rows.append([compression_rate(Z, U, 1.0), joint.relative, joint.specific, joint.spread, joint.alignment,
-                         joint.isotropic_alignment, np.linalg.norm(Z, axis=0).mean(), np.mean(Z != 0)])
-        out.append(rows)
-    return np.array(out)
+    data = base.rng_for(f"2.24-ideal-data-{s}")
+    U = orthonormal_bases(K, d, d // K, seed=data)  # drawn for every control, so the codes below are paired
+    if control.axis_aligned:
+        U = np.eye(d).reshape(d, K, d // K).transpose(1, 0, 2).copy()
+    tokens = sample_tokens(U, n, data, sigma=0.1)
+    if control.random_layers:
+        draw = base.rng_for(f"2.24-ideal-layers-{s}")
+        layers = [CrateLayerParams(U=orthonormal_bases(K, d, d // K, seed=draw), D=random_orthogonal(d, draw))
+                  for _ in range(depth)]
+    else:
+        layers = [CrateLayerParams(U=U, D=U.transpose(1, 0, 2).reshape(d, d))] * depth
+    temperature = np.sqrt(d // K) if control.temperature_sqrt_p else 1.0
+    start = layer_norm(tokens.Z)
+    trace = crate_forward(start, layers, eps=1.0, temperature=temperature, **dict(control.options))
+    stations = [start] + [Z for pair in zip(trace.halves, trace.outputs) for Z in pair]
+    rows = []
+    for Z in stations:
+        joint = compression_profile(Z, U, labels=tokens.labels, draws=DRAWS,
+                                    seed=base.rng_for(f"yardsticks-{s}"))
+        rows.append([compression_rate(Z, U, 1.0), joint.relative, joint.specific, joint.spread, joint.alignment,
+                     joint.isotropic_alignment, np.linalg.norm(Z, axis=0).mean(), np.mean(Z != 0)])
+    return rows
 
 
 def _measure(values: np.ndarray, name: str) -> np.ndarray:
@@ -234,7 +233,8 @@ def _draw_controls(output_dir: str, mode: str, seed: int, sizes: tuple[int, int,
                            ("spread (< 1: collapse)", "spread"), ("own-subspace energy", "alignment")):
         panels[label], bands[label] = {}, {}
         for name in CONTROLS:
-            per_station = intervals(_measure(_profiles(mode, seed, sizes, name), measure))
+            stack = np.array([_profile(mode, seed, sizes, name, s) for s in range(SEEDS)])
+            per_station = intervals(_measure(stack, measure))
             panels[label][name] = [i.mean for i in per_station]
             bands[label][name] = ([i.low for i in per_station], [i.high for i in per_station])
     path = Context(mode, seed, "2.24-ideal", output_dir).figure_path("controls")
@@ -302,7 +302,7 @@ def _mssa_steps(values: np.ndarray) -> list[Judgement]:
              "half-step (the skip adds energy); layer 1's step is a slight collapse (spread −0.0006 [−0.0007, "
              "−0.0006]). --full (d 128, K 8, 12 layers) it fails: the specific R^c falls (−0.012 to −0.003) but so "
              "does the own-subspace energy (−0.014 to −0.0002), no compression at layers 2–12",
-    expected_verdict="holds",
+    expected_verdict="holds", full_verdict="fails",
     kind="ideal", provenance="measurement",
 )
 def ideal_half_steps(ctx) -> Result:
@@ -427,8 +427,11 @@ def ideal_random_layers(ctx) -> Result:
              "`inconclusive` (specific +0.000 [−0.008, +0.008], −0.005 [−0.011, +0.000]), 3 `holds`; over 40 "
              "seeds −0.008 [−0.011, −0.004], most of it between layers 2 and 3. Layer 1 → 2 is a collapse even "
              "with axis-aligned subspaces (spread −0.021). --full (d 128, K 8, 12 layers) it fails: alignment "
-             "retained 0.74, and from layer 2 to 12 the own-subspace energy falls by 0.131 (no compression)",
-    expected_verdict="holds",
+             "retained 0.74, and from layer 2 to 12 the own-subspace energy falls by 0.131 (no compression). The "
+             "quick verdict depends on the base seed — 40 data sets do not fix it (layer 2 → 8 specific R^c −0.007, "
+             "−0.002, −0.004 at base seeds 0, 1, 2, each ± 0.003: `holds`, `inconclusive`, `holds`) — so it is left "
+             "out of the seed-independence test and named there",
+    expected_verdict="holds", full_verdict="fails",
     kind="control", provenance="analysis",
 )
 def ideal_orientation(ctx) -> Result:

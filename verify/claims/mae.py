@@ -31,13 +31,14 @@ import torch
 
 import crate_nn
 from crate_nn.analysis.diagnostics import compression, measure_layers, sparsity
+from crate_nn.analysis.protocol import layer_profile
 from crate_nn.analysis.reconstruction import reconstruct, reconstruction_figure, round_trip_errors
 from crate_nn.data import collate
 from crate_nn.engine.distributed import context
 from crate_nn.official import crate_nn_to_official_mae
 from crate_nn.tasks import get_preset
 from crate_nn.tasks.mae import EVAL_STREAM, MAETask
-from verify import experiments, plots, verdicts
+from verify import experiments, joint, plots, verdicts
 from verify.registry import Headline, Result, claim
 from verify.statistics import brief, compare, every, per_column
 
@@ -85,6 +86,10 @@ def _measure_model(model, images, mask) -> dict:
     trip = round_trip_errors(model, images, mask)
     out["round_trip"], out["round_trip_stack"] = [s.mean for s in trip.layers], trip.stack.mean
     out["round_trip_standardised"] = [s.mean for s in trip.standardised]
+    few = slice(joint.IMAGES)
+    out["joint_encoder"] = layer_profile(model.encoder, tokens[few], draws=joint.DRAWS).all_means()
+    out["joint_decoder"] = layer_profile(model.decoder, model.encode(images[few], mask[few]),
+                                         draws=joint.DRAWS).all_means()
     return out
 
 
@@ -234,8 +239,8 @@ _roundtrip_claim("-standardised", "round_trip_standardised", ", up to each token
              "than at initialisation on average at every layer, but the first layer's interval contains 0 for each "
              "of base seeds 0–2 (base seed 0: −0.18 [−0.41, +0.04], −0.61 [−0.93, −0.28], −0.44 [−0.84, −0.04]). "
              "Under --full the preset's runs give `holds` (−0.23 [−0.41, −0.05], −0.93 [−1.22, −0.65], −0.73 "
-             "[−1.15, −0.31]): the expectation is the quick audit's",
-    expected_verdict="inconclusive",
+             "[−1.15, −0.31], measured again today: `holds`)",
+    expected_verdict="inconclusive", full_verdict="holds",
     kind="trained", provenance="measurement",
 )
 def mae_roundtrip_training(ctx) -> Result:
@@ -247,43 +252,90 @@ def mae_roundtrip_training(ctx) -> Result:
                   [], Headline.of_layers("trained − init", below))
 
 
-def _step_claim(part: str, sign: str, equation: str, expected_verdict: str, note: str) -> None:
-    before, after = f"{part}_before", f"{part}_after"
-    lower = sign == "lowers"
+def _joint_steps(ctx, model: str, part: str) -> list[joint.Judgement]:
+    """Per layer, the joint judgement of the MSSA step of ``part`` in ``model`` (paired by seed): the encoder's
+    Z^{ℓ+1/2} against Z^ℓ by `joint.compresses`, the decoder's H − MSSA(LN H) against H by `joint.expands`."""
+    profiles = [run[model][f"joint_{part}"] for run in _measurements(ctx.quick, ctx.seed)]
+    before, after = ("input", "half") if part == "encoder" else ("half", "output")
+    rule = joint.compresses if part == "encoder" else joint.expands
+    depth = len(profiles[0]["specific"][after])
+    return [rule(joint.at(profiles, after, layer), joint.at(profiles, before, layer)) for layer in range(1, depth + 1)]
+
+
+def _step_claim(part: str, equation: str, expected_verdict: str, note: str) -> None:
+    goal = "compression" if part == "encoder" else "anti-compression"
 
     @claim(
         id=f"2.22-mae-{part}-step" if part == "decoder" else f"2.24-mae-{part}-step",
-        tags=("mae", "digits", "nn", "decoder" if part == "decoder" else "layers"),
+        tags=("mae", "digits", "nn", "protocol", "decoder" if part == "decoder" else "layers"),
         reference=f"004 eq. ({equation})",
-        statement=f"In a trained CRATE-MAE every {part} layer's MSSA step {sign} R^c with respect to its own "
-                  f"subspaces ({'compression' if lower else 'anti-compression'})",
-        measures=("R^c(Z^ℓ | U^ℓ) vs R^c(Z^{ℓ+1/2} | U^ℓ)" if part == "encoder" else
-                  "R^c(H | V^ℓ) vs R^c(H − MSSA(LN H) | V^ℓ), H = E^ℓ LN(Z̃^ℓ)")
-                 + f" per layer, ε = {RATE_EPS}, on the masked test digits",
-        expected=f"`holds` when the step {sign} R^c at every layer (95% interval of after − before over the "
-                 f"seeds){note}",
+        statement=f"In a trained CRATE-MAE every {part} layer's MSSA step {goal[:-3]}es the tokens with respect "
+                  f"to its own subspaces",
+        measures="the joint measure (verify.joint; unit tokens, ε = 0.1) of "
+                 + ("Z^{ℓ+1/2} against Z^ℓ on U^ℓ (compression: subspace-specific R^c lower, own-subspace energy "
+                    "higher)" if part == "encoder" else
+                    "H − MSSA(LN H) against H = E^ℓ LN(Z̃^ℓ) on V^ℓ (anti-compression: specific R^c higher, energy "
+                    "lower)")
+                 + f"; a collapse is neither; per layer, paired over the seeds, on the first {joint.IMAGES} masked test "
+                   f"digits; the same "
+                   f"for the untrained model (the control: a label it shares is the architecture's, not training's); "
+                   f"{_RUNS}",
+        expected=f"`holds` when the joint rule credits {goal} to the trained step at every layer{note}",
         expected_verdict=expected_verdict,
-        kind="trained", provenance="measurement" if part == "encoder" else "analysis",
+        kind="trained", provenance="measurement",
     )
     def measure(ctx) -> Result:
-        a, b = _per_seed(ctx, "trained", before), _per_seed(ctx, "trained", after)
-        step = per_column(b, a, direction="below" if lower else "above")
-        figure = _per_layer_figure(ctx, f"{part} R^c (trained)", {"before the MSSA step": a.mean(0),
-                                                                   "after it": b.mean(0)})
-        return Result(f"before {_curve(a.mean(0))}, after {_curve(b.mean(0))}; after − before {brief(step)}",
-                      every(step), {"before": a.mean(0).tolist(), "after": b.mean(0).tolist(),
-                                    "difference": [c.as_dict() for c in step],
-                                    "init_before": _mean(ctx, "init", before).tolist(),
-                                    "init_after": _mean(ctx, "init", after).tolist()}, [figure],
-                      Headline.of_layers("after − before", step))
+        trained, init = _joint_steps(ctx, "trained", part), _joint_steps(ctx, "init", part)
+        texts = [f"layer {i}: {t.text()}" + (" — the untrained model's too (architecture, not training)"
+                                              if joint.shared_by(t, c) else f" — untrained: {c.label}")
+                 for i, (t, c) in enumerate(zip(trained, init), 1)]
+        before, after = f"{part}_before", f"{part}_after"
+        return Result("; ".join(texts), every(trained),
+                      {"trained": [j.as_dict() for j in trained], "untrained": [j.as_dict() for j in init],
+                       "raw_rc_before": _mean(ctx, "trained", before).tolist(),
+                       "raw_rc_after": _mean(ctx, "trained", after).tolist()}, [],
+                      Headline.of_judgement(f"ℓ {len(trained)}", trained[-1]))
 
 
-_step_claim("encoder", "lowers", "56", "fails", ". Expected to fail (found by measuring): Z + MSSA(LN Z) adds mass "
-                                                "and R^c grows, as for the ideal CRATE (2.24-ideal-compression)")
-_step_claim("decoder", "raises", "62", "holds", ". Measured (quick, five runs): +1.7 [+0.4, +3.0], +2.1 [+1.2, +3.0], "
-             "+1.8 [+0.9, +2.7] at base seed 0; the effect is near what five runs resolve, and base seed 2's "
-             "second layer (+2.0 [−0.5, +4.5]) is inconclusive, as are the preset's first two layers under --full "
-             "(+0.8 [−1.0, +2.6], +1.7 [−0.7, +4.2], +1.5 [+0.3, +2.7]): the expectation is the quick audit's")
+_step_claim("encoder", "56", "fails", ". Expected to fail (recorded after measuring, quick, base seeds 0–2; the former "
+            "unnormalised-R^c claim failed too): at layers 2 and 3 the step is a collapse (spread −0.067 [−0.095, "
+            "−0.040] and −0.066 at base seed 0) which the untrained model's step shares — the architecture's, not "
+            "training's; at layer 1 the trained step is undecided or (base seed 1) a compression, the untrained "
+            "one a collapse. --full (the preset, five seeds) the same: layer 1 a compression (specific −0.062 [−0.092, "
+            "−0.032], energy +0.041) where the untrained step collapses, layers 2–3 a collapse shared by the untrained "
+            "model")
+_step_claim("decoder", "62", "fails", ". Expected to fail (recorded after measuring, quick, base seeds 0–2): the "
+            "former claim held on unnormalised R^c, which grows with the tokens' norm; jointly the step is a collapse "
+            "at layers 2 and 3 (spread −0.037 [−0.053, −0.021], −0.058 at base seed 0) and at layer 1 for base seeds "
+            "0 and 1, shared by the untrained model: the subtraction makes the tokens more alike, it does not move "
+            "them off their subspaces. --full: layer 3 a collapse shared by the untrained model (spread −0.054 "
+            "[−0.061, −0.048]), layers 1–2 undecided")
+
+
+@claim(
+    id="2.24-mae-joint",
+    tags=("layers", "mae", "digits", "nn", "protocol"),
+    reference="004 Sec. 4.2, Fig. 15 (trained vs random initialisation), for the CRATE-MAE encoder",
+    statement="MAE training compresses the encoder's representations: at every layer the trained encoder's tokens "
+              "are more compressed than its random initialisation's — compression, not collapse",
+    measures="joint judgement (verify.joint) of trained against init at the encoder's Z^{ℓ+1/2} per layer, paired "
+             f"over the seeds, on the first {joint.IMAGES} masked test digits; {_RUNS}",
+    expected="`holds` when the joint rule credits compression to training at every layer 2 … L (layer 1 reported "
+             "apart), `fails` when it fails at one. Recorded after measuring (quick): training makes the encoder's "
+             "tokens *less* alike (spread +0.13, +0.23, +0.25 at base seed 0) and moves neither their specific R^c "
+             "nor their own-subspace energy beyond the seed spread: undecided at every layer for base seeds 0 and 2; "
+             "base seed 1 gives `fails` (layer 3's energy −0.045 [−0.082, −0.007] lower: no compression). "
+             "--full (the preset, five seeds): undecided at every layer, spread +0.20, +0.39, +0.42",
+    expected_verdict="inconclusive",
+    kind="trained", provenance="measurement",
+)
+def mae_joint(ctx) -> Result:
+    runs = _measurements(ctx.quick, ctx.seed)
+    judged = joint.per_layer([run["trained"]["joint_encoder"] for run in runs],
+                             [run["init"]["joint_encoder"] for run in runs])
+    return Result(joint.describe(judged), joint.from_layer_2(judged),
+                  {"per_layer": [j.as_dict() for j in judged]}, [],
+                  Headline.of_judgement(f"ℓ {len(judged)}", judged[-1]))
 
 
 # ---------------------------------------------------------------------------------------------- Sec. 4.2

@@ -1,0 +1,126 @@
+"""The joint-measure claims of the trained MAE, DINO and GPT models, and verify.joint's helpers, fed constructed
+profiles for which each verdict must come out one way, then the other."""
+import numpy as np
+import pytest
+
+from verify import joint
+from verify.claims import dino, language, mae
+from verify.context import Context
+from verify.registry import all_claims
+
+CLAIMS = {c.id: c for c in all_claims()}
+SEEDS, DEPTH = 5, 3
+
+
+def profile(seed: int, **stations) -> dict:
+    """``{measure: {station: [per layer]}}`` with a little seed-dependent noise; ``stations[station]`` maps a
+    measure to its per-layer values (default: 0.9 specific, 0.4 alignment, 0.95 spread everywhere)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, default in (("specific", 0.9), ("alignment", 0.4), ("spread", 0.95)):
+        out[name] = {}
+        for station in ("input", "half", "output"):
+            values = np.asarray(stations.get(station, {}).get(name, [default] * DEPTH), dtype=float)
+            out[name][station] = list(values * (1 + 1e-4 * rng.standard_normal(DEPTH)))
+    return out
+
+
+def verdict(claim_id: str, tmp_path, mode: str = "quick"):
+    return CLAIMS[claim_id].measure(Context(mode, 0, claim_id, tmp_path))
+
+
+COMPRESSED = {"specific": [0.85] * DEPTH, "alignment": [0.5] * DEPTH, "spread": [0.95] * DEPTH}
+COLLAPSED = {"specific": [0.85] * DEPTH, "alignment": [0.5] * DEPTH, "spread": [0.8] * DEPTH}
+EXPANDED = {"specific": [0.95] * DEPTH, "alignment": [0.3] * DEPTH, "spread": [0.95] * DEPTH}
+
+
+# ------------------------------------------------------------------------------------------------ the helpers
+def test_expands_mirrors_compresses_and_never_credits_collapse():
+    base = [profile(s) for s in range(SEEDS)]
+    assert joint.expands(joint.at([profile(s, half=EXPANDED) for s in range(SEEDS)], "half", 1),
+                         joint.at(base, "half", 1)).label == "expansion"
+    assert joint.expands(joint.at([profile(s, half=COMPRESSED) for s in range(SEEDS)], "half", 1),
+                         joint.at(base, "half", 1)).label == "no expansion"
+    collapsed = joint.expands(joint.at([profile(s, half={**EXPANDED, "spread": [0.8] * DEPTH}) for s in range(SEEDS)],
+                                       "half", 1), joint.at(base, "half", 1))
+    assert (collapsed.label, collapsed.verdict) == ("collapse", "fails")
+
+
+def test_per_layer_reports_layer_1_apart():
+    first_collapses = {"specific": [0.85] * DEPTH, "alignment": [0.5] * DEPTH, "spread": [0.8, 0.95, 0.95]}
+    judged = joint.per_layer([profile(s, half=first_collapses) for s in range(SEEDS)], [profile(s) for s in range(SEEDS)])
+    assert [j.label for j in judged] == ["collapse", "compression", "compression"]
+    assert joint.from_layer_2(judged) == "holds" and joint.describe(judged).startswith("layer 1: collapse")
+    with pytest.raises(ValueError, match="two layers"):
+        joint.from_layer_2(judged[:1])
+
+
+def test_shared_by_compares_labels():
+    base = [profile(s) for s in range(SEEDS)]
+    a = joint.per_layer([profile(s, half=COLLAPSED) for s in range(SEEDS)], base)[0]
+    b = joint.per_layer([profile(s + 10, half=COLLAPSED) for s in range(SEEDS)], base)[0]
+    c = joint.per_layer([profile(s, half=COMPRESSED) for s in range(SEEDS)], base)[0]
+    assert joint.shared_by(a, b) and not joint.shared_by(a, c)
+
+
+# ------------------------------------------------------------------------------------------------ CRATE-MAE
+def mae_runs(monkeypatch, trained_encoder: dict, trained_decoder: dict, init_encoder: dict | None = None,
+             init_decoder: dict | None = None):
+    """Replace the MAE measurements by constructed per-station profiles (``{station: {measure: values}}``)."""
+    raw = {f"{part}_{side}": [50.0] * DEPTH for part in ("encoder", "decoder") for side in ("before", "after")}
+
+    def model(s, encoder, decoder):
+        return {**raw, "joint_encoder": profile(s, **encoder), "joint_decoder": profile(s + 100, **decoder)}
+
+    runs = [{"trained": model(s, trained_encoder, trained_decoder),
+             "init": model(s + 1000, init_encoder or {}, init_decoder or {})} for s in range(SEEDS)]
+    monkeypatch.setattr(mae, "_measurements", lambda quick, seed: runs)
+
+
+def test_mae_encoder_step_flips_and_names_the_architecture(monkeypatch, tmp_path):
+    mae_runs(monkeypatch, {"half": COMPRESSED}, {})
+    assert verdict("2.24-mae-encoder-step", tmp_path).verdict == "holds"
+    mae_runs(monkeypatch, {"half": COLLAPSED}, {}, init_encoder={"half": COLLAPSED})
+    result = verdict("2.24-mae-encoder-step", tmp_path)
+    assert result.verdict == "fails" and "architecture, not training" in result.measured
+    mae_runs(monkeypatch, {"half": EXPANDED}, {})
+    result = verdict("2.24-mae-encoder-step", tmp_path)
+    assert result.verdict == "fails" and "architecture" not in result.measured
+
+
+def test_mae_decoder_step_flips(monkeypatch, tmp_path):
+    mae_runs(monkeypatch, {}, {"output": EXPANDED})
+    assert verdict("2.22-mae-decoder-step", tmp_path).verdict == "holds"
+    mae_runs(monkeypatch, {}, {"output": {**EXPANDED, "spread": [0.8] * DEPTH}})  # "anti-compression" by collapse
+    assert verdict("2.22-mae-decoder-step", tmp_path).verdict == "fails"
+
+
+def test_mae_joint_flips(monkeypatch, tmp_path):
+    mae_runs(monkeypatch, {"half": COMPRESSED}, {})
+    assert verdict("2.24-mae-joint", tmp_path).verdict == "holds"
+    mae_runs(monkeypatch, {"half": COLLAPSED}, {})
+    assert verdict("2.24-mae-joint", tmp_path).verdict == "fails"
+
+
+# ------------------------------------------------------------------------------------------------ DINO and GPT
+def test_dino_joint_flips(monkeypatch, tmp_path):
+    mode, claim_id = "full", "4.1.3-dino-joint"
+    def install(trained):
+        profiles = {"dino": [profile(s, half=trained) for s in range(SEEDS)],
+                    "random init": [profile(s + 1000) for s in range(SEEDS)]}
+        monkeypatch.setattr(dino, "_measurements", lambda mode, seed: {"joint": profiles})
+    install(COMPRESSED)
+    assert verdict(claim_id, tmp_path, mode).verdict == "holds"
+    install(COLLAPSED)
+    assert verdict(claim_id, tmp_path, mode).verdict == "fails"
+
+
+def test_gpt_joint_flips(monkeypatch, tmp_path):
+    def install(trained):
+        profiles = {"trained": [profile(s, half=trained) for s in range(SEEDS)],
+                    "init": [profile(s + 1000) for s in range(SEEDS)]}
+        monkeypatch.setattr(language, "_layers", lambda mode, seed: {"joint": profiles})
+    install(COMPRESSED)
+    assert verdict("2.24-gpt-joint", tmp_path).verdict == "holds"
+    install(COLLAPSED)
+    assert verdict("2.24-gpt-joint", tmp_path).verdict == "fails"
