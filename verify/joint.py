@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from verify.registry import Headline, Result
 from verify.statistics import Comparison, compare
 
 IMAGES = 64
@@ -130,6 +131,19 @@ def from_layer_2(judgements: Sequence[Judgement]) -> str:
     if not verdicts:
         raise ValueError("judgements: expected at least two layers")
     return "fails" if "fails" in verdicts else ("holds" if verdicts == {"holds"} else "inconclusive")
+
+
+TRAINING_RULE = ("`holds` when the joint rule credits compression to training at every layer 2 … L (layer 1 reported "
+                 "apart), `fails` when it fails at one")
+"""The expectation rule of the "training compresses, jointly" claims (trained model against its initialisation)."""
+
+
+def against_init(trained: Sequence[Mapping], init: Sequence[Mapping], station: str = "half") -> Result:
+    """The `verify.registry.Result` of a "training compresses, jointly" claim: `per_layer` judgements of the trained
+    profiles against the initialisation's, decided by `from_layer_2`, with the last layer as headline."""
+    judged = per_layer(trained, init, station)
+    return Result(describe(judged), from_layer_2(judged), {"per_layer": [j.as_dict() for j in judged]}, [],
+                  Headline.of_judgement(f"ℓ {len(judged)}", judged[-1]))
 
 
 def describe(judgements: Sequence[Judgement]) -> str:

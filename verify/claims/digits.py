@@ -20,7 +20,7 @@ import torch
 import crate_nn
 from verify import digits, plots
 from verify.context import Context
-from verify.joint import SIDES, Judgement, at, compresses, describe, from_layer_2, per_layer
+from verify.joint import SIDES, TRAINING_RULE, Judgement, at, compresses, describe, from_layer_2, per_layer
 from verify.registry import Headline, Result, claim
 from verify.statistics import compare, interval, intervals
 
@@ -135,8 +135,7 @@ for _name in PROTOCOLS:
     measures=f"joint judgement (verify.joint) of trained against init at Z^{{ℓ+1/2}} per layer, paired over "
              f"{digits.SEEDS} seeds: subspace-specific R^c, own-subspace energy and spread of unit tokens against "
              "U^ℓ (ε = 0.1) on the test digits (quick: 8 epochs, 40 images; --full: 30 epochs, 360 images)",
-    expected="`holds` when the joint rule credits compression to training at every layer 2 … L (layer 1 reported "
-             "apart), `fails` when it fails at one. Expected to fail (recorded after measuring; this claim replaces "
+    expected=TRAINING_RULE + ". Expected to fail (recorded after measuring; this claim replaces "
              "2.24-digits-relative, which held (−0.017, −0.018, −0.034) because R^c against isotropic tokens credits "
              "collapse, and 2.24-digits-alignment, which failed). Quick: layer 2 undecided (specific R^c −0.029 "
              "[−0.039, −0.020], own-subspace energy −0.002 [−0.017, +0.014]), layer 3 a collapse (spread −0.070 "

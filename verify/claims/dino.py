@@ -201,17 +201,14 @@ def _joint_claim(expected_verdict: str, note: str) -> None:
                   "teacher's tokens are more compressed than its random initialisation's — compression, not collapse",
         measures="joint judgement (verify.joint) of the trained teacher against its initialisation at Z^{ℓ+1/2} per "
                  f"layer, paired by seed, on the first {joint.IMAGES} test digits: {_runs_text('full')}",
-        expected="`holds` when the joint rule credits compression to training at every layer 2 … L (layer 1 reported "
-                 "apart), `fails` when it fails at one" + note,
+        expected=joint.TRAINING_RULE + note,
         expected_verdict=expected_verdict,
         modes=("full",),
         kind="trained", provenance="measurement",
     )
     def measure(ctx) -> Result:
         profiles = _run(ctx)["joint"]
-        judged = joint.per_layer(profiles["dino"], profiles["random init"])
-        return Result(joint.describe(judged), joint.from_layer_2(judged), {"per_layer": [j.as_dict() for j in judged]},
-                      [], Headline.of_judgement(f"ℓ {len(judged)}", judged[-1]))
+        return joint.against_init(profiles["dino"], profiles["random init"])
 
 
 _ONE_EPOCH = "; the teacher moves little in 21 steps at λ ≥ 0.99, so every difference is small"

@@ -325,8 +325,7 @@ def gpt_sparsity(ctx) -> Result:
               "compressed than its random initialisation's — compression, not collapse",
     measures="joint judgement (verify.joint) of trained against init at Z^{ℓ+1/2} per layer, paired by seed, on 16 "
              f"validation windows; {_RUNS}",
-    expected="`holds` when the joint rule credits compression to training at every layer 2 … L (layer 1 reported "
-             "apart), `fails` when it fails at one. Expected to fail (recorded after measuring, quick, base seeds "
+    expected=joint.TRAINING_RULE + ". Expected to fail (recorded after measuring, quick, base seeds "
              "0–2): at both layers training collapses the tokens (spread −0.74 [−0.79, −0.69] and −0.67 [−0.71, "
              "−0.64] at base seed 0) while their specific R^c *rises* (+0.045, +0.038) — the authors' protocol's "
              "decrease (2.24-gpt-official) is the collapse, not compression onto the subspaces. --full (the preset, three seeds): "
@@ -336,6 +335,4 @@ def gpt_sparsity(ctx) -> Result:
 )
 def gpt_joint(ctx) -> Result:
     profiles = _layers(ctx.mode, ctx.seed)["joint"]
-    judged = joint.per_layer(profiles["trained"], profiles["init"])
-    return Result(joint.describe(judged), joint.from_layer_2(judged), {"per_layer": [j.as_dict() for j in judged]},
-                  [], Headline.of_judgement(f"ℓ {len(judged)}", judged[-1]))
+    return joint.against_init(profiles["trained"], profiles["init"])

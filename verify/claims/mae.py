@@ -320,8 +320,7 @@ _step_claim("decoder", "62", "fails", ". Expected to fail (recorded after measur
               "are more compressed than its random initialisation's — compression, not collapse",
     measures="joint judgement (verify.joint) of trained against init at the encoder's Z^{ℓ+1/2} per layer, paired "
              f"over the seeds, on the first {joint.IMAGES} masked test digits; {_RUNS}",
-    expected="`holds` when the joint rule credits compression to training at every layer 2 … L (layer 1 reported "
-             "apart), `fails` when it fails at one. Recorded after measuring (quick): training makes the encoder's "
+    expected=joint.TRAINING_RULE + ". Recorded after measuring (quick): training makes the encoder's "
              "tokens *less* alike (spread +0.13, +0.23, +0.25 at base seed 0) and moves neither their specific R^c "
              "nor their own-subspace energy beyond the seed spread: undecided at every layer for base seeds 0 and 2; "
              "base seed 1 gives `fails` (layer 3's energy −0.045 [−0.082, −0.007] lower: no compression). "
@@ -331,11 +330,8 @@ _step_claim("decoder", "62", "fails", ". Expected to fail (recorded after measur
 )
 def mae_joint(ctx) -> Result:
     runs = _measurements(ctx.quick, ctx.seed)
-    judged = joint.per_layer([run["trained"]["joint_encoder"] for run in runs],
-                             [run["init"]["joint_encoder"] for run in runs])
-    return Result(joint.describe(judged), joint.from_layer_2(judged),
-                  {"per_layer": [j.as_dict() for j in judged]}, [],
-                  Headline.of_judgement(f"ℓ {len(judged)}", judged[-1]))
+    return joint.against_init([run["trained"]["joint_encoder"] for run in runs],
+                              [run["init"]["joint_encoder"] for run in runs])
 
 
 # ---------------------------------------------------------------------------------------------- Sec. 4.2
