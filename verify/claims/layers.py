@@ -79,10 +79,13 @@ def _sizes(ctx) -> tuple[int, int, int, int]:
     return ctx.pick((32, 64, 4, 8), (128, 196, 8, 12))
 
 
-def _stack(ctx, name: str, seeds: int = SEEDS) -> np.ndarray:
-    """(seeds, stations, measures) for one control on the first ``seeds`` data sets (each memoised per mode and
-    base seed, so a claim taking more data sets extends the others' rather than drawing new ones)."""
-    return np.array([_profile(ctx.mode, ctx.seed, _sizes(ctx), name, s) for s in range(seeds)])
+def _stack(ctx, name: str) -> np.ndarray:
+    """(seeds, stations, measures) for one control (each data set memoised per mode and base seed)."""
+    return _stack_at(ctx.mode, ctx.seed, _sizes(ctx), name)
+
+
+def _stack_at(mode: str, seed: int, sizes: tuple[int, int, int, int], name: str) -> np.ndarray:
+    return np.array([_profile(mode, seed, sizes, name, s) for s in range(SEEDS)])
 
 
 @functools.cache
@@ -233,8 +236,7 @@ def _draw_controls(output_dir: str, mode: str, seed: int, sizes: tuple[int, int,
                            ("spread (< 1: collapse)", "spread"), ("own-subspace energy", "alignment")):
         panels[label], bands[label] = {}, {}
         for name in CONTROLS:
-            stack = np.array([_profile(mode, seed, sizes, name, s) for s in range(SEEDS)])
-            per_station = intervals(_measure(stack, measure))
+            per_station = intervals(_measure(_stack_at(mode, seed, sizes, name), measure))
             panels[label][name] = [i.mean for i in per_station]
             bands[label][name] = ([i.low for i in per_station], [i.high for i in per_station])
     path = Context(mode, seed, "2.24-ideal", output_dir).figure_path("controls")
