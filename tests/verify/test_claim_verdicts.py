@@ -49,7 +49,7 @@ def ideal(monkeypatch):
     """Replace the ideal stacks by constructed ones: ``ideal(name=array, …)``."""
     def install(**arrays):
         default = stack()
-        monkeypatch.setattr(layers, "_stack", lambda ctx, name: arrays.get(name, default))
+        monkeypatch.setattr(layers, "_stack", lambda ctx, name, seeds=layers.SEEDS: arrays.get(name, default))
         monkeypatch.setattr(layers, "_controls_figure", lambda ctx: "controls.png")
     return install
 
