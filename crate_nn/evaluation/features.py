@@ -31,6 +31,13 @@ def pooled_features(model: nn.Module, pool: str = "cls") -> Callable[[torch.Tens
     return features
 
 
+def raw_pixels(images: torch.Tensor) -> torch.Tensor:
+    """The raw-pixel control's feature function: the (B, C, H, W) images as the network receives them (after the
+    evaluation transform), flattened to (B, C·H·W). A frozen evaluation of pre-trained features names it as its
+    strongest trivial control: features worth learning beat it."""
+    return images.flatten(1)
+
+
 @torch.no_grad()
 def extract_features(
     features: Callable[[torch.Tensor], torch.Tensor],

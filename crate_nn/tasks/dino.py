@@ -54,7 +54,7 @@ from ..engine.loop import resolve_batches
 from ..engine.precision import autocast
 from ..engine.schedule import cosine
 from ..engine.task import LossOutput, Task, preset, register_task
-from ..evaluation.features import extract_features, pooled_features
+from ..evaluation.features import extract_features, pooled_features, raw_pixels
 from ..evaluation.knn import KNN_KS, KNN_TEMPERATURE, knn_evaluate
 from ..evaluation.linear_probe import PROBE_SOLVERS, run_linear_probe
 from ..models.dino_head import DINO, PROJECTIONS, DINOConfig
@@ -326,22 +326,27 @@ class DINOTask(Task):
         return {"teacher_entropy": out.teacher_entropy.item(), "teacher_mean_entropy": out.teacher_mean_entropy.item(),
                 "teacher_student_kl": out.kl.item()}
 
-    def features(self, model: nn.Module, dataset):
-        """The teacher's pooled output tokens (eq. 80) of ``dataset``: float64 (N, d) and labels (N,)."""
-        model = unwrap_model(model)
-        pooled = pooled_features(model, model.config.pool)
+    def features(self, model: nn.Module | None, dataset):
+        """The teacher's pooled output tokens (eq. 80) of ``dataset`` — ``model`` None: the raw pixels
+        (`raw_pixels`, the control) —: float64 (N, d) and labels (N,)."""
+        if model is None:
+            features = raw_pixels
+        else:
+            model = unwrap_model(model)
+            pooled = pooled_features(model, model.config.pool)
 
-        def teacher_features(images: torch.Tensor) -> torch.Tensor:
-            with autocast(self.ctx.device, self.config.precision):
-                return pooled(images).float()
+            def features(images: torch.Tensor) -> torch.Tensor:
+                with autocast(self.ctx.device, self.config.precision):
+                    return pooled(images).float()
 
-        return extract_features(teacher_features, dataset, self.eval_transform, self.ctx, batch_size=self.micro,
+        return extract_features(features, dataset, self.eval_transform, self.ctx, batch_size=self.micro,
                                 num_workers=self.config.num_workers)
 
-    def frozen_evaluation(self, model: nn.Module, dataset, prefix: str, knn: bool, probe: bool) -> dict[str, float]:
-        """Weighted k-NN and/or linear probe of the teacher's features, trained on ``train_split``. Every process
-        extracts its shard of the features; the main process alone runs the k-NN and the probe on its device (the
-        other processes return no metrics)."""
+    def frozen_evaluation(self, model: nn.Module | None, dataset, prefix: str, knn: bool,
+                          probe: bool) -> dict[str, float]:
+        """Weighted k-NN and/or linear probe of the teacher's features (``model`` None: of the raw pixels, the
+        control), trained on ``train_split``. Every process extracts its shard of the features; the main process
+        alone runs the k-NN and the probe on its device (the other processes return no metrics)."""
         if not (knn or probe):
             return {}
         train_x, train_y = self.features(model, self.feature_set)
@@ -368,9 +373,12 @@ class DINOTask(Task):
             model, self.eval_set, "val", knn=epoch in self.config.knn_epochs, probe=epoch in self.config.probe_epochs)}
 
     def final_evaluate(self, model: nn.Module) -> dict[str, float]:
-        """The k-NN (and the probe when ``probe_epochs`` is set) at the end: on ``test_split``, else ``eval_split``."""
+        """The k-NN (and the probe when ``probe_epochs`` is set) at the end, of the teacher and of the raw pixels
+        (the control, ``<prefix>_raw_pixels_…``): on ``test_split``, else ``eval_split``."""
         dataset, prefix = (self.test_set, "test") if self.test_set is not None else (self.eval_set, "val")
-        return self.frozen_evaluation(model, dataset, prefix, knn=True, probe=bool(self.config.probe_epochs))
+        probe = bool(self.config.probe_epochs)
+        return {**self.frozen_evaluation(model, dataset, prefix, knn=True, probe=probe),
+                **self.frozen_evaluation(None, dataset, f"{prefix}_raw_pixels", knn=True, probe=probe)}
 
     def epoch_end(self, model: nn.Module, epoch: int, run_dir: Path) -> None:
         if self.measure_images is not None and epoch in self.config.measure_epochs:

@@ -35,7 +35,7 @@ from ..engine.config import option
 from ..engine.loop import resolve_batches
 from ..engine.precision import autocast
 from ..engine.task import LossOutput, Task, get_preset, preset, register_task
-from ..evaluation import PROBE_SOLVERS, extract_features, pooled_features, run_linear_probe
+from ..evaluation import PROBE_SOLVERS, extract_features, pooled_features, raw_pixels, run_linear_probe
 from ..models.mae import check_mask_ratio, random_mask
 from ..models.registry import create_model, list_models, model_config, unwrap_model
 from .classification import ClassificationConfig
@@ -186,16 +186,18 @@ class MAETask(Task):
             metrics["test_recon_loss"] = self.reconstruction_loss(model, self.test_set)
         if self.config.probe:
             init = self.initial_model().to(self.ctx.device)
-            for name, encoder in (("probe_top1", unwrap_model(model)), ("probe_top1_random_init", init)):
+            for name, encoder in (("probe_top1", unwrap_model(model)), ("probe_top1_random_init", init),
+                                  ("probe_top1_raw_pixels", None)):
                 accuracy = self.probe(encoder)
                 if accuracy is not None:
                     metrics[name] = accuracy
         return metrics
 
-    def probe(self, model: nn.Module) -> float | None:
-        """Held-out accuracy of the linear probe (App. C.2) on ``model``'s frozen, pooled encoder features. Every
-        process extracts its shard of the features; the main process alone fits the probe (None elsewhere)."""
-        features = pooled_features(model.eval(), self.config.probe_pool)
+    def probe(self, model: nn.Module | None) -> float | None:
+        """Held-out accuracy of the linear probe (App. C.2) on ``model``'s frozen, pooled encoder features
+        (``model`` None: on the raw pixels, `raw_pixels`, the control). Every process extracts its shard of the
+        features; the main process alone fits the probe (None elsewhere)."""
+        features = raw_pixels if model is None else pooled_features(model.eval(), self.config.probe_pool)
         held_out = self.test_set if self.test_set is not None else self.eval_set
         data = [extract_features(features, split, self.eval_transform, self.ctx, batch_size=self.micro,
                                  num_workers=self.config.num_workers) for split in (self.train_set, held_out)]

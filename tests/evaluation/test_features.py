@@ -59,4 +59,20 @@ def test_two_processes_return_what_one_process_returns(tmp_path, one_process):
     for name in ("dino_sklearn", "dino_lbfgs", "mae"):
         assert main[name] == one_process[name] and other[name] == {}
     assert {"test_knn_top1", "test_probe_top1", "test_probe_C"} <= set(main["dino_lbfgs"])
-    assert set(main["mae"]) == {"probe_top1", "probe_top1_random_init"}
+    assert set(main["mae"]) == {"probe_top1", "probe_top1_random_init", "probe_top1_raw_pixels"}
+
+
+def test_raw_pixels_is_the_flattened_transformed_batch_and_separates_classes_the_pixels_separate():
+    """The raw-pixel control on a constructed set where the answer is known: each class is one random image plus
+    noise 0.01 of its size, so the (cosine) 1-NN on the pixels is exact."""
+    from crate_nn.evaluation import knn_evaluate, raw_pixels
+
+    images = torch.randn(2, 3, 4, 5)
+    assert torch.equal(raw_pixels(images), images.reshape(2, 60))
+    generator = torch.Generator().manual_seed(0)
+    labels = torch.arange(40) % 10
+    prototypes = torch.randn(10, 1, 4, 4, generator=generator)
+    pixels = prototypes[labels] + 0.01 * torch.randn(40, 1, 4, 4, generator=generator)
+    x = raw_pixels(pixels).double().numpy()
+    result = knn_evaluate(x[:30], labels[:30].numpy(), x[30:], labels[30:].numpy(), ks=(1,), temperature=0.07)
+    assert result.top1 == 1.0

@@ -187,8 +187,10 @@ def test_run_logs_monitors_knn_probe_and_saves_a_backbone(tmp_path):
     assert [r["epoch"] for r in evaluations] == [1.0, 2.0]
     assert evaluations[0]["val_knn_k"] in (3, 5) and "val_probe_top1" not in evaluations[0]
     assert "val_probe_top1" in evaluations[1] and "val_knn_top1" not in evaluations[1]
-    assert {"test_knn_top1", "test_knn_top1_k3", "test_probe_top1"} <= set(result.metrics)
+    assert {"test_knn_top1", "test_knn_top1_k3", "test_probe_top1", "test_raw_pixels_knn_top1",
+            "test_raw_pixels_probe_top1"} <= set(result.metrics)
     assert 0 <= result.metrics["test_knn_top1"] <= 1
+    assert 0 <= result.metrics["test_raw_pixels_knn_top1"] <= 1  # random labels here: the value is chance's
     model = crate_nn.load(result.checkpoint)
     assert isinstance(model, DINO)
     images = torch.randn(3, 3, 8, 8)

@@ -78,6 +78,7 @@ def test_short_digits_run_lowers_the_held_out_loss_and_writes_its_outputs(digits
     lines = [json.loads(line) for line in (root / "metrics.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in lines if "val_recon_loss" in r] == [1.0, 2.0, 3.0]
     assert 0 < metrics["probe_top1"] <= 1 and 0 < metrics["probe_top1_random_init"] <= 1
+    assert metrics["probe_top1_raw_pixels"] > 0.8  # the raw-pixel control: a linear probe on digits' pixels (0.97)
     assert isinstance(crate_nn.load(result.checkpoint), CRATEMAE)
     for epoch in (0, 3):
         assert (root / "figures" / f"reconstructions_epoch_{epoch:04d}.png").stat().st_size > 0

@@ -1,0 +1,43 @@
+"""The raw-pixel control claims (4.1.3-dino-pixels, 2.24-mae-pixels): fed constructed per-seed accuracies, each
+verdict must come out `holds` when the pre-trained features beat the pixels, `fails` when the pixels win and
+`inconclusive` when the seeds cannot tell."""
+import numpy as np
+import pytest
+
+from verify.claims import dino, mae
+from verify.context import Context
+from verify.registry import all_claims
+
+CLAIMS = {c.id: c for c in all_claims()}
+SEEDS = 5
+NOISE = np.array([-0.02, 0.01, 0.0, 0.015, -0.005])  # per-seed wiggle of the pre-trained accuracy
+
+
+def verdict(claim_id: str, mode: str, tmp_path) -> str:
+    return CLAIMS[claim_id].measure(Context(mode, 0, claim_id, tmp_path)).verdict
+
+
+@pytest.mark.parametrize("mode", ["quick", "full"])
+def test_dino_pixels_flips(monkeypatch, tmp_path, mode):
+    def install(dino_mean: float):
+        knn = {"random init": [0.6] * SEEDS, "dino": list(dino_mean + NOISE), dino.PIXELS: [0.9] * SEEDS}
+        monkeypatch.setattr(dino, "_measurements", lambda mode, seed: {"knn": knn})
+    claim_id = "4.1.3-dino-pixels" + dino.MODE_SUFFIX[mode]
+    install(0.95)
+    assert verdict(claim_id, mode, tmp_path) == "holds"
+    install(0.7)
+    assert verdict(claim_id, mode, tmp_path) == "fails"
+    install(0.9)  # the interval of dino − pixels (mean 0, spread 0.014) contains 0
+    assert verdict(claim_id, mode, tmp_path) == "inconclusive"
+
+
+def test_mae_pixels_flips(monkeypatch, tmp_path):
+    def install(probe_mean: float):
+        runs = [{"metrics": {"probe_top1": probe_mean + e, "probe_top1_raw_pixels": 0.9}} for e in NOISE]
+        monkeypatch.setattr(mae, "_measurements", lambda quick, seed: runs)
+    install(0.95)
+    assert verdict("2.24-mae-pixels", "full", tmp_path) == "holds"
+    install(0.8)
+    assert verdict("2.24-mae-pixels", "full", tmp_path) == "fails"
+    install(0.9)
+    assert verdict("2.24-mae-pixels", "full", tmp_path) == "inconclusive"
