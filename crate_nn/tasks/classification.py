@@ -260,6 +260,24 @@ def digits() -> ClassificationConfig:
 
 
 @preset
+def mnist5k() -> ClassificationConfig:
+    """5,000 real 28×28 MNIST digits (the built-in ``mnist5k`` data set, ``pip install -e ".[mnist]"``): the
+    ``digits`` recipe at patch 7, where variants that all saturate near 97% on the 8×8 digits have headroom.
+
+    CRATE with image 28, patch 7 (16 patches + [CLS]), d = 96, 3 layers, 4 heads; AdamW lr 2e-3, weight decay 0.5,
+    batch 64, 30 epochs with a 3-epoch warm-up, no augmentation — every value the ``digits`` preset's, none tuned
+    here. Trained on the 3,600-image training split, validated on 400, tested on the 1,000 held-out images.
+
+    Command:  crate-train --preset mnist5k
+    Expected: test top-1 about 94% (one run each before this preset existed: CRATE 94.0%, ViT 94.6% with
+    ``--model vit_tiny`` and the same ``--model-args``); see the README's Replications section for the measured
+    mean ± std. Wall time ≈ 2–3 min on 2 CPU cores.
+    """
+    return dataclasses.replace(digits(), model_args=dict(patch_size=7, dim=96, depth=3, heads=4), dataset="mnist5k",
+                               image_size=28, output_dir="runs/mnist5k", measure_samples=1000)
+
+
+@preset
 def tost_digits() -> ClassificationConfig:
     """ToST on scikit-learn's 8×8 digits: the ``digits`` preset with ToST's layers (TSSA + MLP; ToST's public vision
     code's choices: normalised membership, c = 1, a free output map) in place of CRATE's, everything else equal.

