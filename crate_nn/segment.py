@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from . import cli
+from . import cli, extras
 from .data.images import IMAGENET_MEAN, IMAGENET_STD
 from .data.transforms import DeviceTransform
 from .evaluate import load_model
@@ -155,6 +155,7 @@ def maps(args: argparse.Namespace) -> dict:
 def coco(args: argparse.Namespace) -> dict:
     from .evaluation.segmentation import coco_ap, maskcut_predictions, read_coco_images
 
+    extras.require("pycocotools", "coco", "COCO AP")  # before minutes of MaskCut, not after
     annotations = Path(args.coco_dir) / "annotations" / f"instances_{args.split}.json"
     images = read_coco_images(annotations, Path(args.coco_dir) / args.split)[: args.limit]
     model, transform, size = load_backbone(args)
