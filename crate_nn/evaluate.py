@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -37,7 +39,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--image-size", type=int, default=None)
     parser.add_argument("--eval-resize", type=int, default=None)
     parser.add_argument("--batch-size", type=int, default=256, help="per process")
-    parser.add_argument("--num-workers", type=int, default=8)
+    parser.add_argument("--num-workers", type=int, default=None,
+                        help=f"data-loading processes per process (default: min({MAX_WORKERS}, the CPUs this process "
+                        "may use, shared among the processes of a torchrun node))")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--precision", default="auto", choices=("auto", "bf16", "fp32"))
     parser.add_argument("--real-json", default=None, help="ImageNet-ReaL labels (real.json)")
@@ -46,9 +50,40 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     for name in ("image_size", "eval_resize", "batch_size"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"argument --{name.replace('_', '-')}: expected a positive integer, got {getattr(args, name)}")
-    if args.num_workers < 0:
+    if args.num_workers is not None and args.num_workers < 0:
         parser.error(f"argument --num-workers: expected a non-negative integer, got {args.num_workers}")
     return args
+
+
+MAX_WORKERS = 8  # the default before it followed the machine
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on (``os.sched_getaffinity``: a container's or taskset's share), else the
+    machine's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def default_workers() -> int:
+    """min(MAX_WORKERS, the available CPUs / the processes torchrun started on this node (LOCAL_WORLD_SIZE))."""
+    local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    return min(MAX_WORKERS, available_cpus() // local)
+
+
+def resolve_workers(requested: int | None) -> int:
+    """``requested`` (``--num-workers``), or `default_workers`. More than the available CPUs is allowed (an
+    explicit choice) and warned about once, on stderr, here: DataLoader's own warning, which says it twice, is
+    silenced in `run`."""
+    if requested is None:
+        return default_workers()
+    cpus = available_cpus()
+    if requested > cpus and int(os.environ.get("RANK", "0")) == 0:
+        print(f"crate-eval: warning: --num-workers {requested} exceeds the {cpus} CPUs this process may use; "
+              "loading may be slower than with fewer", file=sys.stderr)
+    return requested
 
 
 def read_real_labels(path: str, dataset: ImageFiles) -> list[list[int]]:
@@ -112,8 +147,10 @@ def run(args: argparse.Namespace) -> dict:
     transform = DeviceTransform(image_size, train_config.get("mean", IMAGENET_MEAN),
                                 train_config.get("std", IMAGENET_STD), train=False).to(ctx.device)
     model.to(ctx.device).float()
-    with distributed.joined(ctx):
-        metrics = evaluate(model, dataset, transform, ctx, batch_size=args.batch_size, num_workers=args.num_workers,
+    workers = resolve_workers(args.num_workers)
+    with distributed.joined(ctx), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
+        metrics = evaluate(model, dataset, transform, ctx, batch_size=args.batch_size, num_workers=workers,
                            precision=args.precision, real_labels=real_labels)
     return metrics if ctx.is_main else {}
 

@@ -12,9 +12,11 @@ The laptop-scale Table 17 (trains CRATE, CRATE-MLP, CRATE-MHSA and ViT on the bu
     crate-segment experiment --seeds 0 1 2 3 4 --output-dir runs/objects --report-dir results/segmentation
     crate-segment experiment --extra crate_dino=runs/dino0/checkpoints/last.pt,runs/dino1/checkpoints/last.pt
 
-Images are resized to --image-size (default: the model's) without keeping their aspect ratio, as MaskCut does;
-a size other than the model's resamples the position embedding. Normalisation comes from the checkpoint's
-training config (ImageNet's mean and std otherwise). Errors are one line naming the argument, exit status 2.
+The checkpoint is any image model with a class token: a classifier, a DINO run (its teacher's backbone) or a
+CRATE-MAE (official wiring; its encoder); anything else (a language model) is refused in one line. Images are
+resized to --image-size (default: the model's) without keeping their aspect ratio, as MaskCut does; a size other
+than the model's resamples the position embedding. Normalisation comes from the checkpoint's training config
+(ImageNet's mean and std otherwise). Errors are one line naming the argument, exit status 2.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from . import cli
+from . import cli, extras
 from .data.images import IMAGENET_MEAN, IMAGENET_STD
 from .data.transforms import DeviceTransform
 from .evaluate import load_model
@@ -88,8 +90,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def load_backbone(args: argparse.Namespace) -> tuple[nn.Module, DeviceTransform, int]:
-    """The model (float32, eval mode, on ``args.device``), its input transform and the image side to use."""
+    """The image backbone (`image_backbone`: a classifier, a DINO run's teacher or a CRATE-MAE's encoder; float32,
+    eval mode, on ``args.device``), its input transform and the image side to use."""
+    from .analysis.segmentation import image_backbone
+
     model, train_config = load_model(args.checkpoint, args.official, args.model)
+    model = image_backbone(model, f"checkpoint: {args.checkpoint}")
     size = args.image_size or model.config.image_size
     if size % model.config.patch_size:
         raise ValueError(f"image_size: {size} is not divisible by the model's patch size {model.config.patch_size}")
@@ -149,6 +155,7 @@ def maps(args: argparse.Namespace) -> dict:
 def coco(args: argparse.Namespace) -> dict:
     from .evaluation.segmentation import coco_ap, maskcut_predictions, read_coco_images
 
+    extras.require("pycocotools", "coco", "COCO AP")  # before minutes of MaskCut, not after
     annotations = Path(args.coco_dir) / "annotations" / f"instances_{args.split}.json"
     images = read_coco_images(annotations, Path(args.coco_dir) / args.split)[: args.limit]
     model, transform, size = load_backbone(args)
@@ -168,7 +175,7 @@ def voc(args: argparse.Namespace) -> dict:
 
 def experiment(args: argparse.Namespace) -> dict:
     from .tasks import get_preset
-    from .tasks.segmentation import VARIANTS, run_experiment, splits, write_report
+    from .tasks.segmentation import VARIANTS, extra_backbone, run_experiment, splits, write_report
 
     variants = args.variants or list(VARIANTS)
     unknown = [v for v in variants if v not in VARIANTS]
@@ -183,6 +190,8 @@ def experiment(args: argparse.Namespace) -> dict:
         missing = [p for p in extra[name] if not Path(p).is_file()]
         if missing:
             raise ValueError(f"extra: checkpoint {missing[0]!r} does not exist")
+        for path in extra[name]:  # before any training: a checkpoint that cannot be measured is refused now
+            extra_backbone(path, get_preset("objects_crate"))
     overrides = {k: v for k, v in (("epochs", args.epochs), ("max_steps", args.max_steps)) if v is not None}
     results = run_experiment(args.output_dir, seeds=args.seeds, variants=variants, overrides=overrides, extra=extra,
                              progress=not args.no_progress)

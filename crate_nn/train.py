@@ -31,7 +31,7 @@ import sys
 import typing
 from collections.abc import Sequence
 
-from . import cli
+from . import cli, extras
 from .engine.config import TrainConfig, strip_optional
 from .engine.loop import Preempted, train
 from .tasks import PRESETS, get_preset, list_presets
@@ -142,6 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``crate-train`` and ``python -m crate_nn.train``."""
     config = parse_args(argv)
     try:
+        extras.check_config(config)  # before the run directory exists: a missing package leaves nothing behind
         result = train(config)
     except Preempted as stop:
         print(f"crate-train: {stop}", file=sys.stderr)

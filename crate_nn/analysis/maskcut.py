@@ -15,9 +15,11 @@ MaskCut (Wang et al. 2023, "Cut and Learn"; Algorithm 1 of the long paper) runs 
 4. `maskcut`: repeat for ``num_objects`` objects. Before each further cut the features of every patch found so
    far are set to zero (they then connect to everything with weight eps only), so the next cut looks for another
    object. This is the original MaskCut. Algorithm 1 *as printed* writes ``M ← M ⊙ mask``, which would keep the
-   found object and cut inside it again (paper-notes erratum 16). As in MaskCut, a further mask that overlaps the
-   previous one with IoU > 0.5 or covers ≤ 1% of the grid is dropped (left empty), and each mask excludes the
-   patches of earlier masks.
+   found object and cut inside it again (paper-notes erratum 16). As in MaskCut (CutLER's ``maskcut_forward``), a
+   further cut that overlaps the previous cut with IoU > 0.5 or covers ≤ 1% of the grid is dropped (left empty).
+   The overlap is measured between the two cuts as the cuts found them: the previous one *before* the patches of
+   earlier objects were removed from it (MaskCut's ``current_mask``; an empty mask when that cut was dropped).
+   Only then does each returned mask exclude the patches of earlier masks.
 
 Differences from the published MaskCut pipeline: no dense-CRF refinement (masks stay at patch resolution and are
 upsampled by `crate_nn.analysis.segmentation.upsample`), and boxes (`mask_boxes`) are the tight boxes of the masks.
@@ -124,7 +126,8 @@ def maskcut(features: np.ndarray | torch.Tensor, grid: tuple[int, int], num_obje
             eps: float = EPS) -> MaskCutResult:
     """MaskCut on the patch features (N, D) of one image, N = h·w patches in row-major order (module docstring).
 
-    Returns the masks of up to ``num_objects`` objects on the (h, w) patch grid, in the order they were cut.
+    Returns the masks (num_objects, h, w) of up to ``num_objects`` objects on the (h, w) patch grid, in the order
+    they were cut; a dropped cut is an empty mask, and no patch is in two masks.
     """
     if isinstance(features, torch.Tensor):
         features = features.detach().to("cpu", torch.float64).numpy()
@@ -135,14 +138,16 @@ def maskcut(features: np.ndarray | torch.Tensor, grid: tuple[int, int], num_obje
     if isinstance(num_objects, bool) or not isinstance(num_objects, int) or num_objects < 1:
         raise ValueError(f"num_objects: expected a positive integer, got {num_objects!r}")
     found = np.zeros((h, w), dtype=bool)
+    previous = found  # the previous cut as found (h, w), before earlier objects were removed from it
     masks, vectors = [], []
     for step in range(num_objects):
         features[found.ravel()] = 0.0
         x = ncut(patch_affinity(features, tau, eps))
-        mask = bipartition(x, grid)
-        if step and (_iou(mask, masks[-1]) > 0.5 or mask.mean() <= 0.01):
-            mask = np.zeros_like(mask)
-        mask &= ~found
+        cut = bipartition(x, grid)
+        if step and (_iou(cut, previous) > 0.5 or cut.mean() <= 0.01):
+            cut = np.zeros_like(cut)
+        previous = cut
+        mask = cut & ~found
         found |= mask
         masks.append(mask)
         vectors.append(x.reshape(h, w))

@@ -26,6 +26,7 @@ second-to-last, which the papers show for CRATE; they show the last layer for Vi
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -37,6 +38,49 @@ from ..models.registry import unwrap_model
 from .diagnostics import _encoder_layers
 
 MASS = 0.6  # DINO's attention-mass threshold
+
+
+# --------------------------------------------------------------------------------------------- image backbones
+IMAGE_FAMILIES = ("classifier", "mae", "dino")
+
+
+def image_backbone(model: nn.Module, source: str = "model") -> nn.Module:
+    """The class-token image encoder of a model of any image family, as a `CRATEClassifier` whose ``head`` is the
+    identity for the families trained without labels (the analysis here reads its layers, never its head):
+
+    * ``classifier`` — the model itself;
+    * ``dino`` — the teacher's backbone (eq. 80: the network DINO evaluates; its head is already the identity);
+    * ``mae`` (official wiring) — the encoder rebuilt as a classifier by ``CRATEMAE.classifier_state_dict``: the
+      same patch embedding, class token, sine-cosine position table and layers, so its tokens at every layer are
+      the CRATE-MAE encoder's on unmasked images (the final LayerNorm, after the last layer, is not used).
+
+    ValueError starting with ``source`` (e.g. ``"checkpoint: runs/x/last.pt"``) for anything else: a language model, or a CRATE-MAE in
+    the paper wiring (eq. 69), which has no class token and so no class-token attention map.
+    """
+    from ..models.classifier import CRATEClassifier, CRATEConfig  # models import nothing from analysis
+
+    model = unwrap_model(model)
+    family = getattr(model, "family", None)
+    if family == "classifier":
+        return model
+    if family == "dino":
+        return model.backbone
+    if family == "mae":
+        if model.cls_token is None:
+            raise ValueError(f"{source} holds a CRATE-MAE in the paper wiring (eq. 69), which has no class token; "
+                             "class-token attention and MaskCut here need one (the official wiring has it)")
+        mae = model.config
+        config = CRATEConfig(**dataclasses.asdict(mae.block_config()), depth=mae.depth, image_size=mae.image_size,
+                             patch_size=mae.patch_size, in_channels=mae.in_channels, patch_embed="conv")
+        encoder = CRATEClassifier(config).to(next(model.parameters()))
+        missing, unexpected = encoder.load_state_dict(model.classifier_state_dict(config), strict=False)
+        if unexpected or [k for k in missing if not k.startswith("head.fc.")]:  # a bug, not bad input
+            raise RuntimeError(f"CRATE-MAE → classifier: missing {missing}, unexpected {unexpected}")
+        encoder.head = nn.Identity()
+        return encoder.train(model.training)
+    kind = f"a {family!r} model" if family else f"a {type(model).__name__}"
+    raise ValueError(f"{source} holds {kind}, not an image model with patches; expected a checkpoint of one of the "
+                     f"families {', '.join(IMAGE_FAMILIES)} (a classifier, a CRATE-MAE or a DINO run)")
 
 
 # --------------------------------------------------------------------------------------------- tokens of a layer

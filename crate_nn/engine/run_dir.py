@@ -169,12 +169,15 @@ class RunFiles:
         self.enabled, self.keep = enabled, keep
         self.writer = None
         if enabled:
-            self.checkpoints.mkdir(parents=True, exist_ok=True)
-            if tensorboard:
+            if tensorboard:  # before any folder is made: a missing package must not leave a run behind
+                from ..extras import install_hint
                 try:
                     from torch.utils.tensorboard import SummaryWriter
                 except ImportError as err:
-                    raise ValueError("tensorboard: the tensorboard package is not installed") from err
+                    raise ValueError(f"tensorboard: --tensorboard needs the tensorboard package: "
+                                     f"{install_hint('tensorboard')}") from err
+            self.checkpoints.mkdir(parents=True, exist_ok=True)
+            if tensorboard:
                 self.writer = SummaryWriter(str(self.root / "tensorboard"))
 
     def forget_after(self, step: int) -> None:

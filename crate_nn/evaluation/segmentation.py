@@ -48,6 +48,7 @@ from ..analysis.segmentation import (
     patch_grid,
     upsample,
 )
+from ..extras import install_hint
 from ..files import read_json, read_text
 
 VOC_CLASSES = 21  # background + 20 object classes
@@ -201,7 +202,7 @@ def _coco():
         from pycocotools.coco import COCO
         from pycocotools.cocoeval import COCOeval
     except ImportError as err:
-        raise ImportError("COCO evaluation needs pycocotools: pip install 'crate-whitebox[seg]' (or pycocotools)") from err
+        raise ImportError(f"COCO evaluation needs pycocotools: {install_hint('pycocotools')}") from err
     return COCO, COCOeval, coco_mask
 
 

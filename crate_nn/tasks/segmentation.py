@@ -36,7 +36,7 @@ from torch import nn
 
 from .. import checkpoint
 from ..analysis.maskcut import TAU
-from ..analysis.segmentation import upsample
+from ..analysis.segmentation import image_backbone, upsample
 from ..data.images import build_dataset
 from ..data.objects import ObjectImages
 from ..data.transforms import DeviceTransform
@@ -136,7 +136,7 @@ def measure(model: nn.Module, config: ClassificationConfig, *, images: int | Non
     val_scores = evaluate_objects(model, val, transform, progress=progress)
     test_scores = evaluate_objects(model, test, transform, progress=progress)
     accuracy = None
-    if hasattr(model, "forward_head"):
+    if hasattr(model, "forward_head") and not isinstance(getattr(model, "head", None), nn.Identity):
         logits = torch.cat([model(transform(chunk)) for chunk in test.images.split(256)])
         accuracy = float((logits.argmax(-1) == test.labels).double().mean())
     return {"accuracy": accuracy, "val": [dataclasses.asdict(s) for s in val_scores],
@@ -145,10 +145,27 @@ def measure(model: nn.Module, config: ClassificationConfig, *, images: int | Non
 
 def measure_checkpoint(path: str | Path, config: ClassificationConfig | None = None, *, images: int | None = None,
                        progress: bool = False) -> dict:
-    """`measure` for any crate_nn checkpoint with a class-token image backbone (a classifier, or e.g. a DINO-trained
-    CRATE/ViT from another system): the plug-in point for extra rows of the table. The data settings come from
-    ``config`` (default: the ``objects_crate`` preset; the backbone must take 32² RGB images)."""
-    return measure(checkpoint.load(path), config or get_preset("objects_crate"), images=images, progress=progress)
+    """`measure` for any crate_nn checkpoint with a class-token image backbone (`image_backbone`: a classifier, a
+    DINO run's teacher, a CRATE-MAE's encoder): the plug-in point for extra rows of the table (no accuracy for the
+    backbones without a classification head). The data settings come from ``config`` (default: the
+    ``objects_crate`` preset; the backbone must take its RGB images, 32², with a patch size dividing 32)."""
+    config = config or get_preset("objects_crate")
+    return measure(extra_backbone(path, config), config, images=images, progress=progress)
+
+
+def extra_backbone(path: str | Path, config: ClassificationConfig) -> nn.Module:
+    """The `image_backbone` of the checkpoint ``path`` for an extra row, checked against ``config``'s images
+    (channels; the patch size must divide the image side); ValueError naming ``extra`` and the file otherwise."""
+    model = image_backbone(checkpoint.load(path), f"extra: checkpoint {path}")
+    channels, patch = len(config.mean), model.config.patch_size
+    if model.config.in_channels != channels:
+        raise ValueError(f"extra: checkpoint {path} takes {model.config.in_channels}-channel images; the "
+                         f"{config.dataset} images have {channels}")
+    if config.image_size % patch or (config.image_size != model.config.image_size
+                                     and not model.config.dynamic_img_size):
+        raise ValueError(f"extra: checkpoint {path} takes {model.config.image_size}² images (patch {patch}); the "
+                         f"{config.dataset} images are {config.image_size}²")
+    return model
 
 
 def references(config: ClassificationConfig, images: int | None = None) -> dict:

@@ -6,6 +6,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from crate_nn.analysis import maskcut as maskcut_module
 from crate_nn.analysis.maskcut import EPS, bipartition, mask_boxes, maskcut, ncut, patch_affinity
 
 
@@ -83,6 +84,51 @@ def test_maskcut_masks_out_found_objects_and_finds_the_next():
     found = {tuple(m.ravel()) for m in result.masks}
     assert found == {tuple((region == 1).ravel()), tuple((region == 2).ravel())}
     assert not (result.masks[0] & result.masks[1]).any()
+
+
+def scripted_cuts(monkeypatch, cuts):
+    """Make maskcut's cuts the given (h, w) masks, in order, whatever the features (the drop rule in isolation)."""
+    remaining = iter(cuts)
+    monkeypatch.setattr(maskcut_module, "bipartition", lambda x, grid: next(remaining).copy())
+
+
+def grid_mask(cells, grid=(4, 8)):
+    mask = np.zeros(grid, dtype=bool)
+    for r, c in cells:
+        mask[r, c] = True
+    return mask
+
+
+# A 4×8 grid. The first cut a: rows 0–1, columns 0–3 (8 patches). The second cut b: 4 patches of a (row 1,
+# columns 0–3) and 4 new ones (row 2, columns 0–3): IoU(b, a) = 4/12 ≤ 0.5, kept; its mask is b without a (row 2).
+A = grid_mask([(r, c) for r in (0, 1) for c in range(4)])
+B = grid_mask([(r, c) for r in (1, 2) for c in range(4)])
+NEW = grid_mask([(3, 0), (3, 1)])
+
+
+@pytest.mark.parametrize("third, kept", [
+    # b plus 2 new patches: IoU with the cut b is 8/10 > 0.5, so MaskCut drops it; against b without a (4 patches)
+    # it would be 4/10 and kept
+    (B | NEW, False),
+    # b's new row plus 2 new patches: IoU with the cut b is 4/10 ≤ 0.5, so MaskCut keeps it; against b without a
+    # it would be 4/6 > 0.5 and dropped
+    ((B & ~A) | NEW, True),
+])
+def test_a_cut_is_dropped_by_its_overlap_with_the_previous_cut_as_found(monkeypatch, third, kept):
+    """MaskCut (CutLER's ``maskcut_forward``) compares a cut with the previous cut before the earlier objects were
+    removed from it (``current_mask``), not with the previous returned mask."""
+    scripted_cuts(monkeypatch, [A, B, third])
+    masks = maskcut(np.random.default_rng(0).normal(size=(32, 5)), (4, 8), num_objects=3).masks
+    assert np.array_equal(masks[0], A) and np.array_equal(masks[1], B & ~A)
+    assert np.array_equal(masks[2], NEW if kept else np.zeros_like(A))
+
+
+def test_after_a_dropped_cut_the_previous_cut_is_empty(monkeypatch):
+    """As in MaskCut, a dropped cut becomes the empty ``current_mask``: the next cut, even one equal to the cut
+    before the dropped one, has IoU 0 with it and is kept (less the patches already found)."""
+    scripted_cuts(monkeypatch, [A, A, A | NEW])
+    masks = maskcut(np.random.default_rng(0).normal(size=(32, 5)), (4, 8), num_objects=3).masks
+    assert np.array_equal(masks[0], A) and not masks[1].any() and np.array_equal(masks[2], NEW)
 
 
 @given(st.integers(0, 2**31 - 1))

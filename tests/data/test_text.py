@@ -33,6 +33,7 @@ from crate_nn.data.text import (
     stdlib_documents,
     stdlib_next_lines,
     token_dtype,
+    token_split,
 )
 
 
@@ -99,7 +100,8 @@ def test_prepared_token_files_round_trip(tmp_path):
     documents = find_documents([root])
     assert [d.id for d in documents] == [f"d{i}.txt" for i in range(7)] + ["docs.jsonl:0", "docs.jsonl:1",
                                                                             "docs.jsonl:2"]
-    meta = prepare(documents, ByteTokenizer(), tmp_path / "tokens", val_fraction=0.2, progress=False)
+    meta = prepare(documents, ByteTokenizer(), tmp_path / "tokens", val_fraction=0.2, progress=False,
+                   split_by="documents")
     corpus = load_corpus(tmp_path / "tokens")
     assert corpus.train.dtype == np.uint16 and meta["dtype"] == "uint16" and corpus.tokenizer == "bytes"
     val_ids = split_ids([d.id for d in documents], 0.2)
@@ -133,7 +135,7 @@ def test_bad_corpora_and_token_files_are_named(tmp_path):
     with pytest.raises(ValueError, match="corpus: no documents found"):
         find_documents([tmp_path / "empty"])
     root = _corpus_files(tmp_path / "blank", {"a.txt": "", "b.txt": "", "c.txt": ""})
-    with pytest.raises(ValueError, match="holds no tokens"):
+    with pytest.raises(ValueError, match="every document is empty"):
         prepare(find_documents([root]), _NoEot(), tmp_path / "out", 0.3, progress=False)
     bad = _corpus_files(tmp_path / "badjson", {}, jsonl=None)
     (bad / "x.jsonl").write_text('{"text": "ok"}\nnot json\n')
@@ -214,9 +216,109 @@ def test_prepare_command(tmp_path, capsys):
     assert main(["--input", str(root), "--pattern", "*.txt", "--output-dir", str(tmp_path / "t"),
                  "--val-fraction", "0.5"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["train"]["documents"] + report["val"]["documents"] == 2
+    # split by tokens: "alpha" and "beta" with their end-of-text ids are 6 + 5 tokens; validation holds
+    # round(0.5 · 11) = 6 of them (halves round up)
+    assert report["split_by"] == "tokens" and report["val"]["tokens"] == 6 and report["train"]["tokens"] == 5
     assert main(["--input", str(tmp_path / "nothing"), "--output-dir", str(tmp_path / "u")]) == 1
     assert "corpus: " in capsys.readouterr().err
+
+
+@given(st.lists(st.integers(0, 50), min_size=1, max_size=12), st.floats(0.01, 0.99), st.randoms())
+def test_token_split_holds_the_fraction_asked_for_and_cuts_one_document(lengths, fraction, random):
+    ids = [f"doc{i}.txt" for i in range(len(lengths))]
+    total = sum(lengths)
+    if total < 2:
+        with pytest.raises(ValueError, match="at least 2"):
+            token_split(lengths, ids, fraction)
+        return
+    val = token_split(lengths, ids, fraction)
+    target = min(total - 1, max(1, math.floor(fraction * total + 0.5)))
+    assert val.sum() == target and (0 <= val).all() and (val <= np.asarray(lengths)).all()
+    # in CRC-32 order: whole documents, then at most one cut, then none
+    order = sorted(range(len(ids)), key=lambda i: (zlib.crc32(ids[i].encode()), ids[i]))
+    held = [int(val[i]) for i in order]
+    whole = [h == lengths[i] for h, i in zip(held, order)]
+    first_partial = next((k for k, w in enumerate(whole) if not w), len(order))
+    assert all(h == 0 for h in held[first_partial + 1:])
+    # independent of the order the documents come in
+    perm = list(range(len(ids)))
+    random.shuffle(perm)
+    again = token_split([lengths[i] for i in perm], [ids[i] for i in perm], fraction)
+    assert [int(again[perm.index(i)]) for i in range(len(ids))] == val.tolist()
+
+
+def _messages(err):
+    """The command's own lines on stderr (without the progress bar)."""
+    return [line for line in err.splitlines() if line.startswith("crate-prepare-text")]
+
+
+def test_prepare_text_splits_one_file_by_tokens(tmp_path, capsys):
+    """One file (refused before: a split needed two documents): its last 10% of tokens are the validation split."""
+    text = "To be, or not to be, that is the question.\n" * 30  # 1,290 bytes
+    root = _corpus_files(tmp_path / "c", {"input.txt": text})
+    assert main(["--input", str(root / "input.txt"), "--output-dir", str(tmp_path / "t"), "--block-size", "64"]) == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    ids = list(text.encode()) + [BYTE_EOT]  # 1,291 tokens
+    held = math.floor(0.1 * len(ids) + 0.5)  # 129
+    assert report["val"] == {"documents": 1, "tokens": held, "share": held / len(ids)}
+    assert report["train"] == {"documents": 1, "tokens": len(ids) - held, "share": 1 - held / len(ids)}
+    corpus = load_corpus(tmp_path / "t")
+    assert np.asarray(corpus.train).tolist() == ids[:-held] and np.asarray(corpus.val).tolist() == ids[-held:]
+    assert _messages(captured.err) == []  # both splits hold a window of 64 + 1 tokens
+    # with crate-train's default block of 1,024 tokens the validation split is too short: a warning names it
+    assert main(["--input", str(root / "input.txt"), "--output-dir", str(tmp_path / "u")]) == 0
+    assert _messages(capsys.readouterr().err) == [
+        "crate-prepare-text: warning: the val split holds 129 tokens, fewer than one window of --block-size 1024 + "
+        "1: training with that block size refuses it (raise --val-fraction or add text, or train with a smaller "
+        "--block-size)"]
+
+
+def _names_by_crc(count):
+    """``count`` file names in increasing CRC-32 order (the order the split takes documents in)."""
+    return sorted((f"f{i}.txt" for i in range(count)), key=lambda n: zlib.crc32(n.encode()))
+
+
+def test_prepare_text_two_very_unequal_files(tmp_path, capsys):
+    """The reported case: a 200-byte file and a 40,000-byte one, the large one first in CRC order. Split by whole
+    documents, validation took the large file (99.5% of the tokens) and training 201 tokens, silently; split by
+    tokens (the default) it holds 10% of the tokens, and the documents rule now warns."""
+    large, small = _names_by_crc(2)
+    root = _corpus_files(tmp_path / "c", {large: "x" * 40_000, small: "y" * 200})
+    total = 40_001 + 201
+    assert main(["--input", str(root / large), str(root / small), "--output-dir", str(tmp_path / "t")]) == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert report["val"]["tokens"] == math.floor(0.1 * total + 0.5) and report["train"]["tokens"] == total - 4020
+    assert report["val"]["documents"] == 1 and report["train"]["documents"] == 2  # the large file is cut in two
+    assert _messages(captured.err) == []
+    corpus = load_corpus(tmp_path / "t")
+    assert bytes(np.asarray(corpus.val[:-1]).tolist()) == b"x" * 4019  # the large file's tail
+    assert main(["--input", str(root / large), str(root / small), "--output-dir", str(tmp_path / "d"),
+                 "--split-by", "documents"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["train"]["tokens"] == 201
+    assert _messages(captured.err) == [
+        "crate-prepare-text: warning: the train split holds 201 tokens, fewer than one window of --block-size 1024 "
+        "+ 1: training with that block size refuses it (raise --val-fraction or add text, or train with a smaller "
+        "--block-size)",
+        "crate-prepare-text: warning: the validation split holds 99.5% of the tokens (split by documents); "
+        "--split-by tokens holds out --val-fraction of them"]
+
+
+def test_prepare_text_refuses_an_empty_file_and_a_bad_fraction_in_one_line(tmp_path, capsys):
+    root = _corpus_files(tmp_path / "c", {"empty.txt": ""})
+    out = tmp_path / "t"
+    assert main(["--input", str(root / "empty.txt"), "--output-dir", str(out)]) == 1
+    assert _messages(capsys.readouterr().err) == [
+        f"crate-prepare-text: corpus: no text in {root / 'empty.txt'} (every document is empty)"]
+    assert not out.exists()  # no folder left behind
+    _corpus_files(root, {"a.txt": "some text"})
+    for fraction in ("0", "1", "-0.5"):
+        assert main(["--input", str(root), "--output-dir", str(out), "--val-fraction", fraction]) == 1
+        assert capsys.readouterr().err == (f"crate-prepare-text: val_fraction: expected a value in (0, 1), got "
+                                           f"{float(fraction)}\n")
+    assert not out.exists()
 
 
 # ----------------------------------------------------------------------------------------------- built-in corpus

@@ -29,7 +29,7 @@ TINY_RUN = dict(block_size=16, batch_size=4, total_steps=4, warmup_steps=1, eval
 
 @pytest.fixture(scope="module")
 def corpus_dir(tmp_path_factory):
-    """30 small Python-like documents as byte tokens (3 held out)."""
+    """30 small Python-like documents as byte tokens (10% of the tokens held out)."""
     root = tmp_path_factory.mktemp("corpus")
     for i in range(30):
         (root / "src").mkdir(exist_ok=True)

@@ -96,3 +96,26 @@ def test_crate_segment_maps_and_errors(smoke, tmp_path, capsys):
     assert crate_segment(["experiment", "--variants", "resnet"]) == 2
     assert "variants" in capsys.readouterr().err
     assert checkpoint.read(ckpt)["train_config"]["dataset"] == "objects"
+
+
+def test_crate_segment_experiment_help_example_with_a_dino_extra(tmp_path, capsys):
+    """The help's ``--extra crate_dino=CKPT``: a DINO checkpoint (its teacher's backbone, as DINOTrainConfig builds
+    it for RGB 32² images) joins the table as a row without accuracy (it has no classification head)."""
+    import torch
+
+    import crate_nn
+    from crate_nn.models.dino_head import DINO, DINOConfig
+
+    torch.manual_seed(0)
+    ckpt = tmp_path / "dino.pt"
+    crate_nn.save(ckpt, DINO(DINOConfig(image_size=32, patch_size=4, dim=48, depth=3, heads=4, dynamic_img_size=True,
+                                        out_dim=8, hidden_dim=16, bottleneck_dim=8)))
+    out = tmp_path / "objects"
+    assert crate_segment(["experiment", "--variants", "crate", "--seeds", "0", "--max-steps", "2", "--no-progress",
+                          "--extra", f"crate_dino={ckpt}", "--output-dir", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    dino = [run for run in results["runs"] if run["name"] == "crate_dino"]
+    assert len(dino) == 1 and dino[0]["accuracy"] is None and dino[0]["checkpoint"] == str(ckpt)
+    assert len(dino[0]["test"]) == 3  # one score per layer of the teacher's backbone
+    row = next(line for line in (out / "table.md").read_text().splitlines() if line.startswith("| crate_dino |"))
+    assert row.split("|")[3].strip() == "—"  # the top-1 column
