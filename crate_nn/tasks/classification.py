@@ -48,7 +48,7 @@ class ClassificationConfig(AugmentedImageConfig):
     init_from: str | None = option(None, "a crate_nn or authors' checkpoint to start from (fine-tuning)")
     label_smoothing: float = option(0.1, "label smoothing of the cross-entropy", minimum=0.0)
     measure_epochs: tuple[int, ...] = option((), "epochs after which layer-wise R^c/sparsity are saved (0 = init)",
-                                             minimum=0)
+                                             minimum=0, span="epochs")
     measure_samples: int = option(256, "evaluation images used for the layer-wise measurements", minimum=1,
                                   resume_free=True)
 
@@ -56,9 +56,6 @@ class ClassificationConfig(AugmentedImageConfig):
         super().validate()
         if not self.label_smoothing < 1:
             raise ValueError(f"label_smoothing: expected a value in [0, 1), got {self.label_smoothing}")
-        late = [e for e in self.measure_epochs if e > self.epochs]
-        if late:
-            raise ValueError(f"measure_epochs: {late} are after the last epoch ({self.epochs})")
         from_data = sorted({"image_size", "num_classes", "in_channels"} & set(self.model_args))
         if from_data:
             raise ValueError(f"model_args: {from_data} come from the data (--image-size and the dataset), not "
@@ -138,6 +135,7 @@ class ClassificationTask(Task):
     """Supervised classification of images by a registered classifier."""
 
     unit = "images"
+    evaluate_command = "crate-eval {checkpoint}"
 
     def __init__(self, config: ClassificationConfig, ctx) -> None:
         super().__init__(config, ctx)
