@@ -165,13 +165,14 @@ def write_summary(root: Path, summary: Mapping) -> Path:
 # ----------------------------------------------------------------------------------------------------- curves
 def panel_of(key: str) -> str:
     """The panel a metric is drawn in: its name without split prefixes (``ema_``, ``train_``, ``val_``,
-    ``test_``) and without a trailing ``_k<N>`` (the k-NN's k); every loss in "loss", the rate in "learning rate"."""
+    ``test_``) and without a trailing ``_k<N>`` (the k-NN's k) or ``_random_init`` (its baseline); every loss in
+    "loss", the rate in "learning rate"."""
     if key == "lr":
         return "learning rate"
     name = key
     while name.startswith(SPLIT_PREFIXES):
         name = name.split("_", 1)[1]
-    name = re.sub(r"_k\d+$", "", name)
+    name = re.sub(r"_k\d+$", "", name.removesuffix(RANDOM_INIT))
     return "loss" if "loss" in name else name
 
 
