@@ -42,6 +42,7 @@ from .engine.config import TrainConfig, strip_optional
 from .engine.loop import Preempted, train
 from .tasks import PRESETS, get_preset, list_presets
 
+
 class OneLineParser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line naming the flag (the usage is one ``--help`` away)."""
 
