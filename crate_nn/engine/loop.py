@@ -55,7 +55,6 @@ from .config import TrainConfig
 from .ema import EMA
 from .optim import build_optimizer, clip_gradients
 from .precision import autocast
-from .report import format_value
 from .run_dir import (
     RunFiles,
     RunLock,
@@ -294,7 +293,7 @@ def _train(config: TrainConfig, ctx: distributed.Context, task_class: type[Task]
     def log_evaluation(when: str, position: dict, evaluated: dict) -> None:
         run.log({**position, **evaluated})
         if ctx.is_main:
-            tqdm.write(f"{when}: " + " ".join(f"{k} {format_value(v)}" for k, v in evaluated.items()))
+            tqdm.write(f"{when}: " + " ".join(f"{k} {report.format_value(v)}" for k, v in evaluated.items()))
 
     def epoch_end(done_epochs: int) -> None:
         if ctx.is_main:
