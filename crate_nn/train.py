@@ -11,13 +11,21 @@ Two nodes, 8 GPUs each (run on both nodes; HOST:PORT reachable from both):
 Resume an interrupted or preempted run (same command plus --resume); start over in the same directory:
     crate-train --preset imagenet --data-dir /data/imagenet --resume
     crate-train --preset digits --overwrite
-List the presets of every task, then the fields of one preset with its values:
+List the presets of every task, then the fields of one preset with its values (without --preset, crate-train
+lists the presets on stderr and exits with status 2: there is no default experiment to start by accident):
     crate-train --list-presets
     crate-train --preset digits --help
+Shorten a preset: --epochs or --total-steps keep its warm-up and its measurement, k-NN, probe and figure epochs in
+proportion to the new length (one line on stderr says what changed; values given on the same command line are
+kept as given, and refused with what to pass instead when they do not fit); --max-steps stops the run early with
+the preset's schedules:
+    crate-train --preset digits --epochs 15
 
 A run directory (--output-dir) holds config.json (the resolved config), metrics.jsonl, checkpoints/
-(step_XXXXXXX.pt and last.pt: ``crate_nn.load`` reads the model, ``--resume`` everything) and what the task adds
-(measurements/, figures/). SIGTERM/SIGINT finish the current optimizer step, write a checkpoint and exit with
+(step_XXXXXXX.pt and last.pt: ``crate_nn.load`` reads the model, ``--resume`` everything), summary.json and
+figures/curves.png (printed and drawn at the end: final metrics and their baselines, wall time, the checkpoint, the
+commands to resume and to evaluate; ``crate-compare RUN_DIR...`` puts several runs side by side) and what the task
+adds (measurements/, figures/). SIGTERM/SIGINT finish the current optimizer step, write a checkpoint and exit with
 status 128 + the signal number. From Python: ``crate_nn.engine.train(crate_nn.tasks.get_preset("digits"))``.
 """
 from __future__ import annotations
@@ -25,8 +33,6 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
-import json
-import os
 import sys
 import typing
 from collections.abc import Sequence
@@ -35,8 +41,6 @@ from . import cli, extras
 from .engine.config import TrainConfig, strip_optional
 from .engine.loop import Preempted, train
 from .tasks import PRESETS, get_preset, list_presets
-
-DEFAULT_PRESET = "synthetic"
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -93,8 +97,9 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
     """``--preset NAME`` then any ``--field-name VALUE`` of that preset's config (tuples: several values;
     dicts: KEY=VALUE). The result is validated; errors exit with status 2 and one line naming the flag."""
     first = OneLineParser(add_help=False)
-    first.add_argument("--preset", default=DEFAULT_PRESET)
+    first.add_argument("--preset")
     first.add_argument("--list-presets", action="store_true")
+    first.add_argument("-h", "--help", action="store_true")
     known, _ = first.parse_known_args(argv)
     if known.list_presets:
         print(_presets_text())
@@ -102,9 +107,16 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
     parser = OneLineParser(prog="crate-train", description=__doc__.split("\n\n")[0],
                                      epilog=__doc__.split("\n\n", 1)[1] + "\n" + _presets_text(),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", default=DEFAULT_PRESET, choices=sorted(PRESETS),
-                        help=f"the experiment whose values the other flags override (default: {DEFAULT_PRESET})")
+    parser.add_argument("--preset", choices=sorted(PRESETS), metavar="NAME",
+                        help="the experiment whose values the other flags override (required; see below)")
     parser.add_argument("--list-presets", action="store_true", help="list the presets of every task and exit")
+    if known.preset is None:
+        if known.help:
+            parser.print_help()
+            raise SystemExit(0)
+        print(_presets_text(), file=sys.stderr)
+        parser.error("argument --preset: choose one of the presets above, e.g. --preset digits (a CPU run of "
+                     "seconds)")
     if known.preset not in PRESETS:
         parser.error(f"argument --preset: invalid choice: {known.preset!r} (choose from {', '.join(sorted(PRESETS))})")
     defaults = PRESETS[known.preset]()
@@ -143,15 +155,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = parse_args(argv)
     try:
         extras.check_config(config)  # before the run directory exists: a missing package leaves nothing behind
-        result = train(config)
+        train(config)  # prints the run's summary (and saves it as <output_dir>/summary.json)
     except Preempted as stop:
         print(f"crate-train: {stop}", file=sys.stderr)
         return 128 + int(stop.signum)
     except cli.EXPECTED as err:
         return cli.fail("crate-train", err, 1)
-    if int(os.environ.get("RANK", "0")) == 0:
-        print(json.dumps({"output_dir": result.output_dir, "checkpoint": result.checkpoint, "steps": result.steps,
-                          "seconds": round(result.seconds, 1), **result.metrics}, indent=2))
     return 0
 
 

@@ -6,6 +6,10 @@ need: its help text, its allowed values, its bounds and whether it may change wh
 the numbers). `validate` checks every field against its type and its declaration and raises ValueError naming
 the field, before any work starts. The resolved config is written to ``<output_dir>/config.json`` and into every
 checkpoint.
+
+A field declared with ``span="epochs"`` or ``span="steps"`` is a share of the run (a warm-up, the epochs after
+which something is measured, an evaluation cadence): `validate` refuses a value past the run's end (``epochs``;
+``total_steps`` when set), and `fit_to_run` rescales it when a preset is given another run length.
 """
 from __future__ import annotations
 
@@ -26,13 +30,19 @@ GRAD_CLIP_MODES = ("global", "per_tensor")
 _MISSING = dataclasses.MISSING
 
 
+SPANS = ("epochs", "steps")
+
+
 def option(default: Any = _MISSING, help: str = "", *, factory: Any = _MISSING, choices: tuple | None = None,
            minimum: float | None = None, above: float | None = None, maximum: float | None = None,
-           resume_free: bool = False) -> Any:
+           resume_free: bool = False, span: str | None = None) -> Any:
     """A dataclass field with its command-line help, allowed ``choices`` and bounds (``minimum`` ≤ value,
-    ``above`` < value, value ≤ ``maximum``; for tuples, each element), and whether it is ``resume_free``."""
+    ``above`` < value, value ≤ ``maximum``; for tuples, each element), whether it is ``resume_free``, and the run
+    length it is a share of (``span``: "epochs" or "steps"; see `fit_to_run`)."""
+    if span not in (None, *SPANS):
+        raise ValueError(f"span: expected one of {', '.join(SPANS)} or None, got {span!r}")
     metadata = dict(help=help, choices=choices, minimum=minimum, above=above, maximum=maximum,
-                    resume_free=resume_free)
+                    resume_free=resume_free, span=span)
     if factory is not _MISSING:
         return dataclasses.field(default_factory=factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -59,11 +69,12 @@ class TrainConfig:
         None, "per process and forward pass (gradient accumulation); None = batch_size / processes", minimum=1,
         resume_free=True)
     epochs: int = option(150, "epochs the schedules span", minimum=1)
-    warmup_epochs: float = option(5.0, "linear learning-rate warm-up, in epochs (fractions allowed)", minimum=0.0)
+    warmup_epochs: float = option(5.0, "linear learning-rate warm-up, in epochs (fractions allowed)", minimum=0.0,
+                                  span="epochs")
     total_steps: int | None = option(
         None, "optimizer steps the schedules span, instead of `epochs` (recipes stated in steps)", minimum=1)
     warmup_steps: int | None = option(None, "linear learning-rate warm-up in optimizer steps, instead of "
-                                      "`warmup_epochs`", minimum=0)
+                                      "`warmup_epochs`", minimum=0, span="steps")
     lr_schedule: str = option("cosine", "learning-rate decay after the warm-up", choices=LR_SCHEDULES)
     min_lr_ratio: float = option(0.0, "final learning rate / lr of the decay", minimum=0.0, maximum=1.0)
     grad_clip: float | None = option(None, "max global gradient norm; None = no clipping", above=0.0)
@@ -90,7 +101,9 @@ class TrainConfig:
     num_workers: int = option(8, "DataLoader worker processes", minimum=0, resume_free=True)
     eval_every: int = option(1, "epochs between evaluations (and always at the end)", minimum=1, resume_free=True)
     eval_every_steps: int | None = option(None, "also evaluate every this many optimizer steps", minimum=1,
-                                          resume_free=True)
+                                          resume_free=True, span="steps")
+    eval_at_start: bool = option(False, "also evaluate the initial model (logged at step 0: the baseline the run's "
+                                 "summary shows beside the final metrics)", resume_free=True)
     checkpoint_every: int = option(
         1000, "optimizer steps between checkpoints (also at every epoch end); 0 = epoch ends only", minimum=0,
         resume_free=True)
@@ -105,14 +118,41 @@ class TrainConfig:
         hints = typing.get_type_hints(type(self))
         for f in dataclasses.fields(self):
             check_field(f.name, getattr(self, f.name), hints[f.name], f.metadata)
-        if self.total_steps is None and self.warmup_epochs > self.epochs:
-            raise ValueError(f"warmup_epochs: {self.warmup_epochs} exceeds epochs={self.epochs}")
+            if f.metadata.get("span"):
+                self._check_span(f.name, f.metadata["span"])
         if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", self.device):
             raise ValueError(f"device: expected auto, cpu, cuda, cuda:N or mps, got {self.device!r}")
-        if None not in (self.total_steps, self.warmup_steps) and self.warmup_steps > self.total_steps:
-            raise ValueError(f"warmup_steps: {self.warmup_steps} exceeds total_steps={self.total_steps}")
         if self.resume and self.overwrite:
             raise ValueError("resume, overwrite: choose one (continue the run, or delete it and start over)")
+
+    def run_length(self, span: str) -> int | None:
+        """The run's length in ``span`` ("epochs", or "steps": ``total_steps``, None for a run stated in epochs)."""
+        return self.epochs if span == "epochs" else self.total_steps
+
+    def _check_span(self, name: str, span: str) -> None:
+        """ValueError, saying what to pass instead, when field ``name`` (a share of the run) falls past its end."""
+        value, end = getattr(self, name), self.run_length(span)
+        if value is None or end is None:
+            return
+        flag = "--epochs" if span == "epochs" else "--total-steps"
+        if isinstance(value, tuple):
+            late = [v for v in value if v > end]
+            if late:
+                raise ValueError(f"{name}: {late} are after the last {span[:-1]} ({end}); pass values ≤ {end} or a "
+                                 f"larger {flag}")
+        elif value > end:
+            raise ValueError(f"{name}: {value} exceeds the run's {end} {span}; pass a value ≤ {end} or a larger {flag}")
+
+    def run_steps(self, steps_per_epoch: int) -> tuple[int, int]:
+        """(optimizer steps the schedules span, warm-up steps) of this run when an epoch is ``steps_per_epoch``
+        steps: ``total_steps`` or ``epochs`` epochs; ``warmup_steps`` or ``warmup_epochs`` epochs. The engine's
+        schedules and a task's own (e.g. DINO's teacher momentum) read the run's length here."""
+        total = self.total_steps or self.epochs * steps_per_epoch
+        warmup = self.warmup_steps if self.warmup_steps is not None else round(self.warmup_epochs * steps_per_epoch)
+        if warmup > total:
+            raise ValueError(f"warmup_epochs: {self.warmup_epochs} epochs are {warmup} optimizer steps, more than the "
+                             f"run's {total}; pass a smaller --warmup-epochs or --warmup-steps")
+        return total, warmup
 
     @classmethod
     def resume_free_fields(cls) -> set[str]:
@@ -136,6 +176,48 @@ class TrainConfig:
             log_every=1, checkpoint_every=0, num_workers=0, progress=False, tensorboard=False, resume=False,
             overwrite=False)
         return dataclasses.replace(shrunk, **overrides)
+
+
+def fit_to_run(preset: TrainConfig, overrides: typing.Mapping[str, Any]) -> tuple[dict, list[str]]:
+    """The changes that keep ``preset``'s shares of the run (its ``span`` fields: warm-ups, measurement, k-NN, probe
+    and figure epochs, step cadences) in proportion when ``overrides`` give the run another length, and one
+    ``"name old → new"`` text per change.
+
+    A new ``epochs`` rescales the "epochs" fields by new/old epochs; a new ``total_steps`` rescales the "steps"
+    fields of a run stated in steps, and gives a run stated in epochs a ``warmup_steps`` holding the warm-up's
+    share of it (its epoch lists cannot be converted before the data are known: those past the run's end do not
+    fire). A rescaled epoch list keeps 0 (the initialisation) and its positive entries stay ≥ 1. Fields set in
+    ``overrides`` are the caller's and are never changed (`TrainConfig.validate` refuses them if they do not fit).
+    ``max_steps`` stops a run early without changing its length or its schedules: nothing to fit.
+    """
+    ratios = {}
+    if overrides.get("epochs", preset.epochs) != preset.epochs:
+        ratios["epochs"] = overrides["epochs"] / preset.epochs
+    steps = overrides.get("total_steps", preset.total_steps)
+    if None not in (steps, preset.total_steps) and steps != preset.total_steps:
+        ratios["steps"] = steps / preset.total_steps
+    changes: dict[str, Any] = {}
+    for f in dataclasses.fields(preset):
+        if f.metadata.get("span") in ratios and f.name not in overrides:
+            changes[f.name] = _rescaled(getattr(preset, f.name), ratios[f.metadata["span"]], f.metadata)
+    stated_in_epochs = preset.total_steps is None and preset.warmup_steps is None
+    if (steps is not None and stated_in_epochs and preset.warmup_epochs
+            and not {"warmup_steps", "warmup_epochs"} & set(overrides)):
+        changes["warmup_steps"] = round(steps * preset.warmup_epochs / preset.epochs)
+    changes = {k: v for k, v in changes.items() if v != getattr(preset, k)}
+    return changes, [f"{k} {getattr(preset, k)!r} → {v!r}" for k, v in changes.items()]
+
+
+def _rescaled(value, ratio: float, meta: typing.Mapping):
+    """``value`` (a number, None, or a tuple of epochs) times ``ratio``: integers rounded and kept ≥ the field's
+    ``minimum``; a tuple's 0 kept, its positive entries ≥ 1, sorted without repeats; floats to 6 decimals."""
+    if value is None:
+        return None
+    if isinstance(value, tuple):
+        return tuple(sorted({v and max(1, round(v * ratio)) for v in value}))
+    if isinstance(value, float):
+        return round(value * ratio, 6)
+    return max(int(meta.get("minimum") or 0), round(value * ratio))
 
 
 def strip_optional(hint) -> tuple[Any, bool]:

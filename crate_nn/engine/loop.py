@@ -24,8 +24,11 @@ micro-batch and the evaluation; the loop owns the rest:
 * one run per directory: the main process holds `RunLock` on the run directory while it trains, and checkpoints
   record the training data (`data_identity`): ``--resume`` on other data is refused.
 * metrics.jsonl: a line per ``log_every`` steps (train_loss, lr, throughput, task metrics, counters), a line per
-  evaluation (at epoch ends and every ``eval_every_steps``), and end-of-run lines marked ``"final"`` (which a
-  resumed run replaces).
+  evaluation (at step 0 with ``eval_at_start``, at epoch ends and every ``eval_every_steps``), and end-of-run lines
+  marked ``"final"`` (which a resumed run replaces).
+* at the end (`crate_nn.engine.report`): ``figures/curves.png`` (loss, learning rate, evaluation metrics against
+  the step) and ``summary.json``, printed as text: the final metrics beside their baselines, the wall time, the
+  checkpoint, the figures and the commands that resume the run and score its checkpoint.
 * schedules span ``epochs`` (warm-up ``warmup_epochs``) or, for recipes stated in steps, ``total_steps`` (warm-up
   ``warmup_steps``); the decay after the warm-up is cosine or linear (``lr_schedule``).
 """
@@ -47,7 +50,7 @@ from tqdm import tqdm
 
 from .. import checkpoint
 from ..data.batching import EpochBatches, loader
-from . import distributed, precision
+from . import distributed, precision, report
 from .config import TrainConfig
 from .ema import EMA
 from .optim import build_optimizer, clip_gradients
@@ -59,6 +62,7 @@ from .run_dir import (
     check_same_data,
     clear_run,
     data_identity,
+    read_metrics,
     rng_state,
     seed_everything,
     set_rng_state,
@@ -230,9 +234,7 @@ def _train(config: TrainConfig, ctx: distributed.Context, task_class: type[Task]
     steps_per_epoch = task.steps_per_epoch(config.batch_size)
     if steps_per_epoch < 1:
         raise ValueError(f"batch_size: {config.batch_size} exceeds the {len(task.train_set)} training samples")
-    total_steps = config.total_steps or config.epochs * steps_per_epoch
-    warmup_steps = (config.warmup_steps if config.warmup_steps is not None
-                    else round(config.warmup_epochs * steps_per_epoch))
+    total_steps, warmup_steps = config.run_steps(steps_per_epoch)
     schedules = Schedules(warmup_steps, total_steps, config.min_lr_ratio, config.weight_decay,
                           config.weight_decay_end, config.ema_momentum, config.ema_momentum_end, config.lr_schedule)
     raw_model = task.model.to(ctx.device)
@@ -288,6 +290,11 @@ def _train(config: TrainConfig, ctx: distributed.Context, task_class: type[Task]
                 metrics.update({f"ema_{k}": v for k, v in task.evaluate(ema.module).items()})
         return metrics
 
+    def log_evaluation(when: str, position: dict, evaluated: dict) -> None:
+        run.log({**position, **evaluated})
+        if ctx.is_main:
+            tqdm.write(f"{when}: " + " ".join(f"{k} {report.format_value(v)}" for k, v in evaluated.items()))
+
     def epoch_end(done_epochs: int) -> None:
         if ctx.is_main:
             with torch.random.fork_rng(**fork):
@@ -312,6 +319,8 @@ def _train(config: TrainConfig, ctx: distributed.Context, task_class: type[Task]
 
     last_step = total_steps if config.max_steps is None else min(total_steps, config.max_steps)
     if step == 0:
+        if config.eval_at_start:
+            log_evaluation("start", {"epoch": 0.0, "step": 0}, evaluate_now())
         epoch_end(0)
     metrics: dict = {}
     unit_key = f"{task.unit}_per_s"
@@ -403,10 +412,7 @@ def _train(config: TrainConfig, ctx: distributed.Context, task_class: type[Task]
                 if (config.eval_every_steps and step % config.eval_every_steps == 0 and step < last_step
                         and step_in_epoch < steps_per_epoch):  # epoch ends and the last step evaluate anyway
                     paused = time.perf_counter()
-                    evaluated = evaluate_now()
-                    run.log({"epoch": step / steps_per_epoch, "step": step, **evaluated})
-                    if ctx.is_main:
-                        tqdm.write(f"step {step}: " + " ".join(f"{k} {v:.4f}" for k, v in evaluated.items()))
+                    log_evaluation(f"step {step}", {"epoch": step / steps_per_epoch, "step": step}, evaluate_now())
                     window.start += time.perf_counter() - paused
             if step_in_epoch == steps_per_epoch:
                 paused = time.perf_counter()  # evaluation and checkpoints do not count against throughput
@@ -414,9 +420,8 @@ def _train(config: TrainConfig, ctx: distributed.Context, task_class: type[Task]
                 scheduled = epoch % config.eval_every == 0
                 if scheduled or step == last_step:
                     metrics = evaluate_now()
-                    run.log({"epoch": float(epoch), "step": step, **metrics, **({} if scheduled else {"final": True})})
-                    if ctx.is_main:
-                        tqdm.write(f"epoch {epoch}: " + " ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+                    log_evaluation(f"epoch {epoch}", {"epoch": float(epoch), "step": step,
+                                                      **({} if scheduled else {"final": True})}, metrics)
                 epoch_end(epoch)
                 save_checkpoint()
                 window.start += time.perf_counter() - paused
@@ -432,4 +437,11 @@ def _train(config: TrainConfig, ctx: distributed.Context, task_class: type[Task]
         run.log({"epoch": step / steps_per_epoch, "step": step, **final, "final": True})
     metrics = {**metrics, **final, **totals}
     run.close()
-    return TrainResult(str(run.root), str(run.last), metrics, step, time.perf_counter() - started)
+    seconds = time.perf_counter() - started
+    if ctx.is_main:
+        report.plot_curves({run.root.name: read_metrics(run.root / "metrics.jsonl")}, run.root / report.CURVES)
+        summary = report.run_summary(run.root, config, steps=step, seconds=seconds, checkpoint=str(run.last),
+                                     evaluate_command=task.evaluate_command)
+        report.write_summary(run.root, summary)
+        tqdm.write(report.summary_text(summary))
+    return TrainResult(str(run.root), str(run.last), metrics, step, seconds)

@@ -3,6 +3,7 @@
     <output_dir>/config.json            the resolved config (engine, task, model)
     <output_dir>/metrics.jsonl          one JSON line per log window, evaluation and end-of-run result
     <output_dir>/checkpoints/           step_XXXXXXX.pt and last.pt (crate_nn.load reads the model of either)
+    <output_dir>/summary.json, figures/curves.png   the end-of-run summary and curves (`crate_nn.engine.report`)
     <output_dir>/measurements/, figures/, tensorboard/   what tasks and options add
 
 A run directory belongs to one run: starting a run where another one lives is refused unless ``resume`` (continue
@@ -32,7 +33,8 @@ from torch import nn
 from .. import checkpoint
 from ..files import writing
 
-OWNED = ("checkpoints", "metrics.jsonl", "config.json", "measurements", "figures", "tensorboard")
+OWNED = ("checkpoints", "metrics.jsonl", "config.json", "summary.json", "measurements", "figures",
+         "tensorboard")
 
 
 def check_output_dir(output_dir: str, resume: bool, overwrite: bool) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import functools
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
@@ -22,7 +23,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from ..data.batching import collate
-from .config import TrainConfig
+from .config import TrainConfig, fit_to_run
 from .distributed import Context
 
 
@@ -50,6 +51,7 @@ class Task(abc.ABC):
 
     config_class: ClassVar[type[TrainConfig]]
     unit: ClassVar[str] = "samples"  # what throughput counts: "<unit>_per_s" in metrics.jsonl
+    evaluate_command: ClassVar[str | None] = None  # the command the run summary gives to score its checkpoint
 
     model: nn.Module
     train_set: Dataset
@@ -158,7 +160,13 @@ def preset(fn: Callable[[], TrainConfig]) -> Callable[[], TrainConfig]:
 
 def get_preset(name: str, **overrides) -> TrainConfig:
     """The preset ``name`` with ``overrides`` (field names of its config) applied; nothing is validated yet
-    (``train`` validates; ``crate-train`` validates before it starts)."""
+    (``train`` validates; ``crate-train`` validates before it starts).
+
+    When ``overrides`` change the run's length (``epochs``, ``total_steps``), the preset's warm-up and its
+    measurement, k-NN, probe, figure and step cadences that ``overrides`` leave alone keep their share of the run
+    (`crate_nn.engine.config.fit_to_run`), and one line on stderr says what changed. Values given in ``overrides``
+    are kept as given: one past the run's end is refused by ``validate`` with what to pass instead.
+    """
     if name not in PRESETS:
         raise ValueError(f"preset: expected one of {', '.join(sorted(PRESETS))}, got {name!r}")
     config = PRESETS[name]()
@@ -167,7 +175,12 @@ def get_preset(name: str, **overrides) -> TrainConfig:
     if unknown:
         raise TypeError(f"unknown {type(config).__name__} field(s) {unknown} for preset {name!r}; known: "
                         f"{sorted(known)}")
-    return dataclasses.replace(config, **overrides)
+    fitted, changes = fit_to_run(config, overrides)
+    if changes:
+        length = ", ".join(f"{k}={overrides[k]}" for k in ("epochs", "total_steps") if k in overrides)
+        print(f"preset {name} with {length}: {', '.join(changes)} (kept in proportion to the run; set them to "
+              "choose other values)", file=sys.stderr)
+    return dataclasses.replace(config, **overrides, **fitted)
 
 
 def list_presets() -> dict[str, list[str]]:

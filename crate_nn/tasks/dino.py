@@ -115,25 +115,26 @@ class DINOTrainConfig(ImageDataConfig):
     student_temp: float = option(0.1, "τ_s, the student's softmax temperature", above=0.0)
     teacher_temp: float = option(0.04, "τ_t after the warm-up", above=0.0)
     warmup_teacher_temp: float = option(0.04, "τ_t at epoch 0", above=0.0)
-    warmup_teacher_temp_epochs: int = option(0, "epochs of τ_t's linear warm-up", minimum=0)
+    warmup_teacher_temp_epochs: int = option(0, "epochs of τ_t's linear warm-up", minimum=0, span="epochs")
     center_momentum: float = option(0.9, "m of the centre's EMA c ← m c + (1 − m) batch mean", minimum=0.0,
                                     maximum=1.0)
     teacher_momentum: float = option(0.996, "λ of eq. (79) at step 0", minimum=0.0, maximum=1.0)
     teacher_momentum_end: float = option(1.0, "λ at the end of its cosine schedule", minimum=0.0, maximum=1.0)
-    freeze_last_layer: int = option(1, "epochs during which the head's last layer is not updated", minimum=0)
+    freeze_last_layer: int = option(1, "epochs during which the head's last layer is not updated", minimum=0,
+                                    span="epochs")
     # evaluation
     knn_ks: tuple[int, ...] = option(KNN_KS, "k of the weighted k-NN (the one with the best leave-one-out "
                                              "training accuracy is reported as knn_top1)", minimum=1)
     knn_temperature: float = option(KNN_TEMPERATURE, "T of the k-NN weights exp(s/T)", above=0.0)
     knn_epochs: tuple[int, ...] = option((), "epochs after which the k-NN accuracy on eval_split is logged (and "
                                              "always at the end of training: on test_split, else eval_split)",
-                                         minimum=1)
+                                         minimum=1, span="epochs")
     knn_select_samples: int | None = option(
         None, "training samples whose leave-one-out k-NN accuracy selects k; None = all", minimum=1,
         resume_free=True)
     probe_epochs: tuple[int, ...] = option(
         (), "epochs after which the linear probe (App. C.2) on eval_split is logged; non-empty: also at the end",
-        minimum=1)
+        minimum=1, span="epochs")
     probe_solver: str = option(
         "sklearn", "linear probe: sklearn (C by 3-fold cross-validation, the papers' protocol; small data), or torch "
         "on the device with lbfgs (full batch) or adam (minibatches: ImageNet scale), its weight decay chosen on a "
@@ -141,7 +142,7 @@ class DINOTrainConfig(ImageDataConfig):
     monitor_samples: int = option(1024, "held-out images of the collapse monitors at every evaluation", minimum=1,
                                   resume_free=True)
     measure_epochs: tuple[int, ...] = option((), "epochs after which the teacher's layer-wise R^c/sparsity are "
-                                                 "saved (0 = init)", minimum=0)
+                                                 "saved (0 = init)", minimum=0, span="epochs")
     measure_samples: int = option(256, "held-out images of the layer-wise measurements", minimum=1,
                                   resume_free=True)
 
@@ -160,13 +161,6 @@ class DINOTrainConfig(ImageDataConfig):
             low, high = getattr(self, name)
             if low > high:
                 raise ValueError(f"{name}: expected min ≤ max, got {(low, high)}")
-        if self.warmup_teacher_temp_epochs > self.epochs:
-            raise ValueError(f"warmup_teacher_temp_epochs: {self.warmup_teacher_temp_epochs} exceeds "
-                             f"epochs={self.epochs}")
-        for name in ("knn_epochs", "probe_epochs", "measure_epochs"):
-            late = [e for e in getattr(self, name) if e > self.epochs]
-            if late:
-                raise ValueError(f"{name}: {late} are after the last epoch ({self.epochs})")
         from_data = sorted({"image_size", "in_channels", "dynamic_img_size"} & set(self.model_args))
         if from_data:
             raise ValueError(f"model_args: {from_data} are set by the task (--image-size and the dataset; local "
@@ -264,7 +258,7 @@ class DINOTask(Task):
             solarize_p=config.solarize_p,
         ).to(ctx.device)
         self.eval_transform = DeviceTransform(config.image_size, config.mean, config.std, train=False).to(ctx.device)
-        self.total_steps = config.epochs * self.steps_per_epoch(config.batch_size)
+        self.total_steps, _ = config.run_steps(self.steps_per_epoch(config.batch_size))  # the engine's run length
         self.step = 0  # optimizer steps done (task state: the temperature schedule and the evaluations read it)
         self.teacher_sum = torch.zeros(self.model.config.prototypes, dtype=torch.float64, device=ctx.device)
         self.teacher_count = 0

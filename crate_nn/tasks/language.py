@@ -218,6 +218,8 @@ class LanguageModelTask(Task):
 class CausalLMTask(LanguageModelTask):
     """Next-token prediction, eq. (89)."""
 
+    evaluate_command = "crate-eval-lm {checkpoint}"
+
     def loss(self, model: nn.Module, batch: torch.Tensor) -> LossOutput:
         batch = batch.to(self.ctx.device, non_blocking=True)
         logits = as_float(model(batch[:, :-1]))

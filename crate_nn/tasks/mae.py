@@ -81,7 +81,7 @@ class MAEConfig(AugmentedImageConfig):
                                                  "(image_size and in_channels come from the data)")
     mask_ratio: float = option(0.75, "fraction of each image's patches masked, in (0, 1)", above=0.0, maximum=1.0)
     figure_epochs: tuple[int, ...] = option((), "epochs after which a reconstruction figure is saved (0 = init)",
-                                            minimum=0)
+                                            minimum=0, span="epochs")
     figure_samples: int = option(8, "held-out images in each reconstruction figure", minimum=1, resume_free=True)
     probe: bool = option(False, "at the end: linear probe (App. C.2) of the encoder and of its initialisation")
     probe_pool: str = option("mean", "probe features: mean over tokens (eq. 72) or the class token",
@@ -93,9 +93,6 @@ class MAEConfig(AugmentedImageConfig):
 
     def validate(self) -> None:
         super().validate()
-        late = [e for e in self.figure_epochs if e > self.epochs]
-        if late:
-            raise ValueError(f"figure_epochs: {late} are after the last epoch ({self.epochs})")
         from_data = sorted({"image_size", "in_channels"} & set(self.model_args))
         if from_data:
             raise ValueError(f"model_args: {from_data} come from the data (--image-size and the dataset), not "

@@ -47,8 +47,13 @@ def test_a_run_in_steps_spans_its_schedule_and_evaluates_every_n_steps(tmp_path)
 
 
 def test_step_options_are_checked(tmp_path):
-    with pytest.raises(ValueError, match="warmup_steps: 30 exceeds total_steps=20"):
+    with pytest.raises(ValueError, match="warmup_steps: 30 exceeds the run's 20 steps; pass a value ≤ 20 or a "
+                                         "larger --total-steps"):
         train(toy(tmp_path / "a", total_steps=20, warmup_steps=30))
+    # a warm-up in epochs (1 epoch = 8 steps) longer than a run stated in steps: found once the data are known
+    with pytest.raises(ValueError, match="warmup_epochs: 1.0 epochs are 8 optimizer steps, more than the run's 5; "
+                                         "pass a smaller --warmup-epochs or --warmup-steps"):
+        train(toy(tmp_path / "d", total_steps=5))
     with pytest.raises(ValueError, match="lr_schedule: expected one of cosine, linear"):
         train(toy(tmp_path / "b", lr_schedule="exponential"))
     with pytest.raises(ValueError, match="eval_every_steps: expected a value ≥ 1"):

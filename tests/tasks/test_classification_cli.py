@@ -223,3 +223,18 @@ def test_crate_eval_refuses_bad_inputs_with_one_line(tmp_path, capsys):
             crate_nn.load(tmp_path / "bad.pt")
         assert crate_eval([str(tmp_path / "bad.pt"), *common]) == 2
         assert "is not a readable torch checkpoint" in capsys.readouterr().err
+
+
+def test_without_a_preset_crate_train_lists_the_presets_and_starts_nothing(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for argv in ([], ["--epochs", "3"]):
+        with pytest.raises(SystemExit) as stop:
+            main(argv)
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and all(name in err for name in PRESETS)
+        assert err.splitlines()[-1] == ("crate-train: error: argument --preset: choose one of the presets above, e.g. "
+                                        "--preset digits (a CPU run of seconds) (see crate-train --help)")
+    assert list(tmp_path.iterdir()) == []  # no run started
+    with pytest.raises(SystemExit) as stop:
+        main(["--help"])
+    assert stop.value.code == 0 and "--preset NAME" in capsys.readouterr().out

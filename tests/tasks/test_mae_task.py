@@ -108,7 +108,8 @@ def test_the_command_line_runs_the_preset(tmp_path, capsys):
     assert main(["--preset", "mae_digits", "--model-args", "patch_size=2", "dim=16", "depth=1", "heads=2",
                  "--max-steps", "2", "--no-probe", "--figure-epochs", "0", "--output-dir", str(out),
                  "--no-progress", "--device", "cpu"]) == 0
-    assert json.loads(capsys.readouterr().out)["steps"] == 2
+    assert json.loads((out / "summary.json").read_text())["steps"] == 2
+    assert "2 optimizer steps" in capsys.readouterr().out
     assert (out / "figures" / "reconstructions_epoch_0000.png").is_file()
     assert checkpoint.read(out / "checkpoints" / "last.pt")["family"] == "mae"
 
