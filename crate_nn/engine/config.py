@@ -112,6 +112,8 @@ class TrainConfig:
     log_every: int = option(20, "optimizer steps between metrics.jsonl lines", minimum=1, resume_free=True)
     tensorboard: bool = option(False, "also write TensorBoard scalars", resume_free=True)
     progress: bool = option(True, "tqdm progress bar", resume_free=True)
+    curves: bool = option(True, "draw figures/curves.png at the end (summary.json is always written)",
+                          resume_free=True)
 
     def validate(self) -> None:
         """Raise ValueError (TypeError for a wrong type) naming the first field with an unusable value."""

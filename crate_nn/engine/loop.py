@@ -439,7 +439,8 @@ def _train(config: TrainConfig, ctx: distributed.Context, task_class: type[Task]
     run.close()
     seconds = time.perf_counter() - started
     if ctx.is_main:
-        report.plot_curves({run.root.name: read_metrics(run.root / "metrics.jsonl")}, run.root / report.CURVES)
+        if config.curves:
+            report.plot_curves({run.root.name: read_metrics(run.root / "metrics.jsonl")}, run.root / report.CURVES)
         summary = report.run_summary(run.root, config, steps=step, seconds=seconds, checkpoint=str(run.last),
                                      evaluate_command=task.evaluate_command)
         report.write_summary(run.root, summary)

@@ -74,6 +74,12 @@ def test_a_run_ends_with_its_summary_and_curves(tmp_path, capsys):
     assert imread(run / "figures" / "curves.png").shape[2] == 4
 
 
+def test_curves_false_writes_the_summary_without_the_figure(tmp_path):
+    train(toy(tmp_path / "run", epochs=1, curves=False))
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["figures"] == [] and not (tmp_path / "run" / "figures" / "curves.png").exists()
+
+
 def test_evaluating_at_the_start_changes_no_weight(tmp_path):
     plain = checkpoint.read(train(toy(tmp_path / "a", epochs=1)).checkpoint)["model"]
     evaluated = checkpoint.read(train(toy(tmp_path / "b", epochs=1, eval_at_start=True)).checkpoint)["model"]
