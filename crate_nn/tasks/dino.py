@@ -35,6 +35,8 @@ Presets: ``dino_imagenet`` (App. C.3 on ImageNet-1K, GPUs) and ``dino_digits`` (
 from __future__ import annotations
 
 import dataclasses
+import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -60,6 +62,28 @@ from ..evaluation.linear_probe import PROBE_SOLVERS, run_linear_probe
 from ..models.dino_head import DINO, PROJECTIONS, DINOConfig
 from ..models.registry import list_models, model_config, unwrap_model
 from .images import DATA_LAYOUTS, ImageDataConfig, image_split, image_splits  # noqa: F401 (crate-train --help)
+
+
+COLLAPSE_KL = 1e-3
+"""Collapse monitor: a teacher–student KL (nats, on held-out images) below this leaves the student almost nothing to
+learn (DINO, Caron et al. 2021, Sec. 5.3: both collapse modes drive the KL to 0; the digits preset reaches 1e-4)."""
+COLLAPSE_ENTROPY = 0.01
+"""Collapse monitor: the teacher's output entropy within this fraction of log K (uniform output) or of 0 (one
+prototype dominates) names the mode."""
+
+
+def collapse(monitors: dict[str, float], prototypes: int) -> str | None:
+    """The collapse the monitors show (`DINOTask.monitors`), as text, or None: the KL below `COLLAPSE_KL` with the
+    teacher's entropy within `COLLAPSE_ENTROPY` of log K (uniform) or of 0 (one-hot). Thresholds fixed from DINO's
+    description of the two modes, not from any run's outcome."""
+    kl, entropy, top = monitors["teacher_student_kl"], monitors["teacher_entropy"], math.log(prototypes)
+    if kl >= COLLAPSE_KL:
+        return None
+    if entropy >= (1 - COLLAPSE_ENTROPY) * top:
+        return f"uniform output: teacher entropy {entropy:.4f} of log K = {top:.4f}, teacher–student KL {kl:.1e}"
+    if entropy <= COLLAPSE_ENTROPY * top:
+        return f"one prototype dominates: teacher entropy {entropy:.4f}, teacher–student KL {kl:.1e}"
+    return None
 
 
 @dataclass
@@ -126,15 +150,16 @@ class DINOTrainConfig(ImageDataConfig):
     knn_ks: tuple[int, ...] = option(KNN_KS, "k of the weighted k-NN (the one with the best leave-one-out "
                                              "training accuracy is reported as knn_top1)", minimum=1)
     knn_temperature: float = option(KNN_TEMPERATURE, "T of the k-NN weights exp(s/T)", above=0.0)
-    knn_epochs: tuple[int, ...] = option((), "epochs after which the k-NN accuracy on eval_split is logged (and "
-                                             "always at the end of training: on test_split, else eval_split)",
-                                         minimum=1, span="epochs")
+    knn_epochs: tuple[int, ...] = option((), "epochs after which the k-NN accuracy on eval_split is logged (0: the "
+                                             "initial model, with eval_at_start; and always at the end of "
+                                             "training: on test_split, else eval_split)",
+                                         minimum=0, span="epochs")
     knn_select_samples: int | None = option(
         None, "training samples whose leave-one-out k-NN accuracy selects k; None = all", minimum=1,
         resume_free=True)
     probe_epochs: tuple[int, ...] = option(
-        (), "epochs after which the linear probe (App. C.2) on eval_split is logged; non-empty: also at the end",
-        minimum=1, span="epochs")
+        (), "epochs after which the linear probe (App. C.2) on eval_split is logged (0: the initial model, with "
+        "eval_at_start); non-empty: also at the end", minimum=0, span="epochs")
     probe_solver: str = option(
         "sklearn", "linear probe: sklearn (C by 3-fold cross-validation, the papers' protocol; small data), or torch "
         "on the device with lbfgs (full batch) or adam (minibatches: ImageNet scale), its weight decay chosen on a "
@@ -154,6 +179,9 @@ class DINOTrainConfig(ImageDataConfig):
         if self.local_crop_size > self.image_size:
             raise ValueError(f"local_crop_size: a local crop ({self.local_crop_size}) larger than the global crops "
                              f"(image_size={self.image_size})")
+        for name in ("knn_epochs", "probe_epochs"):
+            if 0 in getattr(self, name) and not self.eval_at_start:
+                raise ValueError(f"{name}: 0 evaluates the initial model, which needs eval_at_start (--eval-at-start)")
         if self.global_crops + self.local_crops < 2:
             raise ValueError(f"global_crops, local_crops: the loss compares two crops at least, got "
                              f"{self.global_crops} global and {self.local_crops} local")
@@ -243,6 +271,7 @@ class DINOTask(Task):
 
     def __init__(self, config: DINOTrainConfig, ctx) -> None:
         super().__init__(config, ctx)
+        self.collapse_warned = False
         self.micro, _ = resolve_batches(config, ctx.world_size)
         self.train_set, self.eval_set, self.test_set = image_splits(config)
         info = self.train_set.info
@@ -363,7 +392,14 @@ class DINOTask(Task):
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         steps = self.steps_per_epoch(self.config.batch_size)
         epoch = self.step // steps if self.step % steps == 0 else None
-        return {**self.monitors(model), **self.frozen_evaluation(
+        monitors = self.monitors(model)
+        if self.ctx.is_main and not self.collapse_warned:
+            found = collapse(monitors, unwrap_model(model).config.prototypes)
+            if found:
+                print(f"dino: warning: the head has collapsed at step {self.step} ({found}); the backbone's k-NN "
+                      "may stop improving (see the README's CRATE-DINO section)", file=sys.stderr)
+                self.collapse_warned = True
+        return {**monitors, **self.frozen_evaluation(
             model, self.eval_set, "val", knn=epoch in self.config.knn_epochs, probe=epoch in self.config.probe_epochs)}
 
     def final_evaluate(self, model: nn.Module) -> dict[str, float]:
@@ -447,14 +483,17 @@ def dino_digits() -> DINOTrainConfig:
     chosen for what the audit's measurements of the trained model show. Collapse monitors: at lr ≥ 1e-3 the
     teacher's output entropy climbs to log K (6.93) — the head's output goes uniform (the known DINO failure mode,
     here on a tiny dataset and schedule) while the backbone's k-NN is still above its initialisation's; ``teacher_entropy``
-    in metrics.jsonl shows it.
+    in metrics.jsonl shows it, and the run warns once (`collapse`) when the monitors cross their thresholds. The
+    initial model is evaluated too (k-NN at epoch 0: the baseline the run's summary prints beside the final k-NN,
+    with the raw pixels' k-NN, ``test_raw_pixels_knn_top1``, the strongest trivial control).
 
     Command:  crate-train --preset dino_digits
     Expected (seeds 0–2, mean ± std; ``python -m verify --only dino --full`` re-measures): k-NN top-1 of the
     teacher on the 360 test digits 72.8 ± 1.7% vs 67.6 ± 1.1% for the same model at its initialisation (linear
     probe 77.8 ± 1.0% vs 75.2 ± 1.7%); the supervised ``digits`` preset with this backbone at 16² reaches k-NN
     97.8 ± 0.7%. The teacher's output is uniform at the end (entropy 6.9313 of log K = 6.9315). Wall time 1 min 26 s
-    on a shared 2-core machine (53 s of CPU time on one core); validation k-NN logged after epochs 5 and 10.
+    on a shared 2-core machine (53 s of CPU time on one core); validation k-NN logged at the start and after epochs 5
+    and 10.
     """
     return DINOTrainConfig(
         model="crate_tiny", model_args=dict(patch_size=4, dim=96, depth=3, heads=4), dataset="digits",
@@ -463,7 +502,8 @@ def dino_digits() -> DINOTrainConfig:
         color_jitter_p=0.0, blur_p=(0.0, 0.0, 0.0), solarize_p=0.0, out_dim=1024, hidden_dim=256, bottleneck_dim=64,
         teacher_temp=0.04, warmup_teacher_temp=0.04, optimizer="adamw", lr=5e-3, betas=(0.9, 0.999),
         weight_decay=0.04, weight_decay_end=0.4, batch_size=64, epochs=15, warmup_epochs=2.0, grad_clip=3.0,
-        grad_clip_mode="per_tensor", teacher_momentum=0.99, knn_epochs=(5, 10), measure_epochs=(0, 15),
+        grad_clip_mode="per_tensor", teacher_momentum=0.99, eval_at_start=True, knn_epochs=(0, 5, 10),
+        measure_epochs=(0, 15),
         measure_samples=144, monitor_samples=144, num_workers=0,
         checkpoint_every=0, log_every=10, output_dir="runs/dino_digits", precision="fp32",
     )

@@ -20,7 +20,7 @@ from crate_nn.engine.distributed import context
 from crate_nn.engine.schedule import cosine
 from crate_nn.models.dino_head import DINO
 from crate_nn.tasks import get_preset
-from crate_nn.tasks.dino import DINOTask, DINOTrainConfig, dino_loss, teacher_temperature
+from crate_nn.tasks.dino import DINOTask, DINOTrainConfig, collapse, dino_loss, teacher_temperature
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 from test_engine_toy import same_run  # noqa: E402 (the engine's own definition of "the same run")
@@ -199,20 +199,41 @@ def test_run_logs_monitors_knn_probe_and_saves_a_backbone(tmp_path):
     assert (tmp_path / "measurements" / "layers_paper.png").stat().st_size > 0
 
 
-def test_a_uniform_collapse_is_visible_in_metrics(tmp_path):
+def test_a_uniform_collapse_is_visible_in_metrics_and_warned_once(tmp_path, capfd):
     """τ_t = τ_s = 100: teacher and student output (almost) the uniform distribution. The logged monitors say so:
-    teacher entropy ≈ log K and KL ≈ 0, at every log line and every evaluation."""
-    result = train(tiny(tmp_path, epochs=1, teacher_temp=100.0, warmup_teacher_temp=100.0, student_temp=100.0))
+    teacher entropy ≈ log K and KL ≈ 0, at every log line and every evaluation; the run warns once."""
+    result = train(tiny(tmp_path, epochs=2, teacher_temp=100.0, warmup_teacher_temp=100.0, student_temp=100.0))
+    warnings = [line for line in capfd.readouterr().err.splitlines() if "the head has collapsed" in line]
+    assert len(warnings) == 1 and "uniform output" in warnings[0]  # two evaluations, one warning
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     log_k = math.log(32)
     monitored = [(r["train_teacher_entropy"], r["train_kl"]) if "train_loss" in r else
                  (r["teacher_entropy"], r["teacher_student_kl"]) for r in records if "train_loss" in r or
                  "teacher_entropy" in r]
-    assert len(monitored) == 3  # two log lines (log_every 2, 4 steps) and the evaluation of epoch 1
+    assert len(monitored) == 6  # four log lines (log_every 2, 8 steps) and the evaluations of epochs 1 and 2
     for entropy, kl in monitored:
         # logits of the weight-normalised head lie in [−1, 1]: /100 keeps q within e^{±0.02} of uniform
         assert entropy > 0.999 * log_k and kl < 1e-3
     assert result.metrics["teacher_mean_entropy"] > 0.999 * log_k
+
+
+def test_a_healthy_run_does_not_warn_and_the_monitors_name_each_collapse(tmp_path, capfd):
+    train(tiny(tmp_path, epochs=1))  # at initialisation the prototypes' outputs differ: no collapse
+    assert "collapsed" not in capfd.readouterr().err
+    log_k = math.log(32)
+    assert collapse({"teacher_student_kl": 1e-4, "teacher_entropy": 0.995 * log_k}, 32).startswith("uniform")
+    assert collapse({"teacher_student_kl": 1e-4, "teacher_entropy": 0.005 * log_k}, 32).startswith("one prototype")
+    assert collapse({"teacher_student_kl": 1e-4, "teacher_entropy": 0.5 * log_k}, 32) is None  # KL small, no mode
+    assert collapse({"teacher_student_kl": 1e-2, "teacher_entropy": log_k}, 32) is None  # still a signal to learn
+
+
+def test_the_initial_model_is_evaluated_when_asked(tmp_path):
+    train(tiny(tmp_path, epochs=1, eval_at_start=True, knn_epochs=(0, 1)))
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    knn = [r for r in records if "val_knn_top1" in r and not r.get("final")]  # the final one: tested above
+    assert [r["step"] for r in knn] == [0, 4]  # the initial model, then after epoch 1
+    with pytest.raises(ValueError, match="knn_epochs: 0 evaluates the initial model, which needs eval_at_start"):
+        tiny(tmp_path, knn_epochs=(0,)).validate()
 
 
 # ----------------------------------------------------------------------------------------------- config
