@@ -16,7 +16,7 @@ block form). β = p/(nε²) as everywhere (eq. (12), (233)).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -27,6 +27,8 @@ from .synthetic import coherence, gaussian_codes, orthonormal_bases
 __all__ = [
     "Theorem16Sample",
     "sample_theorem16",
+    "on_bases",
+    "at_noise_level",
     "permutation_matrix",
     "projection_operators",
     "apply_projection",
@@ -37,6 +39,7 @@ __all__ = [
     "theorem16_residuals",
     "remark17_eps",
     "remark17_beta_inv",
+    "remark17_residual_bound",
 ]
 
 
@@ -119,6 +122,36 @@ def sample_theorem16(d: int, n: int, K: int, p: int, sigma: float, rng: np.rando
     Delta = rng.standard_normal((d, n)) * (sigma / np.sqrt(d))
     return Theorem16Sample(U=U, Z=X_nat + Delta, X_nat=X_nat, Delta=Delta, labels=labels, order=order,
                            A=A, sigma=sigma)
+
+
+def on_bases(sample: Theorem16Sample, U) -> Theorem16Sample:
+    """The same draw of (232) — codes A_k, labels, permutation Π and noise Δ — placed on other bases ``U``:
+    X_♮ = [U_1A_1 … U_KA_K]Π and Z_o = X_♮ + Δ with the new U_k.
+
+    Remark 18's relaxation of Assumption 15: the U_k need only be orthonormal each (checked to 1e-8), not pairwise
+    orthogonal, so ``U`` may have coherence ν = max_{k≠k'} ‖U_k*U_{k'}‖ > 0 (``synthetic.orthonormal_bases(...,
+    coherence=ν)``). U: (K, d, p) with the sample's K, d and p.
+    """
+    U = check_bases(U, sample.Z.shape[0], name="U", orthonormal=True, atol=1e-8)
+    if U.shape != sample.U.shape:
+        raise ValueError(f"U: expected shape {sample.U.shape} (the sample's K, d, p), got {U.shape}")
+    block = np.concatenate([U[k] @ a for k, a in enumerate(sample.A)], axis=1)
+    X_nat = np.empty_like(sample.X_nat)
+    X_nat[:, sample.order] = block                                          # = block · Π
+    return replace(sample, U=U, Z=X_nat + sample.Delta, X_nat=X_nat)
+
+
+def at_noise_level(sample: Theorem16Sample, sigma: float) -> Theorem16Sample:
+    """The same draw of (232) at noise level σ: Δ scaled by σ/σ_0 (its entries N(0, σ²/d)), Z_o = X_♮ + Δ.
+
+    Lets a sweep over σ (Remark 17's ε(σ), (242)–(245)) reuse one draw of the codes, labels, Π and noise
+    directions. Needs a sample drawn with σ_0 > 0; σ ≥ 0.
+    """
+    sigma = check_nonnegative(sigma, "sigma")
+    if sample.sigma <= 0:
+        raise ValueError("sample: rescaling the noise needs a sample drawn with sigma > 0")
+    Delta = sample.Delta * (sigma / sample.sigma)
+    return replace(sample, Z=sample.X_nat + Delta, Delta=Delta, sigma=sigma)
 
 
 def _beta(sample: Theorem16Sample, eps) -> float:
@@ -280,3 +313,11 @@ def remark17_beta_inv(sigma: float, n: int, d: int) -> float:
     """Remark 17's β^{-1} at the optimal ε (245): β^{-1} = ε² nK/d = σ / √(σ + √(n/d)) (uses Kp = d)."""
     sigma = _check_sizes(sigma, n, d)
     return float(sigma / np.sqrt(sigma + np.sqrt(n / d)))
+
+
+def remark17_residual_bound(sigma: float, n: int, d: int, K: int) -> float:
+    """Remark 17's residual at the optimal ε, up to an absolute constant (244): Kσ(√K σ + √(σ + √(n/d)))
+    (the bound (241) there is K^{3/2}σ² + 2Kσ√(σ + √(n/d)); (244) drops the 2)."""
+    sigma = _check_sizes(sigma, n, d)
+    check_int(K, "K", minimum=1)
+    return float(K * sigma * (np.sqrt(K) * sigma + np.sqrt(sigma + np.sqrt(n / d))))

@@ -36,6 +36,23 @@ def loglog_slope(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.polyfit(np.log(x), np.log(y), 1)[0])
 
 
+def loglog_argmin(x: np.ndarray, y: np.ndarray) -> tuple[float, float, bool]:
+    """Where the sampled curve y(x) (x increasing, x, y > 0) is smallest: the vertex of the parabola through the
+    smallest sample and its two neighbours in (log x, log y), as ``(x*, y*, at_edge)``. At an end of the grid (no
+    neighbour on one side) the smallest sample itself is returned with ``at_edge`` True."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if x.shape != y.shape or x.size < 3 or np.any(x <= 0) or np.any(y <= 0) or np.any(np.diff(x) <= 0):
+        raise ValueError(f"loglog_argmin needs ≥ 3 increasing positive x and positive y, got {x} and {y}")
+    i = int(np.argmin(y))
+    if i in (0, x.size - 1):
+        return float(x[i]), float(y[i]), True
+    a, b, c = np.polyfit(np.log(x[i - 1:i + 2]), np.log(y[i - 1:i + 2]), 2)
+    if a <= 0:  # three samples on a line or a cap: no interior vertex to refine to
+        return float(x[i]), float(y[i]), False
+    u = float(np.clip(-b / (2 * a), np.log(x[i - 1]), np.log(x[i + 1])))
+    return float(np.exp(u)), float(np.exp(np.polyval([a, b, c], u))), False
+
+
 def orthonormal(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
     """A (rows, cols) matrix with orthonormal columns, from the QR factorisation of a Gaussian matrix."""
     q, r = np.linalg.qr(rng.standard_normal((rows, cols)))

@@ -11,13 +11,16 @@ from crate_theory.coding_rate import compression_rate_grad
 from crate_theory.synthetic import orthonormal_bases
 from crate_theory.theorem16 import (
     apply_projection,
+    at_noise_level,
     exact_a_nominal_gradient,
     nominal_gradient,
     nominal_step,
+    on_bases,
     permutation_matrix,
     projection_operators,
     remark17_beta_inv,
     remark17_eps,
+    remark17_residual_bound,
     sample_theorem16,
     theorem16_residuals,
 )
@@ -153,6 +156,60 @@ def test_remark17_optimal_beta_matches_245(sigma, K, p, n):
     d = K * p  # (245) uses Kp = d
     eps = remark17_eps(sigma, n, d, K)
     np.testing.assert_allclose(n * eps**2 / p, remark17_beta_inv(sigma, n, d), rtol=1e-12)  # β^{-1} = nε²/p
+
+
+@given(st.floats(1e-4, 1.0), st.integers(1, 12), st.integers(1, 8), st.integers(1, 50))
+def test_remark17_residual_is_the_bound_241_at_the_optimal_eps_without_its_2(sigma, K, p, n):
+    """(241) at (243)'s ε is K^{3/2}σ² + 2Kσ√(σ + √(n/d)); (244) keeps its form up to that factor 2."""
+    d = K * p
+    eps2 = remark17_eps(sigma, n, d, K) ** 2
+    bound = K**1.5 * sigma**2 + sigma**2 * d / (n * eps2) + n * K**2 / d * (sigma + np.sqrt(n / d)) * eps2
+    expected = bound - K * sigma * np.sqrt(sigma + np.sqrt(n / d))  # the two balanced terms are equal at (243)
+    np.testing.assert_allclose(remark17_residual_bound(sigma, n, d, K), expected, rtol=1e-12)
+    for factor in (0.5, 2.0):  # (243) minimises (241) over ε²
+        e2 = factor * eps2
+        other = K**1.5 * sigma**2 + sigma**2 * d / (n * e2) + n * K**2 / d * (sigma + np.sqrt(n / d)) * e2
+        assert other > bound
+
+
+@given(samples(sigma=0.5), st.sampled_from([0.0, 0.1, 0.4]), SEEDS)
+def test_on_bases_places_the_same_draw_on_other_bases(s, nu, seed):
+    """Remark 18: the codes, labels, Π and Δ are kept; X_♮ = [U_1A_1 … U_KA_K]Π with the new bases, in float64."""
+    K, d, p = s.U.shape
+    if nu > 0 and (K + 1) * p > d:
+        return  # bases of coherence ν need (K+1)p ≤ d
+    U = orthonormal_bases(K, d, p, np.random.default_rng(seed), coherence=nu)
+    moved = on_bases(s, U)
+    block = np.concatenate([U[k] @ s.A[k] for k in range(K)], axis=1)
+    np.testing.assert_allclose(moved.X_nat, block @ permutation_matrix(s.order), rtol=0, atol=1e-15)
+    np.testing.assert_array_equal(moved.Z, moved.X_nat + s.Delta)
+    for name in ("Delta", "labels", "order"):
+        np.testing.assert_array_equal(getattr(moved, name), getattr(s, name))
+    assert moved.U is not s.U and moved.sigma == s.sigma
+    np.testing.assert_array_equal(on_bases(s, s.U).Z, s.Z)  # its own bases give the sample back exactly
+
+
+@given(samples(sigma=0.5), st.sampled_from([0.0, 0.01, 2.0]))
+def test_at_noise_level_rescales_the_noise_only(s, sigma):
+    moved = at_noise_level(s, sigma)
+    np.testing.assert_allclose(moved.Delta, s.Delta * (sigma / 0.5), rtol=1e-15, atol=0)
+    np.testing.assert_array_equal(moved.Z, s.X_nat + moved.Delta)
+    np.testing.assert_array_equal(moved.X_nat, s.X_nat)
+    assert moved.sigma == sigma
+    np.testing.assert_array_equal(at_noise_level(s, 0.5).Z, s.Z)
+
+
+def test_redraws_refuse_what_they_cannot_do():
+    rng = np.random.default_rng(0)
+    s = sample_theorem16(12, 5, 3, 4, 0.1, rng)
+    with pytest.raises(ValueError, match="shape"):
+        on_bases(s, orthonormal_bases(2, 12, 4, rng))
+    with pytest.raises(ValueError, match="orthonormal"):
+        on_bases(s, 2 * s.U)
+    with pytest.raises(ValueError, match="sigma"):
+        at_noise_level(sample_theorem16(12, 5, 3, 4, 0.0, rng), 0.1)
+    with pytest.raises(ValueError, match="sigma"):
+        at_noise_level(s, -1.0)
 
 
 def test_bad_input_raises_named_errors():
