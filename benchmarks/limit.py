@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> dict:
     common.add_common_args(parser, repeats=5, warmup=1)
     parser.set_defaults(threads=1)
     parser.add_argument("--models", nargs="+", default=["crate_tiny", "crate_base"],
-                        choices=crate_nn.list_models("classifier"))
+                        choices=crate_nn.list_models(family="classifier"))
     parser.add_argument("--batch-size", type=int, default=None, help="images per step (default 16 on CPU, 256 on GPU)")
     parser.add_argument("--precision", nargs="+", default=["fp32", "bf16"], choices=("fp32", "bf16"),
                         help="the step's precisions (timed interleaved); products are always timed in both")

@@ -204,8 +204,8 @@ def run_paired(
     """
     parser = argparse.ArgumentParser(prog=f"python -m benchmarks.{benchmark}", description=description)
     common.add_common_args(parser, repeats=7, warmup=2)
-    parser.add_argument("--models", nargs="+", default=crate_nn.list_models("classifier"),
-                        choices=crate_nn.list_models("classifier"))
+    parser.add_argument("--models", nargs="+", default=crate_nn.list_models(family="classifier"),
+                        choices=crate_nn.list_models(family="classifier"))
     parser.add_argument(
         "--batch-size", type=int, default=None,
         help=f"images per step (default {default_batch['cpu']} on CPU, {default_batch['cuda']} on GPU)",

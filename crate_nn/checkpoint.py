@@ -11,7 +11,7 @@ and every other value, in a fixed order) is verified by `read` and `load`: a fli
 naming the file, not a silently different model (``verify=False`` reads such a file anyway, for forensic use; files
 written before checksums existed have none and are read as they are). `load` rebuilds the architecture the file names through the model
 registry (files written before families existed have no ``family`` and are classifiers). The authors' formats are
-read by `crate_nn.official`.
+read by `crate_nn.official`; `load` tells the formats apart (`sniff`) and reads them all.
 """
 from __future__ import annotations
 
@@ -132,16 +132,43 @@ def read(path: str | os.PathLike, map_location="cpu", verify: bool = True) -> di
     return payload
 
 
-def load(path: str | os.PathLike, map_location="cpu", verify: bool = True) -> nn.Module:
-    """Rebuild the model saved by `save`: its family, its config, its weights (strictly) and their dtype, after
-    checking them against the file's checksum (``verify``, see `read`)."""
-    payload = read(path, map_location=map_location, verify=verify)
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-        raise ValueError(
-            f"{os.fspath(path)} is not a crate_nn checkpoint (no format={FORMAT!r}); "
-            "for the authors' files use crate_nn.load_official_checkpoint"
-        )
-    return model_from_payload(payload)
+def load(path: str | os.PathLike, map_location="cpu", verify: bool = True, **overrides) -> nn.Module:
+    """The model of any checkpoint this package reads, its format told from the file (`sniff`).
+
+    Ours (`save`): its family, its config, its weights (strictly) and their dtype, after checking them against the
+    file's checksum (``verify``, see `read`); ``overrides`` are refused (the file holds the whole config). Another
+    codebase's (`crate_nn.official.formats`: the authors' CRATE classifier and CRATE-MAE, crate-lm, nanoGPT): built
+    by that format's loader with ``overrides`` — e.g. ``heads=6`` or ``name="crate_small"`` for the authors'
+    classifier, whose tensors do not fix the number of heads (the error says so when it is missing).
+    """
+    payload = _read_any(path, map_location, verify)
+    if isinstance(payload, dict) and payload.get("format") == FORMAT:
+        if overrides:
+            raise ValueError(f"{os.fspath(path)}: a crate_nn checkpoint holds its whole config; got overrides "
+                             f"{sorted(overrides)}")
+        return model_from_payload(payload)
+    from .official.formats import load_foreign
+
+    return load_foreign(payload, os.fspath(path), **overrides)
+
+
+def sniff(path: str | os.PathLike) -> str:
+    """The name of the format of the checkpoint at ``path``: ``crate_nn`` or one of
+    `crate_nn.official.formats.FORMATS` (ValueError naming the file when it is none, or several, of them)."""
+    payload = _read_any(path, "cpu", verify=False)
+    if isinstance(payload, dict) and payload.get("format") == FORMAT:
+        return FORMAT
+    from .official.formats import sniff as sniff_foreign
+
+    return sniff_foreign(payload, os.fspath(path)).name
+
+
+def _read_any(path, map_location, verify: bool):
+    """`read`, with the one extra type FAIR-MAE files hold (``args``, an argparse.Namespace) allowed."""
+    import argparse
+
+    with torch.serialization.safe_globals([argparse.Namespace]):
+        return read(path, map_location=map_location, verify=verify)
 
 
 def model_from_payload(payload: dict) -> nn.Module:

@@ -58,9 +58,22 @@ def get_family(name: str) -> Family:
     return _FAMILIES[name]
 
 
-def list_models(family: str | None = None) -> list[str]:
-    """Names accepted by `create_model` (of one ``family`` if given), in registration order."""
-    return [name for name, (fam, _) in _MODELS.items() if family is None or fam == family]
+def list_models(pattern: str | None = None, family: str | None = None) -> list[str]:
+    """Names accepted by `create_model`, in registration order: those matching the shell-style ``pattern`` (e.g.
+    ``"crate_*"``, ``"*_s8"``) and of ``family`` (``"classifier"``, ``"mae"``, ``"gpt"``, …), each when given.
+    A pattern that matches nothing but names a family is an error (``family=`` was meant), not an empty list."""
+    import fnmatch
+
+    if family is not None and family not in _FAMILIES:
+        raise ValueError(f"family: expected one of {sorted(_FAMILIES)}, got {family!r}")
+    names = [name for name, (fam, _) in _MODELS.items() if family is None or fam == family]
+    if pattern is None:
+        return names
+    found = [name for name in names if fnmatch.fnmatchcase(name, pattern)]
+    if not found and pattern in _FAMILIES:
+        raise ValueError(f"pattern: {pattern!r} is a model family, not a name pattern; use "
+                         f"list_models(family={pattern!r})")
+    return found
 
 
 def model_config(name: str, **overrides):

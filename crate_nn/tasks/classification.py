@@ -41,8 +41,8 @@ class ClassificationConfig(AugmentedImageConfig):
     task = "classification"
 
     # model
-    model: str = option("crate_tiny", "a registered classifier (crate_nn.list_models('classifier'))",
-                        choices=tuple(list_models("classifier")))
+    model: str = option("crate_tiny", "a registered classifier (crate_nn.list_models(family='classifier'))",
+                        choices=tuple(list_models(family="classifier")))
     model_args: dict = option(
         factory=dict, help="config overrides KEY=VALUE (image_size, num_classes, in_channels come from the data)")
     init_from: str | None = option(None, "a crate_nn or authors' checkpoint to start from (fine-tuning)")

@@ -63,7 +63,6 @@ from ..models.dino_head import DINO, PROJECTIONS, DINOConfig
 from ..models.registry import list_models, model_config, unwrap_model
 from .images import DATA_LAYOUTS, ImageDataConfig, image_split, image_splits  # noqa: F401 (crate-train --help)
 
-
 COLLAPSE_KL = 1e-3
 """Collapse monitor: a teacher–student KL (nats, on held-out images) below this leaves the student almost nothing to
 learn (DINO, Caron et al. 2021, Sec. 5.3: both collapse modes drive the KL to 0; the digits preset reaches 1e-4)."""
@@ -94,7 +93,7 @@ class DINOTrainConfig(ImageDataConfig):
 
     # backbone and head
     model: str = option("crate_small", "a registered classifier used as backbone (its class token, eq. 80)",
-                        choices=tuple(list_models("classifier")))
+                        choices=tuple(list_models(family="classifier")))
     model_args: dict = option(factory=dict, help="backbone config overrides KEY=VALUE (image_size and in_channels "
                                                  "come from the data)")
     projection: str = option("dino", "projection head: dino (official DINO head) or paper (eq. 75)",

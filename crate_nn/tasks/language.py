@@ -127,7 +127,7 @@ class CausalLMConfig(LanguageModelConfig):
     """A causal-LM run (CRATE-GPT or the GPT-2 baseline)."""
 
     task = "causal_lm"
-    model: str = option("crate_gpt_base", "a registered GPT-family model", choices=tuple(list_models("gpt")))
+    model: str = option("crate_gpt_base", "a registered GPT-family model", choices=tuple(list_models(family="gpt")))
 
 
 @dataclass
@@ -135,7 +135,7 @@ class MaskedLMConfig(LanguageModelConfig):
     """A masked-LM run (CRATE-BERT or the BERT baseline)."""
 
     task = "masked_lm"
-    model: str = option("crate_bert_base", "a registered BERT-family model", choices=tuple(list_models("bert")))
+    model: str = option("crate_bert_base", "a registered BERT-family model", choices=tuple(list_models(family="bert")))
     mask_probability: float = option(0.15, "share of non-special tokens selected for prediction", above=0.0,
                                      maximum=1.0)
     mask_fraction: float = option(0.8, "share of the selected tokens replaced by <mask>", minimum=0.0, maximum=1.0)
@@ -271,7 +271,7 @@ class SequenceClassificationConfig(TrainConfig):
 
     init_from: str | None = option(None, "the pre-trained CRATE-BERT checkpoint (its architecture is used); None = "
                                          "train `model` from scratch")
-    model: str = option("crate_bert_base", "the architecture when init_from is None", choices=tuple(list_models("bert")))
+    model: str = option("crate_bert_base", "the architecture when init_from is None", choices=tuple(list_models(family="bert")))
     model_args: dict = option(factory=dict, help="config overrides KEY=VALUE when init_from is None")
     tokenizer: str = option("bytes", "the pre-training tokenizer: bytes | tiktoken:<encoding> | hf:<name or path>")
     data_dir: str | None = option(None, "a folder with train.tsv and dev.tsv (GLUE format); None = the built-in "

@@ -75,8 +75,8 @@ class MAEConfig(AugmentedImageConfig):
 
     task = "mae"
 
-    model: str = option("crate_mae_base", "a registered CRATE-MAE (crate_nn.list_models('mae'))",
-                        choices=tuple(list_models("mae")))
+    model: str = option("crate_mae_base", "a registered CRATE-MAE (crate_nn.list_models(family='mae'))",
+                        choices=tuple(list_models(family="mae")))
     model_args: dict = option(factory=dict, help="config overrides KEY=VALUE, e.g. wiring='paper' norm_pix_loss=True "
                                                  "(image_size and in_channels come from the data)")
     mask_ratio: float = option(0.75, "fraction of each image's patches masked, in (0, 1)", above=0.0, maximum=1.0)

@@ -53,7 +53,7 @@ def tokens(batch=2, length=12, vocab=40, seed=1):
     return torch.randint(0, vocab, (batch, length), generator=torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.parametrize("name", list_models("gpt") + list_models("bert"))
+@pytest.mark.parametrize("name", list_models(family="gpt") + list_models(family="bert"))
 def test_every_registered_language_model_counts_and_trains(name):
     """The parameter count of the registered size; forward/backward at its width with one layer, a short context
     and a small vocabulary (the full depth repeats the same layer; the full vocabulary only widens two matrices)."""
@@ -71,7 +71,7 @@ def test_every_registered_language_model_counts_and_trains(name):
 
 
 def test_every_language_size_is_tested():
-    assert set(list_models("gpt") + list_models("bert")) == set(EXPECTED_PARAMETERS)
+    assert set(list_models(family="gpt") + list_models(family="bert")) == set(EXPECTED_PARAMETERS)
 
 
 @pytest.mark.parametrize("name", sorted(TOST_README))

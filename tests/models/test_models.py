@@ -48,11 +48,22 @@ def images(batch=2, size=16, channels=3, seed=1) -> torch.Tensor:
 
 
 def test_registry_lists_crate_sizes_first_and_the_baselines():
-    assert list_models("classifier")[:4] == ["crate_tiny", "crate_small", "crate_base", "crate_large"]
+    assert list_models(family="classifier")[:4] == ["crate_tiny", "crate_small", "crate_base", "crate_large"]
     assert {"vit_tiny", "vit_small", "crate_mlp_s8", "crate_mhsa_s8"} <= set(list_models())
 
 
-@pytest.mark.parametrize("name", list_models("classifier"))  # other families test their own sizes
+def test_list_models_takes_a_pattern_and_a_family():
+    assert list_models("*_s8") == ["crate_s8", "crate_mlp_s8", "crate_mhsa_s8", "vit_s8"]
+    assert list_models("crate_*", family="mae") == list_models(family="mae")  # crate_mae_tiny …
+    assert "vit_base" not in list_models("crate_*") and "crate_gpt_small" in list_models("crate_*")
+    with pytest.raises(ValueError, match=r"'classifier' is a model family, not a name pattern; use "
+                                         r"list_models\(family='classifier'\)"):
+        list_models("classifier")  # the old positional call: an error, never a silent []
+    with pytest.raises(ValueError, match="family: expected one of"):
+        list_models(family="crate")
+
+
+@pytest.mark.parametrize("name", list_models(family="classifier"))  # other families test their own sizes
 def test_every_registered_model_counts_and_trains(name):
     """Parameter count of the registered size; forward/backward at its width with two layers (the full depth only
     repeats the same layers and would cost minutes for the large sizes on a CPU)."""

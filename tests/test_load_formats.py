@@ -1,0 +1,85 @@
+"""`crate_nn.load` reads every checkpoint format the package knows, telling them apart from the file
+(`crate_nn.checkpoint.sniff`): ours, the authors' CRATE classifier and CRATE-MAE, crate-lm, nanoGPT; an unrelated,
+an ambiguous and a truncated file are refused in one line naming the file."""
+import argparse
+
+import pytest
+import torch
+
+import crate_nn
+from crate_nn.checkpoint import sniff
+from crate_nn.official import crate_nn_to_official, crate_nn_to_official_mae, to_crate_lm
+from crate_nn.official.gpt import NANOGPT_KEYS
+
+
+def small(name: str, **extra):
+    torch.manual_seed(0)
+    return crate_nn.create_model(name, **extra).double().eval()
+
+
+def same_outputs(a, b, x) -> None:
+    with torch.no_grad():
+        out_a, out_b = a(x), b(x)
+    out_a = out_a if isinstance(out_a, torch.Tensor) else out_a.logits
+    out_b = out_b if isinstance(out_b, torch.Tensor) else out_b.logits
+    torch.testing.assert_close(out_a, out_b, rtol=0, atol=0)  # the same tensors, the same operations
+
+
+def test_ours_loads_and_refuses_overrides(tmp_path):
+    model = small("crate_tiny", image_size=8, patch_size=4, num_classes=3, dim=8, depth=1, heads=2)
+    crate_nn.save(tmp_path / "ours.pt", model)
+    assert sniff(tmp_path / "ours.pt") == "crate_nn"
+    same_outputs(crate_nn.load(tmp_path / "ours.pt"), model, torch.randn(2, 3, 8, 8, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"holds its whole config; got overrides \['heads'\]"):
+        crate_nn.load(tmp_path / "ours.pt", heads=2)
+
+
+def test_the_authors_classifier_needs_its_heads_and_then_gives_the_same_logits(tmp_path):
+    model = small("crate_tiny", image_size=8, patch_size=4, num_classes=3, dim=8, depth=2, heads=2)
+    path = tmp_path / "crate-demo.pth"
+    torch.save({"state_dict": {f"module.{k}": v for k, v in crate_nn_to_official(model.state_dict()).items()}}, path)
+    assert sniff(path) == "authors' CRATE classifier"
+    with pytest.raises(ValueError, match="heads cannot be inferred from the tensors; pass heads="):
+        crate_nn.load(path)
+    same_outputs(crate_nn.load(path, heads=2), model, torch.randn(2, 3, 8, 8, dtype=torch.float64))
+
+
+def test_the_authors_mae_file_with_its_args(tmp_path):
+    model = small("crate_mae_tiny", image_size=8, patch_size=2, dim=16, depth=2, heads=4)
+    path = tmp_path / "checkpoint-799.pth"
+    torch.save({"model": crate_nn_to_official_mae(model.state_dict()), "epoch": 799,
+                "args": argparse.Namespace(norm_pix_loss=False)}, path)
+    assert sniff(path) == "authors' CRATE-MAE"
+    loaded = crate_nn.load(path, heads=4)
+    assert all(torch.equal(loaded.state_dict()[k], v) for k, v in model.state_dict().items())
+
+
+def test_crate_lm_and_nanogpt(tmp_path):
+    crate = small("crate_gpt_small", dim=12, heads=3, depth=2, vocab_size=20, block_size=6)
+    torch.save({"model": to_crate_lm(crate), "model_args": {"n_head": 3}}, tmp_path / "crate-lm.pt")
+    assert sniff(tmp_path / "crate-lm.pt") == "crate-lm"
+    idx = torch.randint(0, 20, (2, 6))
+    same_outputs(crate_nn.load(tmp_path / "crate-lm.pt"), crate, idx)
+    gpt = small("gpt_small", dim=12, heads=3, depth=2, vocab_size=20, block_size=6)
+    state = {k: v for k, v in gpt.state_dict().items() if k != "lm_head.weight"}
+    torch.save({"model": NANOGPT_KEYS.to_theirs(state, "nanoGPT")}, tmp_path / "nanogpt.pt")
+    assert sniff(tmp_path / "nanogpt.pt") == "nanoGPT"
+    same_outputs(crate_nn.load(tmp_path / "nanogpt.pt", heads=3), gpt, idx)
+
+
+def test_unknown_ambiguous_and_truncated_files_are_refused_naming_the_file(tmp_path):
+    torch.save({"encoder.weight": torch.zeros(2), "fc.bias": torch.zeros(1)}, tmp_path / "other.pt")
+    with pytest.raises(ValueError, match=r"other.pt: no known checkpoint format .*keys begin \['encoder.weight'"):
+        crate_nn.load(tmp_path / "other.pt")
+    both = {"to_patch_embedding.2.weight": torch.zeros(1), "transformer.layers.0.0.fn.qkv.weight": torch.zeros(1),
+            "transformer.wte.weight": torch.zeros(1), "transformer.h.0.ln_1.weight": torch.zeros(1)}
+    torch.save(both, tmp_path / "both.pt")
+    with pytest.raises(ValueError, match="both.pt: ambiguous, its keys fit authors' CRATE classifier and nanoGPT"):
+        crate_nn.load(tmp_path / "both.pt")
+    torch.save({"x": 1}, tmp_path / "not-tensors.pt")
+    with pytest.raises(ValueError, match="not-tensors.pt: not a state dict of a known format"):
+        sniff(tmp_path / "not-tensors.pt")
+    whole = (tmp_path / "other.pt").read_bytes()
+    (tmp_path / "cut.pt").write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(ValueError, match="cut.pt.*not a readable torch checkpoint"):
+        crate_nn.load(tmp_path / "cut.pt")
