@@ -172,11 +172,45 @@ def _read_any(path, map_location, verify: bool):
 
 
 def model_from_payload(payload: dict) -> nn.Module:
-    """The model described by a checkpoint dictionary of our format."""
+    """The model described by a checkpoint dictionary of our format: built on the meta device and given the file's
+    tensors (`build_loaded`), so no random initialisation is computed only to be overwritten."""
     family = get_family(payload.get("family", "classifier"))
-    model = family.model_class(family.config_class(**payload["config"]))
-    state = payload["model"]
+    return build_loaded(family.model_class, family.config_class(**payload["config"]), payload["model"])
+
+
+def build_loaded(model_class, config, state: Mapping[str, torch.Tensor]) -> nn.Module:
+    """``model_class(config)`` holding ``state`` (strictly: every key and shape), in the dtype of its first floating
+    tensor. The model is built on the meta device and the tensors assigned (``assign=True``); parameters shared under
+    several names (GPT's tied ``wte``/``lm_head``) are tied again, and a model with a tensor the state does not hold
+    (a non-persistent buffer) is built the ordinary way instead (`build_then_copy`), so nothing is left on meta."""
+    with torch.device("meta"):
+        model = model_class(config)
+    tied = _shared_parameters(model)
+    model.load_state_dict(state, strict=True, assign=True)
+    for names in tied:
+        first = model.get_parameter(names[0])
+        for name in names[1:]:
+            owner, _, attribute = name.rpartition(".")
+            setattr(model.get_submodule(owner), attribute, first)
+    if any(t.is_meta for t in (*model.parameters(), *model.buffers())):
+        return build_then_copy(model_class, config, state)
+    first = next(v for v in state.values() if v.is_floating_point())
+    return model.to(device=first.device, dtype=first.dtype)
+
+
+def build_then_copy(model_class, config, state: Mapping[str, torch.Tensor]) -> nn.Module:
+    """``model_class(config)`` built (and randomly initialised) on the CPU, moved to the state's device and dtype,
+    then given the state by copying: what `build_loaded` falls back to."""
+    model = model_class(config)
     first = next(v for v in state.values() if v.is_floating_point())
     model.to(device=first.device, dtype=first.dtype)
     model.load_state_dict(state, strict=True)
     return model
+
+
+def _shared_parameters(model: nn.Module) -> list[list[str]]:
+    """Groups of names (≥ 2) under which one Parameter object appears."""
+    groups: dict[int, list[str]] = {}
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(parameter), []).append(name)
+    return [names for names in groups.values() if len(names) > 1]

@@ -83,3 +83,19 @@ def test_unknown_ambiguous_and_truncated_files_are_refused_naming_the_file(tmp_p
     (tmp_path / "cut.pt").write_bytes(whole[: len(whole) // 2])
     with pytest.raises(ValueError, match="cut.pt.*not a readable torch checkpoint"):
         crate_nn.load(tmp_path / "cut.pt")
+
+
+def test_building_on_meta_keeps_ties_and_falls_back_for_tensors_no_checkpoint_holds(tmp_path):
+    from crate_nn.checkpoint import build_loaded, build_then_copy
+
+    gpt = small("crate_gpt_small", dim=12, heads=3, depth=1, vocab_size=20, block_size=6)
+    state = gpt.state_dict()
+    loaded = build_loaded(type(gpt), gpt.config, state)
+    assert loaded.lm_head.weight is loaded.wte.weight  # tied again after the assignment
+    assert not any(t.is_meta for t in (*loaded.parameters(), *loaded.buffers()))
+    assert loaded.wte.weight.dtype == torch.float64
+    sinusoidal = small("crate_gpt_small", dim=12, heads=3, depth=1, vocab_size=20, block_size=6, pos_embed="sinusoid")
+    rebuilt = build_loaded(type(sinusoidal), sinusoidal.config, sinusoidal.state_dict())  # a non-persistent buffer
+    assert torch.equal(rebuilt.sinusoid, sinusoidal.sinusoid) and not rebuilt.sinusoid.is_meta
+    plain = build_then_copy(type(gpt), gpt.config, state)
+    assert all(torch.equal(plain.state_dict()[k], v) for k, v in loaded.state_dict().items())

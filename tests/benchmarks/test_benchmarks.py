@@ -21,6 +21,7 @@ from benchmarks import (
     gpu_check,
     inference,
     limit,
+    load,
     pipeline,
     task_step,
     theory,
@@ -66,6 +67,12 @@ def test_train_step_times_ours_in_several_precisions(tmp_path):
     assert row["ours_bf16_ratio_paired"] > 0 and row["ours_bf16_ratio_cpu_time"] > 0
     with pytest.raises(ValueError, match="--precision: auto fp32 names a precision twice on cpu"):
         train_step.main(["--tiny", "--device", "cpu", "--precision", "auto", "fp32"])
+
+
+def test_load_benchmark_writes_results(tmp_path):
+    result = run_tiny(load, tmp_path)
+    (row,) = result["rows"]
+    assert row["model"] == "crate_tiny" and row["meta_ms"] > 0 and row["build_ms"] > 0 and row["speedup"] > 0
 
 
 def test_limit_benchmark_writes_results(tmp_path):
