@@ -40,7 +40,7 @@ from crate_nn.tasks import get_preset
 from crate_nn.tasks.mae import EVAL_STREAM, MAETask
 from verify import experiments, joint, plots, verdicts
 from verify.registry import Headline, Result, claim
-from verify.statistics import brief, compare, every, per_column
+from verify.statistics import Comparison, brief, compare, every, per_column
 
 QUICK = dict(epochs=20, warmup_epochs=2.0, eval_every=20, probe=False)
 """The quick runs: 20 epochs, no linear probes at the end (only --full's 2.24-mae-probe reads them; ≈ 9 s a run)."""
@@ -397,13 +397,20 @@ _encoder_claim("sparsity", "fraction of non-zero ISTA outputs ‖Z^{ℓ+1}‖₀
     modes=("full",),
     kind="trained", provenance="analysis",
 )
-def mae_probe(ctx) -> Result:
+def _probe_against(ctx, control: str) -> tuple[list[float], list[float], Comparison]:
+    """The pre-trained encoder's probe accuracy per seed, the ``control`` metric's (``probe_top1_random_init``,
+    ``probe_top1_raw_pixels``), and the comparison "pre-trained above the control", paired by seed."""
     runs = _measurements(ctx.quick, ctx.seed)
     trained = [run["metrics"]["probe_top1"] for run in runs]
-    init = [run["metrics"]["probe_top1_random_init"] for run in runs]
+    other = [run["metrics"][control] for run in runs]
+    return trained, other, compare(trained, other, direction="above")
+
+
+def mae_probe(ctx) -> Result:
+    trained, init, beats = _probe_against(ctx, "probe_top1_random_init")
+    runs = _measurements(ctx.quick, ctx.seed)
     losses = [run["metrics"]["test_recon_loss"] for run in runs]
     baseline = [run["mean_image_loss"] for run in runs]
-    beats = compare(trained, init, direction="above")
     return Result(f"pre-trained {_spread(trained)} vs random init {_spread(init)}, {beats.text()} (test loss "
                   f"{_spread(losses)}; the training mean image: {_spread(baseline)})", beats.verdict,
                   {"pretrained": trained, "random_init": init, "comparison": beats.as_dict(),
@@ -429,10 +436,7 @@ def mae_probe(ctx) -> Result:
     kind="trained", provenance="measurement",
 )
 def mae_pixels(ctx) -> Result:
-    runs = _measurements(ctx.quick, ctx.seed)
-    trained = [run["metrics"]["probe_top1"] for run in runs]
-    pixels = [run["metrics"]["probe_top1_raw_pixels"] for run in runs]
-    beats = compare(trained, pixels, direction="above")
+    trained, pixels, beats = _probe_against(ctx, "probe_top1_raw_pixels")
     return Result(f"pre-trained {_spread(trained)} vs raw pixels {_spread(pixels)}, {beats.text()}", beats.verdict,
                   {"pretrained": trained, "raw_pixels": pixels, "comparison": beats.as_dict()}, [],
                   Headline.of("pre-trained − raw pixels (points)", beats.difference, scale=100))
