@@ -88,9 +88,25 @@ def _prox(V: np.ndarray, threshold: float, nonneg: bool) -> np.ndarray:
     return np.maximum(V - threshold, 0.0) if nonneg else np.sign(V) * np.maximum(np.abs(V) - threshold, 0.0)
 
 
+_BLOCK_ENTRIES = 1 << 18  # entries of one column block's temporaries (2 MiB each): they stay in cache, see below
+
+
 def _prox_grad_step(Zp: np.ndarray, X: np.ndarray, D: np.ndarray, eta: float, lam: float, nonneg: bool) -> np.ndarray:
-    """``prox_{ηλ‖·‖_1 (+χ_{≥0})}(Z' − η D*(DZ' − X))``: one proximal-gradient step on (41)/(42)."""
-    return _prox(Zp - eta * (D.T @ (D @ Zp - X)), eta * lam, nonneg)
+    """``prox_{ηλ‖·‖_1 (+χ_{≥0})}(Z' − η D*(DZ' − X))``: one proximal-gradient step on (41)/(42).
+
+    Every column is independent, so it is evaluated in blocks of columns written into the one output array: the
+    temporaries (``DZ' − X``, ``D*(·)``, the step) are block-sized and reused from cache, instead of four fresh
+    ``(…, m, n)`` arrays (the step ran at about half the speed at n = 1e5 than at n = 1e4, d = 384). The same
+    arithmetic, column by column.
+    """
+    m, n = Zp.shape[-2:]
+    out = np.empty(np.broadcast_shapes(Zp.shape[:-2], X.shape[:-2]) + (m, n))
+    block = max(256, _BLOCK_ENTRIES // max(m, D.shape[0], 1))
+    for start in range(0, n, block):
+        cols = slice(start, start + block)
+        Zb = Zp[..., cols]
+        out[..., cols] = _prox(Zb - eta * (D.T @ (D @ Zb - X[..., cols])), eta * lam, nonneg)
+    return out
 
 
 def ista(Z, D, eta=0.1, lam=0.1) -> np.ndarray:
@@ -360,7 +376,11 @@ def mm_step(Z, D, eps, lam, *, L=None, form: str = "general", atol: float = 1e-8
     alpha = _alpha(d, n, eps)
     if form == "general":
         L = _lipschitz(alpha, L)
-        return np.maximum(Z + coding_rate_grad(Z, eps) / L - lam / L, 0.0)
+        step = coding_rate_grad(Z, eps)  # Z + ∇R(Z)/L − λ/L, in place: no further (…, d, n) temporaries
+        step /= L
+        step += Z
+        step -= lam / L
+        return np.maximum(step, 0.0, out=step)
     if L is not None:
         raise ValueError("L must be None with form='closed' (the closed form (119) fixes L = 9*alpha/4)")
     if d < n:
