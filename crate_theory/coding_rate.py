@@ -110,16 +110,14 @@ def _row_norms(Y: np.ndarray) -> np.ndarray:
     return norms
 
 
-def _gram_svd(Z: np.ndarray, vectors: bool = True):
-    """Thin SVD ``Z = P diag(s) Q*`` of a stack ``(..., d, n)`` from the smaller Gram matrix (module docstring).
+def _wide_svd(X: np.ndarray, vectors: bool = True):
+    """``X = W diag(s) Q*`` for a stack X (..., r, N) with r ≤ N, from the r × r Gram matrix (module docstring).
 
-    Returns ``(log_s, s)`` without ``vectors``, else ``(P, s, log_s, Qt)``: P (..., d, r), s and log_s (..., r),
-    Qt (..., r, n), r = min(d, n), s ≥ 0 in descending order up to rounding (``log s = −inf`` and zero vectors where s = 0;
-    s = +inf only where the singular value itself is beyond the float64 range). d, n ≥ 1.
+    Returns ``(log_s, s)`` without ``vectors``, else ``(W, s, log_s, Qt)``: W (..., r, r) orthogonal (a complete
+    basis), s and log_s (..., r), Qt (..., r, N) with orthonormal rows where s > 0 and zero rows where s = 0;
+    s ≥ 0 descending up to rounding (``log s = −inf`` where s = 0; s = +inf only where the singular value itself is
+    beyond the float64 range).
     """
-    d, n = Z.shape[-2:]
-    wide = d <= n
-    X = Z if wide else np.swapaxes(Z, -1, -2)  # (..., r, N), r ≤ N
     m = _power_of_two_scale(X)
     Xh = X / m
     W = np.linalg.eigh(Xh @ np.swapaxes(Xh, -1, -2))[1][..., ::-1]  # eigenvectors of Ĝ = X̂X̂* (r × r), descending
@@ -132,9 +130,24 @@ def _gram_svd(Z: np.ndarray, vectors: bool = True):
     if not vectors:
         return log_s, s
     Y /= np.where(rho > 0, rho, 1.0)[..., None]  # unit rows q_i* (zero rows stay zero)
-    if wide:
-        return W, s, log_s, Y
-    return np.swapaxes(Y, -1, -2), s, log_s, np.swapaxes(W, -1, -2)
+    return W, s, log_s, Y
+
+
+def _transpose(X: np.ndarray) -> np.ndarray:
+    return np.swapaxes(X, -1, -2)
+
+
+def _gram_svd(Z: np.ndarray, vectors: bool = True):
+    """Thin SVD ``Z = P diag(s) Q*`` of a stack ``(..., d, n)`` (d, n ≥ 1) from the smaller Gram matrix: that of
+    ``Z`` when d ≤ n, else that of ``Z*``. Returns what :func:`_wide_svd` returns, with P (..., d, r) and
+    Qt (..., r, n), r = min(d, n)."""
+    d, n = Z.shape[-2:]
+    if d <= n:
+        return _wide_svd(Z, vectors)
+    if not vectors:
+        return _wide_svd(_transpose(Z), False)
+    W, s, log_s, Qt = _wide_svd(_transpose(Z))
+    return _transpose(Qt), s, log_s, _transpose(W)
 
 
 def _batch_shape(Z: np.ndarray) -> tuple[int, ...]:
@@ -308,23 +321,22 @@ def compression_rate_grad(Z, U, eps) -> np.ndarray:
 # ----------------------------------------------------------------------------------------------------------------
 # Hessian of R
 # ----------------------------------------------------------------------------------------------------------------
-def _apply_resolvent(Q: np.ndarray, a: np.ndarray, X: np.ndarray) -> np.ndarray:
-    """``(I + αQ S² Q*)^{-1} X = X − Q Q*X + Q diag(a) Q*X`` for Q with orthonormal columns (..., m, r), X (..., m, k).
-
-    Written as (projection onto the complement) + (scaled part in the span) so that no cancellation occurs when a
-    is tiny (huge tokens).
-    """
-    QtX = np.swapaxes(Q, -1, -2) @ X
-    return X - Q @ QtX + Q @ (a[..., :, None] * QtX)
-
-
 def coding_rate_hvp(Z, V, eps) -> np.ndarray:
     """Hessian operator of R applied to a direction V — eq. (127):
 
     ``∇²R(Z)[V] = α V (I+αZ*Z)^{-1} − α² Z (I+αZ*Z)^{-1} (Z*V + V*Z) (I+αZ*Z)^{-1}``.
 
     Using ``αZ(I+αZ*Z)^{-1} = ∇R(Z) =: G`` and ``I − αZ(I+αZ*Z)^{-1}Z* = (I+αZZ*)^{-1}``, this equals the manifestly
-    symmetric form ``α (I_d + αZZ*)^{-1} V (I_n + αZ*Z)^{-1} − G V* G``, which is what is evaluated (via the SVD).
+    symmetric form ``α (I_d + αZZ*)^{-1} V (I_n + αZ*Z)^{-1} − G V* G``, which is what is evaluated, on the smaller
+    side: for d ≤ n, with ``Z = W diag(s) Q*`` (W a complete d × d basis, module docstring),
+
+    * ``α(I_d + αZZ*)^{-1} V = W diag(h) W*V``, ``h = α/(1+αs²) = 1/(1/α + s²)`` (bounded; no cancellation);
+    * ``Y (I_n + αZ*Z)^{-1} = Y − (YQ)Q* + (YQ) diag(a) Q*``, ``a = 1/(1+αs²)``: (projection onto the n − d
+      dimensional complement) + (scaled part in the span), so nothing cancels when a is tiny (huge tokens);
+    * ``G V* G = (G V*) G`` with ``G V*`` d × d.
+
+    For d > n the same is done for Z* (``∇²R(Z)[V] = (∇²R(Z*)[V*])*`` with the same α). Time O(d n min(d, n)), memory
+    O(dn) per direction.
 
     Args:
         Z: tokens ``(d, n)`` or ``(..., d, n)``; V: directions ``(..., d, n)`` whose batch axes broadcast against
@@ -342,12 +354,23 @@ def coding_rate_hvp(Z, V, eps) -> np.ndarray:
     if d == 0 or n == 0:
         return np.zeros(np.broadcast_shapes(Z.shape, V.shape))
     alpha = _alpha(d, n, eps)
-    Uz, s, _, Vt = _gram_svd(Z)
+    if d > n:
+        return _transpose(_wide_hvp(_transpose(Z), _transpose(V), alpha))
+    return _wide_hvp(Z, V, alpha)
+
+
+def _wide_hvp(X: np.ndarray, V: np.ndarray, alpha: float) -> np.ndarray:
+    """``∇²R(X)[V]`` (127) for X (..., r, N), r ≤ N, V broadcasting against X, as in :func:`coding_rate_hvp`."""
+    W, s, _, Qt = _wide_svd(X)
     a, _, f = _spectral_functions(s, alpha)
-    left = _apply_resolvent(Uz, a, V)  # (I_d + αZZ*)^{-1} V
-    both = np.swapaxes(_apply_resolvent(np.swapaxes(Vt, -1, -2), a, np.swapaxes(left, -1, -2)), -1, -2)
-    G = (Uz * f[..., None, :]) @ Vt
-    return alpha * both - G @ np.swapaxes(V, -1, -2) @ G
+    with np.errstate(divide="ignore", over="ignore"):
+        h = 1.0 / (1.0 / alpha + s * s) if alpha > 0 else np.zeros_like(s)  # α/(1 + αs²), no α·0
+    Wt, Q = _transpose(W), _transpose(Qt)
+    left = W @ (h[..., :, None] * (Wt @ V))  # α (I + αXX*)^{-1} V
+    LQ = left @ Q
+    both = left - LQ @ Qt + (LQ * a[..., None, :]) @ Qt  # · (I + αX*X)^{-1}
+    G = (W * f[..., None, :]) @ Qt
+    return both - (G @ _transpose(V)) @ G
 
 
 def coding_rate_hessian(Z, eps) -> np.ndarray:
