@@ -11,7 +11,9 @@ For token sets Z (d, n) in float64, in one run, interleaved, each contender chec
 
 Scaling (issue 32): time and peak memory of each float64 reference function against the number of tokens n at
 d = 64 and 384 (n = 1e3, 1e4 by default; ``--large`` adds n = 1e5), with the least-squares log-log slope against
-n per function and d. Peak memory is measured twice, in a separate call from the timed ones: the NumPy arrays
+n per function and d. Each point is called once for its peak memory (also the warm-up), then timed: the fastest of up to ``--repeats``
+calls within about a second (a call slower than ``SLOW_S`` is not repeated: the memory call is its timing). Peak
+memory has two readings: the NumPy arrays
 allocated during the call (``tracemalloc``, which NumPy reports to) and the process's resident-set high-water mark
 above its level before the call (``/proc/self/status`` VmHWM after resetting it through ``/proc/self/clear_refs``;
 this also sees LAPACK's workspaces, which NumPy's linalg allocates outside tracemalloc).
@@ -131,7 +133,9 @@ def bench_case(label: str, d: int, n: int, K: int, rng: np.random.Generator, arg
 SCALING_FUNCTIONS = ("coding_rate", "coding_rate_grad", "compression_rate", "compression_rate_grad",
                      "coding_rate_hvp", "ista", "mm_step", "mssa")
 HEADS = {64: 4, 384: 6}  # K per d (p = d/K = 16 and 64, CRATE's head sizes)
-MSSA_MAX_N = {64: 100_000, 384: 10_000}  # n = 1e5 at d = 384 would take ~10 min of one core (O(K p n²) work)
+MSSA_MAX_N = {64: 100_000, 384: 10_000}
+SLOW_S = 20.0  # a call slower than this is timed once, by the memory measurement (tracemalloc's overhead on a few
+# large NumPy allocations is negligible at that length)  # n = 1e5 at d = 384 would take ~10 min of one core (O(K p n²) work)
 
 
 def scaling_calls(d: int, n: int, rng: np.random.Generator) -> dict[str, Callable[[], object]]:
@@ -161,9 +165,9 @@ def _rss_kib(field: str) -> int | None:
         return None
 
 
-def peak_memory(fn: Callable[[], object]) -> tuple[float, float | None]:
+def peak_memory(fn: Callable[[], object]) -> tuple[float, float | None, float]:
     """(peak MiB of NumPy arrays allocated during ``fn()`` (tracemalloc), peak resident-set MiB above the level
-    before the call, or None where ``/proc/self/clear_refs`` cannot reset the high-water mark)."""
+    before the call, or None where ``/proc/self/clear_refs`` cannot reset the high-water mark, seconds)."""
     rss_before = _rss_kib("VmRSS")
     try:
         with open("/proc/self/clear_refs", "w") as clear:
@@ -172,13 +176,15 @@ def peak_memory(fn: Callable[[], object]) -> tuple[float, float | None]:
         rss_before = None
     tracemalloc.start()
     try:
+        start = time.perf_counter()
         fn()
+        seconds = time.perf_counter() - start
         traced = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
     hwm = _rss_kib("VmHWM")
     rss = None if rss_before is None or hwm is None else max(hwm - rss_before, 0) / 1024
-    return traced / 2**20, rss
+    return traced / 2**20, rss, seconds
 
 
 def time_once(fn: Callable[[], object], budget_s: float, max_repeats: int) -> tuple[float, int]:
@@ -208,8 +214,11 @@ def bench_scaling(ds: list[int], ns: list[int], functions: list[str], args) -> t
                 if name == "mssa" and n > MSSA_MAX_N.get(d, 10_000) and not args.tiny:
                     continue
                 fn = calls[name]
-                seconds, repeats = time_once(fn, budget_s=1.0, max_repeats=args.repeats)
-                traced, rss = peak_memory(fn)
+                traced, rss, first = peak_memory(fn)  # also the warm-up
+                if first > SLOW_S:  # minutes at n = 1e5: this one call (under tracemalloc) is the timing
+                    seconds, repeats = first, 1
+                else:
+                    seconds, repeats = time_once(fn, budget_s=1.0, max_repeats=args.repeats)
                 rows.append({"function": name, "d": d, "n": n, "s": seconds, "repeats": repeats,
                              "peak_traced_mib": traced, "peak_rss_mib": rss})
                 print(f"  {name:22s} d={d:4d} n={n:7d}: {seconds:9.4f} s  traced {traced:9.1f} MiB  "

@@ -121,7 +121,8 @@ def ssa_attention(Z, Uk, temperature=1.0, causal: bool = False) -> np.ndarray:
 def _attention(A: np.ndarray, temperature: float, causal: bool) -> np.ndarray:
     """The whole column-stochastic matrix softmax(A*A / τ) (..., n, n) for codes A (..., p, n): one block."""
     Ahat, factor = _scaled_codes(A, temperature)
-    return _attention_block(Ahat, factor, 0, A.shape[-1], causal)[0]
+    E = _attention_block(Ahat, factor, 0, A.shape[-1], causal)[0]
+    return E / E.sum(axis=-2, keepdims=True)
 
 
 def _scaled_codes(A: np.ndarray, temperature: float) -> tuple[np.ndarray, np.ndarray]:
@@ -134,10 +135,11 @@ def _scaled_codes(A: np.ndarray, temperature: float) -> tuple[np.ndarray, np.nda
 
 
 def _attention_block(Ahat: np.ndarray, factor: np.ndarray, start: int, stop: int, causal: bool):
-    """Columns ``start:stop`` of softmax over columns of ``A*A / τ``, finite for every finite A.
+    """Columns ``start:stop`` of softmax over columns of ``A*A / τ`` before normalisation, finite for every finite A.
 
-    Returns ``(weights, rows)``: weights (..., rows, stop − start) for the keys ``0:rows`` (``rows = stop`` with
-    ``causal``: later keys are masked for every column of the block, their weight is exactly 0; else n).
+    Returns ``(E, rows)``: ``E = exp(logits − column max)`` (..., rows, stop − start) for the keys ``0:rows``
+    (``rows = stop`` with ``causal``: later keys are masked for every column of the block, their weight is exactly 0;
+    else n). Each column's maximum entry is exactly 1, so its sum is ≥ 1; the weights are ``E / E.sum(axis=-2)``.
 
     The logits ``A*A/τ`` overflow once the codes reach ~1e154 (and ``inf − inf`` then gave NaN). They are formed
     scale-free instead: with ``m = 2^⌊log2 max|A|⌋`` (a power of two, so ``Â = A/m`` and ``m²`` are exact),
@@ -160,7 +162,6 @@ def _attention_block(Ahat: np.ndarray, factor: np.ndarray, start: int, stop: int
             logits = np.where(G == 0, 0.0, G * factor)  # factor = inf: 0 at the maximum, −inf elsewhere
         G = np.where(np.isneginf(G), -np.inf, logits)  # factor = 0: masked entries stay −inf
     np.exp(G, out=G)
-    G /= G.sum(axis=-2, keepdims=True)
     return G, rows
 
 
@@ -197,14 +198,16 @@ def _block_columns(A: np.ndarray, block: int | None) -> int:
 
 def _heads(A: np.ndarray, temperature: float, causal: bool, block: int | None) -> np.ndarray:
     """``A_k softmax(A_k*A_k / τ)`` for codes A (..., K, p, n), in blocks of output columns (module docstring)."""
-    n = A.shape[-1]
+    p, n = A.shape[-2:]
     b = _block_columns(A, block)
     Ahat, factor = _scaled_codes(A, temperature)
+    A1 = np.concatenate([A, np.ones(A.shape[:-2] + (1, n))], axis=-2)  # [A; 1*]: one product gives A E and 1*E
     out = np.empty_like(A)
     for start in range(0, n, b):
         stop = min(n, start + b)
-        weights, rows = _attention_block(Ahat, factor, start, stop, causal)
-        out[..., start:stop] = A[..., :rows] @ weights
+        E, rows = _attention_block(Ahat, factor, start, stop, causal)
+        AE = A1[..., :rows] @ E
+        out[..., start:stop] = AE[..., :p, :] / AE[..., p:, :]  # A softmax = (A E) / (column sums of E)
     return out
 
 
