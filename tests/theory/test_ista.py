@@ -151,10 +151,11 @@ def test_lasso_objective_values():
     assert batched.shape == (2,) and np.isfinite(batched[0]) and batched[1] == np.inf
 
 
-def test_ista_column_blocks_equal_whole_formula():
-    """d = 64, n = 10,000 runs in three column blocks (4096 columns each); the result equals (44) evaluated on the
-    whole arrays. Each column gets the same arithmetic; the products D Z and D*(·) may sum in another order for
-    another block width (BLAS kernels), a few u relative per entry of sums of 64 terms: 1e-13 of the largest entry."""
+def test_ista_in_place_step_equals_the_expression():
+    """d = 64, n = 10,000: the in-place step (two (d, n) arrays instead of seven) equals (44) written as one
+    expression, for the ReLU and the soft threshold. The same operations in the same order; only BLAS may sum the
+    64-term products in another order between calls (e.g. by alignment), a few u relative: 1e-13 of the largest
+    entry."""
     rng = np.random.default_rng(0)
     d, n, eta, lam = 64, 10_000, 0.1, 0.1
     Z = rng.standard_normal((d, n))
