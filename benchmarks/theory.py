@@ -26,6 +26,7 @@ Then ``python -m verify --quick`` is run once as a subprocess (when the verify p
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 import tempfile
@@ -238,6 +239,35 @@ def bench_scaling(ds: list[int], ns: list[int], functions: list[str], args) -> t
     return rows, fits
 
 
+def compare_table(before: list[dict], after: list[dict]) -> str:
+    """Markdown: per function and d, seconds and traced MiB before → after at each n, and the fitted time slopes."""
+    def index(rows):
+        return {(r["function"], r["d"], r["n"]): r for r in rows}
+
+    b, a = index(before), index(after)
+    ns = sorted({key[2] for key in a} | {key[2] for key in b})
+    head = "| function | d | " + " | ".join(f"n = {n:.0e}: s, MiB" for n in ns) + " | time slope |"
+    lines = [head, "|" + "---|" * (3 + len(ns))]
+    for name in SCALING_FUNCTIONS:
+        for d in sorted({key[1] for key in a if key[0] == name}):
+            cells = []
+            for n in ns:
+                old, new = b.get((name, d, n)), a.get((name, d, n))
+                if new is None:
+                    cells.append("–")
+                    continue
+                t_old = f"{old['s']:.3g}" if old else "–"
+                m_old = f"{old['peak_traced_mib']:.3g}" if old else "–"
+                cells.append(f"{t_old} → **{new['s']:.3g}**; {m_old} → **{new['peak_traced_mib']:.3g}**")
+            slopes = []
+            for rows in (b, a):
+                pts = sorted((n, r["s"]) for (f, dd, n), r in rows.items() if f == name and dd == d)
+                fit = slope([n for n, _ in pts], [t for _, t in pts])
+                slopes.append("–" if fit is None else f"{fit:.2f}")
+            lines.append(f"| {name} | {d} | " + " | ".join(cells) + f" | {slopes[0]} → **{slopes[1]}** |")
+    return "\n".join(lines)
+
+
 def time_verify_quick(timeout: float) -> dict:
     """Wall time and exit status of ``python -m verify --quick`` in a subprocess (report in a temp dir)."""
     main_module = Path(__file__).resolve().parents[1] / "verify" / "__main__.py"
@@ -266,7 +296,14 @@ def main(argv: list[str] | None = None) -> dict:
                         help="functions of the scaling run")
     parser.add_argument("--ns", nargs="+", type=int, default=None, help="token counts of the scaling run")
     parser.add_argument("--ds", nargs="+", type=int, default=[64, 384], help="dimensions of the scaling run")
+    parser.add_argument("--compare", type=Path, nargs="+", default=None,
+                        help="print only a before → after markdown table of these scaling JSONs (the last is after)")
     args = parser.parse_args(argv)
+    if args.compare:
+        runs = [json.loads(path.read_text())["scaling"] for path in args.compare]
+        table = compare_table([row for run in runs[:-1] for row in run], runs[-1])
+        print(table)
+        return {"table": table}
     if args.tiny:
         args.repeats, args.warmup, args.no_verify = 2, 1, True
     common.setup(args)

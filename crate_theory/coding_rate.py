@@ -158,14 +158,24 @@ def _batch_shape(Z: np.ndarray) -> tuple[int, ...]:
     return Z.shape[:-2]
 
 
+def _stacked_bases(U: np.ndarray) -> np.ndarray:
+    """``[U_1, …, U_K]`` as one ``(d, K·p)`` matrix."""
+    K, d, p = U.shape
+    return np.swapaxes(U, 0, 1).reshape(d, K * p)
+
+
 def project_onto_bases(Z: np.ndarray, U: np.ndarray) -> np.ndarray:
-    """The per-subspace codes ``U_k* Z`` for all k (eq. 12): shape ``(..., K, p, n)`` from Z (..., d, n), U (K, d, p)."""
-    return np.einsum("kdp,...dn->...kpn", U, Z)
+    """The per-subspace codes ``U_k* Z`` for all k (eq. 12): shape ``(..., K, p, n)`` from Z (..., d, n), U (K, d, p).
+
+    One matrix product ``[U_1, …, U_K]* Z`` (BLAS; an ``einsum`` here ran without BLAS: 7 s at d = 384, n = 1e5)."""
+    K, _, p = U.shape
+    return (_stacked_bases(U).T @ Z).reshape(Z.shape[:-2] + (K, p, Z.shape[-1]))
 
 
 def _lift_from_bases(A: np.ndarray, U: np.ndarray) -> np.ndarray:
-    """``Σ_k U_k A_k`` for A of shape (..., K, p, n): back to (..., d, n)."""
-    return np.einsum("kdp,...kpn->...dn", U, A)
+    """``Σ_k U_k A_k`` for A of shape (..., K, p, n): back to (..., d, n), as one product ``[U_1, …, U_K] A``."""
+    K, _, p = U.shape
+    return _stacked_bases(U) @ A.reshape(A.shape[:-3] + (K * p, A.shape[-1]))
 
 
 def _tokens_and_bases(Z, U, name_Z: str = "Z", name_U: str = "U") -> tuple[np.ndarray, np.ndarray]:

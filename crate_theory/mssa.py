@@ -147,7 +147,8 @@ def _attention_block(Ahat: np.ndarray, factor: np.ndarray, start: int, stop: int
     exactly 0 at each column's maximum, so an overflowing factor ``m²/τ = inf`` sends every smaller logit to −inf
     and the column to the exact limit, the hard argmax (ties shared equally); an underflowing factor gives the
     exact limit for tiny codes, uniform weights. In between it equals the plain formula to rounding. Every
-    operation after the product is in place: the block's one temporary is (..., rows, stop − start).
+    operation after the product is in place, so the block's one temporary is (..., rows, stop − start) (two more
+    of that size only where m²/τ over- or underflows, for the exact limits).
     """
     n = Ahat.shape[-1]
     rows = stop if causal else n
