@@ -245,7 +245,7 @@ def compare_table(before: list[dict], after: list[dict]) -> str:
         return {(r["function"], r["d"], r["n"]): r for r in rows}
 
     b, a = index(before), index(after)
-    ns = sorted({key[2] for key in a} | {key[2] for key in b})
+    ns = sorted({key[2] for key in a})  # the slopes use every point of each run
     head = "| function | d | " + " | ".join(f"n = {n:.0e}: s, MiB" for n in ns) + " | time slope |"
     lines = [head, "|" + "---|" * (3 + len(ns))]
     for name in SCALING_FUNCTIONS:

@@ -31,9 +31,9 @@ rank-deficient, duplicated and zero tokens, n < d and n ≫ d and scales 1e±300
 SVD of the wide ``(d, n)`` array, super-linear in n: 7.8 s for R and 24.8 s for ∇R^c at d = 384, n = 1e5 on one
 core, benchmarks/RESULTS.md "float64 reference") is kept in the tests as that reference.
 
-* ``R(Z) = ½ Σ_i log(1 + α s_i²)``, evaluated as ``½ Σ_i logaddexp(0, log α + 2 log s_i)``. This never forms
-  ``α s_i²`` (which overflows for huge tokens or tiny ε) nor loses it to underflow, and is exact (0) for zero
-  singular values (zero tokens, or an exactly rank-deficient Gram matrix).
+* ``R(Z) = ½ Σ_i log(1 + α s_i²)``, evaluated as ``½ log1p(α s_i²)`` where ``α s_i²`` is a normal float64 and as
+  ``½ logaddexp(0, log α + 2 log s_i)`` where it would overflow (huge tokens or tiny ε) or underflow. This is
+  exact (0) for zero singular values (zero tokens, or an exactly rank-deficient Gram matrix).
 * ``∇R`` and ``∇²R`` use the bounded spectral functions ``αs/(1+αs²) = 1/(s + 1/(αs))`` and
   ``1/(1+αs²)`` (both ≤ max(1, √α/2)), so they are finite for every finite ``Z``.
 """
@@ -76,9 +76,16 @@ def _alpha(d: int, n: int, eps: float) -> float:
         return float(np.exp(_log_alpha(d, n, eps)))
 
 
-def _half_log1p_alpha_s2(log_s: np.ndarray, log_alpha: float) -> np.ndarray:
-    """½ log(1 + α s²) from ``log s`` (−inf for s = 0), without forming α s² (no overflow, exact 0 at s = 0)."""
-    return 0.5 * np.logaddexp(0.0, log_alpha + 2.0 * log_s)
+def _half_log1p_alpha_s2(s: np.ndarray, log_s: np.ndarray, alpha: float, log_alpha: float) -> np.ndarray:
+    """½ log(1 + α s²) for singular values s ≥ 0 given with ``log s`` (−inf at s = 0; s may be +inf where only log s
+    is finite): ``½ log1p(αs·s)`` where that product is a normal float64 (relative error a few u), else
+    ``½ logaddexp(0, log α + 2 log s)``, which cannot overflow and is exactly 0 at s = 0. The log form alone carries
+    an absolute error ~u·|log α s²| in its argument, i.e. up to ~1e-13 relative for tiny α s² (hence both)."""
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        x = (alpha * s) * s
+    direct = np.isfinite(x) & (x >= np.finfo(float).tiny)
+    with np.errstate(divide="ignore"):
+        return np.where(direct, 0.5 * np.log1p(np.where(direct, x, 0.0)), 0.5 * np.logaddexp(0.0, log_alpha + 2.0 * log_s))
 
 
 def _spectral_functions(s: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -205,8 +212,8 @@ def coding_rate(Z, eps) -> np.ndarray | float:
     if d == 0 or n == 0:
         out = np.zeros(_batch_shape(Z))
     else:
-        log_s, _ = _gram_svd(Z, vectors=False)
-        out = _half_log1p_alpha_s2(log_s, _log_alpha(d, n, eps)).sum(axis=-1)
+        log_s, s = _gram_svd(Z, vectors=False)
+        out = _half_log1p_alpha_s2(s, log_s, _alpha(d, n, eps), _log_alpha(d, n, eps)).sum(axis=-1)
     return float(out) if out.ndim == 0 else out
 
 
@@ -398,7 +405,7 @@ def coding_rate_hessian(Z, eps) -> np.ndarray:
     eps = check_positive(eps, "eps")
     d, n = Z.shape
     basis = np.eye(d * n).reshape(d * n, d, n)
-    H = coding_rate_hvp(Z, basis, eps).reshape(d * n, d * n).T  # one SVD of Z, broadcast over the basis
+    H = coding_rate_hvp(Z, basis, eps).reshape(d * n, d * n).T  # one decomposition of Z, broadcast over the basis
     return 0.5 * (H + H.T)  # symmetric up to rounding; symmetrise the rounding away
 
 
