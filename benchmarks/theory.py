@@ -18,10 +18,12 @@ allocated during the call (``tracemalloc``, which NumPy reports to) and the proc
 above its level before the call (``/proc/self/status`` VmHWM after resetting it through ``/proc/self/clear_refs``;
 this also sees LAPACK's workspaces, which NumPy's linalg allocates outside tracemalloc).
 
-Then ``python -m verify --quick`` is run once as a subprocess (when the verify package has a ``__main__``).
+With ``--verify``, ``python -m verify --quick`` is then run once as a subprocess (when the verify package has a
+``__main__``); it is not part of the short default run (about 50 s on one core of the machine in RESULTS.md).
 
-    python -m benchmarks.theory --out benchmarks/results/cpu/theory.json        # short default run (< 2 min)
-    python -m benchmarks.theory --large --no-verify --only-scaling --out benchmarks/results/cpu/theory_scaling.json
+    python -m benchmarks.theory --out benchmarks/results/cpu/theory.json        # short default run (< 1 min)
+    python -m benchmarks.theory --verify --out benchmarks/results/cpu/theory.json   # + verify --quick
+    python -m benchmarks.theory --large --only-scaling --out benchmarks/results/cpu/theory_scaling.json  # ~15 min
 """
 from __future__ import annotations
 
@@ -288,7 +290,9 @@ def time_verify_quick(timeout: float) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.theory", description=__doc__.splitlines()[0])
     common.add_common_args(parser, repeats=7, warmup=1)
-    parser.add_argument("--no-verify", action="store_true", help="do not time python -m verify --quick")
+    parser.add_argument("--verify", action="store_true",
+                        help="also time python -m verify --quick (20 s warm, 2-3 min cold: not in the short default run)")
+    parser.add_argument("--no-verify", action="store_true", help="do not time python -m verify --quick (the default)")
     parser.add_argument("--verify-timeout", type=float, default=600.0)
     parser.add_argument("--large", action="store_true", help="add the n = 1e5 points to the scaling run (minutes)")
     parser.add_argument("--only-scaling", action="store_true", help="skip the contender comparison")
@@ -317,7 +321,10 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         ds, ns = args.ds, args.ns or ([1_000, 10_000, 100_000] if args.large else [1_000, 10_000])
     scaling, fits = bench_scaling(ds, ns, args.functions, args)
-    verify = {"status": "skipped (--tiny or --no-verify)"} if args.no_verify else time_verify_quick(args.verify_timeout)
+    if args.verify and not args.no_verify:
+        verify = time_verify_quick(args.verify_timeout)
+    else:
+        verify = {"status": "skipped (--tiny, --no-verify or no --verify)"}
     notes = [
         f"float64 NumPy/SciPy, ε = {EPS}; median of {args.repeats} interleaved repeats; "
         "max_rel_diff = max |value − crate_theory's| / max |crate_theory's|",
@@ -331,7 +338,8 @@ def main(argv: list[str] | None = None) -> dict:
     notes += [f"scaling: {key}: time slope {fit['time_slope']:.2f}, traced-memory slope {fit['traced_slope']:.2f} "
               f"over n = {fit['n']}" for key, fit in fits.items()]
     return common.report("theory", torch.device("cpu"), args, rows, columns, notes,
-                         extra={"verify_quick": verify, "scaling": scaling, "scaling_fits": fits})
+                         extra={"verify_quick": verify, "numpy": np.__version__, "scaling": scaling,
+                                "scaling_fits": fits})
 
 
 if __name__ == "__main__":
