@@ -5,14 +5,35 @@ a leading batch axis ``(..., d, n)`` and then returns one value per batch elemen
 array ``U`` of shape ``(K, d, p)``. ``eps`` is ε (not ε²): ``α = d/(nε²)``, ``β = p/(nε²)``.
 
 Numerical choice (documented once here, used everywhere): all of R, ∇R and ∇²R are functions of the singular values
-``s_i`` of ``Z`` (the square roots of the eigenvalues of the *smaller* Gram matrix, ``Z*Z`` when n ≤ d and ``ZZ*``
-otherwise — Sylvester's identity ``det(I_n + αZ*Z) = det(I_d + αZZ*)`` in spectral form), so each is computed from a
-thin SVD of ``Z`` rather than by forming ``I + αZ*Z``:
+``s_i`` of ``Z`` and its singular vectors, and these are computed from the *smaller* Gram matrix (``ZZ*``, d × d,
+when d ≤ n; ``Z*Z``, n × n, otherwise — Sylvester's identity ``det(I_n + αZ*Z) = det(I_d + αZZ*)`` in spectral
+form), so time and memory are linear in the larger side (O(r²·N + r³) time, O(r·N) memory, r = min(d, n),
+N = max(d, n)); :func:`_gram_svd` does it in four steps:
 
-* ``R(Z) = ½ Σ_i log(1 + α s_i²)``, evaluated as ``½ Σ_i logaddexp(0, log α + 2 log s_i)``. This never forms
-  ``α s_i²`` (which overflows for huge tokens or tiny ε) nor loses it to underflow, is exact (0) for zero singular
-  values (zero, rank-deficient or duplicated tokens) and costs the same O(dn·min(d, n)) as the smaller Gram matrix.
-  LAPACK's SVD rescales internally, so ``Z`` may have entries anywhere in the float64 range.
+1. scale: ``Ẑ = Z / m`` with ``m = 2^⌊log2 max|Z|⌋`` (a power of two, so the division is exact and max|Ẑ| ∈ [1, 2)):
+   the Gram matrix of Ẑ has entries ≤ 4N and cannot overflow for any finite Z (that of Z itself overflows once
+   the tokens reach ~1e154), and m is carried separately (in the log domain where it matters);
+2. ``Ĝ = ẐẐ*`` and its eigenvectors ``W`` (``eigh``, O(r³)): the left singular vectors of Z;
+3. ``Y = W*Ẑ`` (r × N): its rows are ``ŝ_i q_i*`` with q_i the right singular vectors; the scaled singular values
+   are the row norms ``ŝ_i = ‖Y_i‖`` (Rayleigh quotients of the *exact* Gram matrix, evaluated through Ẑ), not
+   ``√λ_i(Ĝ)``: the eigenvalues of the rounded Gram matrix carry an absolute error ~u·‖Ẑ‖² (u the unit roundoff),
+   which for the small singular values of a rank-deficient Z (duplicated tokens) at large α would add
+   ~½ log(1 + α u ‖Z‖²) per zero singular value to R; the row norms are accurate to ~u·‖Ẑ‖ absolute, as an SVD;
+4. ``s_i = m ŝ_i`` and ``log s_i = log m + log ŝ_i`` (the rate uses the latter, so s beyond the float64 range
+   still gives the finite R).
+
+Accuracy: against a LAPACK SVD of Z (2000 Gaussian draws, d, n ≤ 5, token scales 1e-3–30, ε 0.1–2) R agreed to
+1.4e-15 relative and ∇R to 3.6e-14; in general the singular *vectors* of the small singular values inherit the
+rounding of the Gram matrix, so ∇R and ∇²R[V] may differ from the SVD's by up to ~u·h(s_min)·s_max, u the unit
+roundoff and h(s) = α/(1+αs²) — i.e. ~u·κ relative, κ = 1 + α‖Z‖² the condition number of ``I + αZZ*``; the tests
+(tests/theory/test_coding_rate.py, issue 32) bound every difference by such propagated-rounding terms, on
+rank-deficient, duplicated and zero tokens, n < d and n ≫ d and scales 1e±300. The previous implementation (a thin
+SVD of the wide ``(d, n)`` array, super-linear in n: 7.8 s for R and 24.8 s for ∇R^c at d = 384, n = 1e5 on one
+core, benchmarks/RESULTS.md "float64 reference") is kept in the tests as that reference.
+
+* ``R(Z) = ½ Σ_i log(1 + α s_i²)``, evaluated as ``½ log1p(α s_i²)`` where ``α s_i²`` is a normal float64 and as
+  ``½ logaddexp(0, log α + 2 log s_i)`` where it would overflow (huge tokens or tiny ε) or underflow. This is
+  exact (0) for zero singular values (zero tokens, or an exactly rank-deficient Gram matrix).
 * ``∇R`` and ``∇²R`` use the bounded spectral functions ``αs/(1+αs²) = 1/(s + 1/(αs))`` and
   ``1/(1+αs²)`` (both ≤ max(1, √α/2)), so they are finite for every finite ``Z``.
 """
@@ -55,11 +76,16 @@ def _alpha(d: int, n: int, eps: float) -> float:
         return float(np.exp(_log_alpha(d, n, eps)))
 
 
-def _half_log1p_alpha_s2(s: np.ndarray, log_alpha: float) -> np.ndarray:
-    """½ log(1 + α s²) for singular values ``s ≥ 0``, without forming α s² (no overflow, exact 0 at s = 0)."""
+def _half_log1p_alpha_s2(s: np.ndarray, log_s: np.ndarray, alpha: float, log_alpha: float) -> np.ndarray:
+    """½ log(1 + α s²) for singular values s ≥ 0 given with ``log s`` (−inf at s = 0; s may be +inf where only log s
+    is finite): ``½ log1p(αs·s)`` where that product is a normal float64 (relative error a few u), else
+    ``½ logaddexp(0, log α + 2 log s)``, which cannot overflow and is exactly 0 at s = 0. The log form alone carries
+    an absolute error ~u·|log α s²| in its argument, i.e. up to ~1e-13 relative for tiny α s² (hence both)."""
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        x = (alpha * s) * s
+    direct = np.isfinite(x) & (x >= np.finfo(float).tiny)
     with np.errstate(divide="ignore"):
-        log_as2 = log_alpha + 2.0 * np.log(s)
-    return 0.5 * np.logaddexp(0.0, log_as2)
+        return np.where(direct, 0.5 * np.log1p(np.where(direct, x, 0.0)), 0.5 * np.logaddexp(0.0, log_alpha + 2.0 * log_s))
 
 
 def _spectral_functions(s: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -72,23 +98,91 @@ def _spectral_functions(s: np.ndarray, alpha: float) -> tuple[np.ndarray, np.nda
     return a, c, f
 
 
-def _thin_svd(Z: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Thin SVD ``Z = U diag(s) V*`` of a stack ``(..., d, n)``; U is (..., d, r), s (..., r), Vt (..., r, n)."""
-    return np.linalg.svd(Z, full_matrices=False)
+def _power_of_two_scale(X: np.ndarray) -> np.ndarray:
+    """``m = 2^⌊log2 max|X|⌋`` over the last two axes (1 where X = 0), shape (..., 1, 1): X/m is exact."""
+    top = np.abs(X).max(axis=(-2, -1), keepdims=True, initial=0.0)
+    return np.where(top > 0, np.ldexp(1.0, np.frexp(top)[1] - 1), 1.0)
+
+
+_TINY_NORM = 1e-140  # a row norm below this may have lost squares to underflow (entries below ~1e-154)
+
+
+def _row_norms(Y: np.ndarray) -> np.ndarray:
+    """Euclidean norms of the rows of Y (..., r, N) with no temporary of Y's size; the few rows whose sum of squares
+    may have lost terms to underflow are recomputed after scaling by their largest entry (exactly 0 for zero rows)."""
+    norms = np.sqrt(np.einsum("...ij,...ij->...i", Y, Y))
+    small = norms < _TINY_NORM
+    if small.any():
+        rows = Y[small]
+        top = np.abs(rows).max(axis=-1, initial=0.0)
+        scaled = rows / np.where(top > 0, top, 1.0)[:, None]
+        norms[small] = top * np.sqrt(np.einsum("ij,ij->i", scaled, scaled))
+    return norms
+
+
+def _wide_svd(X: np.ndarray, vectors: bool = True):
+    """``X = W diag(s) Q*`` for a stack X (..., r, N) with r ≤ N, from the r × r Gram matrix (module docstring).
+
+    Returns ``(log_s, s)`` without ``vectors``, else ``(W, s, log_s, Qt)``: W (..., r, r) orthogonal (a complete
+    basis), s and log_s (..., r), Qt (..., r, N) with unit rows where s > 0 (orthogonal up to the rounding described
+    in the module docstring) and zero rows where s = 0;
+    s ≥ 0 descending up to rounding (``log s = −inf`` where s = 0; s = +inf only where the singular value itself is
+    beyond the float64 range).
+    """
+    m = _power_of_two_scale(X)
+    Xh = X / m
+    W = np.linalg.eigh(Xh @ np.swapaxes(Xh, -1, -2))[1][..., ::-1]  # eigenvectors of Ĝ = X̂X̂* (r × r), descending
+    Y = np.swapaxes(W, -1, -2) @ Xh  # rows ŝ_i q_i*
+    del Xh
+    rho = _row_norms(Y)
+    with np.errstate(divide="ignore", over="ignore"):
+        log_s = np.log(m[..., 0]) + np.log(rho)
+        s = m[..., 0] * rho
+    if not vectors:
+        return log_s, s
+    Y /= np.where(rho > 0, rho, 1.0)[..., None]  # unit rows q_i* (zero rows stay zero)
+    return W, s, log_s, Y
+
+
+def _transpose(X: np.ndarray) -> np.ndarray:
+    return np.swapaxes(X, -1, -2)
+
+
+def _gram_svd(Z: np.ndarray, vectors: bool = True):
+    """Thin SVD ``Z = P diag(s) Q*`` of a stack ``(..., d, n)`` (d, n ≥ 1) from the smaller Gram matrix: that of
+    ``Z`` when d ≤ n, else that of ``Z*``. Returns what :func:`_wide_svd` returns, with P (..., d, r) and
+    Qt (..., r, n), r = min(d, n)."""
+    d, n = Z.shape[-2:]
+    if d <= n:
+        return _wide_svd(Z, vectors)
+    if not vectors:
+        return _wide_svd(_transpose(Z), False)
+    W, s, log_s, Qt = _wide_svd(_transpose(Z))
+    return _transpose(Qt), s, log_s, _transpose(W)
 
 
 def _batch_shape(Z: np.ndarray) -> tuple[int, ...]:
     return Z.shape[:-2]
 
 
+def _stacked_bases(U: np.ndarray) -> np.ndarray:
+    """``[U_1, …, U_K]`` as one ``(d, K·p)`` matrix."""
+    K, d, p = U.shape
+    return np.swapaxes(U, 0, 1).reshape(d, K * p)
+
+
 def project_onto_bases(Z: np.ndarray, U: np.ndarray) -> np.ndarray:
-    """The per-subspace codes ``U_k* Z`` for all k (eq. 12): shape ``(..., K, p, n)`` from Z (..., d, n), U (K, d, p)."""
-    return np.einsum("kdp,...dn->...kpn", U, Z)
+    """The per-subspace codes ``U_k* Z`` for all k (eq. 12): shape ``(..., K, p, n)`` from Z (..., d, n), U (K, d, p).
+
+    One matrix product ``[U_1, …, U_K]* Z`` (BLAS; an ``einsum`` here ran without BLAS: 7 s at d = 384, n = 1e5)."""
+    K, _, p = U.shape
+    return (_stacked_bases(U).T @ Z).reshape(Z.shape[:-2] + (K, p, Z.shape[-1]))
 
 
 def _lift_from_bases(A: np.ndarray, U: np.ndarray) -> np.ndarray:
-    """``Σ_k U_k A_k`` for A of shape (..., K, p, n): back to (..., d, n)."""
-    return np.einsum("kdp,...kpn->...dn", U, A)
+    """``Σ_k U_k A_k`` for A of shape (..., K, p, n): back to (..., d, n), as one product ``[U_1, …, U_K] A``."""
+    K, _, p = U.shape
+    return _stacked_bases(U) @ A.reshape(A.shape[:-3] + (K * p, A.shape[-1]))
 
 
 def _tokens_and_bases(Z, U, name_Z: str = "Z", name_U: str = "U") -> tuple[np.ndarray, np.ndarray]:
@@ -109,8 +203,8 @@ def coding_rate(Z, eps) -> np.ndarray | float:
 
     Returns:
         R(Z): a float for one token set, an array of shape ``(...)`` for a batch. ``n = 0`` (or ``d = 0``) gives 0.
-        Computed as ``½ Σ_i log(1 + α s_i²)`` over the singular values of Z (see the module docstring), so the
-        result is finite for every finite Z.
+        Computed as ``½ Σ_i log(1 + α s_i²)`` over the singular values of Z, from the smaller Gram matrix (see the
+        module docstring): O(min(d, n)²·max(d, n)) time, O(dn) memory, finite for every finite Z.
     """
     Z = check_tokens(Z)
     eps = check_positive(eps, "eps")
@@ -118,8 +212,8 @@ def coding_rate(Z, eps) -> np.ndarray | float:
     if d == 0 or n == 0:
         out = np.zeros(_batch_shape(Z))
     else:
-        s = np.linalg.svd(Z, compute_uv=False)
-        out = _half_log1p_alpha_s2(s, _log_alpha(d, n, eps)).sum(axis=-1)
+        log_s, s = _gram_svd(Z, vectors=False)
+        out = _half_log1p_alpha_s2(s, log_s, _alpha(d, n, eps), _log_alpha(d, n, eps)).sum(axis=-1)
     return float(out) if out.ndim == 0 else out
 
 
@@ -215,15 +309,16 @@ def coding_rate_grad(Z, eps) -> np.ndarray:
         Z: tokens ``(d, n)`` or ``(..., d, n)``; eps: ε > 0.
 
     Returns:
-        Array of Z's shape. Computed as ``U diag(αs/(1+αs²)) V*`` from the thin SVD, finite for every finite Z
-        (each singular value of the gradient is at most √α/2).
+        Array of Z's shape. Computed as ``P diag(αs/(1+αs²)) Q*`` from the thin SVD ``Z = P diag(s) Q*`` of the
+        smaller Gram matrix (module docstring; linear in max(d, n)), finite for every finite Z (each singular value
+        of the gradient is at most √α/2).
     """
     Z = check_tokens(Z)
     eps = check_positive(eps, "eps")
     d, n = Z.shape[-2:]
     if d == 0 or n == 0:
         return np.zeros_like(Z)
-    Uz, s, Vt = _thin_svd(Z)
+    Uz, s, _, Vt = _gram_svd(Z)
     _, _, f = _spectral_functions(s, _alpha(d, n, eps))
     return (Uz * f[..., None, :]) @ Vt
 
@@ -247,23 +342,22 @@ def compression_rate_grad(Z, U, eps) -> np.ndarray:
 # ----------------------------------------------------------------------------------------------------------------
 # Hessian of R
 # ----------------------------------------------------------------------------------------------------------------
-def _apply_resolvent(Q: np.ndarray, a: np.ndarray, X: np.ndarray) -> np.ndarray:
-    """``(I + αQ S² Q*)^{-1} X = X − Q Q*X + Q diag(a) Q*X`` for Q with orthonormal columns (..., m, r), X (..., m, k).
-
-    Written as (projection onto the complement) + (scaled part in the span) so that no cancellation occurs when a
-    is tiny (huge tokens).
-    """
-    QtX = np.swapaxes(Q, -1, -2) @ X
-    return X - Q @ QtX + Q @ (a[..., :, None] * QtX)
-
-
 def coding_rate_hvp(Z, V, eps) -> np.ndarray:
     """Hessian operator of R applied to a direction V — eq. (127):
 
     ``∇²R(Z)[V] = α V (I+αZ*Z)^{-1} − α² Z (I+αZ*Z)^{-1} (Z*V + V*Z) (I+αZ*Z)^{-1}``.
 
     Using ``αZ(I+αZ*Z)^{-1} = ∇R(Z) =: G`` and ``I − αZ(I+αZ*Z)^{-1}Z* = (I+αZZ*)^{-1}``, this equals the manifestly
-    symmetric form ``α (I_d + αZZ*)^{-1} V (I_n + αZ*Z)^{-1} − G V* G``, which is what is evaluated (via the SVD).
+    symmetric form ``α (I_d + αZZ*)^{-1} V (I_n + αZ*Z)^{-1} − G V* G``, which is what is evaluated, on the smaller
+    side: for d ≤ n, with ``Z = W diag(s) Q*`` (W a complete d × d basis, module docstring),
+
+    * ``α(I_d + αZZ*)^{-1} V = W diag(h) W*V``, ``h = α/(1+αs²) = 1/(1/α + s²)`` (bounded; no cancellation);
+    * ``Y (I_n + αZ*Z)^{-1} = Y − (YQ)Q* + (YQ) diag(a) Q*``, ``a = 1/(1+αs²)``: (projection onto the n − d
+      dimensional complement) + (scaled part in the span), so nothing cancels when a is tiny (huge tokens);
+    * ``G V* G = (G V*) G`` with ``G V*`` d × d.
+
+    For d > n the same is done for Z* (``∇²R(Z)[V] = (∇²R(Z*)[V*])*`` with the same α). Time O(d n min(d, n)), memory
+    O(dn) per direction.
 
     Args:
         Z: tokens ``(d, n)`` or ``(..., d, n)``; V: directions ``(..., d, n)`` whose batch axes broadcast against
@@ -281,12 +375,23 @@ def coding_rate_hvp(Z, V, eps) -> np.ndarray:
     if d == 0 or n == 0:
         return np.zeros(np.broadcast_shapes(Z.shape, V.shape))
     alpha = _alpha(d, n, eps)
-    Uz, s, Vt = _thin_svd(Z)
+    if d > n:
+        return _transpose(_wide_hvp(_transpose(Z), _transpose(V), alpha))
+    return _wide_hvp(Z, V, alpha)
+
+
+def _wide_hvp(X: np.ndarray, V: np.ndarray, alpha: float) -> np.ndarray:
+    """``∇²R(X)[V]`` (127) for X (..., r, N), r ≤ N, V broadcasting against X, as in :func:`coding_rate_hvp`."""
+    W, s, _, Qt = _wide_svd(X)
     a, _, f = _spectral_functions(s, alpha)
-    left = _apply_resolvent(Uz, a, V)  # (I_d + αZZ*)^{-1} V
-    both = np.swapaxes(_apply_resolvent(np.swapaxes(Vt, -1, -2), a, np.swapaxes(left, -1, -2)), -1, -2)
-    G = (Uz * f[..., None, :]) @ Vt
-    return alpha * both - G @ np.swapaxes(V, -1, -2) @ G
+    with np.errstate(divide="ignore", over="ignore"):
+        h = 1.0 / (1.0 / alpha + s * s) if alpha > 0 else np.zeros_like(s)  # α/(1 + αs²), no α·0
+    Wt, Q = _transpose(W), _transpose(Qt)
+    left = W @ (h[..., :, None] * (Wt @ V))  # α (I + αXX*)^{-1} V
+    LQ = left @ Q
+    both = left - LQ @ Qt + (LQ * a[..., None, :]) @ Qt  # · (I + αX*X)^{-1}
+    G = (W * f[..., None, :]) @ Qt
+    return both - (G @ _transpose(V)) @ G
 
 
 def coding_rate_hessian(Z, eps) -> np.ndarray:
@@ -300,7 +405,7 @@ def coding_rate_hessian(Z, eps) -> np.ndarray:
     eps = check_positive(eps, "eps")
     d, n = Z.shape
     basis = np.eye(d * n).reshape(d * n, d, n)
-    H = coding_rate_hvp(Z, basis, eps).reshape(d * n, d * n).T  # one SVD of Z, broadcast over the basis
+    H = coding_rate_hvp(Z, basis, eps).reshape(d * n, d * n).T  # one decomposition of Z, broadcast over the basis
     return 0.5 * (H + H.T)  # symmetric up to rounding; symmetrise the rounding away
 
 
@@ -338,7 +443,7 @@ def coding_rate_hessian_eigenvalues(Z, eps) -> np.ndarray:
     d, n = Z.shape[-2:]
     r = min(d, n)
     alpha = _alpha(d, n, eps)
-    s = np.linalg.svd(Z, compute_uv=False) if r else np.zeros(Z.shape[:-2] + (0,))
+    s = -np.sort(-_gram_svd(Z, vectors=False)[1], axis=-1) if r else np.zeros(Z.shape[:-2] + (0,))  # descending
     a, c, f = _spectral_functions(s, alpha)
     with np.errstate(divide="ignore", over="ignore"):
         h = 1.0 / (1.0 / alpha + s * s) if alpha > 0 else np.zeros_like(s)  # α/(1 + αs²), no α·0

@@ -6,6 +6,12 @@ Column convention: ``Z`` is ``(d, n)`` or ``(..., d, n)``; ``U`` is ``(K, d, p)`
 Temperature: every function divides the attention logits ``(U_k*Z)*(U_k*Z)`` by ``temperature`` before the softmax.
 The paper's (35) has none (``temperature=1``, the default); the official implementation multiplies the logits by
 ``p^{-1/2}``, i.e. ``temperature = √p``.
+
+Memory: the softmax acts on each column on its own, so the heads ``A_k softmax(·)`` are computed in blocks of
+``block`` output columns: one ``(..., K, n, block)`` float64 temporary at a time (O(K·n·block) memory instead of
+the five ``(K, n, n)`` temporaries of the whole matrices, 2.4 GiB at n = 4000), the same result to rounding. The
+default block keeps that temporary near ``_BLOCK_ELEMENTS`` entries (32 MiB); with ``causal`` a block of columns
+j < stop only needs the keys i < stop.
 """
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ from ._checks import (
     as_float_array,
     check_bases,
     check_choice,
+    check_int,
     check_positive,
     check_same_size,
     check_tokens,
@@ -112,32 +119,54 @@ def ssa_attention(Z, Uk, temperature=1.0, causal: bool = False) -> np.ndarray:
 
 
 def _attention(A: np.ndarray, temperature: float, causal: bool) -> np.ndarray:
-    """softmax over columns of ``A*A / temperature`` for codes A of shape (..., p, n), finite for every finite A.
+    """The whole column-stochastic matrix softmax(A*A / τ) (..., n, n) for codes A (..., p, n): one block."""
+    Ahat, factor = _scaled_codes(A, temperature)
+    E = _attention_block(Ahat, factor, 0, A.shape[-1], causal)[0]
+    return E / E.sum(axis=-2, keepdims=True)
+
+
+def _scaled_codes(A: np.ndarray, temperature: float) -> tuple[np.ndarray, np.ndarray]:
+    """``(Â, m²/τ)`` with ``Â = A/m``, ``m = 2^⌊log2 max|A|⌋`` per token set and head (see ``_attention_block``)."""
+    top = np.abs(A).max(axis=(-2, -1), keepdims=True, initial=0.0)
+    m = np.where(top > 0, np.ldexp(1.0, np.frexp(top)[1] - 1), 1.0)  # the power of two ≤ max|A| (1 when A = 0)
+    with np.errstate(over="ignore", under="ignore"):
+        factor = m * (m / temperature)  # m²/τ: may overflow to inf or underflow to 0, both handled below
+    return A / m, factor
+
+
+def _attention_block(Ahat: np.ndarray, factor: np.ndarray, start: int, stop: int, causal: bool):
+    """Columns ``start:stop`` of softmax over columns of ``A*A / τ`` before normalisation, finite for every finite A.
+
+    Returns ``(E, rows)``: ``E = exp(logits − column max)`` (..., rows, stop − start) for the keys ``0:rows``
+    (``rows = stop`` with ``causal``: later keys are masked for every column of the block, their weight is exactly 0;
+    else n). Each column's maximum entry is exactly 1, so its sum is ≥ 1; the weights are ``E / E.sum(axis=-2)``.
 
     The logits ``A*A/τ`` overflow once the codes reach ~1e154 (and ``inf − inf`` then gave NaN). They are formed
     scale-free instead: with ``m = 2^⌊log2 max|A|⌋`` (a power of two, so ``Â = A/m`` and ``m²`` are exact),
     ``softmax(A*A/τ) = softmax((G − max_i G) · m²/τ)`` column by column, ``G = Â*Â``. The shift ``G − max_i G ≤ 0`` is
     exactly 0 at each column's maximum, so an overflowing factor ``m²/τ = inf`` sends every smaller logit to −inf
     and the column to the exact limit, the hard argmax (ties shared equally); an underflowing factor gives the
-    exact limit for tiny codes, uniform weights. In between it equals the plain formula to rounding.
+    exact limit for tiny codes, uniform weights. In between it equals the plain formula to rounding. Every
+    operation after the product is in place, so the block's one temporary is (..., rows, stop − start) (two more
+    of that size only where m²/τ over- or underflows, for the exact limits).
     """
-    with np.errstate(divide="ignore"):
-        top = np.abs(A).max(axis=(-2, -1), keepdims=True, initial=0.0)
-    m = np.ldexp(1.0, np.frexp(top)[1] - 1)  # the power of two ≤ max|A| (1 when A = 0)
-    m = np.where(top > 0, m, 1.0)
-    Ahat = A / m
-    G = np.swapaxes(Ahat, -1, -2) @ Ahat
-    if causal:
-        G = _causal_mask(G)
-    shifted = G - G.max(axis=-2, keepdims=True, initial=-np.inf)  # ≤ 0; −inf where masked
-    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-        factor = m * (m / temperature)  # m²/τ: may overflow to inf or underflow to 0, both handled below
-        logits = np.where(shifted == 0, 0.0, shifted * factor)
-    logits = np.where(np.isneginf(shifted), -np.inf, logits)
-    return _column_softmax(logits)
+    n = Ahat.shape[-1]
+    rows = stop if causal else n
+    G = np.swapaxes(Ahat[..., :rows], -1, -2) @ Ahat[..., start:stop]
+    if causal:  # CausalMask (87): key i > query j is masked
+        np.copyto(G, -np.inf, where=np.arange(rows)[:, None] > np.arange(start, stop)[None, :])
+    G -= G.max(axis=-2, keepdims=True, initial=-np.inf)  # ≤ 0; −inf where masked (the diagonal never is)
+    if np.all(np.isfinite(factor) & (factor > 0)):
+        G *= factor
+    else:
+        with np.errstate(invalid="ignore"):
+            logits = np.where(G == 0, 0.0, G * factor)  # factor = inf: 0 at the maximum, −inf elsewhere
+        G = np.where(np.isneginf(G), -np.inf, logits)  # factor = 0: masked entries stay −inf
+    np.exp(G, out=G)
+    return G, rows
 
 
-def ssa(Z, Uk, temperature=1.0, causal: bool = False) -> np.ndarray:
+def ssa(Z, Uk, temperature=1.0, causal: bool = False, *, block: int | None = None) -> np.ndarray:
     """Subspace self-attention of one head — eq. (35)=(92):
 
     ``SSA(Z | U_k) = (U_k*Z) softmax((U_k*Z)*(U_k*Z) / temperature)`` — query = key = value = ``U_k*``;
@@ -145,23 +174,52 @@ def ssa(Z, Uk, temperature=1.0, causal: bool = False) -> np.ndarray:
 
     Args:
         Z: tokens ``(d, n)`` or ``(..., d, n)``; Uk: one basis ``(d, p)``; temperature: softmax temperature > 0
-            (1 in the paper, √p in the official code); causal: CRATE-GPT's mask.
+            (1 in the paper, √p in the official code); causal: CRATE-GPT's mask;
+        block: output columns per block (memory O(n·block); default: see the module docstring).
 
     Returns:
         Array ``(..., p, n)``.
     """
     Z, Uk = _tokens_and_head(Z, Uk)
-    A = Uk.T @ Z
-    return A @ _attention(A, check_positive(temperature, "temperature"), bool(causal))
+    return _heads((Uk.T @ Z)[..., None, :, :], check_positive(temperature, "temperature"), bool(causal), block)[
+        ..., 0, :, :
+    ]
 
 
-def _all_heads(Z: np.ndarray, U: np.ndarray, temperature: float, causal: bool) -> np.ndarray:
+_BLOCK_ELEMENTS = 1 << 22  # default size of the one (..., K, n, block) temporary: 4 Mi float64 = 32 MiB
+
+
+def _block_columns(A: np.ndarray, block: int | None) -> int:
+    """The number of output columns per block for codes A (..., K, p, n)."""
+    if block is not None:
+        return check_int(block, "block", minimum=1)
+    keys_per_column = max(1, int(np.prod(A.shape[:-3], dtype=np.int64)) * A.shape[-3] * A.shape[-1])
+    return max(1, _BLOCK_ELEMENTS // keys_per_column)
+
+
+def _heads(A: np.ndarray, temperature: float, causal: bool, block: int | None) -> np.ndarray:
+    """``A_k softmax(A_k*A_k / τ)`` for codes A (..., K, p, n), in blocks of output columns (module docstring)."""
+    p, n = A.shape[-2:]
+    b = _block_columns(A, block)
+    Ahat, factor = _scaled_codes(A, temperature)
+    A1 = np.concatenate([A, np.ones(A.shape[:-2] + (1, n))], axis=-2)  # [A; 1*]: one product gives A E and 1*E
+    out = np.empty_like(A)
+    for start in range(0, n, b):
+        stop = min(n, start + b)
+        E, rows = _attention_block(Ahat, factor, start, stop, causal)
+        AE = A1[..., :rows] @ E
+        out[..., start:stop] = AE[..., :p, :] / AE[..., p:, :]  # A softmax = (A E) / (column sums of E)
+    return out
+
+
+def _all_heads(Z: np.ndarray, U: np.ndarray, temperature: float, causal: bool, block: int | None) -> np.ndarray:
     """``[SSA(Z|U_1); …; SSA(Z|U_K)]`` as an array (..., K, p, n)."""
-    A = project_onto_bases(Z, U)
-    return A @ _attention(A, temperature, causal)
+    return _heads(project_onto_bases(Z, U), temperature, causal, block)
 
 
-def mssa(Z, U, eps, temperature=1.0, causal: bool = False, *, allow_nonorthonormal: bool = False) -> np.ndarray:
+def mssa(
+    Z, U, eps, temperature=1.0, causal: bool = False, *, allow_nonorthonormal: bool = False, block: int | None = None
+) -> np.ndarray:
     """Multi-head subspace self-attention — eq. (36)=(93):
 
     ``MSSA(Z | U_[K]) = β [U_1, …, U_K] [SSA(Z|U_1); …; SSA(Z|U_K)] = β Σ_k U_k SSA(Z|U_k)``, ``β = p/(nε²)``.
@@ -177,7 +235,8 @@ def mssa(Z, U, eps, temperature=1.0, causal: bool = False, *, allow_nonorthonorm
 
     Args:
         Z: tokens ``(d, n)`` or ``(..., d, n)``; U: bases ``(K, d, p)``; eps: ε > 0; temperature, causal: as :func:`ssa`;
-        allow_nonorthonormal: skip the orthonormality check.
+        allow_nonorthonormal: skip the orthonormality check;
+        block: output columns per block: memory O(K·n·block) for the attention (default: a 32 MiB temporary).
 
     Returns:
         Array of Z's shape.
@@ -188,10 +247,10 @@ def mssa(Z, U, eps, temperature=1.0, causal: bool = False, *, allow_nonorthonorm
     temperature = check_positive(temperature, "temperature")
     p, n = U.shape[2], Z.shape[-1]
     beta = _alpha(p, n, eps)
-    return beta * _lift_from_bases(_all_heads(Z, U, temperature, bool(causal)), U)
+    return beta * _lift_from_bases(_all_heads(Z, U, temperature, bool(causal), block), U)
 
 
-def mssa_free(Z, U, W, b=None, temperature=1.0, causal: bool = False) -> np.ndarray:
+def mssa_free(Z, U, W, b=None, temperature=1.0, causal: bool = False, *, block: int | None = None) -> np.ndarray:
     """MSSA with a free output map — eq. (37): ``W [SSA(Z|U_1); …; SSA(Z|U_K)] + b 1*``.
 
     This is the implemented operator (the official code adds a bias ``b`` and uses ``temperature = √p``).
@@ -199,7 +258,7 @@ def mssa_free(Z, U, W, b=None, temperature=1.0, causal: bool = False) -> np.ndar
 
     Args:
         Z: tokens ``(d, n)`` or ``(..., d, n)``; U: bases ``(K, d, p)``; W: output map ``(d, K·p)`` whose column
-            block k multiplies head k; b: bias ``(d,)`` or None; temperature, causal: as :func:`ssa`.
+            block k multiplies head k; b: bias ``(d,)`` or None; temperature, causal, block: as :func:`mssa`.
 
     Returns:
         Array of Z's shape.
@@ -211,7 +270,7 @@ def mssa_free(Z, U, W, b=None, temperature=1.0, causal: bool = False) -> np.ndar
     if W.shape != (d, K * p):
         raise ValueError(f"W must have shape (d, K*p) = ({d}, {K * p}), got {W.shape}")
     temperature = check_positive(temperature, "temperature")
-    heads = _all_heads(Z, U, temperature, bool(causal))  # (..., K, p, n)
+    heads = _all_heads(Z, U, temperature, bool(causal), block)  # (..., K, p, n)
     stacked = heads.reshape(heads.shape[:-3] + (K * p, heads.shape[-1]))
     out = W @ stacked
     if b is not None:

@@ -117,3 +117,74 @@ def mp_grad_and_hvp(Z: np.ndarray, V: np.ndarray, eps: float) -> tuple[np.ndarra
         grad = alpha * Zm * M
         hvp = alpha * Vm * M - alpha**2 * Zm * M * (Zm.T * Vm + Vm.T * Zm) * M
         return _to_np(grad), _to_np(hvp)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The previous implementation of R, ∇R and ∇²R[V] (a thin LAPACK SVD of Z), kept here only as the reference the
+# smaller-Gram evaluation of crate_theory.coding_rate is cross-checked against (issue 32).
+# ----------------------------------------------------------------------------------------------------------------
+def svd_rate(Z: np.ndarray, eps: float) -> float:
+    """½ Σ_i logaddexp(0, log α + 2 log s_i) over the singular values of Z (LAPACK SVD) — eq. (8)."""
+    d, n = Z.shape
+    s = np.linalg.svd(Z, compute_uv=False)
+    with np.errstate(divide="ignore"):
+        log_as2 = np.log(d) - np.log(n) - 2 * np.log(eps) + 2 * np.log(s)
+    return float(0.5 * np.logaddexp(0.0, log_as2).sum())
+
+
+def _svd_functions(s: np.ndarray, alpha: float):
+    with np.errstate(over="ignore", divide="ignore", under="ignore", invalid="ignore"):
+        x = np.where(s > 0, alpha * s * s, 0.0)
+        a = np.where(np.isinf(x), 0.0, 1.0 / (1.0 + x))
+        f = np.where(s > 0, 1.0 / (s + 1.0 / (alpha * s)), 0.0)
+    return a, f
+
+
+def svd_grad(Z: np.ndarray, eps: float) -> np.ndarray:
+    """U diag(αs/(1+αs²)) V* from the thin SVD — eq. (109)."""
+    d, n = Z.shape
+    U, s, Vt = np.linalg.svd(Z, full_matrices=False)
+    return (U * _svd_functions(s, d / (n * eps**2))[1]) @ Vt
+
+
+def svd_hvp(Z: np.ndarray, V: np.ndarray, eps: float) -> np.ndarray:
+    """α (I_d + αZZ*)^{-1} V (I_n + αZ*Z)^{-1} − G V* G from the thin SVD — eq. (127)."""
+    d, n = Z.shape
+    alpha = d / (n * eps**2)
+    U, s, Vt = np.linalg.svd(Z, full_matrices=False)
+    a, f = _svd_functions(s, alpha)
+
+    def resolvent(Q, X):  # (I + α Q S² Q*)^{-1} X for Q with orthonormal columns
+        QtX = Q.T @ X
+        return X - Q @ QtX + Q @ (a[:, None] * QtX)
+
+    both = resolvent(Vt.T, resolvent(U, V).T).T
+    G = (U * f) @ Vt
+    return alpha * both - G @ V.T @ G
+
+
+TOKEN_KINDS = ("gaussian", "rank-deficient", "duplicated", "zero-columns")
+
+
+@st.composite
+def adversarial_tokens(draw, max_d: int = 6, max_n: int = 60):
+    """(Z, eps, kind, scale): n < d, n = d and n ≫ d; Gaussian, rank-deficient (Z = AB, inner size k < min(d, n)),
+    duplicated tokens (every column a copy of one of k distinct ones) or with zero columns; token scales
+    1e±300, 1e±150 and moderate; ε from 1e-3 to 1e3."""
+    d = draw(st.integers(1, max_d))
+    n = draw(st.sampled_from([1, 2, max(1, d - 1), d, d + 1, 3 * d, max_n]))
+    kind = draw(st.sampled_from(TOKEN_KINDS))
+    scale = draw(st.sampled_from([1e-300, 1e-150, 1e-3, 1.0, 30.0, 1e150, 1e300]))
+    eps = draw(st.sampled_from([1e-3, 0.1, 0.5, 2.0, 1e3]))
+    rng = np.random.default_rng(draw(seeds))
+    if kind == "gaussian":
+        Z = rng.standard_normal((d, n))
+    elif kind == "rank-deficient":
+        k = draw(st.integers(0, max(0, min(d, n) - 1)))
+        Z = rng.standard_normal((d, k)) @ rng.standard_normal((k, n))
+    elif kind == "duplicated":
+        k = draw(st.integers(1, min(3, n)))
+        Z = rng.standard_normal((d, k))[:, rng.integers(0, k, n)]
+    else:
+        Z = rng.standard_normal((d, n)) * (rng.random(n) < 0.5)
+    return scale * Z, eps, kind, scale

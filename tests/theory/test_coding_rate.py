@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 from _theory_cases import (
+    adversarial_tokens,
     bases_shapes,
     eps_values,
     mp_rate,
@@ -10,6 +11,9 @@ from _theory_cases import (
     rel_err,
     scales,
     seeds,
+    svd_grad,
+    svd_hvp,
+    svd_rate,
     token_shapes,
 )
 from hypothesis import given
@@ -202,3 +206,149 @@ def test_edge_shapes_explicitly(K, d, p, n):
     assert abs(ct.compression_rate(Z, U, 0.5) - expected) <= MP_RTOL * expected
     if K == 1 and p == d:  # an orthogonal change of basis: R(U*Z) = R(Z), β = α
         assert abs(ct.rate_reduction(Z, U, 0.5)) <= MP_RTOL * expected
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Issue 32: the smaller-Gram evaluation against the previous thin-SVD one (tests/theory/_theory_cases.py)
+# ----------------------------------------------------------------------------------------------------------------
+# Both evaluations are spectral functions of singular values/vectors of Z, and each computes those with an error
+# that rounding bounds in terms of s_max (LAPACK's SVD: |δs_i| ≤ c·u·s_max; the Gram path: the row norms of W*Ẑ
+# are accurate to c·u·s_max, see the coding_rate module docstring), c a small multiple of the sizes: we take
+# δ = 4(d + n)·u·s_max for each (two such bounds on the difference, a factor 2 margin). The tolerances below propagate
+# δ through the exact sensitivity of each quantity, so they are tight where the problem is well conditioned (a few
+# u relative for Gaussian tokens at moderate α) and wide only where any float64 evaluation is uncertain (e.g. the
+# singular values of a rank-deficient Z are only known to within δ, and α δ² is what they then add to R).
+U64 = np.finfo(float).eps
+
+
+def _log_alpha(Z, eps):
+    d, n = Z.shape
+    return np.log(d) - np.log(n) - 2 * np.log(eps)
+
+
+def _half_log1p(log_alpha, s):
+    with np.errstate(divide="ignore"):
+        return 0.5 * np.logaddexp(0.0, log_alpha + 2 * np.log(s))
+
+
+def _log_h(log_alpha, s_min):
+    """log h(s_min), h(s) = α/(1 + αs²) = 1/(1/α + s²): the largest |f'| and f(s)/s over the spectrum, f(s) = αs/(1+αs²)
+    (|f'(s)| = h(s)·|1 − αs²|/(1 + αs²) ≤ h(s), and h decreases in s)."""
+    with np.errstate(divide="ignore"):
+        return -np.logaddexp(-log_alpha, 2 * np.log(s_min))
+
+
+def _rate_tolerance(Z, eps, ref):
+    """Each singular value may move by 2δ, which changes ½ log(1 + αs²) by at most its variation over
+    [s − 2δ, s + 2δ] (summed over i); plus 8r·u·|R| for the rounding of the r logarithms and their sum; plus the
+    reference's own error: it evaluates every term as ½ logaddexp(0, y), y = log α + 2 log s, whose argument
+    carries ~u·(|log α| + 2|log s| + 1) absolute, which is relative to the term when α s² is tiny (1.1e-13 relative
+    at α s² = 3e-298, found by hypothesis; 4u per unit of |y| is the margin)."""
+    d, n = Z.shape
+    s = np.linalg.svd(Z, compute_uv=False)
+    delta = 4 * (d + n) * U64 * s[0]
+    la = _log_alpha(Z, eps)
+    spread = _half_log1p(la, s + 2 * delta) - _half_log1p(la, np.maximum(s - 2 * delta, 0.0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_error = np.where(s > 0, 4 * U64 * (abs(la) + 2 * abs(np.log(s)) + 1) * _half_log1p(la, s), 0.0)
+    return spread.sum() + log_error.sum() + 8 * min(d, n) * U64 * abs(ref)
+
+
+@given(case=adversarial_tokens())
+def test_gram_rate_equals_svd_rate(case):
+    """R from the smaller Gram matrix vs the thin-SVD reference, within :func:`_rate_tolerance`."""
+    Z, eps, kind, scale = case
+    ref = svd_rate(Z, eps)
+    ours = ct.coding_rate(Z, eps)
+    assert np.isfinite(ours)
+    assert abs(ours - ref) <= _rate_tolerance(Z, eps, ref), (kind, scale, eps)
+
+
+@given(case=adversarial_tokens())
+def test_gram_gradient_equals_svd_gradient(case):
+    """∇R (109) vs the thin-SVD reference. A perturbation δZ changes the singular-value function Z ↦ P f(S) Q* by at
+    most L·‖δZ‖, L the largest divided difference of f over the spectrum, bounded by h(s_min) (see _log_h); the Gram
+    path's own error (its right singular vectors of small s carry ~u·s_max of the large ones, amplified by
+    h(s_min)) has the same form. Tolerance on the largest entry: 4(d + n)·u·√r·s_max·h(s_min)."""
+    Z, eps, kind, scale = case
+    d, n = Z.shape
+    s = np.linalg.svd(Z, compute_uv=False)
+    ours, ref = ct.coding_rate_grad(Z, eps), svd_grad(Z, eps)
+    assert np.all(np.isfinite(ours))
+    if s[0] == 0:
+        np.testing.assert_array_equal(ours, 0.0)
+        return
+    log_tol = np.log(4 * (d + n) * U64 * np.sqrt(min(d, n))) + np.log(s[0]) + _log_h(_log_alpha(Z, eps), s[-1])
+    assert np.abs(ours - ref).max() <= np.exp(log_tol), (kind, scale, eps)
+
+
+@given(case=adversarial_tokens(max_n=40))
+def test_gram_hvp_equals_svd_hvp(case):
+    """∇²R(Z)[V] (127) vs the thin-SVD reference, V Gaussian. Two error sources, each bounded with the 4(d + n)·u
+    factor: (i) the two terms of (127) are each up to α‖V‖ in size and cancel to the result, so every float64
+    evaluation carries ~u·α·‖V‖ absolute (both this path and the reference measured 1.7e-11 relative from the
+    50-digit value on the case that exposed it, d = 2, n = 3, ε = 1e-3); (ii) the operator's entries are
+    h(s)-weighted (|eigenvalue| ≤ h(s_min)) and its sensitivity to δZ carries one more factor s_max²·h(s_min) (the
+    condition number 1 + αs_max² of I + αZZ* when s_min = 0). Tolerance on the largest entry:
+    4(d + n)·u·‖V‖_F·(α + h(s_min)·(1 + s_max²·h(s_min)))."""
+    Z, eps, kind, scale = case
+    d, n = Z.shape
+    V = np.random.default_rng(d * 1000 + n).standard_normal((d, n))
+    s = np.linalg.svd(Z, compute_uv=False)
+    ours, ref = ct.coding_rate_hvp(Z, V, eps), svd_hvp(Z, V, eps)
+    assert np.all(np.isfinite(ours))
+    lh = _log_h(_log_alpha(Z, eps), s[-1])
+    with np.errstate(divide="ignore"):
+        log_kappa = np.logaddexp(0.0, 2 * np.log(s[0]) + lh)
+    log_tol = np.log(4 * (d + n) * U64 * np.linalg.norm(V)) + np.logaddexp(_log_alpha(Z, eps), lh + log_kappa)
+    with np.errstate(over="ignore"):  # +inf where the condition number itself is beyond float64 (rank-deficient
+        tol = np.exp(log_tol)  # Z at 1e300 and small ε): then only finiteness, asserted above, is checked
+    assert np.abs(ours - ref).max() <= tol, (kind, scale, eps)
+
+
+@given(case=adversarial_tokens(max_d=4, max_n=12))
+def test_gram_paths_batch_and_compression(case):
+    """A stack equals the loop (same arithmetic, stacked LAPACK: 1e-13 relative), and R^c goes through the same path
+    on the projected codes U_k*Z (checked against the SVD reference of each U_k*Z with the rate tolerance; the
+    projection differs only by the rounding of U_k*Z, inside δ)."""
+    Z, eps, kind, scale = case
+    d, n = Z.shape
+    stack = np.stack([Z, Z[::-1], 0.5 * Z])
+    np.testing.assert_allclose(ct.coding_rate(stack, eps), [ct.coding_rate(x, eps) for x in stack], rtol=1e-13)
+    looped = np.stack([ct.coding_rate_grad(x, eps) for x in stack])
+    batched = ct.coding_rate_grad(stack, eps)
+    assert np.abs(batched - looped).max() <= 1e-13 * np.abs(looped).max()
+    U = random_bases(np.random.default_rng(n), 2, d, max(1, d // 2))
+    A = np.einsum("kdp,dn->kpn", U, Z)
+    refs = [svd_rate(a, eps) for a in A]
+    tol = sum(_rate_tolerance(a, eps, r) for a, r in zip(A, refs)) + 4 * U64 * abs(sum(refs))  # + the sum's rounding
+    assert abs(ct.compression_rate(Z, U, eps) - sum(refs)) <= tol, (kind, scale, eps)
+
+
+def test_gram_paths_at_n_1e5_linear_memory():
+    """n = 1e5 ≫ d = 8, duplicated tokens (rank 2): R has the closed form ½ log(1 + αλ_1) + ½ log(1 + αλ_2) of the
+    2×2 Gram matrix of the distinct tokens weighted by their counts (exact rational-size arithmetic, 1e-13 relative
+    for the ~1e5-term sums); the gradient and HVP stay within a few Z-sized arrays (the previous SVD path held
+    (d, n) U/V factors and LAPACK copies: 917 MiB for a 293 MiB Z); peak traced memory ≤ 8 × Z.nbytes."""
+    import tracemalloc
+
+    rng = np.random.default_rng(0)
+    d, n, eps = 8, 100_000, 0.5
+    tokens = rng.standard_normal((d, 2))
+    pick = rng.integers(0, 2, n)
+    Z = tokens[:, pick]
+    counts = np.bincount(pick, minlength=2)
+    small = (tokens * counts) @ tokens.T  # ZZ* = Σ_j counts_j t_j t_j*
+    lam = np.linalg.eigvalsh(small)
+    alpha = d / (n * eps**2)
+    assert rel_err(ct.coding_rate(Z, eps), 0.5 * np.log1p(alpha * np.clip(lam, 0, None)).sum()) < 1e-13
+    V = rng.standard_normal((d, n))
+    for fn, args in ((ct.coding_rate_grad, (Z, eps)), (ct.coding_rate_hvp, (Z, V, eps))):
+        tracemalloc.start()
+        try:
+            out = fn(*args)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert np.all(np.isfinite(out))
+        assert peak <= 8 * Z.nbytes, (fn.__name__, peak / Z.nbytes)

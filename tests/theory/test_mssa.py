@@ -251,3 +251,63 @@ def test_layer_and_decoder_still_take_learned_non_orthonormal_bases():
     np.testing.assert_allclose(half, expected, rtol=1e-14, atol=1e-15)
     _, out = decoder_layer(Z, DecoderLayerParams(E=np.eye(6), V=U), eps=0.8, temperature=1.0, norm=False)
     np.testing.assert_allclose(out, Z - ct.mssa(Z, U, 0.8, allow_nonorthonormal=True), rtol=1e-14, atol=1e-15)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Issue 32: MSSA in column blocks
+# ----------------------------------------------------------------------------------------------------------------
+@given(shape=bases_shapes(max_d=6, max_n=9), seed=seeds, causal=st.booleans(), block=st.integers(1, 11),
+       c=st.sampled_from([1e-300, 1e-150, 1.0, 1e150, 1e300]), batch=st.booleans())
+def test_mssa_blocks_equal_one_block(shape, seed, causal, block, c, batch):
+    """Any block size (1 … > n) gives the one-block result: each column's softmax is the same elementwise arithmetic
+    on the same logits; only the products (the block's logits Â*Â_J, and A·weights) may be summed in another order
+    by BLAS for another block width, a few u relative per entry (sums of ≤ max(p, n) ≤ 9 terms) — 1e-13 relative
+    to the largest entry leaves a margin of ~50. Also at 1e±150 and 1e±300 (the exact limits) and for a batch;
+    ssa and mssa_free take the same blocks."""
+    K, d, p, n = shape
+    rng = np.random.default_rng(seed)
+    U = random_bases(rng, K, d, p)
+    Z = c * rng.standard_normal((2, d, n) if batch else (d, n))
+    whole = ct.mssa(Z, U, 1.0, causal=causal, block=n)
+    blocked = ct.mssa(Z, U, 1.0, causal=causal, block=block)
+    assert np.all(np.isfinite(blocked))
+    scale = max(np.abs(whole).max(), np.finfo(float).tiny)
+    np.testing.assert_allclose(blocked, whole, rtol=0, atol=1e-13 * scale)
+    W = rng.standard_normal((d, K * p))
+    free_whole = ct.mssa_free(Z, U, W, causal=causal, block=n)
+    np.testing.assert_allclose(ct.mssa_free(Z, U, W, causal=causal, block=block), free_whole, rtol=0,
+                               atol=1e-13 * max(np.abs(free_whole).max(), np.finfo(float).tiny))
+    one = ct.ssa(Z, U[0], causal=causal, block=n)
+    np.testing.assert_allclose(ct.ssa(Z, U[0], causal=causal, block=block), one, rtol=0,
+                               atol=1e-13 * max(np.abs(one).max(), np.finfo(float).tiny))
+
+
+def test_mssa_block_argument_is_checked():
+    U = synthetic.orthonormal_bases(2, 4, 2, seed=0)
+    Z = np.ones((4, 3))
+    for bad, err in ((0, ValueError), (-2, ValueError), (1.5, TypeError), (True, TypeError)):
+        with pytest.raises(err, match="block"):
+            ct.mssa(Z, U, 1.0, block=bad)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+def test_mssa_peak_memory_is_K_n_block(causal):
+    """n = 8000, K = 2, block = 256: the one attention temporary is K·n·block float64 = 32 MiB (the previous
+    whole-matrix form held five K·n·n arrays, 4.8 GiB). Measured with tracemalloc (NumPy reports its buffers to it):
+    the peak stays below 2 × K·n·block·8 bytes (the temporary plus its bool causal mask, n·block bytes, and the
+    per-column maxima and sums) + 8 Z-sized arrays (Z, the codes A and Â, the heads, the lifted output: here
+    K·p = d, so each is Z.nbytes). Equality with other block sizes is the test above."""
+    import tracemalloc
+
+    K, d, p, n, block = 2, 16, 8, 8000, 256
+    U = synthetic.orthonormal_bases(K, d, p, seed=0)
+    Z = np.random.default_rng(0).standard_normal((d, n)) / 4
+    tracemalloc.start()
+    try:
+        out = ct.mssa(Z, U, 1.0, causal=causal, block=block)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    bound = 2 * K * n * block * 8 + 8 * Z.nbytes
+    assert peak < bound, (peak / 2**20, bound / 2**20)
+    assert np.all(np.isfinite(out))
