@@ -1,6 +1,6 @@
-"""The raw-pixel control claims (4.1.3-dino-pixels, 2.24-mae-pixels): fed constructed per-seed accuracies, each
-verdict must come out `holds` when the pre-trained features beat the pixels, `fails` when the pixels win and
-`inconclusive` when the seeds cannot tell."""
+"""The raw-pixel control claims (4.1.3-dino-pixels, 2.24-mae-pixels) and Table 4's ViT-vs-CRATE ordering under DINO
+(4.1.3-dino-vit-vs-crate): fed constructed per-seed accuracies, each verdict must come out `holds` when the first
+side wins, `fails` when the other does and `inconclusive` when the seeds cannot tell."""
 import numpy as np
 import pytest
 
@@ -41,3 +41,15 @@ def test_mae_pixels_flips(monkeypatch, tmp_path):
     assert verdict("2.24-mae-pixels", "full", tmp_path) == "fails"
     install(0.9)
     assert verdict("2.24-mae-pixels", "full", tmp_path) == "inconclusive"
+
+
+def test_dino_vit_vs_crate_flips(monkeypatch, tmp_path):
+    def install(vit_mean: float):
+        monkeypatch.setattr(dino, "_test_knn", lambda config, seed: list(
+            (vit_mean if config.model == "vit_tiny" else 0.7) + NOISE[:3] * (2 if config.model == "vit_tiny" else 1)))
+    install(0.8)
+    assert verdict("4.1.3-dino-vit-vs-crate", "full", tmp_path) == "holds"
+    install(0.6)
+    assert verdict("4.1.3-dino-vit-vs-crate", "full", tmp_path) == "fails"
+    install(0.7)
+    assert verdict("4.1.3-dino-vit-vs-crate", "full", tmp_path) == "inconclusive"
