@@ -159,9 +159,8 @@ def test_crate_pack_then_crate_train_on_the_shards(source, tmp_path, capsys):
                        "heads=2", "--batch-size", "7", "--epochs", "1", "--output-dir", str(tmp_path / "run"),
                        "--no-progress"])
     assert code == 0
-    out = capsys.readouterr().out  # progress lines, then the result as JSON
-    result = json.loads(out[out.index("{\n"):])
-    assert result["steps"] == 2 and result["val_images"] == 6
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())  # what the run printed at its end
+    assert summary["steps"] == 2 and summary["metrics"]["val_images"]["final"] == 6
 
 
 def test_crate_pack_names_bad_arguments(source, tmp_path, capsys):
