@@ -13,6 +13,7 @@ import torch
 from threadpoolctl import threadpool_limits  # installed with scikit-learn
 from tqdm.auto import tqdm
 
+from verify import plots
 from verify.context import Context
 from verify.registry import Claim, Result
 
@@ -80,10 +81,11 @@ def _single_threaded(mode: str):
 
 
 def run_claims(
-    claims: list[Claim], *, mode: str, seed: int, output_dir: Path, progress: bool = True
+    claims: list[Claim], *, mode: str, seed: int, output_dir: Path, progress: bool = True, figures: bool = True
 ) -> list[Outcome]:
-    """Measure each claim in order, with a tqdm progress bar; exceptions are caught and recorded per claim."""
-    with _single_threaded(mode):
+    """Measure each claim in order, with a tqdm progress bar; exceptions are caught and recorded per claim.
+    ``figures``: draw the claims' figures (`verify.plots.drawing`)."""
+    with _single_threaded(mode), plots.drawing(figures):
         return _run(claims, mode, seed, Path(output_dir), progress)
 
 
@@ -101,7 +103,7 @@ def _run(claims: list[Claim], mode: str, seed: int, output_dir: Path, progress: 
         except Exception:  # noqa: BLE001 - a broken measurement is reported, the audit goes on
             result, error = None, traceback.format_exc()
         seconds = time.perf_counter() - start
-        figures = [_relative(f, output_dir) for f in (result.figures if result else [])]
+        figures = [_relative(f, output_dir) for f in (result.figures if result else []) if f]
         outcomes.append(Outcome(claim, result, seconds, error, figures, mode))
     return outcomes
 

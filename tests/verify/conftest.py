@@ -38,7 +38,7 @@ def _run(root: Path) -> None:
     buffer = io.StringIO()
     try:
         with contextlib.redirect_stdout(buffer):
-            status = main(["--quick", "--output-dir", str(out), "--no-progress"])
+            status = main(["--quick", "--figures", "--output-dir", str(out), "--no-progress"])  # figures tested too
     finally:
         if previous is None:
             os.environ.pop("CRATE_WHITEBOX_CACHE")

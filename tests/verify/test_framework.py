@@ -307,3 +307,22 @@ def test_a_full_verdict_is_expected_under_full_only(tmp_path):
         _register(full_verdict="maybe")
     with pytest.raises(ValueError, match="both modes"):
         _register(full_verdict="holds", modes=("full",))
+
+
+def test_figures_are_drawn_on_request_and_under_full_only_by_default(tmp_path):
+    """Quick mode draws no figure unless asked (--figures); --full draws them; a claim's None figure is dropped."""
+    from verify import plots
+
+    def draw(ctx):
+        path = plots.curves(ctx.figure_path("c"), [1, 2], {"a": [1.0, 2.0]}, xlabel="x", ylabel="y", title="t")
+        return Result("drawn" if path else "skipped", "holds", {}, [path])
+
+    draws = _claim("zz-figure", "holds", draw)
+    for mode, figures, drawn in (("quick", None, False), ("quick", True, True), ("full", None, True),
+                                 ("full", False, False)):
+        out = tmp_path / f"{mode}-{figures}"
+        assert audit([draws], mode=mode, output_dir=out, progress=False, echo=False, figures=figures) == 0
+        entry = json.loads((out / "report.json").read_text())["claims"][0]
+        assert (entry["measured"] == "drawn") == drawn and len(entry["figures"]) == drawn
+        assert (out / "figures" / "zz-figure-c.png").is_file() == drawn
+    assert plots.enabled()  # the switch is restored after the audit

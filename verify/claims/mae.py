@@ -203,8 +203,10 @@ def _roundtrip_claim(suffix: str, key: str, how: str, expected_verdict: str, not
                       Headline.of_layers("error", below))
 
 
-def _reconstructions(ctx) -> str:
-    """Reconstructions of held-out digits by the trained model (the first seed)."""
+def _reconstructions(ctx) -> str | None:
+    """Reconstructions of held-out digits by the trained model (the first seed); None when figures are off."""
+    if not plots.enabled():
+        return None
     run = _runs(ctx.quick, ctx.seed)[0]
     _, images, mask = _test_data(run.config)
     pictures = ctx.figure_path("reconstructions")

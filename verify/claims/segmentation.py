@@ -31,7 +31,7 @@ from crate_nn.tasks import get_preset
 from crate_nn.tasks import segmentation as experiment
 from crate_theory import layer_norm, ssa_attention
 from crate_theory.synthetic import orthonormal_bases
-from verify import experiments
+from verify import experiments, plots
 from verify.context import MODES
 from verify.registry import Headline, Result, claim
 from verify.statistics import compare
@@ -194,7 +194,9 @@ def per_seed(results: dict, row: str, key: str) -> list[float]:
             for s in results["seeds"]]
 
 
-def _figure(ctx, results: dict) -> str:
+def _figure(ctx, results: dict) -> str | None:
+    if not plots.enabled():
+        return None
     path = ctx.figure_path("table17")
     experiment._summary_figure(results).savefig(path, dpi=110)
     return str(path)
