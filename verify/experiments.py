@@ -160,6 +160,27 @@ def runs(config: TrainConfig, seeds: Sequence[int]) -> list[Run]:
     return [run(dataclasses.replace(config, seed=seed)) for seed in seeds]
 
 
+RUN_ONLY = ("seed", "output_dir", "progress")
+"""Config fields that name where or how visibly a run happens, not what it trains: left out of a recipe."""
+
+
+def recipe(config: TrainConfig) -> dict:
+    """``config`` as JSON without `RUN_ONLY`: what a committed run (results/*/results.json) records it was
+    trained with."""
+    return {k: v for k, v in json.loads(json.dumps(config.to_dict(), default=str)).items() if k not in RUN_ONLY}
+
+
+def recipe_differences(saved: dict, config: TrainConfig) -> list[str]:
+    """The fields on which ``config`` differs from a committed run's ``saved`` recipe (`recipe`). A field the saved
+    recipe lacks counts only when ``config`` holds another value than the field's default: options added since
+    the run was made default to what the run did or change nothing it trained (e.g. ``curves``, a figure)."""
+    current = recipe(config)
+    defaults = {f.name: f.default for f in dataclasses.fields(config) if f.default is not dataclasses.MISSING}
+    defaults = recipe(dataclasses.replace(config, **{k: v for k, v in defaults.items() if k in current}))
+    return sorted(k for k in set(saved) | set(current) if k not in RUN_ONLY
+                  and (saved[k] != current.get(k) if k in saved else current[k] != defaults[k]))
+
+
 def seeds(base: int, count: int) -> list[int]:
     """The ``count`` run seeds of the audit's base seed ``base`` (``--seed``): count·base, …, count·base + count − 1,
     disjoint for different base seeds."""

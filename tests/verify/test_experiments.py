@@ -1,5 +1,6 @@
 """The audit's cache of trained runs (verify.experiments): one training per (config, code), complete entries only,
 the engine's own initialisation, a code change retrains, and `make clean` clears exactly the audit's folder."""
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -120,6 +121,17 @@ def test_derived_numbers_are_cached_per_measurement_code_and_parameters(cache, t
     run.derived("m", measure, module, images=8)
     run.derived("m", measure, experiments, images=4)
     assert measured == [0, 0, 0]
+
+
+def test_a_committed_recipe_is_compared_field_by_field_and_new_options_at_their_default_pass():
+    config = get_preset("digits")
+    saved = experiments.recipe(config)
+    assert "seed" not in saved and "output_dir" not in saved and experiments.recipe_differences(saved, config) == []
+    older = {k: v for k, v in saved.items() if k not in ("curves", "eval_at_start")}  # written before they existed
+    assert experiments.recipe_differences(older, dataclasses.replace(config, eval_at_start=False)) == []
+    assert experiments.recipe_differences(older, config) == ["eval_at_start"]  # the digits preset sets it: new
+    assert experiments.recipe_differences({**saved, "lr": 1.0}, config) == ["lr"]
+    assert experiments.recipe_differences(saved, dataclasses.replace(config, seed=7, progress=False)) == []
 
 
 def test_seeds_are_disjoint_per_base_seed():

@@ -66,9 +66,8 @@ def config(variant: str) -> ClassificationConfig:
 
 
 def _recipe() -> dict:
-    """Row → its config as JSON (without the seed), what the committed run must have been trained with."""
-    return {v: {k: val for k, val in json.loads(json.dumps(config(v).to_dict(), default=str)).items()
-                if k not in ("seed", "output_dir", "progress")} for v in VARIANTS}
+    """Row → its recipe (`verify.experiments.recipe`), what the committed run records it was trained with."""
+    return {v: experiments.recipe(config(v)) for v in VARIANTS}
 
 
 @functools.cache
@@ -102,7 +101,8 @@ def _results(mode: str, seed: int) -> tuple[dict, str]:
         raise FileNotFoundError(f"{RESULTS} is missing: run `python -m verify.claims.ablations` (or python -m "
                                 "verify --full)")
     results = json.loads(RESULTS.read_text())
-    if results["recipe"] != _recipe():
+    if set(results["recipe"]) != set(VARIANTS) or any(experiments.recipe_differences(saved, config(v))
+                                                       for v, saved in results["recipe"].items()):
         raise ValueError(f"{RESULTS} was measured with another recipe than verify.claims.ablations builds now; re-run "
                          "`python -m verify.claims.ablations`")
     return results, f"committed run {RESULTS.relative_to(RESULTS.parents[2])}, seeds {results['seeds']}"

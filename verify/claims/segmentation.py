@@ -151,11 +151,6 @@ def maskcut_printed(ctx) -> Result:
 
 
 # --------------------------------------------------------------------------------------------- Table 17
-def _current_configs() -> dict:
-    return {v: {k: val for k, val in json.loads(json.dumps(get_preset(f"objects_{v}").to_dict())).items()
-                if k not in ("seed", "output_dir", "progress")} for v in experiment.VARIANTS}
-
-
 FULL_SEEDS = 5
 """Seeds per variant under --full (≈ 1 hour on one core for the four variants)."""
 
@@ -172,9 +167,9 @@ def _table(mode: str, seed: int) -> tuple[dict, str]:
         raise FileNotFoundError(f"{RESULTS} is missing: run `crate-segment experiment --report-dir "
                                 f"{RESULTS.parent}` (or python -m verify --full)")
     results = json.loads(RESULTS.read_text())
-    saved = {v: {k: val for k, val in c.items() if k not in ("progress",)} for v, c in results["configs"].items()}
-    current = _current_configs()  # the committed run may hold a subset of the variants (crate-segment --variants)
-    if any(saved[v] != current.get(v) for v in saved) or results.get("overrides") or results.get("images"):
+    # the committed run may hold a subset of the variants (crate-segment --variants)
+    if (any(v not in experiment.VARIANTS or experiments.recipe_differences(c, get_preset(f"objects_{v}"))
+            for v, c in results["configs"].items()) or results.get("overrides") or results.get("images")):
         raise ValueError(f"{RESULTS} was measured with another recipe than the objects_* presets now give; re-run "
                          f"`crate-segment experiment --report-dir {RESULTS.parent}`")
     return results, f"committed run {RESULTS.relative_to(RESULTS.parents[2])}, seeds {results['seeds']}"
