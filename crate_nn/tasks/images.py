@@ -57,6 +57,8 @@ class ImageDataConfig(TrainConfig):
         changes: dict = {}
         if self.dataset not in ("digits", "synthetic"):
             changes.update(dataset="synthetic", data_dir=None, test_split=None)
+            if len(self.mean) == 1:  # a gray-scale set (mnist5k): the synthetic images are RGB
+                changes.update(mean=self.mean * 3, std=self.std * 3)
         if changes.get("dataset", self.dataset) == "synthetic":
             changes.update(synthetic_samples=min(self.batch_size, batch_size))
         return super().smoke(steps, batch_size, **{**changes, **overrides})
