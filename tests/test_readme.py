@@ -29,9 +29,7 @@ import io
 import json
 import re
 import shlex
-import sys
 import time
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,8 +37,11 @@ import pytest
 import torch
 from _train_cases import ROOT, fake_cifar, fake_imagenet, image_file
 
+from crate_nn import extras
+
 README = ROOT / "README.md"
-SCRIPTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]  # crate-train → module:main
+# pyproject.toml's [project.scripts] (crate-train → crate_nn.train:main); tomllib is Python ≥ 3.11, we support 3.10
+SCRIPTS = dict(re.findall(r'^(crate-[\w-]+) = "([\w.:]+)"$', (ROOT / "pyproject.toml").read_text(), re.M))
 
 
 @dataclass(frozen=True)
@@ -244,13 +245,12 @@ def parse_only(words: list[str]) -> None:
 
 
 def make_stand_ins(root: Path) -> None:
-    """The user's files the runnable commands read, small: an ImageNet folder (2 classes, 8 + 4 images) with its
-    ReaL labels, a CIFAR-10 release, a photo, and an authors'-format crate_small checkpoint (random weights)."""
+    """The user's data the commands read, small: an ImageNet folder (2 classes, 8 + 4 images) with its ReaL labels
+    (one list of labels per validation image), a CIFAR-10 release (20 + 6 images) and a photo."""
     imagenet = fake_imagenet(root / DATA["/data/imagenet"])
     (imagenet / "real.json").write_text(json.dumps([[0], [0, 1], [1], []]))
     fake_cifar(root / DATA["/data/cifar10"], 10)
     image_file(root / "photo.jpg", (64, 48))
-    official_crate_small(root / "crate_small.pth")
 
 
 def official_crate_small(path: Path) -> None:
@@ -276,15 +276,18 @@ def official_mae(path: Path) -> None:
                path)
 
 
-def run_command(words: list[str], entry) -> None:
+def run_command(words: list[str]) -> tuple[int, str]:
+    """Run the command's ``main`` in this process (as its console script would); its exit status and stderr."""
     main, argv = entry_point(words)
     started = time.perf_counter()
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
-        code = main(argv)
-    code = 0 if code is None or not isinstance(code, int) else code
-    print(f"{time.perf_counter() - started:6.1f} s  {shlex.join(words)}")
-    assert code == 0, f"{shlex.join(words)} exited with {code}: {err.getvalue()[-2000:]}"
+        try:
+            code = main(argv)
+        except SystemExit as stop:
+            code = stop.code
+    print(f"{time.perf_counter() - started:6.1f} s  {shlex.join(words)}", flush=True)
+    return (code if isinstance(code, int) else 0), err.getvalue()
 
 
 def test_parse_only_commands_parse(tmp_path, monkeypatch):
@@ -302,13 +305,37 @@ def test_runnable_commands_run_in_order(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("CRATE_WHITEBOX_CACHE", str(tmp_path / "cache"))
     make_stand_ins(tmp_path)
+    official_crate_small(tmp_path / "crate_small.pth")
     for command in readme_commands():
         entry = COMMANDS.get(command)
         if isinstance(entry, Parse) or entry is None:
             continue
         words = with_stand_ins(shlex.split(command)) if isinstance(entry, StandIn) else shlex.split(command)
-        if entry.short:
+        if entry.short:  # a long training: does it parse, build its data and model, train and write its outputs?
             words += ["--max-steps", "2"]
         if isinstance(entry, StandIn):
             words += list(entry.extra)
-        run_command(words, entry)
+        code, err = run_command(words)
+        if isinstance(entry, Run) and entry.needs and not extras.available(entry.needs):
+            # without its extra the command stops before any work, with one line naming what to install
+            assert code == 1 and extras.install_hint(entry.needs) in err, err
+            continue
+        assert code == 0, f"{shlex.join(words)} exited with {code}: {err[-3000:]}"
+
+
+
+def preamble(directory: Path) -> None:
+    """What the python blocks find before they run (each in a fresh namespace, with ``directory`` as the working
+    directory): ``crate_small.pth``, an authors'-format crate_small (`official_crate_small`: the layout of their
+    released file, random weights), and ``checkpoint-799.pth``, a FAIR-MAE training file of a one-layer CRATE-MAE
+    (`official_mae`). The snippets define everything else they use, their ``images`` included."""
+    official_crate_small(directory / "crate_small.pth")
+    official_mae(directory / "checkpoint-799.pth")
+
+
+@pytest.mark.parametrize("body", [pytest.param(body, id=f"line{line}") for lang, line, body in blocks(README.read_text())
+                                  if lang == "python"])
+def test_python_snippets_run(body, request, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    preamble(tmp_path)
+    exec(compile(body, f"README.md:{request.node.callspec.id}", "exec"), {"__name__": "__readme__"})
