@@ -13,7 +13,7 @@ WHEELS := kornia==0.9.0 kornia_rs==0.2.0 lion-pytorch==0.2.5
 WHEEL_PLATFORMS := --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 \
 	--platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
 
-.PHONY: setup test audit clean gpu-check wheels
+.PHONY: setup test test-fast audit clean gpu-check wheels
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -26,6 +26,10 @@ setup: $(VENV)/.installed
 
 test: setup
 	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MPLBACKEND=Agg $(PY) -m pytest $(PYTEST_ARGS)
+
+# while developing: everything but the tests marked slow (tests/conftest.py SLOW); CI runs `make test`
+test-fast: setup
+	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MPLBACKEND=Agg $(PY) -m pytest $(PYTEST_ARGS) -m "not slow"
 
 audit: setup
 	MPLBACKEND=Agg $(PY) -m verify

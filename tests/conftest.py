@@ -30,3 +30,30 @@ settings.register_profile(
 )
 settings.register_profile("dev", deadline=None, max_examples=50)
 settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+SLOW = {
+    "tests/verify/test_claims.py": "runs the whole quick audit from an empty cache (≈ 2.5 min)",
+    "tests/verify/test_seed_independence.py": "the fast claims again at two other base seeds (≈ 1 min)",
+    "tests/test_readme.py": "every README command and snippet (≈ 100 s)",
+    "tests/notebooks": "executes every notebook in a kernel (≈ 140 s)",
+    "tests/engine/test_engine_ddp.py": "torchrun with two processes",
+    "tests/engine/test_engine_toy.py::test_hard_kills_and_terminations_at_random_steps_then_resume_equal_uninterrupted":
+        "kills and resumes many subprocesses",
+    "tests/engine/test_engine_toy.py::test_torchrun_two_processes_equal_one_process_and_stop_together":
+        "torchrun with two processes",
+    "tests/evaluation/test_features.py::test_two_processes_return_what_one_process_returns": "torchrun",
+    "tests/engine/test_run_dir.py::test_a_bad_output_dir_stops_every_torchrun_process_with_its_message": "torchrun",
+    "tests/models/test_models.py::test_torch_compile_agrees_with_eager": "torch.compile",
+    "tests/tasks": "trains every system's presets (seconds each, minutes in all)",
+}
+"""Tests marked ``slow`` (node-id prefix → why): `make test-fast` (``-m "not slow"``) leaves them out for a quick
+check while developing; CI and `make test` run everything."""
+
+
+def pytest_collection_modifyitems(config, items):
+    import pytest
+
+    for item in items:  # a prefix names a folder, a file or a test (with or without its parameters)
+        if any(item.nodeid == p or item.nodeid.startswith((p + "/", p + "::", p + "[")) for p in SLOW):
+            item.add_marker(pytest.mark.slow)
