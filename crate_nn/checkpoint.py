@@ -11,12 +11,14 @@ and every other value, in a fixed order) is verified by `read` and `load`: a fli
 naming the file, not a silently different model (``verify=False`` reads such a file anyway, for forensic use; files
 written before checksums existed have none and are read as they are). `load` rebuilds the architecture the file names through the model
 registry (files written before families existed have no ``family`` and are classifiers). The authors' formats are
-read by `crate_nn.official`; `load` tells the formats apart (`sniff`) and reads them all.
+read by `crate_nn.official`; `load` tells the formats apart (`sniff`) and reads them all. A ``.safetensors`` path
+holds the weights alone (tied ones once), with the format, family and config in the header's metadata.
 """
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 import pickle
 import tempfile
@@ -33,7 +35,8 @@ RESERVED = ("format", "family", "config", "model", "checksum")
 
 
 def save(path: str | os.PathLike, model: nn.Module, extra: Mapping | None = None) -> None:
-    """Write ``{"format", "family", "config", "model", **extra}`` to ``path`` atomically.
+    """Write ``{"format", "family", "config", "model", **extra}`` to ``path`` atomically (a ``.safetensors`` path: the
+    weights, tied ones once, with the format, family and config as the header's metadata; no ``extra``).
 
     ``model`` must be a registered family's model (it carries ``.family`` and a dataclass ``.config``); wrappers
     (DDP, ``torch.compile``) are removed. ``extra`` (optimizer state, epoch, metrics …) must hold only
@@ -44,6 +47,11 @@ def save(path: str | os.PathLike, model: nn.Module, extra: Mapping | None = None
     if family is None or not dataclasses.is_dataclass(config):
         raise TypeError(f"model must be a registered crate_nn model carrying a dataclass config in .config (e.g. a "
                         f"CRATEConfig in .config), got {type(model).__name__}")
+    if _is_safetensors(path):
+        if extra:
+            raise ValueError(f"extra: a .safetensors file holds weights only; keep run state ({sorted(extra)}) in a "
+                             "torch checkpoint (.pt)")
+        return _save_safetensors(path, model, family, config)
     extra = dict(extra or {})
     clash = sorted(set(RESERVED) & set(extra))
     if clash:
@@ -85,13 +93,18 @@ def payload_digest(payload) -> str:
 def atomic_save(payload, path: str | os.PathLike) -> None:
     """``torch.save(payload)`` to a temporary file beside ``path``, fsync, then rename it to ``path``. A write the
     operating system refuses (a full disk) raises `crate_nn.files.WriteError` naming ``path``."""
+    _atomic_write(path, lambda f: torch.save(payload, f))
+
+
+def _atomic_write(path: str | os.PathLike, write) -> None:
+    """``write(file)`` into a temporary file beside ``path``, fsync, then rename it to ``path`` (`atomic_save`)."""
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     with writing("checkpoint", path):
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".pt", dir=directory)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".part", dir=directory)
         try:
             with os.fdopen(fd, "wb") as f:
-                torch.save(payload, f)
+                write(f)
                 f.flush()
                 os.fsync(f.fileno())
             os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; a checkpoint gets the mode any new file gets
@@ -141,6 +154,11 @@ def load(path: str | os.PathLike, map_location="cpu", verify: bool = True, **ove
     by that format's loader with ``overrides`` — e.g. ``heads=6`` or ``name="crate_small"`` for the authors'
     classifier, whose tensors do not fix the number of heads (the error says so when it is missing).
     """
+    if _is_safetensors(path):
+        if overrides:
+            raise ValueError(f"{os.fspath(path)}: a crate_nn safetensors file holds its whole config; got overrides "
+                             f"{sorted(overrides)}")
+        return _load_safetensors(path, map_location)
     payload = _read_any(path, map_location, verify)
     if isinstance(payload, dict) and payload.get("format") == FORMAT:
         if overrides:
@@ -155,12 +173,69 @@ def load(path: str | os.PathLike, map_location="cpu", verify: bool = True, **ove
 def sniff(path: str | os.PathLike) -> str:
     """The name of the format of the checkpoint at ``path``: ``crate_nn`` or one of
     `crate_nn.official.formats.FORMATS` (ValueError naming the file when it is none, or several, of them)."""
+    if _is_safetensors(path):
+        _safetensors_header(path)  # refuses a file that is not ours
+        return f"{FORMAT} (safetensors)"
     payload = _read_any(path, "cpu", verify=False)
     if isinstance(payload, dict) and payload.get("format") == FORMAT:
         return FORMAT
     from .official.formats import sniff as sniff_foreign
 
     return sniff_foreign(payload, os.fspath(path)).name
+
+
+# ------------------------------------------------------------------------------------------------ safetensors
+def _is_safetensors(path) -> bool:
+    return os.fspath(path).endswith(".safetensors")
+
+
+def _safetensors():
+    from .extras import require
+
+    require("safetensors", "path", "a .safetensors file")
+    import safetensors.torch
+
+    return safetensors.torch
+
+
+def _save_safetensors(path, model: nn.Module, family: str, config) -> None:
+    """The model's tensors (each tied parameter once, its other names recorded) and, in the header's metadata, the
+    format, family and config as JSON; written atomically like `atomic_save`."""
+    state = model.state_dict()
+    tied = {name: names[0] for names in _shared_parameters(model) for name in names[1:]}
+    tensors = {k: v.detach().contiguous() for k, v in state.items() if k not in tied}
+    metadata = {"format": FORMAT, "family": family, "config": json.dumps(dataclasses.asdict(config)),
+                "tied": json.dumps(tied)}
+    data = _safetensors().save(tensors, metadata=metadata)
+    _atomic_write(path, lambda f: f.write(data))
+
+
+def _safetensors_header(path) -> dict:
+    """The metadata of a crate_nn ``.safetensors`` file; ValueError naming the file when it is missing, not a
+    safetensors file, or another codebase's."""
+    if not os.path.isfile(path):
+        raise ValueError(f"checkpoint: {os.fspath(path)!r} does not exist or is not a file")
+    _safetensors()
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(os.fspath(path), framework="pt") as f:
+            metadata = f.metadata() or {}
+    except (SafetensorError, OSError, ValueError) as err:
+        raise ValueError(f"checkpoint: {os.fspath(path)!r} is not a readable safetensors file: {err}") from None
+    if metadata.get("format") != FORMAT:
+        raise ValueError(f"checkpoint: {os.fspath(path)!r} is a safetensors file without crate_nn's metadata "
+                         f"(format={metadata.get('format')!r}); its family and config are unknown")
+    return metadata
+
+
+def _load_safetensors(path, map_location) -> nn.Module:
+    metadata = _safetensors_header(path)
+    state = _safetensors().load_file(os.fspath(path), device=str(map_location))
+    for alias, source in json.loads(metadata.get("tied", "{}")).items():
+        state[alias] = state[source]
+    family = get_family(metadata["family"])
+    return build_loaded(family.model_class, family.config_class(**json.loads(metadata["config"])), state)
 
 
 def _read_any(path, map_location, verify: bool):

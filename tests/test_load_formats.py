@@ -99,3 +99,51 @@ def test_building_on_meta_keeps_ties_and_falls_back_for_tensors_no_checkpoint_ho
     assert torch.equal(rebuilt.sinusoid, sinusoidal.sinusoid) and not rebuilt.sinusoid.is_meta
     plain = build_then_copy(type(gpt), gpt.config, state)
     assert all(torch.equal(plain.state_dict()[k], v) for k, v in loaded.state_dict().items())
+
+
+@pytest.mark.parametrize("name, extra", [
+    ("crate_tiny", dict(image_size=8, patch_size=4, num_classes=3, dim=8, depth=1, heads=2)),
+    ("crate_mae_tiny", dict(image_size=8, patch_size=2, dim=16, depth=1, heads=4)),
+    ("crate_gpt_small", dict(dim=12, heads=3, depth=1, vocab_size=20, block_size=6)),  # tied wte / lm_head
+    ("crate_bert_base", dict(dim=12, heads=3, depth=1, vocab_size=20, block_size=6)),
+])
+def test_safetensors_round_trip_is_bit_identical_for_every_family(tmp_path, name, extra):
+    model = small(name, **extra)
+    path = tmp_path / "model.safetensors"
+    crate_nn.save(path, model)
+    assert sniff(path) == "crate_nn (safetensors)"
+    back = crate_nn.load(path)
+    assert type(back) is type(model) and back.config == model.config
+    assert back.state_dict().keys() == model.state_dict().keys()
+    assert all(torch.equal(back.state_dict()[k], v) and back.state_dict()[k].dtype == v.dtype
+               for k, v in model.state_dict().items())
+    if name == "crate_gpt_small":
+        assert back.lm_head.weight is back.wte.weight
+
+
+def test_safetensors_refuses_extras_overrides_and_foreign_files(tmp_path):
+    from safetensors.torch import save_file
+
+    model = small("crate_tiny", image_size=8, patch_size=4, num_classes=3, dim=8, depth=1, heads=2)
+    with pytest.raises(ValueError, match=r"extra: a .safetensors file holds weights only"):
+        crate_nn.save(tmp_path / "m.safetensors", model, extra={"epoch": 3})
+    crate_nn.save(tmp_path / "m.safetensors", model)
+    with pytest.raises(ValueError, match=r"holds its whole config; got overrides \['heads'\]"):
+        crate_nn.load(tmp_path / "m.safetensors", heads=2)
+    save_file({"w": torch.zeros(2)}, str(tmp_path / "other.safetensors"))
+    with pytest.raises(ValueError, match="other.safetensors' is a safetensors file without crate_nn's metadata"):
+        crate_nn.load(tmp_path / "other.safetensors")
+    (tmp_path / "junk.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(ValueError, match="junk.safetensors' is not a readable safetensors file"):
+        crate_nn.load(tmp_path / "junk.safetensors")
+
+
+def test_safetensors_without_the_package_names_the_extra(tmp_path, monkeypatch):
+    from crate_nn import extras
+
+    monkeypatch.setattr(extras, "available", lambda package: package != "safetensors")
+    model = small("crate_tiny", image_size=8, patch_size=4, num_classes=3, dim=8, depth=1, heads=2)
+    with pytest.raises(ValueError, match=r"path: a .safetensors file needs the safetensors package: pip install "
+                                         r"'crate-whitebox\[safetensors\]'"):
+        crate_nn.save(tmp_path / "m.safetensors", model)
+    assert not (tmp_path / "m.safetensors").exists()
