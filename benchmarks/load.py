@@ -12,6 +12,7 @@ for a model with a tensor no checkpoint holds. Before timing, both are checked t
 from __future__ import annotations
 
 import argparse
+import functools
 import tempfile
 from pathlib import Path
 
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> dict:
                 raise RuntimeError(f"{name}: the two ways of loading give different state dicts")
             del built, a, b
             timings = common.interleaved(
-                {label: (lambda fn=fn: fn(family.model_class, config, state)) for label, fn in CONTENDERS.items()},
+                {label: functools.partial(fn, family.model_class, config, state) for label, fn in CONTENDERS.items()},
                 args.repeats, args.warmup, device)
             fast, slow = timings["meta + assign"], timings["build + copy"]
             rows.append({"model": name, "parameters_M": sum(v.numel() for v in state.values()) / 1e6,

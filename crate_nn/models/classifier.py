@@ -17,6 +17,8 @@ Registered sizes (``create_model(name)``; 224² images, 16² patches unless the 
 | vit_tiny / small / base / large | MHSA + MLP | 192 / 384 / 768 / 1024 | 12 / 12 / 12 / 24 | 3 / 6 / 12 / 16 | 5,719,336 / 22,052,968 / 86,570,728 / 304,330,216 |
 | crate_s8 / crate_mlp_s8 / crate_mhsa_s8 / vit_s8 (patch 8) | Table 17's four | 384 | 12 | 6 | 6,094,312 / 18,503,656 / 9,647,080 / 22,056,424 |
 | tost_tiny / small / medium / large | TSSA + MLP (ToST) | 192 / 384 / 512 / 768 | 12 / 12 / 24 / 24 | 4 / 8 / 8 / 16 | 4,827,736 / 18,500,296 / 64,049,320 / 143,258,728 |
+| crate_alpha_b32 / b16 / b8 (patch 32 / 16 / 8) | CRATE-α (`_ALPHA`) | 768 | 12 | 12 | 73,985,512 / 72,328,936 / 72,338,152 |
+| crate_alpha_l32 / l14 / l8 (patch 32 / 14 / 8) | CRATE-α (`_ALPHA`) | 1024 | 24 | 16 | 255,982,568 / 253,650,920 / 253,786,088 |
 
 The baselines share everything with CRATE but the block (same stem, head, LayerNorms and initialisation), so a
 comparison differs in what it compares. Table 8 prints ViT-T 5.72M and ViT-S 22.05M for timm's ViTs, whose
@@ -54,6 +56,7 @@ class CRATEConfig(BlockConfig, PatchGrid):
         num_classes, in_channels: head width C and image channels.
         pool: ``"cls"`` (eq. 66, the class token's output) or ``"mean"`` (eq. 72, mean over all tokens).
         patch_embed: ``"linear"`` (LN → Linear → LN, the authors' CRATE) or ``"conv"`` (Conv2d, CRATE-α).
+        head_norm_eps: the head LayerNorm's ε; None: ``norm_eps`` (CRATE-α: 1e-5 in the head, 1e-6 in the layers).
 
     Input:
         dynamic_img_size: accept any image size divisible by the patch size, resampling the position
@@ -70,11 +73,16 @@ class CRATEConfig(BlockConfig, PatchGrid):
     pool: str = "cls"
     patch_embed: str = "linear"
     dynamic_img_size: bool = False
+    head_norm_eps: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("depth", "image_size", "patch_size", "num_classes", "in_channels"):
             check_positive_int(name, getattr(self, name))
         super().__post_init__()
+        if self.head_norm_eps is not None and not (isinstance(self.head_norm_eps, (int, float))
+                                                   and not isinstance(self.head_norm_eps, bool)
+                                                   and self.head_norm_eps > 0):
+            raise ValueError(f"head_norm_eps must be a positive number or None, got {self.head_norm_eps!r}")
         if self.image_size % self.patch_size:
             raise ValueError(f"image_size={self.image_size} is not divisible by patch_size={self.patch_size}")
         check_choice("pool", self.pool, POOLS)
@@ -100,7 +108,8 @@ class CRATEClassifier(nn.Module):
         self.pos_embed = nn.Parameter(torch.randn(1, config.num_patches + 1, config.dim))
         self.encoder: LayerStack = CRATEEncoder(config)
         self.head = nn.Sequential(
-            OrderedDict(norm=nn.LayerNorm(config.dim, eps=config.norm_eps),
+            OrderedDict(norm=nn.LayerNorm(config.dim, eps=config.norm_eps if config.head_norm_eps is None
+                                          else config.head_norm_eps),
                         fc=nn.Linear(config.dim, config.num_classes))
         )
 
@@ -159,6 +168,11 @@ class CRATEClassifier(nn.Module):
 _VIT = dict(attention="mhsa", feedforward="mlp")
 _TOST = dict(attention="tssa", feedforward="mlp")
 _S8 = dict(dim=384, depth=12, heads=6, patch_size=8)
+_ALPHA = dict(patch_embed="conv", ista="overcomplete", ista_skip=True, out_bias=False, norm_eps=1e-6,
+              head_norm_eps=1e-5)
+"""CRATE-α (UCSC-VLAA/CRATE-alpha, torch_inference/model/crate_alpha.py): a Conv2d stem, the over-complete ISTA
+block (m = 4d, a separate decoding dictionary D₁) with a skip, a bias-free MSSA output, LayerNorm ε 1e-6 in the
+layers and PyTorch's 1e-5 in the head."""
 for _name, _values in {
     "crate_tiny": dict(dim=384, depth=12, heads=6),
     "crate_small": dict(dim=576, depth=12, heads=12),
@@ -176,5 +190,8 @@ for _name, _values in {
     "tost_small": dict(dim=384, depth=12, heads=8, **_TOST),
     "tost_medium": dict(dim=512, depth=24, heads=8, **_TOST),
     "tost_large": dict(dim=768, depth=24, heads=16, **_TOST),
+    **{f"crate_alpha_{size}{patch}": dict(_ALPHA, **dims, patch_size=patch)
+       for size, dims in (("b", dict(dim=768, depth=12, heads=12)), ("l", dict(dim=1024, depth=24, heads=16)))
+       for patch in ((32, 16, 8) if size == "b" else (32, 14, 8))},
 }.items():
     register_model(_name, "classifier", **_values)

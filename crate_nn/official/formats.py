@@ -8,6 +8,8 @@ ambiguous, one that none claims is refused naming the keys it holds):
   only);
 * ``authors' CRATE-MAE`` — their FAIR-MAE checkpoints (`load_official_mae`; the heads come from the file's
   ``args.model`` when it has one);
+* ``CRATE-α`` — UCSC-VLAA/CRATE-alpha's PyTorch port (`load_crate_alpha`; ``name="crate_alpha_b16"`` or
+  ``heads=``);
 * ``crate-lm`` and ``nanoGPT`` — CRATE-GPT and GPT-2 language models (`load_gpt_checkpoint`; ``heads=`` unless the
   file has ``model_args['n_head']``).
 
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from .alpha import load_crate_alpha
 from .classifier import load_official_checkpoint
 from .gpt import load_gpt_checkpoint
 from .keys import state_dict_of
@@ -46,6 +49,7 @@ FORMATS = (
            lambda s: "to_patch_embedding.2.weight" in s and _prefixed(s, "transformer.layers."),
            load_official_checkpoint),
     Format("authors' CRATE-MAE", lambda s: "decoder_pred.weight" in s and _prefixed(s, "blocks."), load_official_mae),
+    Format("CRATE-α", lambda s: "conv1.weight" in s and any(k.endswith(".1.fn.D1") for k in s), load_crate_alpha),
     Format("crate-lm", lambda s: "transformer.wte.weight" in s and any(".prenorm_1." in k for k in s),
            load_gpt_checkpoint),
     Format("nanoGPT", lambda s: "transformer.wte.weight" in s and any(".ln_1." in k for k in s), load_gpt_checkpoint),

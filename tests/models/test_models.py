@@ -35,6 +35,20 @@ EXPECTED_PARAMETERS = {
     "tost_large": 171_625_192 - 24 * (2 * 768**2 + 3 * 768 - 16),
 }
 
+
+def _alpha(d: int, depth: int, patch: int) -> int:
+    """CRATE-α's module structure (torch_inference/model/crate_alpha.py): per layer two LayerNorms (4d), a bias-free
+    qkv and to_out (2d²), D and D1 (2·d·4d); a Conv2d stem with bias, the position table of (224/P)² + 1 tokens, the
+    class token; the head's LayerNorm and Linear(d, 1000)."""
+    return depth * (4 * d + 2 * d * d + 8 * d * d) + (3 * patch * patch * d + d) + ((224 // patch) ** 2 + 1) * d + d \
+        + 2 * d + 1000 * d + 1000
+
+
+EXPECTED_PARAMETERS.update({f"crate_alpha_{size}{patch}": _alpha(d, depth, patch)
+                            for size, d, depth, patches in (("b", 768, 12, (32, 16, 8)), ("l", 1024, 24, (32, 14, 8)))
+                            for patch in patches})
+assert EXPECTED_PARAMETERS["crate_alpha_b16"] == 72_328_936  # CRATE-α's B/16 as its own PyTorch model counts it
+
 SMALL = dict(image_size=16, patch_size=4, num_classes=5, dim=24, depth=2, heads=3)
 
 
