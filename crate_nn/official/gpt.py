@@ -121,9 +121,14 @@ def load_gpt_checkpoint(source, heads: int | None = None) -> CRATEGPT:
     return model
 
 
-def to_crate_lm(model: CRATEGPT, masks: bool = True) -> dict[str, torch.Tensor]:
-    """A CRATE-GPT's state dict in crate-lm's format (with its causal-mask buffers if ``masks``), e.g. to run it
-    with their code."""
+def to_crate_lm(model: CRATEGPT, masks: bool | None = None) -> dict[str, torch.Tensor]:
+    """A CRATE-GPT's state dict in crate-lm's format, e.g. to run it with their code.
+
+    ``masks``: add the ``transformer.h.{i}.attn.bias`` causal-mask buffers. None (default): as the crate-lm model
+    that takes the state — ``crate.py`` (the d×d ISTA) holds them, ``crate_overcomplete.py`` (its flash-attention
+    over-complete variant) has none and refuses them on strict loading."""
+    if masks is None:
+        masks = model.config.ista != "overcomplete"
     config: GPTConfig = model.config
     if config.attention != "mssa" or config.feedforward != "ista":
         raise ValueError("to_crate_lm: crate-lm has MSSA + ISTA layers only")

@@ -105,9 +105,13 @@ def test_round_trip_through_their_format(tmp_path):
     model = load_gpt_checkpoint(str(their_file(tmp_path / "a.pt", "overcomplete", masks=False)))
     theirs = to_crate_lm(model)
     assert theirs["transformer.h.0.ista.weight"].shape == (4 * D, D)
-    assert torch.equal(theirs["transformer.h.1.attn.bias"][0, 0], torch.ones(BLOCK, BLOCK).tril())
+    assert not any(k.endswith(".attn.bias") for k in theirs)  # crate_overcomplete.py has no mask buffers
+    masked = to_crate_lm(model, masks=True)
+    assert torch.equal(masked["transformer.h.1.attn.bias"][0, 0], torch.ones(BLOCK, BLOCK).tril())
     original = their_state("overcomplete", masks=False)
-    assert all(torch.equal(theirs[k], v) for k, v in original.items())
+    assert set(theirs) == set(original) and all(torch.equal(theirs[k], v) for k, v in original.items())
+    standard = to_crate_lm(load_gpt_checkpoint(str(their_file(tmp_path / "c.pt", "crate"))))
+    assert set(standard) == set(their_state("crate"))  # crate.py's model holds the mask buffers: added by default
     back = load_gpt_checkpoint({"model": theirs}, heads=HEADS)
     idx = torch.randint(0, V, (2, 5))
     torch.testing.assert_close(back(idx), model(idx), rtol=0, atol=0)  # the same tensors
