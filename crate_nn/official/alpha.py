@@ -16,7 +16,7 @@ import torch
 
 from ..models.classifier import _ALPHA, CRATEClassifier, CRATEConfig
 from ..models.registry import model_config
-from .keys import KeyMap, layer_count, state_dict_of
+from .keys import KeyMap, check_matches, layer_count, state_dict_of
 
 SOURCE = "CRATE-α"
 _ATTN, _ISTA = "transformer.layers.{i}.0.", "transformer.layers.{i}.1."
@@ -77,15 +77,7 @@ def load_crate_alpha(source, name: str | None = None, **overrides) -> CRATEClass
                          "(crate_alpha_b16: 12, crate_alpha_l14: 16)")
     config = base.replace(**{**inferred, **overrides})
     model = CRATEClassifier(config)
-    theirs = crate_nn_to_crate_alpha(model.state_dict())
-    unexpected, absent = sorted(set(state) - set(theirs)), sorted(set(theirs) - set(state))
-    if unexpected or absent:
-        raise ValueError(f"{SOURCE} checkpoint does not match the model: missing keys {absent}, unexpected keys "
-                         f"{unexpected}")
-    wrong = [f"{k}: checkpoint {tuple(state[k].shape)} vs model {tuple(v.shape)}" for k, v in theirs.items()
-             if state[k].shape != v.shape]
-    if wrong:
-        raise ValueError("shape mismatch: " + "; ".join(wrong))
+    check_matches(state, crate_nn_to_crate_alpha(model.state_dict()), SOURCE)
     model.to(dtype=state["pos_embedding"].dtype)
     model.load_state_dict(crate_alpha_to_crate_nn(state), strict=True)
     return model

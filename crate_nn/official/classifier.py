@@ -14,7 +14,7 @@ from torch import nn
 from ..models.classifier import CRATEClassifier, CRATEConfig
 from ..models.embedding import resample_pos_embed
 from ..models.registry import model_config
-from .keys import KeyMap, layer_count, state_dict_of
+from .keys import KeyMap, check_matches, layer_count, state_dict_of
 
 SOURCE = "authors'"
 
@@ -115,14 +115,7 @@ def load_official_checkpoint(source, name: str | None = None, **overrides) -> CR
     state = state_dict_of(source)
     config, ckpt_image_size = _infer_config(state, name, overrides)
     model = CRATEClassifier(config.replace(image_size=ckpt_image_size))
-    expected = crate_nn_to_official(model.state_dict())
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    if missing or unexpected:
-        raise ValueError(f"authors' checkpoint does not match the model: missing keys {missing}, unexpected keys {unexpected}")
-    wrong = [f"{k}: checkpoint {tuple(state[k].shape)} vs model {tuple(v.shape)}" for k, v in expected.items() if state[k].shape != v.shape]
-    if wrong:
-        raise ValueError("shape mismatch: " + "; ".join(wrong))
+    check_matches(state, crate_nn_to_official(model.state_dict()), SOURCE)
     dtype = state["pos_embedding"].dtype
     model.to(dtype=dtype if dtype.is_floating_point else torch.float32)
     model.load_state_dict(official_to_crate_nn(state), strict=True)

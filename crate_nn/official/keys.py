@@ -83,6 +83,21 @@ def state_dict_of(source, wrappers: tuple[str, ...] = ("state_dict", "model"), *
     return state
 
 
+def check_matches(state: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor], source: str,
+                  optional: Iterable[str] = ()) -> None:
+    """ValueError naming every key ``state`` lacks (but the ``optional`` ones) or has beyond ``expected`` (the model's
+    state dict under the other codebase's names), else naming every tensor of another shape."""
+    missing = sorted(set(expected) - set(state) - set(optional))
+    unexpected = sorted(set(state) - set(expected))
+    if missing or unexpected:
+        raise ValueError(f"{source} checkpoint does not match the model: missing keys {missing}, unexpected keys "
+                         f"{unexpected}")
+    wrong = [f"{k}: checkpoint {tuple(state[k].shape)} vs model {tuple(v.shape)}" for k, v in expected.items()
+             if k in state and state[k].shape != v.shape]
+    if wrong:
+        raise ValueError("shape mismatch: " + "; ".join(wrong))
+
+
 def layer_count(state: Mapping[str, torch.Tensor], pattern: str) -> int:
     """1 + the largest layer index captured by the regex ``pattern`` (group 1) in the keys; 0 when none match."""
     ids = {int(m.group(1)) for k in state for m in [re.match(pattern, k)] if m}

@@ -20,7 +20,7 @@ import torch
 from ..checkpoint import read
 from ..models.mae import CRATEMAE, CRATEMAEConfig
 from ..models.registry import model_config
-from .keys import KeyMap, layer_count, state_dict_of
+from .keys import KeyMap, check_matches, layer_count, state_dict_of
 
 SOURCE = "authors' CRATE-MAE"
 UNUSED = ("pos_embed", "decoder_embed.weight", "decoder_embed.bias")
@@ -148,16 +148,7 @@ def load_official_mae(source, name: str | None = None, **overrides) -> CRATEMAE:
     state = state_dict_of(payload)
     config = _infer_config(state, name, overrides)
     model = CRATEMAE(config)
-    expected = crate_nn_to_official_mae(model.state_dict())
-    missing = sorted(set(expected) - set(state) - set(UNUSED))
-    unexpected = sorted(set(state) - set(expected))
-    if missing or unexpected:
-        raise ValueError(f"{SOURCE} checkpoint does not match the model: missing keys {missing}, unexpected keys "
-                         f"{unexpected}")
-    wrong = [f"{k}: checkpoint {tuple(state[k].shape)} vs model {tuple(v.shape)}" for k, v in expected.items()
-             if k in state and state[k].shape != v.shape]
-    if wrong:
-        raise ValueError("shape mismatch: " + "; ".join(wrong))
+    check_matches(state, crate_nn_to_official_mae(model.state_dict()), SOURCE, optional=UNUSED)
     dtype = state["decoder_pos_embed"].dtype
     model.to(dtype=dtype if dtype.is_floating_point else torch.float32)
     model.load_state_dict(official_mae_to_crate_nn(state), strict=True)
