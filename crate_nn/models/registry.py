@@ -10,6 +10,7 @@ name beside the config, so `crate_nn.load` rebuilds whatever architecture a file
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 from dataclasses import dataclass
 
 from torch import nn
@@ -62,8 +63,6 @@ def list_models(pattern: str | None = None, family: str | None = None) -> list[s
     """Names accepted by `create_model`, in registration order: those matching the shell-style ``pattern`` (e.g.
     ``"crate_*"``, ``"*_s8"``) and of ``family`` (``"classifier"``, ``"mae"``, ``"gpt"``, …), each when given.
     A pattern that matches nothing but names a family is an error (``family=`` was meant), not an empty list."""
-    import fnmatch
-
     if family is not None and family not in _FAMILIES:
         raise ValueError(f"family: expected one of {sorted(_FAMILIES)}, got {family!r}")
     names = [name for name, (fam, _) in _MODELS.items() if family is None or fam == family]
