@@ -402,12 +402,14 @@ class DINOTask(Task):
             model, self.eval_set, "val", knn=epoch in self.config.knn_epochs, probe=epoch in self.config.probe_epochs)}
 
     def final_evaluate(self, model: nn.Module) -> dict[str, float]:
-        """The k-NN (and the probe when ``probe_epochs`` is set) at the end, of the teacher and of the raw pixels
-        (the control, ``<prefix>_raw_pixels_…``): on ``test_split``, else ``eval_split``."""
+        """The k-NN (and the probe when ``probe_epochs`` is set) at the end, of the teacher and, with
+        ``pixel_control``, of the raw pixels (``<prefix>_raw_pixels_…``): on ``test_split``, else ``eval_split``."""
         dataset, prefix = (self.test_set, "test") if self.test_set is not None else (self.eval_set, "val")
         probe = bool(self.config.probe_epochs)
-        return {**self.frozen_evaluation(model, dataset, prefix, knn=True, probe=probe),
-                **self.frozen_evaluation(None, dataset, f"{prefix}_raw_pixels", knn=True, probe=probe)}
+        metrics = self.frozen_evaluation(model, dataset, prefix, knn=True, probe=probe)
+        if self.config.pixel_control:
+            metrics.update(self.frozen_evaluation(None, dataset, f"{prefix}_raw_pixels", knn=True, probe=probe))
+        return metrics
 
     def epoch_end(self, model: nn.Module, epoch: int, run_dir: Path) -> None:
         if self.measure_images is not None and epoch in self.config.measure_epochs:
@@ -497,7 +499,7 @@ def dino_digits() -> DINOTrainConfig:
     return DINOTrainConfig(
         model="crate_tiny", model_args=dict(patch_size=4, dim=96, depth=3, heads=4), dataset="digits",
         image_size=16, local_crop_size=8, load_size=16, eval_resize=16, test_split="test", mean=(0.5,), std=(0.5,),
-        global_crops=2, local_crops=4, global_crop_scale=(0.4, 1.0), local_crop_scale=(0.1, 0.4), flip_p=0.0,
+        pixel_control=True, global_crops=2, local_crops=4, global_crop_scale=(0.4, 1.0), local_crop_scale=(0.1, 0.4), flip_p=0.0,
         color_jitter_p=0.0, blur_p=(0.0, 0.0, 0.0), solarize_p=0.0, out_dim=1024, hidden_dim=256, bottleneck_dim=64,
         teacher_temp=0.04, warmup_teacher_temp=0.04, optimizer="adamw", lr=5e-3, betas=(0.9, 0.999),
         weight_decay=0.04, weight_decay_end=0.4, batch_size=64, epochs=15, warmup_epochs=2.0, grad_clip=3.0,

@@ -44,6 +44,9 @@ class ImageDataConfig(TrainConfig):
     synthetic_samples: int = option(1024, "images of the synthetic dataset", minimum=1)
     synthetic_classes: int = option(10, "classes of the synthetic dataset", minimum=1)
     strict: bool = option(False, "stop at the first unreadable image instead of skipping it", resume_free=True)
+    pixel_control: bool = option(
+        False, "also run the final frozen evaluation (k-NN, probe) on the raw pixels, the strongest trivial control "
+        "(off by default: at ImageNet size the pixel features take N·C·H·W float64)", resume_free=True)
 
     def validate(self) -> None:
         super().validate()

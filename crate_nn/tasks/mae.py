@@ -183,8 +183,8 @@ class MAETask(Task):
             metrics["test_recon_loss"] = self.reconstruction_loss(model, self.test_set)
         if self.config.probe:
             init = self.initial_model().to(self.ctx.device)
-            for name, encoder in (("probe_top1", unwrap_model(model)), ("probe_top1_random_init", init),
-                                  ("probe_top1_raw_pixels", None)):
+            encoders = [("probe_top1", unwrap_model(model)), ("probe_top1_random_init", init)]
+            for name, encoder in encoders + ([("probe_top1_raw_pixels", None)] if self.config.pixel_control else []):
                 accuracy = self.probe(encoder)
                 if accuracy is not None:
                     metrics[name] = accuracy
@@ -279,7 +279,7 @@ def mae_digits() -> MAEConfig:
         image_size=8, test_split="test", mean=DIGITS_MEAN, std=DIGITS_STD, augment="none", optimizer="adamw", lr=3e-3,
         weight_decay=0.05, betas=(0.9, 0.95), batch_size=64, epochs=60, warmup_epochs=5.0, num_workers=0,
         checkpoint_every=0, log_every=10, output_dir="runs/mae_digits", precision="fp32", figure_epochs=(0, 10, 60),
-        probe=True,
+        probe=True, pixel_control=True,
     )
 
 

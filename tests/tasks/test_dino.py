@@ -178,7 +178,7 @@ def test_resumed_run_equals_uninterrupted(tmp_path, interrupt_at):
 
 def test_run_logs_monitors_knn_probe_and_saves_a_backbone(tmp_path):
     config = tiny(tmp_path, epochs=2, test_split="test", probe_epochs=(2,), knn_epochs=(1,), measure_epochs=(0, 2),
-                  measure_samples=8)
+                  measure_samples=8, pixel_control=True)
     result = train(config)
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in records if "train_loss" in r]
@@ -218,8 +218,9 @@ def test_a_uniform_collapse_is_visible_in_metrics_and_warned_once(tmp_path, capf
 
 
 def test_a_healthy_run_does_not_warn_and_the_monitors_name_each_collapse(tmp_path, capfd):
-    train(tiny(tmp_path, epochs=1))  # at initialisation the prototypes' outputs differ: no collapse
+    result = train(tiny(tmp_path, epochs=1))  # at initialisation the prototypes' outputs differ: no collapse
     assert "collapsed" not in capfd.readouterr().err
+    assert not any("raw_pixels" in k for k in result.metrics)  # the pixel control is opt-in (pixel_control)
     log_k = math.log(32)
     assert collapse({"teacher_student_kl": 1e-4, "teacher_entropy": 0.995 * log_k}, 32).startswith("uniform")
     assert collapse({"teacher_student_kl": 1e-4, "teacher_entropy": 0.005 * log_k}, 32).startswith("one prototype")
