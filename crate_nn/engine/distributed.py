@@ -111,6 +111,18 @@ def all_reduce_sum(tensor: torch.Tensor, ctx: Context) -> torch.Tensor:
     return tensor
 
 
+def all_reduce_sum_differentiable(tensor: torch.Tensor, ctx: Context) -> torch.Tensor:
+    """Sum of ``tensor`` over all processes as a new tensor whose backward sums the incoming gradients over the
+    processes too (the tensor itself in one process). A loss of a sum over processes, f(Σ_r x_r), then gets in each
+    process the gradient f′(Σ_r x_r)·∂x_r/∂θ summed over every process's f′: N copies, which DDP's gradient average
+    brings back to f′'s one — the gradient of one process holding the whole batch."""
+    if not ctx.distributed:
+        return tensor
+    from torch.distributed.nn.functional import all_reduce
+
+    return all_reduce(tensor, op=dist.ReduceOp.SUM)
+
+
 def all_gather_objects(obj, ctx: Context) -> list:
     """``[obj of rank 0, obj of rank 1, …]`` (``[obj]`` in one process)."""
     if not ctx.distributed:

@@ -5,6 +5,8 @@
     dino      = V̂ normalize(MLP(z)),  V̂ = g ⊙ V / ‖V‖_rows    the official DINO head (Caron et al. 2021): MLP
                 d → h → … → h → b with GELU, ℓ2-normalised bottleneck, weight-normalised last layer of K prototypes
                 (no bias; g fixed to 1 when ``norm_last_layer``)
+    simdino   = normalize(MLP(z))                            SimDINO's head (Wu et al. 2025): the DINO head without
+                its prototype layer; the b-dimensional unit features are what its coding-rate objective reads
     P(X; θ, τ) = softmax(head(f(X)) / τ)                     eq. (77)
 
 `DINO` holds the student (backbone + head), the teacher (the same architecture and initial weights, updated only
@@ -31,7 +33,7 @@ from .classifier import CRATEClassifier, CRATEConfig
 from .config import check_choice, check_number, check_positive_int
 from .registry import register_family
 
-PROJECTIONS = ("dino", "paper")
+PROJECTIONS = ("dino", "paper", "simdino")
 
 
 @dataclass
@@ -40,9 +42,10 @@ class DINOConfig(CRATEConfig):
     and its projection head.
 
     Head:
-        projection: ``"dino"`` — the official DINO head (default); ``"paper"`` — the simplified head (75).
+        projection: ``"dino"`` — the official DINO head (default); ``"paper"`` — the simplified head (75);
+            ``"simdino"`` — SimDINO's: the DINO head without its prototype layer (its output is the bottleneck).
         out_dim: K, the width of the softmax (DINO's prototypes; 65,536 in DINO). ``None``: d for the paper head,
-            as in (75), and 65,536 for the DINO head.
+            as in (75), and 65,536 for the DINO head. Unused by the SimDINO head.
         hidden_dim, bottleneck_dim, projection_layers: the DINO head's MLP d → hidden → … → bottleneck with
             ``projection_layers`` Linear layers (2,048, 256 and 3 in DINO).
         norm_last_layer: the DINO head's last layer has unit-norm rows (its gain g is frozen at 1), DINO's default.
@@ -76,7 +79,9 @@ class DINOConfig(CRATEConfig):
 
     @property
     def prototypes(self) -> int:
-        """K, the width of the head's output."""
+        """K, the width of the head's output (the bottleneck's for the SimDINO head)."""
+        if self.projection == "simdino":
+            return self.bottleneck_dim
         if self.out_dim is not None:
             return self.out_dim
         return self.dim if self.projection == "paper" else 65536
@@ -108,10 +113,11 @@ class DINOHead(nn.Module):
 
     ``mlp``: Linear(d, h) GELU [Linear(h, h) GELU]… Linear(h, b) (one Linear(d, b) when ``layers == 1``), weights
     N(0, 0.02²) truncated at ±2 (DINO's call), biases 0; then ℓ2 normalisation; ``last_layer``: `WeightNormLinear`
-    (b → K) with PyTorch's default Linear initialisation of V.
+    (b → K) with PyTorch's default Linear initialisation of V; ``out_dim`` None: no last layer (SimDINO's head,
+    (B, d) → (B, b)).
     """
 
-    def __init__(self, in_dim: int, out_dim: int, hidden_dim: int = 2048, bottleneck_dim: int = 256,
+    def __init__(self, in_dim: int, out_dim: int | None, hidden_dim: int = 2048, bottleneck_dim: int = 256,
                  layers: int = 3, norm_last_layer: bool = True) -> None:
         super().__init__()
         widths = [in_dim] + [hidden_dim] * (layers - 1) + [bottleneck_dim]
@@ -125,7 +131,8 @@ class DINOHead(nn.Module):
             if isinstance(m, nn.Linear):
                 nn.init.trunc_normal_(m.weight, std=0.02)
                 nn.init.zeros_(m.bias)
-        self.last_layer = WeightNormLinear(bottleneck_dim, out_dim, train_gain=not norm_last_layer)
+        self.last_layer = (nn.Identity() if out_dim is None
+                           else WeightNormLinear(bottleneck_dim, out_dim, train_gain=not norm_last_layer))
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         return self.last_layer(F.normalize(self.mlp(z), dim=-1))
@@ -148,7 +155,7 @@ def build_head(config: DINOConfig) -> nn.Module:
     """The projection head ``config.projection`` names."""
     if config.projection == "paper":
         return PaperHead(config.dim, config.prototypes)
-    return DINOHead(config.dim, config.prototypes, config.hidden_dim, config.bottleneck_dim,
+    return DINOHead(config.dim, None if config.projection == "simdino" else config.prototypes, config.hidden_dim, config.bottleneck_dim,
                     config.projection_layers, config.norm_last_layer)
 
 
@@ -178,8 +185,8 @@ class DINO(nn.Module):
     """Student and teacher (`DINONetwork`s of one architecture) and the centre of the teacher's outputs.
 
     Attributes: ``student`` (trained by gradients), ``teacher`` (no gradients, always in eval mode; the DINO task
-    averages the student into it, ``crate_nn.engine.ema.ema_update``), ``center`` (K,) buffer (`update_center`),
-    ``config``.
+    averages the student into it, ``crate_nn.engine.ema.ema_update``), ``center`` (K,) buffer (`update_center`;
+    None with the SimDINO head), ``config``.
     """
 
     def __init__(self, config: DINOConfig) -> None:
@@ -187,7 +194,8 @@ class DINO(nn.Module):
         self.config = config
         self.student = DINONetwork(config)
         self.teacher = copy.deepcopy(self.student).requires_grad_(False).eval()  # θ_t = θ_s at initialisation
-        self.register_buffer("center", torch.zeros(config.prototypes))
+        # SimDINO's objective has no centring: no centre
+        self.register_buffer("center", None if config.projection == "simdino" else torch.zeros(config.prototypes))
 
     def train(self, mode: bool = True) -> DINO:
         super().train(mode)

@@ -30,7 +30,14 @@ the crops are drawn by each process's own random stream (the engine seeds proces
 run on 2 processes differs from one on 1 process or 8 (CRATE-MAE, whose masks are keyed per image by (seed, epoch,
 index), does not).
 
-Presets: ``dino_imagenet`` (App. C.3 on ImageNet-1K, GPUs) and ``dino_digits`` (scikit-learn's digits, CPU).
+``objective="simdino"`` replaces the loss by SimDINO's (`crate_nn.tasks.simdino`: no prototypes, no centre, no
+temperatures; cosine alignment of the same pairs plus the coding rate of the global views), keeping the crops, the
+EMA teacher, the schedules and the evaluations; its monitors are the teacher's coding rate ``teacher_rate``, the
+effective rank ``teacher_rank`` of its features and the cosine ``teacher_student_cos`` on held-out images, and it
+warns when the rank falls below `crate_nn.tasks.simdino.COLLAPSE_RANK`.
+
+Presets: ``dino_imagenet`` (App. C.3 on ImageNet-1K, GPUs) and ``dino_digits`` (scikit-learn's digits, CPU);
+``simdino_imagenet`` and ``simdino_digits`` likewise for SimDINO.
 """
 from __future__ import annotations
 
@@ -59,9 +66,12 @@ from ..engine.task import LossOutput, Task, preset, register_task
 from ..evaluation.features import extract_features, pooled_features, raw_pixels
 from ..evaluation.knn import KNN_KS, KNN_TEMPERATURE, knn_evaluate
 from ..evaluation.linear_probe import PROBE_SOLVERS, run_linear_probe
-from ..models.dino_head import DINO, PROJECTIONS, DINOConfig
+from ..models.dino_head import DINO, DINOConfig
 from ..models.registry import list_models, model_config, unwrap_model
 from .images import DATA_LAYOUTS, ImageDataConfig, image_split, image_splits  # noqa: F401 (crate-train --help)
+from .simdino import EXPANSION_VIEWS, coding_rate, effective_rank, feature_collapse, simdino_loss
+
+OBJECTIVES = ("dino", "simdino")
 
 COLLAPSE_KL = 1e-3
 """Collapse monitor: a teacher–student KL (nats, on held-out images) below this leaves the student almost nothing to
@@ -96,8 +106,9 @@ class DINOTrainConfig(ImageDataConfig):
                         choices=tuple(list_models(family="classifier")))
     model_args: dict = option(factory=dict, help="backbone config overrides KEY=VALUE (image_size and in_channels "
                                                  "come from the data)")
-    projection: str = option("dino", "projection head: dino (official DINO head) or paper (eq. 75)",
-                             choices=PROJECTIONS)
+    projection: str = option("dino", "projection head of the dino objective: dino (official DINO head) or paper "
+                             "(eq. 75); the simdino objective has its own (the DINO head without prototypes)",
+                             choices=("dino", "paper"))
     out_dim: int | None = option(65536, "K, the head's output width; None: d (the paper's head as printed)",
                                  minimum=1)
     hidden_dim: int = option(2048, "DINO head: hidden width", minimum=1)
@@ -134,6 +145,18 @@ class DINOTrainConfig(ImageDataConfig):
                                                 "2, local crops", minimum=0.0, maximum=1.0)
     solarize_p: float = option(0.2, "solarisation probability of the second global crop", minimum=0.0,
                                maximum=1.0)
+    # objective
+    objective: str = option("dino", "dino: DINO's loss (76) with centring and sharpening; simdino: SimDINO's "
+                            "coding-rate objective (crate_nn.tasks.simdino: the head without prototypes, cosine "
+                            "alignment plus the coding rate R_ε; the DINO-only options below are unused)",
+                            choices=OBJECTIVES)
+    rate_eps: float = option(math.sqrt(0.5), "SimDINO: ε of the coding rate R_ε (α = p/(Mε²); SimDINO's --eps is "
+                             "ε²: its default 0.5 is √0.5)", above=0.0)
+    alignment_coeff: float = option(1.0, "SimDINO: c, the weight of the cosine alignment (SimDINO's --coeff)",
+                                    minimum=0.0)
+    expansion_views: str = option("average", "SimDINO: features whose coding rate is expanded: average (student "
+                                  "and teacher global views averaged, SimDINO's expa_type 1) or student "
+                                  "(expa_type 0)", choices=EXPANSION_VIEWS)
     # DINO
     student_temp: float = option(0.1, "τ_s, the student's softmax temperature", above=0.0)
     teacher_temp: float = option(0.04, "τ_t after the warm-up", above=0.0)
@@ -178,6 +201,9 @@ class DINOTrainConfig(ImageDataConfig):
         if self.local_crop_size > self.image_size:
             raise ValueError(f"local_crop_size: a local crop ({self.local_crop_size}) larger than the global crops "
                              f"(image_size={self.image_size})")
+        if self.objective == "simdino" and self.projection == "paper":
+            raise ValueError("projection: the paper head (75) outputs DINO's softmax logits; SimDINO's objective reads "
+                             "the DINO head's bottleneck (leave --projection at dino)")
         for name in ("knn_epochs", "probe_epochs"):
             if 0 in getattr(self, name) and not self.eval_at_start:
                 raise ValueError(f"{name}: 0 evaluates the initial model, which needs eval_at_start (--eval-at-start)")
@@ -210,7 +236,8 @@ class DINOTrainConfig(ImageDataConfig):
         """The DINO model's config: the backbone ``model`` with ``model_args``, the data's sizes, the head."""
         backbone = model_config(self.model, **self.model_args, image_size=self.image_size, in_channels=in_channels,
                                 dynamic_img_size=True)
-        return DINOConfig(**dataclasses.asdict(backbone), projection=self.projection, out_dim=self.out_dim,
+        projection = "simdino" if self.objective == "simdino" else self.projection
+        return DINOConfig(**dataclasses.asdict(backbone), projection=projection, out_dim=self.out_dim,
                           hidden_dim=self.hidden_dim, bottleneck_dim=self.bottleneck_dim,
                           projection_layers=self.projection_layers, norm_last_layer=self.norm_last_layer,
                           token_init_std=self.token_init_std)
@@ -311,13 +338,18 @@ class DINOTask(Task):
         # bf16 autocast → the softmaxes in float32
         student = student.float().unflatten(0, (-1, batch_size))
         teacher = teacher.float().unflatten(0, (-1, batch_size))
-        out = dino_loss(student, teacher, unwrap_model(model).center, self.config.student_temp, self.temperature())
+        counts = {"skipped_images": len(batch.skipped)}
+        c = self.config
+        if c.objective == "simdino":
+            out = simdino_loss(student, teacher, c.rate_eps, c.alignment_coeff, c.expansion_views, self.ctx)
+            return LossOutput(out.loss, metrics={"alignment": out.alignment.detach(),
+                                                 "expansion": out.expansion.detach()}, counts=counts)
+        out = dino_loss(student, teacher, unwrap_model(model).center, c.student_temp, self.temperature())
         self.teacher_sum += teacher.detach().sum(dim=(0, 1)).double()
         self.teacher_count += teacher.shape[0] * teacher.shape[1]
         return LossOutput(out.loss, metrics={"teacher_entropy": out.teacher_entropy.detach(),
                                              "teacher_mean_entropy": out.teacher_mean_entropy.detach(),
-                                             "kl": out.kl.detach()},
-                          counts={"skipped_images": len(batch.skipped)})
+                                             "kl": out.kl.detach()}, counts=counts)
 
     def before_optimizer_step(self, model: nn.Module, step: int, epoch: int) -> None:
         if epoch < self.config.freeze_last_layer:
@@ -328,12 +360,14 @@ class DINOTask(Task):
         c = self.config
         ema_update(model.teacher, model.student, cosine(step, self.total_steps, c.teacher_momentum,
                                                         c.teacher_momentum_end))
+        self.step = step + 1
+        if c.objective == "simdino":
+            return
         total = all_reduce_sum(torch.cat([self.teacher_sum, self.teacher_sum.new_tensor([self.teacher_count])]),
                                self.ctx)
         model.update_center((total[:-1] / total[-1]).float(), c.center_momentum)
         self.teacher_sum.zero_()
         self.teacher_count = 0
-        self.step = step + 1
 
     # -- evaluation -----------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -343,8 +377,13 @@ class DINOTask(Task):
         images = self.eval_transform(self.monitor_images.to(self.ctx.device))
         with autocast(self.ctx.device, self.config.precision):
             student, teacher = model(images)
-        out = dino_loss(student.float()[None], teacher.float()[None], model.center, self.config.student_temp,
-                        self.temperature(), same_view=True)
+        student, teacher = student.float(), teacher.float()
+        if self.config.objective == "simdino":  # features: the rate and effective rank of the teacher's, cosines
+            return {"teacher_rate": coding_rate(teacher, self.config.rate_eps).item(),
+                    "teacher_rank": effective_rank(teacher).item(),
+                    "teacher_student_cos": F.cosine_similarity(teacher, student, dim=-1).mean().item()}
+        out = dino_loss(student[None], teacher[None], model.center, self.config.student_temp, self.temperature(),
+                        same_view=True)
         return {"teacher_entropy": out.teacher_entropy.item(), "teacher_mean_entropy": out.teacher_mean_entropy.item(),
                 "teacher_student_kl": out.kl.item()}
 
@@ -393,10 +432,13 @@ class DINOTask(Task):
         epoch = self.step // steps if self.step % steps == 0 else None
         monitors = self.monitors(model)
         if self.ctx.is_main and not self.collapse_warned:
-            found = collapse(monitors, unwrap_model(model).config.prototypes)
+            if self.config.objective == "simdino":
+                found = feature_collapse(monitors)
+            else:
+                found = collapse(monitors, unwrap_model(model).config.prototypes)
             if found:
-                print(f"dino: warning: the head has collapsed at step {self.step} ({found}); the backbone's k-NN "
-                      "may stop improving (see the README's CRATE-DINO section)", file=sys.stderr)
+                print(f"{self.config.objective}: warning: the head has collapsed at step {self.step} ({found}); the "
+                      "backbone's k-NN may stop improving (see the README's CRATE-DINO section)", file=sys.stderr)
                 self.collapse_warned = True
         return {**monitors, **self.frozen_evaluation(
             model, self.eval_set, "val", knn=epoch in self.config.knn_epochs, probe=epoch in self.config.probe_epochs)}
@@ -508,3 +550,43 @@ def dino_digits() -> DINOTrainConfig:
         measure_samples=144, monitor_samples=144, num_workers=0,
         checkpoint_every=0, log_every=10, output_dir="runs/dino_digits", precision="fp32",
     )
+
+
+
+@preset
+def simdino_imagenet() -> DINOTrainConfig:
+    """SimDINO on ImageNet-1K, the public code's ViT-B/16 recipe (RobinWu218/SimDINO, ``simdino/main_dino.py`` and
+    its README's command), with a CRATE-B/16 backbone.
+
+    The public values: AdamW β = (0.9, 0.999), learning rate 0.0005 × batch / 256 (0.001 for its 8 GPUs × 64 = 512),
+    cosine to 1e-6 after 10 warm-up epochs, weight decay cosine 0.04 → 0.4, clipping 3.0 per tensor, 100 epochs,
+    teacher momentum 0.996 → 1, head MLP 2048 → bottleneck 256 without prototypes, 2 global crops 224² (scale
+    0.4–1) and 10 local crops 96² (0.05–0.4) with DINO's photometric augmentations, ε² = 0.05 (``--eps 0.05``:
+    ``rate_eps`` = √0.05), alignment weight 1, expansion of the averaged student and teacher views (``expa_type``
+    1). Differences forced by this codebase: bf16 autocast instead of fp16 with a loss scaler; no stochastic depth
+    (the public drop_path 0.1); the covariance summed over processes (the public default sums none and scales the
+    local one as if it held every process's images: `crate_nn.tasks.simdino`); crops from the central 256² square.
+
+    Command (one GPU, 8 accumulated micro-batches of 64):
+        crate-train --preset simdino_imagenet --data-dir /data/imagenet --micro-batch-size 64
+    8 GPUs:  torchrun --standalone --nproc_per_node 8 -m crate_nn.train --preset simdino_imagenet \\
+                 --data-dir /data/imagenet
+    Expected: the public ViT-B/16 (``--model vit_base``) reaches k-NN 74.9%, linear probe 77.3% (its README; its
+    DINO ViT-B/16: 72.9% / 76.3%); no CRATE result is published. Wall time: not measured here; the public README
+    gives ≈ 1.5 days on 8 GPUs for ViT-B/16. Note that with gradient accumulation the coding rate is that of each
+    micro-batch over the processes (8 × 64 = 512 images here, as in the public run).
+    """
+    return dataclasses.replace(
+        dino_imagenet(), objective="simdino", model="crate_base", rate_eps=math.sqrt(0.05), alignment_coeff=1.0,
+        expansion_views="average", lr=0.0005 * 512 / 256, batch_size=512, weight_decay=0.04, weight_decay_end=0.4,
+        min_lr_ratio=1e-6 / (0.0005 * 512 / 256), local_crops=10, hidden_dim=2048, bottleneck_dim=256,
+        output_dir="runs/simdino_imagenet")
+
+
+@preset
+def simdino_digits() -> DINOTrainConfig:
+    """SimDINO (`crate_nn.tasks.simdino`) on scikit-learn's 8×8 digits: ``dino_digits`` with SimDINO's objective.
+
+    Command:  crate-train --preset simdino_digits
+    """
+    return dataclasses.replace(dino_digits(), objective="simdino", output_dir="runs/simdino_digits")

@@ -1,0 +1,123 @@
+"""SimDINO's objective (Wu et al., "Simplifying DINO via Coding Rate Regularization", ICML 2025): DINO without the
+prototype layer, the centring and the sharpening — the student aligns its features with the teacher's, and a
+coding-rate term keeps the features from collapsing.
+
+Features z are the head's ℓ2-normalised bottleneck outputs (the DINO MLP without its last layer), p-dimensional.
+For G global and V = G + N student views of a batch of m images:
+
+    alignment   C = mean over the pairs (g, v ≠ g) and the images of cos(z_t,g , z_s,v)     teacher: no gradient
+    rate        R_ε(W) = ½ logdet(I_p + α WᵀW),  α = p/(M ε²)                            eq. (8) of the CRATE paper,
+                for the features W (M, p) of one view over the M images of the micro-batch of every process
+    expansion   E = γ · mean over the G global views of R_ε(W_g),  γ = (p + M)/(p M)
+                W_g: the student's global view g, or (``expansion_views="average"``) its mean with the teacher's
+    loss        −c·C − E                                                                  c: ``alignment_coeff``
+
+This is the public code's loss (RobinWu218/SimDINO, ``simdino/main_dino.py``, ``MCRLoss`` with its defaults
+``expa_type=1`` and the README's ``--coeff 1``), with three differences, all to make one formula hold whatever the
+hardware:
+
+* ε is the CRATE paper's (α = p/(Mε²)); the public ``--eps`` is ε² (its α is p/(M·eps)): ``--eps 0.05`` is
+  ε = √0.05 ≈ 0.224.
+* The rate is computed in float64 from the covariance: I + αWᵀW has every eigenvalue ≥ 1, so its Cholesky factor
+  exists and is well conditioned for any finite W — rank-deficient batches (m < p, duplicated images) included —
+  whereas the public code factors it in the autocast dtype (NaNs reported in bf16/fp16: SimDINO issues #20, #43).
+  Non-finite features give a NaN loss (the engine's stop), never an exception.
+* The covariance is always the sum over processes (a differentiable all-reduce), and M counts the images of all
+  processes: two processes with m images each give the loss and the gradients of one process with 2m. The public
+  code's default (``--reduce_cov 0``) scales the local covariance of m images by α = p/(N m eps) as if it held N m
+  (SimDINO issues #29, #48). With gradient accumulation the covariance is the micro-batch's (over processes), as
+  batch statistics are.
+
+The collapse monitors are the rate R_ε of the teacher's features on held-out images and their effective rank
+(`effective_rank`): complete collapse (every feature equal) gives rank 1.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+from ..engine.distributed import Context, all_reduce_sum_differentiable
+
+EXPANSION_VIEWS = ("average", "student")
+
+COLLAPSE_RANK = 2.0
+"""Collapse monitor: teacher features of effective rank below this lie on about one line (every image coded alike:
+the collapse the expansion term exists to prevent); fixed from that definition, not from any run."""
+
+
+def coding_rate(features: torch.Tensor, eps: float, ctx: Context | None = None) -> torch.Tensor:
+    """R_ε of eq. (8) for the rows of ``features`` (…, m, p) gathered over every process: ½ logdet(I + α WᵀW),
+    α = p/(M ε²), M = m × processes; float64, shape (…), differentiable (the covariance is summed over processes
+    by a differentiable all-reduce, so its gradient is the one-process gradient of the whole micro-batch)."""
+    if features.ndim < 2:
+        raise ValueError(f"features: expected (…, m, p), got shape {tuple(features.shape)}")
+    if not eps > 0:
+        raise ValueError(f"eps: expected ε > 0, got {eps}")
+    w = features.to(torch.float64)
+    count, dim = w.shape[-2], w.shape[-1]
+    covariance = w.transpose(-2, -1) @ w
+    if ctx is not None and ctx.distributed:
+        covariance = all_reduce_sum_differentiable(covariance, ctx)
+        count *= ctx.world_size
+    alpha = dim / (count * eps**2)
+    eye = torch.eye(dim, dtype=torch.float64, device=w.device)
+    factor, _ = torch.linalg.cholesky_ex(eye + alpha * covariance)  # never raises; NaN in, NaN out
+    return factor.diagonal(dim1=-2, dim2=-1).log().sum(-1)  # ½ logdet = Σ log diag(L)
+
+
+def effective_rank(features: torch.Tensor) -> torch.Tensor:
+    """exp of the entropy of the normalised singular values of ``features`` (m, p) (Roy & Vetterli 2007), float64:
+    1 for features on one line, p for isotropic ones."""
+    s = torch.linalg.svdvals(features.to(torch.float64))
+    total = s.sum()
+    if total == 0:
+        return total.new_tensor(0.0)
+    q = s / total
+    return torch.exp(-(q * q.clamp_min(1e-300).log()).sum())
+
+
+class SimDINOLoss(NamedTuple):
+    """The objective of one batch and its parts (scalars)."""
+
+    loss: torch.Tensor  # −c·alignment − expansion
+    alignment: torch.Tensor  # mean cosine of the (teacher g, student v ≠ g) pairs
+    expansion: torch.Tensor  # γ · mean over the global views of R_ε
+
+
+def simdino_loss(student: torch.Tensor, teacher: torch.Tensor, eps: float, alignment_coeff: float = 1.0,
+                 expansion_views: str = "average", ctx: Context | None = None) -> SimDINOLoss:
+    """SimDINO's objective (module docstring) of student features (V, m, p) and teacher features (G, m, p), G ≤ V, the
+    student's first G views being the teacher's; the teacher carries no gradient. Under torchrun every process must
+    call it (the covariances are summed over processes). Computed in float32 at least (the rate in float64), and
+    the loss returned so: bf16/fp16 features under autocast give a float32 loss.
+    """
+    groups, views = teacher.shape[0], student.shape[0]
+    if teacher.ndim != 3 or student.ndim != 3 or student.shape[1:] != teacher.shape[1:] or groups > views:
+        raise ValueError(f"student, teacher: expected (V, m, p) and (G, m, p) with G ≤ V, got "
+                         f"{tuple(student.shape)} and {tuple(teacher.shape)}")
+    if expansion_views not in EXPANSION_VIEWS:
+        raise ValueError(f"expansion_views: expected one of {EXPANSION_VIEWS}, got {expansion_views!r}")
+    dtype = torch.promote_types(student.dtype, torch.float32)  # bf16/fp16 features: cosines in float32 at least
+    student, teacher = student.to(dtype), teacher.detach().to(dtype)
+    cosine = torch.einsum("gmp,vmp->gvm", F.normalize(teacher, dim=-1), F.normalize(student, dim=-1))
+    pairs = ~torch.eye(groups, views, dtype=torch.bool, device=student.device)
+    if not pairs.any():
+        raise ValueError("student, teacher: no pair of different views (one global crop and no local crop)")
+    alignment = cosine[pairs].mean()
+    coded = student[:groups] if expansion_views == "student" else (student[:groups] + teacher) / 2
+    count = coded.shape[1] * (ctx.world_size if ctx is not None else 1)
+    dim = coded.shape[2]
+    expansion = (dim + count) / (dim * count) * coding_rate(coded, eps, ctx).mean()
+    return SimDINOLoss((-alignment_coeff * alignment - expansion).to(dtype), alignment, expansion)
+
+
+def feature_collapse(monitors: dict[str, float]) -> str | None:
+    """The collapse the SimDINO monitors show, as text, or None: the teacher's features of effective rank below
+    `COLLAPSE_RANK` on held-out images."""
+    rank = monitors["teacher_rank"]
+    if rank >= COLLAPSE_RANK:
+        return None
+    return f"features on about one line: effective rank {rank:.3f}, coding rate {monitors['teacher_rate']:.3g}"
+
