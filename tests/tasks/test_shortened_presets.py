@@ -7,8 +7,9 @@ import json
 import pytest
 
 from crate_nn.engine import train
-from crate_nn.engine.distributed import context
-from crate_nn.engine.task import task_for
+from crate_nn.engine.ema import ema_update
+from crate_nn.engine.schedule import cosine
+from crate_nn.tasks import dino
 from crate_nn.tasks import PRESETS, get_preset
 from crate_nn.train import main, parse_args
 
@@ -67,10 +68,25 @@ def test_values_given_with_the_new_length_are_kept_or_refused(tmp_path, capsys):
         "(see crate-train --help)")
 
 
-def test_dino_schedules_span_the_engines_run_length():
-    """With --total-steps the teacher momentum follows the same run length as the learning rate."""
-    config = get_preset("dino_digits", total_steps=50, warmup_steps=5, device="cpu")
-    assert task_for(config)(config, context("cpu")).total_steps == 50 == config.run_steps(20)[0]
+def test_dino_schedules_span_the_engines_run_length(tmp_path, monkeypatch):
+    """With --total-steps the teacher momentum follows the same run length as the learning rate: the engine's 50
+    steps, not the preset's 15 epochs (300 steps). The momenta are those the run itself applies."""
+    applied = []
+
+    def recorded(teacher, student, momentum):
+        applied.append(momentum)
+        return ema_update(teacher, student, momentum)
+
+    monkeypatch.setattr(dino, "ema_update", recorded)
+    config = get_preset("dino_digits", total_steps=50, warmup_steps=5, max_steps=3, monitor_samples=16,
+                        measure_samples=16, knn_epochs=(), eval_at_start=False, pixel_control=False,
+                        output_dir=str(tmp_path), device="cpu", progress=False, curves=False)
+    train(config)
+    resolved = json.loads((tmp_path / "config.json").read_text())
+    assert (resolved["total_steps"], resolved["steps_per_epoch"]) == (50, 20)
+    expected = [cosine(step, 50, config.teacher_momentum, config.teacher_momentum_end) for step in range(3)]
+    assert applied == expected
+    assert applied[-1] != cosine(2, 15 * 20, config.teacher_momentum, config.teacher_momentum_end)
 
 
 @pytest.mark.parametrize("name, length", [("digits", dict(epochs=1, max_steps=2)),
