@@ -30,7 +30,7 @@ from crate_nn.engine.config import TrainConfig
 from crate_nn.engine.optim import build_optimizer
 from crate_nn.engine.precision import autocast
 from crate_nn.engine.run_dir import seed_everything
-from crate_nn.engine.task import Task, task_for
+from crate_nn.engine.task import RunPlan, Task, task_for
 from crate_nn.tasks import PRESETS, get_preset
 
 
@@ -49,6 +49,7 @@ def build_step(config: TrainConfig) -> TaskStep:
     ctx = distributed.context(config.device)
     seed_everything(config.seed)
     task = task_for(config)(config, ctx)
+    task.start(RunPlan.resolve(config, task, ctx.world_size))
     model = task.model.to(ctx.device)
     optimizer = build_optimizer(config, model)
     running: nn.Module = torch.compile(model) if config.compile else model

@@ -12,6 +12,9 @@ micro-batch and the evaluation; the loop owns the rest:
   measured to multiply bf16 faster: every process measures, bf16 only if all do), one all-reduce for the loss,
   the logged metrics and counters and the stop flag, optional global-norm clipping, a NaN/Inf stop *before* the
   update, the per-step schedules (learning rate, weight decay, EMA momentum), the optional EMA.
+* the run's arithmetic and position: micro-batch, accumulation, steps per epoch and the run's length are resolved
+  once (`crate_nn.engine.task.RunPlan`) and handed to the task (`Task.start`); ``task.clock`` follows the optimizer
+  steps (restored on resume), so the task's own schedules read the engine's numbers instead of counting.
 * data order: a deterministic function of (seed, epoch) (`crate_nn.data.batching.EpochBatches`), so a resumed
   run sees exactly the batches the uninterrupted run would have seen.
 * checkpoints (``checkpoints/step_XXXXXXX.pt`` and ``last.pt``, atomic): model, optimizer, per-rank RNG states,
@@ -68,7 +71,7 @@ from .run_dir import (
     set_rng_state,
 )
 from .schedule import Schedules
-from .task import Task, task_for
+from .task import RunPlan, Task, resolve_batches, task_for
 
 
 class NonFiniteLossError(RuntimeError):
@@ -92,20 +95,6 @@ class TrainResult:
     metrics: dict
     steps: int
     seconds: float
-
-
-def resolve_batches(config: TrainConfig, world_size: int) -> tuple[int, int]:
-    """(micro-batch per process, accumulation steps) such that micro × accumulation × processes = batch_size."""
-    if config.batch_size % world_size:
-        raise ValueError(f"batch_size: {config.batch_size} is not divisible across {world_size} processes")
-    per_process = config.batch_size // world_size
-    micro = config.micro_batch_size or per_process
-    if per_process % micro:
-        raise ValueError(
-            f"micro_batch_size: {micro} does not divide the per-process batch {per_process} "
-            f"(batch_size {config.batch_size} / {world_size} processes)"
-        )
-    return micro, per_process // micro
 
 
 def check_resumable(saved: dict, config: TrainConfig) -> None:
@@ -229,12 +218,11 @@ def train(config: TrainConfig) -> TrainResult:
 
 def _train(config: TrainConfig, ctx: distributed.Context, task_class: type[Task]) -> TrainResult:
     started = time.perf_counter()
-    micro, accumulation = resolve_batches(config, ctx.world_size)
     task = start_task(config, ctx, task_class)
-    steps_per_epoch = task.steps_per_epoch(config.batch_size)
-    if steps_per_epoch < 1:
-        raise ValueError(f"batch_size: {config.batch_size} exceeds the {len(task.train_set)} training samples")
-    total_steps, warmup_steps = config.run_steps(steps_per_epoch)
+    plan = RunPlan.resolve(config, task, ctx.world_size)
+    task.start(plan)
+    micro, accumulation, steps_per_epoch = plan.micro_batch, plan.accumulation, plan.steps_per_epoch
+    total_steps, warmup_steps = plan.total_steps, plan.warmup_steps
     schedules = Schedules(warmup_steps, total_steps, config.min_lr_ratio, config.weight_decay,
                           config.weight_decay_end, config.ema_momentum, config.ema_momentum_end, config.lr_schedule)
     raw_model = task.model.to(ctx.device)
@@ -262,6 +250,7 @@ def _train(config: TrainConfig, ctx: distributed.Context, task_class: type[Task]
         raw_model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         epoch, step_in_epoch, step = (state["position"][k] for k in ("epoch", "step_in_epoch", "step"))
+        task.clock = plan.clock(step)
         set_rng_state(state["rng"][ctx.rank] if ctx.rank < len(state["rng"]) else state["rng"][0])
         task.load_state_dict(state.get("task") or {})
         if ema is not None:
@@ -386,6 +375,7 @@ def _train(config: TrainConfig, ctx: distributed.Context, task_class: type[Task]
                 task.after_optimizer_step(raw_model, step)
                 step += 1
                 step_in_epoch += 1
+                task.clock = plan.clock(step)
                 window.add(loss_value, step_metrics, config.batch_size * task.units_per_sample())
                 bar.update(1)
                 scheduled = step % config.log_every == 0

@@ -4,6 +4,12 @@ The engine (`crate_nn.engine.loop.train`) owns everything else: the process grou
 accumulation, autocast, ``torch.compile``, DistributedDataParallel, clipping, the optimizer and its schedules,
 the EMA, the NaN stop, preemption, checkpoints, exact resume, the progress bar and metrics.jsonl.
 
+The engine owns the run's arithmetic and its position too. It resolves the micro-batch, the accumulation, the
+steps per epoch and the run's length once (`RunPlan`) and hands them to the task with `Task.start` before training;
+while it trains it keeps ``task.clock`` (`Clock`: optimizer steps done, epoch) current, restored on ``--resume``
+from the checkpoint's position. A task keeps no step counter of its own: its per-step and per-epoch schedules (a
+teacher's momentum, a temperature warm-up, the epoch of its masks) read ``self.plan`` and ``self.clock``.
+
 A task is registered with its config class (``@register_task(MyConfig)``); a *preset* is a function returning a
 filled config of some task, registered with ``@preset`` under its function name and listed by ``crate-train
 --help``. ``train(config)`` finds the task from the config's class.
@@ -40,6 +46,64 @@ class LossOutput(NamedTuple):
     counts: dict[str, torch.Tensor | float] = {}
 
 
+def resolve_batches(config: TrainConfig, world_size: int) -> tuple[int, int]:
+    """(micro-batch per process, accumulation steps) such that micro × accumulation × processes = batch_size."""
+    if config.batch_size % world_size:
+        raise ValueError(f"batch_size: {config.batch_size} is not divisible across {world_size} processes")
+    per_process = config.batch_size // world_size
+    micro = config.micro_batch_size or per_process
+    if per_process % micro:
+        raise ValueError(
+            f"micro_batch_size: {micro} does not divide the per-process batch {per_process} "
+            f"(batch_size {config.batch_size} / {world_size} processes)"
+        )
+    return micro, per_process // micro
+
+
+class Clock(NamedTuple):
+    """The engine's position: ``step`` optimizer steps done, in ``epoch`` (0-based, ``step // steps_per_epoch``).
+
+    During the hooks of optimizer step s (``loss``, ``before_optimizer_step``, ``after_optimizer_step``) ``step``
+    is s; after an epoch's last step (``evaluate``, ``epoch_end``) ``epoch`` counts the epochs completed.
+    """
+
+    step: int
+    epoch: int
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPlan:
+    """The run as the engine resolved it, once, from the config, the task's data and the processes (`Task.start`).
+
+    ``micro_batch`` samples per process and forward pass, ``accumulation`` micro-batches per optimizer step and
+    process, ``world_size`` processes (micro_batch × accumulation × world_size = batch_size); ``steps_per_epoch``
+    optimizer steps per epoch; ``total_steps`` the steps the schedules span (``total_steps``, else ``epochs``
+    epochs; ``max_steps`` stops a run earlier without changing it), ``warmup_steps`` those of the warm-up.
+    """
+
+    micro_batch: int
+    accumulation: int
+    world_size: int
+    steps_per_epoch: int
+    total_steps: int
+    warmup_steps: int
+
+    @classmethod
+    def resolve(cls, config: TrainConfig, task: Task, world_size: int) -> RunPlan:
+        """The run of ``task`` (built from ``config``) on ``world_size`` processes; ValueError naming the field
+        when the batch does not split across the processes or exceeds the training data."""
+        micro, accumulation = resolve_batches(config, world_size)
+        steps_per_epoch = task.steps_per_epoch(config.batch_size)
+        if steps_per_epoch < 1:
+            raise ValueError(f"batch_size: {config.batch_size} exceeds the {len(task.train_set)} training samples")
+        total, warmup = config.run_steps(steps_per_epoch)
+        return cls(micro, accumulation, world_size, steps_per_epoch, total, warmup)
+
+    def clock(self, step: int) -> Clock:
+        """The position after ``step`` optimizer steps."""
+        return Clock(step, step // self.steps_per_epoch)
+
+
 class Task(abc.ABC):
     """One system's training: built in every process from its config and this process's context.
 
@@ -47,6 +111,11 @@ class Task(abc.ABC):
     ``self.train_set`` (a map-style dataset; the engine draws its deterministic batches) and anything the
     evaluation needs. It must not communicate with other processes: it runs before the process group forms, so a
     failure here (missing data, bad option) stops every process with its message instead of a hang.
+
+    Then the engine calls ``start(plan)`` (``self.plan``: the `RunPlan`) before any other hook, and keeps ``self.clock``
+    (the `Clock`, ``Clock(0, 0)`` until training moves it) at its position: the task reads both and writes
+    neither. Code that drives a task without the engine (a measurement, a benchmark) starts it itself:
+    ``task.start(RunPlan.resolve(config, task, ctx.world_size))``.
     """
 
     config_class: ClassVar[type[TrainConfig]]
@@ -55,9 +124,17 @@ class Task(abc.ABC):
 
     model: nn.Module
     train_set: Dataset
+    plan: RunPlan
+    clock: Clock
 
     def __init__(self, config: TrainConfig, ctx: Context) -> None:
         self.config, self.ctx = config, ctx
+        self.clock = Clock(0, 0)
+
+    def start(self, plan: RunPlan) -> None:
+        """Receive the run the engine resolved (after the constructor, before a resumed run's state is loaded and
+        before any other hook)."""
+        self.plan = plan
 
     # -- data -----------------------------------------------------------------------------------------------
     def collate(self, items: list) -> Any:
@@ -98,11 +175,13 @@ class Task(abc.ABC):
 
     # -- state ------------------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        """Task state a resumed run needs besides the model and optimizer (e.g. a teacher, a centre)."""
+        """Task state a resumed run needs besides the model, the optimizer and the engine's position (e.g. a
+        running sum); none by default."""
         return {}
 
     def load_state_dict(self, state: dict) -> None:
-        """Inverse of `state_dict`."""
+        """Inverse of `state_dict`. The default ignores ``state``: the checkpoints of tasks that counted their own
+        optimizer steps hold ``{"step": N}``, which the engine's position (``self.clock``) has replaced."""
 
     def resolved(self) -> dict:
         """What the task resolved from its config, recorded in config.json (e.g. the model's full config)."""

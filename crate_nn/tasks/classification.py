@@ -24,7 +24,6 @@ from tqdm import tqdm
 from .. import checkpoint
 from ..data.batching import Batch, collate
 from ..engine.config import option
-from ..engine.loop import resolve_batches
 from ..engine.task import LossOutput, Task, preset, register_task, require_classes
 from ..evaluation.classification import evaluate
 from ..models.classifier import CRATEClassifier, CRATEConfig
@@ -139,7 +138,6 @@ class ClassificationTask(Task):
 
     def __init__(self, config: ClassificationConfig, ctx) -> None:
         super().__init__(config, ctx)
-        self.micro, _ = resolve_batches(config, ctx.world_size)
         self.train_set, self.eval_set, self.test_set = image_splits(config)
         info = self.train_set.info
         require_classes(info.classes, f"train_split: {config.dataset} split {config.train_split!r}"
@@ -164,7 +162,7 @@ class ClassificationTask(Task):
         return LossOutput(loss, counts={"skipped_images": len(batch.skipped)})
 
     def _evaluate(self, model: nn.Module, dataset, prefix: str) -> dict[str, float]:
-        metrics = evaluate(model, dataset, self.eval_transform, self.ctx, batch_size=self.micro,
+        metrics = evaluate(model, dataset, self.eval_transform, self.ctx, batch_size=self.plan.micro_batch,
                            num_workers=self.config.num_workers, precision=self.config.precision)
         return {f"{prefix}_{k}": v for k, v in metrics.items()}
 

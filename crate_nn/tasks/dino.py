@@ -59,7 +59,6 @@ from ..data.transforms import DeviceTransform
 from ..engine.config import option
 from ..engine.distributed import all_reduce_sum
 from ..engine.ema import ema_update
-from ..engine.loop import resolve_batches
 from ..engine.precision import autocast
 from ..engine.schedule import cosine
 from ..engine.task import LossOutput, Task, preset, register_task
@@ -298,7 +297,6 @@ class DINOTask(Task):
     def __init__(self, config: DINOTrainConfig, ctx) -> None:
         super().__init__(config, ctx)
         self.collapse_warned = False
-        self.micro, _ = resolve_batches(config, ctx.world_size)
         self.train_set, self.eval_set, self.test_set = image_splits(config)
         info = self.train_set.info
         # the training images without augmentation: the k-NN's and the probe's training features
@@ -313,8 +311,6 @@ class DINOTask(Task):
             solarize_p=config.solarize_p,
         ).to(ctx.device)
         self.eval_transform = DeviceTransform(config.image_size, config.mean, config.std, train=False).to(ctx.device)
-        self.total_steps, _ = config.run_steps(self.steps_per_epoch(config.batch_size))  # the engine's run length
-        self.step = 0  # optimizer steps done (task state: the temperature schedule and the evaluations read it)
         self.teacher_sum = torch.zeros(self.model.config.prototypes, dtype=torch.float64, device=ctx.device)
         self.teacher_count = 0
         self.monitor_images = collate([self.eval_set[i] for i in range(min(config.monitor_samples,
@@ -327,7 +323,7 @@ class DINOTask(Task):
     # -- training -------------------------------------------------------------------------------------------
     def temperature(self) -> float:
         """τ_t of the current epoch."""
-        epoch = self.step // max(self.steps_per_epoch(self.config.batch_size), 1)
+        epoch = self.clock.epoch
         c = self.config
         return teacher_temperature(epoch, c.warmup_teacher_temp, c.teacher_temp, c.warmup_teacher_temp_epochs)
 
@@ -358,9 +354,8 @@ class DINOTask(Task):
 
     def after_optimizer_step(self, model: nn.Module, step: int) -> None:
         c = self.config
-        ema_update(model.teacher, model.student, cosine(step, self.total_steps, c.teacher_momentum,
+        ema_update(model.teacher, model.student, cosine(step, self.plan.total_steps, c.teacher_momentum,
                                                         c.teacher_momentum_end))
-        self.step = step + 1
         if c.objective == "simdino":
             return
         total = all_reduce_sum(torch.cat([self.teacher_sum, self.teacher_sum.new_tensor([self.teacher_count])]),
@@ -400,7 +395,7 @@ class DINOTask(Task):
                 with autocast(self.ctx.device, self.config.precision):
                     return pooled(images).float()
 
-        return extract_features(features, dataset, self.eval_transform, self.ctx, batch_size=self.micro,
+        return extract_features(features, dataset, self.eval_transform, self.ctx, batch_size=self.plan.micro_batch,
                                 num_workers=self.config.num_workers)
 
     def frozen_evaluation(self, model: nn.Module | None, dataset, prefix: str, knn: bool,
@@ -428,8 +423,8 @@ class DINOTask(Task):
         return metrics
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
-        steps = self.steps_per_epoch(self.config.batch_size)
-        epoch = self.step // steps if self.step % steps == 0 else None
+        step, epoch = self.clock
+        epoch = epoch if step % self.plan.steps_per_epoch == 0 else None  # the k-NN and probe epochs: at their end
         monitors = self.monitors(model)
         if self.ctx.is_main and not self.collapse_warned:
             if self.config.objective == "simdino":
@@ -437,7 +432,7 @@ class DINOTask(Task):
             else:
                 found = collapse(monitors, unwrap_model(model).config.prototypes)
             if found:
-                print(f"{self.config.objective}: warning: the head has collapsed at step {self.step} ({found}); the "
+                print(f"{self.config.objective}: warning: the head has collapsed at step {step} ({found}); the "
                       "backbone's k-NN may stop improving (see the README's CRATE-DINO section)", file=sys.stderr)
                 self.collapse_warned = True
         return {**monitors, **self.frozen_evaluation(
@@ -461,11 +456,8 @@ class DINOTask(Task):
             record_layers(model, images, run_dir / "measurements", epoch)
 
     # -- state ----------------------------------------------------------------------------------------------
-    def state_dict(self) -> dict:
-        return {"step": self.step}  # the teacher and the centre are the model's (checkpointed with it)
-
-    def load_state_dict(self, state: dict) -> None:
-        self.step = int(state["step"])
+    # none besides the model: the teacher and the centre are the model's (checkpointed with it), the step and the
+    # epoch the engine's clock (restored on resume); an older checkpoint's {"step": N} is ignored (Task)
 
 
 # --------------------------------------------------------------------------------------------- presets

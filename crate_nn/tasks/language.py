@@ -48,7 +48,6 @@ from ..data.text import (
 )
 from ..engine import distributed
 from ..engine.config import TrainConfig, option
-from ..engine.loop import resolve_batches
 from ..engine.precision import autocast
 from ..engine.task import LossOutput, Task, preset, register_task, require_classes
 from ..evaluation.language import as_float, classification_metrics, lm_loss, mlm_metrics, sequence_losses, spread
@@ -166,7 +165,6 @@ class LanguageModelTask(Task):
             raise ValueError(f"model_args: vocab_size={self.model.config.vocab_size} is smaller than the corpus "
                              f"tokenizer's {self.corpus.vocab_size} ({self.corpus.tokenizer})")
         self.reinitialised = initialise_from(self.model, config.init_from) if config.init_from else []
-        self.step = 0
         windows = TokenBlocks(self.corpus.val, config.block_size, 0)
         self.measured = bool(config.measure_sequences) and has_mssa_layers(self.model)
         self.measure_tokens = (torch.stack([windows[i] for i in spread(len(windows), config.measure_sequences)])
@@ -178,15 +176,6 @@ class LanguageModelTask(Task):
     def units_per_sample(self) -> int:
         return self.config.block_size
 
-    def after_optimizer_step(self, model: nn.Module, step: int) -> None:
-        self.step = step + 1
-
-    def state_dict(self) -> dict:
-        return {"step": self.step}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.step = state.get("step", 0)
-
     def _record(self, model: nn.Module) -> None:
         """Layer-wise R^c and sparsity of the measurement windows at the current step (main process)."""
         if self.measure_tokens is None or not self.ctx.is_main:
@@ -197,7 +186,7 @@ class LanguageModelTask(Task):
         was_training = model.training
         model.eval()
         record_layers(model, self.measure_tokens.to(self.ctx.device), Path(self.config.output_dir) / "measurements",
-                      self.step, unit="step")
+                      self.clock.step, unit="step")
         model.train(was_training)
 
     def epoch_end(self, model: nn.Module, epoch: int, run_dir: Path) -> None:
@@ -353,7 +342,6 @@ class SequenceClassificationTask(Task):
 
     def __init__(self, config: SequenceClassificationConfig, ctx: distributed.Context) -> None:
         super().__init__(config, ctx)
-        self.micro, _ = resolve_batches(config, ctx.world_size)
         if config.init_from:
             payload = checkpoint.read(config.init_from)
             if payload.get("family") not in ("bert", "bert_classifier"):
@@ -397,9 +385,10 @@ class SequenceClassificationTask(Task):
         net.eval()
         mine = list(range(self.ctx.rank, len(self.eval_set), self.ctx.world_size))
         predictions, labels, loss = [], [], torch.zeros((), dtype=torch.float64, device=self.ctx.device)
-        for start in range(0, len(mine), self.micro):
+        micro = self.plan.micro_batch
+        for start in range(0, len(mine), micro):
             tokens, mask, target = (t.to(self.ctx.device) for t in
-                                    pad_examples([self.eval_set[i] for i in mine[start:start + self.micro]]))
+                                    pad_examples([self.eval_set[i] for i in mine[start:start + micro]]))
             with autocast(self.ctx.device, self.config.precision):
                 logits = as_float(net(tokens, mask))
             loss += F.cross_entropy(logits, target, reduction="sum").double()

@@ -32,7 +32,6 @@ from tqdm import tqdm
 from ..data.batching import Batch, EpochBatches, collate, loader
 from ..engine import distributed
 from ..engine.config import option
-from ..engine.loop import resolve_batches
 from ..engine.precision import autocast
 from ..engine.task import LossOutput, Task, get_preset, preset, register_task
 from ..evaluation import PROBE_SOLVERS, extract_features, pooled_features, raw_pixels, run_linear_probe
@@ -115,13 +114,10 @@ class MAETask(Task):
 
     def __init__(self, config: MAEConfig, ctx) -> None:
         super().__init__(config, ctx)
-        self.micro, _ = resolve_batches(config, ctx.world_size)
         self.train_set, self.eval_set, self.test_set = image_splits(config)
         self.model = self.initial_model()
         self.num_patches = self.model.config.num_patches
         self.train_transform, self.eval_transform = image_transforms(config, ctx.device)
-        self.steps_in_epoch = self.steps_per_epoch(config.batch_size)
-        self.step = 0  # optimizer steps taken: the epoch of the training masks; restored on resume
 
     def initial_model(self) -> nn.Module:
         """The model at initialisation, a function of the seed alone (the global RNG is left untouched), so that
@@ -142,17 +138,8 @@ class MAETask(Task):
         for path in batch.skipped:
             tqdm.write(f"crate-train: skipped unreadable image {path}", file=sys.stderr)
         images = self.train_transform(batch.images.to(self.ctx.device, non_blocking=True))
-        out = model(images, self.masks(TRAIN_STREAM, self.step // self.steps_in_epoch, batch.indices))
+        out = model(images, self.masks(TRAIN_STREAM, self.clock.epoch, batch.indices))
         return LossOutput(out.loss, counts={"skipped_images": len(batch.skipped)})
-
-    def after_optimizer_step(self, model: nn.Module, step: int) -> None:
-        self.step = step + 1
-
-    def state_dict(self) -> dict:
-        return {"step": self.step}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.step = state.get("step", 0)
 
     # -- evaluation -------------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -161,7 +148,8 @@ class MAETask(Task):
         ctx = self.ctx
         was_training = model.training
         model.eval()
-        batches = EpochBatches(len(dataset), global_batch=self.micro * ctx.world_size, micro_batch=self.micro,
+        batches = EpochBatches(len(dataset), global_batch=self.plan.micro_batch * ctx.world_size,
+                               micro_batch=self.plan.micro_batch,
                                rank=ctx.rank, world_size=ctx.world_size, shuffle=False)
         totals = torch.zeros(2, dtype=torch.float64, device=ctx.device)
         for batch in loader(dataset, batches, self.config.num_workers, pin_memory=ctx.device.type == "cuda",
@@ -196,7 +184,7 @@ class MAETask(Task):
         features; the main process alone fits the probe (None elsewhere)."""
         features = raw_pixels if model is None else pooled_features(model.eval(), self.config.probe_pool)
         held_out = self.test_set if self.test_set is not None else self.eval_set
-        data = [extract_features(features, split, self.eval_transform, self.ctx, batch_size=self.micro,
+        data = [extract_features(features, split, self.eval_transform, self.ctx, batch_size=self.plan.micro_batch,
                                  num_workers=self.config.num_workers) for split in (self.train_set, held_out)]
         if not self.ctx.is_main:
             return None

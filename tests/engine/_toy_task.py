@@ -2,8 +2,9 @@
 
 It has a registered model family (so checkpoints rebuild it), a task state (resume must restore it), logged
 metrics and run-long counters, optional input noise from the global RNG (resume must restore the RNG), a NaN
-switch, and a switch that sends this process a signal after a given optimizer step (preemption and hard kills,
-deterministically). Run as a script with a JSON file of `ToyConfig` fields (for torchrun and subprocess tests):
+switch read from the engine's clock (``self.clock``: resume must restore it too), and a switch that sends this
+process a signal after a given optimizer step (preemption and hard kills, deterministically). Run as a script
+with a JSON file of `ToyConfig` fields (for torchrun and subprocess tests):
 
     python tests/engine/_toy_task.py config.json
 """
@@ -80,7 +81,6 @@ class ToyTask(Task):
         self.train_set, self.val = Pairs(x[:config.samples], y[:config.samples]), (x[config.samples:], y[config.samples:])
         self.model = ToyNet(ToyNetConfig(config.dim)).double()
         self.calls = 0  # task state: micro-batches seen by this process, restored on resume
-        self.step = 0
 
     def collate(self, items):
         return torch.stack([x for x, _ in items]), torch.stack([y for _, y in items])
@@ -91,13 +91,12 @@ class ToyTask(Task):
             x = x + self.config.noise * torch.randn_like(x)
         pred = model(x)
         loss = F.mse_loss(pred, y)
-        if self.config.nan_at_step is not None and self.step == self.config.nan_at_step:
+        if self.config.nan_at_step is not None and self.clock.step == self.config.nan_at_step:
             loss = loss * float("nan")
         self.calls += 1
         return LossOutput(loss, metrics={"abs_err": (pred - y).abs().mean()}, counts={"pairs_seen": len(y)})
 
     def after_optimizer_step(self, model, step: int) -> None:
-        self.step = step + 1
         if self.config.signal_at_step == step + 1 and self.ctx.rank == 0:
             os.kill(os.getpid(), getattr(signal, self.config.signal_name))
 
@@ -108,10 +107,10 @@ class ToyTask(Task):
         return {"val_mse": total.item() / (len(y) * self.ctx.world_size)}
 
     def state_dict(self) -> dict:
-        return {"calls": self.calls, "step": self.step}
+        return {"calls": self.calls}
 
     def load_state_dict(self, state: dict) -> None:
-        self.calls, self.step = state["calls"], state["step"]
+        self.calls = state["calls"]
 
 
 def toy(output_dir, **overrides) -> ToyConfig:

@@ -17,6 +17,7 @@ from torch.utils.data import Dataset
 from crate_nn.data.batching import Corrupt
 from crate_nn.engine.distributed import Context, context, joined
 from crate_nn.engine.run_dir import seed_everything
+from crate_nn.engine.task import RunPlan
 from crate_nn.evaluation.features import extract_features
 from crate_nn.tasks import get_preset
 from crate_nn.tasks.dino import DINOTask, DINOTrainConfig
@@ -73,10 +74,12 @@ def cases(ctx: Context) -> dict:
                                         model_args=dict(patch_size=4, dim=16, depth=1, heads=2), out_dim=32,
                                         hidden_dim=16, bottleneck_dim=8, knn_ks=(3, 5), probe_solver=solver,
                                         test_split="test"), ctx)
+        dino.start(RunPlan.resolve(dino.config, dino, ctx.world_size))
         out[f"dino_{solver}"] = dino.frozen_evaluation(dino.model.eval(), dino.test_set, "test", knn=True, probe=True)
     mae = MAETask(get_preset("mae_digits", **TINY, mean=(0.5,) * 3, std=(0.5,) * 3, test_split="test",
                              model_args=dict(patch_size=2, dim=16, depth=1, heads=2), probe=True,
                              probe_solver="adam"), ctx)
+    mae.start(RunPlan.resolve(mae.config, mae, ctx.world_size))
     out["mae"] = {k: v for k, v in mae.final_evaluate(mae.model).items() if k.startswith("probe")}
     return out
 

@@ -17,6 +17,7 @@ import crate_nn
 from crate_nn.data.batching import collate
 from crate_nn.engine import train
 from crate_nn.engine.distributed import context
+from crate_nn.engine.task import RunPlan
 from crate_nn.engine.schedule import cosine
 from crate_nn.models.dino_head import DINO
 from crate_nn.tasks import get_preset
@@ -130,6 +131,7 @@ def test_one_step_stop_gradient_frozen_last_layer_ema_and_centre(tmp_path):
     config.validate()
     torch.manual_seed(0)
     task = DINOTask(config, context("cpu"))
+    task.start(RunPlan.resolve(config, task, world_size=1))
     model = task.model.train()
     outputs = []
     model.teacher.register_forward_hook(lambda module, args, out: outputs.append(out.detach().clone()))
@@ -151,22 +153,22 @@ def test_one_step_stop_gradient_frozen_last_layer_ema_and_centre(tmp_path):
     center = model.center.clone()
     step = 5
     task.after_optimizer_step(model, step)
-    m = cosine(step, task.total_steps, config.teacher_momentum, config.teacher_momentum_end)
+    m = cosine(step, task.plan.total_steps, config.teacher_momentum, config.teacher_momentum_end)
     assert 0.996 < m < 1
     for after, t, s in zip(model.teacher.parameters(), teacher, student):
         assert torch.equal(after, t.mul(m).add(s, alpha=1 - m))  # the formula's float operations
     mean = torch.cat(outputs).double().mean(0)  # 2 micro-batches × 2 global views × 4 images
     expected = center * 0.9 + mean.float() * (1 - 0.9)
     torch.testing.assert_close(model.center, expected, rtol=1e-6, atol=1e-7)  # float32 centre, float64 sums
-    assert task.step == step + 1 and task.teacher_count == 0 and not task.teacher_sum.any()
+    assert task.teacher_count == 0 and not task.teacher_sum.any()
 
 
 # ----------------------------------------------------------------------------------------------- runs
 @pytest.mark.parametrize("interrupt_at", [4, 6])  # an epoch boundary (4 steps per epoch) and mid-epoch
 def test_resumed_run_equals_uninterrupted(tmp_path, interrupt_at):
-    """Teacher, centre, task step (the temperature warm-up reads it), frozen last layer, the multi-crop RNG, the
-    optimizer and the metrics: the resumed run's checkpoint and metrics.jsonl equal the straight run's (same_run
-    ignores the timing fields, <unit>_per_s: images_per_s here)."""
+    """Teacher, centre, the engine's clock (the temperature warm-up reads it), frozen last layer, the multi-crop
+    RNG, the optimizer and the metrics: the resumed run's checkpoint and metrics.jsonl equal the straight run's
+    (same_run ignores the timing fields, <unit>_per_s: images_per_s here)."""
     config = tiny(tmp_path / "straight", warmup_teacher_temp=0.02, teacher_temp=0.05, warmup_teacher_temp_epochs=3,
                   max_steps=9)
     train(config)

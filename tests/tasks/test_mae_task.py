@@ -11,6 +11,7 @@ import crate_nn
 from crate_nn import checkpoint
 from crate_nn.engine import train
 from crate_nn.engine.distributed import context
+from crate_nn.engine.task import RunPlan
 from crate_nn.models import CRATEMAE
 from crate_nn.tasks import get_preset
 from crate_nn.tasks.classification import initialise_from
@@ -61,6 +62,7 @@ def digits_run(tmp_path_factory):
     config = tiny(output, model_args=dict(patch_size=2, dim=32, depth=2, heads=2), epochs=3, lr=5e-3,
                   figure_epochs=(0, 3), probe=True, test_split="test")
     task = MAETask(config, context("cpu"))
+    task.start(RunPlan.resolve(config, task, world_size=1))
     before = task.reconstruction_loss(task.model, task.test_set)  # the same initialisation, the same test masks
     return before, train(config)
 

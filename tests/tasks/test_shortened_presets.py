@@ -9,8 +9,7 @@ import pytest
 from crate_nn.engine import train
 from crate_nn.engine.ema import ema_update
 from crate_nn.engine.schedule import cosine
-from crate_nn.tasks import dino
-from crate_nn.tasks import PRESETS, get_preset
+from crate_nn.tasks import PRESETS, dino, get_preset
 from crate_nn.train import main, parse_args
 
 LENGTHS = [dict(epochs=1), dict(epochs=2), dict(total_steps=3), dict(max_steps=2)]

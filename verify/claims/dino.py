@@ -30,6 +30,7 @@ import crate_nn
 from crate_nn.analysis.protocol import layer_profile
 from crate_nn.data.batching import collate
 from crate_nn.engine.distributed import context
+from crate_nn.engine.task import RunPlan
 from crate_nn.tasks import get_preset
 from crate_nn.tasks.dino import DINOTask
 from verify import experiments, joint, plots
@@ -70,6 +71,7 @@ def _measure_seed(run: experiments.Run, supervised: experiments.Run | None, quic
     """k-NN (and, unless ``quick``, probe) test accuracy, per-layer R^c and sparsity of the run's initialisation and
     trained teacher (and of the supervised model, if any), and the monitors of the teacher."""
     task = DINOTask(run.config, context("cpu"))
+    task.start(RunPlan.resolve(run.config, task, world_size=1))
     models = {"random init": run.model("init"), "dino": run.model("trained")}
     if supervised is not None:
         models["supervised"] = supervised.model("trained")
