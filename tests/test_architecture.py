@@ -45,3 +45,19 @@ def test_importing_crate_nn_loads_no_training_or_plotting_dependency():
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]"
+
+
+def test_tasks_take_the_run_from_the_engine_not_from_its_loop():
+    """A task (a module of crate_nn/tasks that registers one) gets the run's numbers from `Task.start` and its
+    position from ``self.clock``: it imports nothing from the training loop, ``crate_nn.engine.loop``."""
+    offenders = []
+    for path in sorted((ROOT / "crate_nn" / "tasks").glob("*.py")):
+        source = path.read_text()
+        if "@register_task(" not in source:
+            continue
+        for node in ast.walk(ast.parse(source, filename=str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module and (
+                    node.module.endswith("engine.loop")
+                    or node.module.endswith("engine") and any(alias.name == "loop" for alias in node.names)):
+                offenders.append(path.name)
+    assert not offenders, f"tasks importing the training loop: {offenders}"

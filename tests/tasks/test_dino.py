@@ -3,6 +3,7 @@ of the task (stop-gradient, frozen last layer, EMA teacher, centre), exact resum
 import dataclasses
 import json
 import math
+import shutil
 import sys
 from pathlib import Path
 
@@ -14,11 +15,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import crate_nn
+from crate_nn import checkpoint
 from crate_nn.data.batching import collate
 from crate_nn.engine import train
 from crate_nn.engine.distributed import context
-from crate_nn.engine.task import RunPlan
 from crate_nn.engine.schedule import cosine
+from crate_nn.engine.task import RunPlan
 from crate_nn.models.dino_head import DINO
 from crate_nn.tasks import get_preset
 from crate_nn.tasks.dino import DINOTask, DINOTrainConfig, collapse, dino_loss, teacher_temperature
@@ -168,14 +170,22 @@ def test_one_step_stop_gradient_frozen_last_layer_ema_and_centre(tmp_path):
 def test_resumed_run_equals_uninterrupted(tmp_path, interrupt_at):
     """Teacher, centre, the engine's clock (the temperature warm-up reads it), frozen last layer, the multi-crop
     RNG, the optimizer and the metrics: the resumed run's checkpoint and metrics.jsonl equal the straight run's
-    (same_run ignores the timing fields, <unit>_per_s: images_per_s here)."""
+    (same_run ignores the timing fields, <unit>_per_s: images_per_s here). So does a checkpoint as the task wrote
+    it when it counted its own steps (task state {"step": N}): the engine's position replaces it."""
     config = tiny(tmp_path / "straight", warmup_teacher_temp=0.02, teacher_temp=0.05, warmup_teacher_temp_epochs=3,
                   max_steps=9)
     train(config)
     first = dataclasses.replace(config, output_dir=str(tmp_path / "resumed"), max_steps=interrupt_at)
     assert train(first).steps == interrupt_at
-    train(dataclasses.replace(first, max_steps=9, resume=True))
-    same_run(tmp_path / "straight", tmp_path / "resumed")
+    shutil.copytree(tmp_path / "resumed", tmp_path / "older")
+    last = tmp_path / "older" / "checkpoints" / "last.pt"
+    payload = checkpoint.read(last)
+    assert payload["task"] == {}
+    payload["task"] = {"step": interrupt_at}
+    checkpoint.atomic_save({**payload, "checksum": checkpoint.payload_digest(payload)}, last)
+    for run in ("resumed", "older"):
+        train(dataclasses.replace(first, output_dir=str(tmp_path / run), max_steps=9, resume=True))
+        same_run(tmp_path / "straight", tmp_path / run)
 
 
 def test_run_logs_monitors_knn_probe_and_saves_a_backbone(tmp_path):
