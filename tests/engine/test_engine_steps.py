@@ -1,14 +1,15 @@
 """Recipes stated in optimizer steps (the language models'): ``total_steps``/``warmup_steps`` instead of epochs,
 linear learning-rate decay, evaluation every N steps — through the real loop on the toy task."""
+import dataclasses
 import json
 import math
 
 import pytest
-from _toy_task import toy
+from _toy_task import ToyTask, toy
 from hypothesis import given
 from hypothesis import strategies as st
 
-from crate_nn.engine import train
+from crate_nn.engine import RunPlan, train
 from crate_nn.engine.schedule import warmup_decay
 
 
@@ -58,3 +59,39 @@ def test_step_options_are_checked(tmp_path):
         train(toy(tmp_path / "b", lr_schedule="exponential"))
     with pytest.raises(ValueError, match="eval_every_steps: expected a value ≥ 1"):
         train(toy(tmp_path / "c", eval_every_steps=0))
+
+
+def test_the_task_reads_the_engines_plan_and_clock(tmp_path, monkeypatch):
+    """The engine hands the task its plan once, before training, and keeps ``task.clock`` at its position: step s
+    during the hooks of optimizer step s, the epochs completed at an epoch's end; a resumed run starts from the
+    checkpoint's position."""
+    seen, plans = [], []
+
+    def recording(hook: str):
+        original = getattr(ToyTask, hook)
+
+        def recorded(self, *args):
+            seen.append((hook, tuple(self.clock)))
+            return original(self, *args)
+
+        return recorded
+
+    for hook in ("loss", "after_optimizer_step", "evaluate", "epoch_end"):
+        monkeypatch.setattr(ToyTask, hook, recording(hook))
+    start = ToyTask.start
+    monkeypatch.setattr(ToyTask, "start", lambda self, plan: (plans.append(plan), start(self, plan)))
+    # 64 samples, batch 16 in micro-batches of 8: 4 steps per epoch, 2 epochs, stopped after 6 steps
+    config = toy(tmp_path, batch_size=16, micro_batch_size=8, epochs=2, warmup_epochs=0.5, max_steps=3)
+    train(config)
+    train(dataclasses.replace(config, max_steps=6, resume=True))
+    assert plans == [RunPlan(micro_batch=8, accumulation=2, world_size=1, steps_per_epoch=4, total_steps=8,
+                             warmup_steps=2)] * 2
+    assert seen == [
+        ("epoch_end", (0, 0)),  # before training
+        *[(hook, (s, 0)) for s in range(3) for hook in ("loss", "loss", "after_optimizer_step")],
+        ("evaluate", (3, 0)),  # stopped by max_steps mid-epoch; then resumed from step 3
+        *[(hook, (s, 0)) for s in range(3, 4) for hook in ("loss", "loss", "after_optimizer_step")],
+        ("evaluate", (4, 1)), ("epoch_end", (4, 1)),
+        *[(hook, (s, 1)) for s in range(4, 6) for hook in ("loss", "loss", "after_optimizer_step")],
+        ("evaluate", (6, 1)),
+    ]
