@@ -12,10 +12,10 @@ iterated, not listed by hand, so a model family or a task merged later is covere
   ``torchrun`` job over every GPU when there are several);
 * ``crate-pack``'s nvJPEG decoder against its Pillow decoder (when torchvision is installed).
 
-A model's inputs come from its ``example_inputs(batch_size)`` method when it has one; otherwise from its config:
-images for a config with ``image_size`` and ``in_channels``, token ids for one with ``vocab_size`` and a
-sequence length. Outputs may be a tensor or any nesting of tuples, lists and dicts of tensors; every
-floating-point tensor in them is compared and enters the backward pass.
+A model's inputs come from its ``example_inputs(batch_size)`` method when it has one; otherwise from its config
+(`tests/_models.py`, shared with the CPU contract test, `tests/models/test_contract.py`). Outputs may be a tensor
+or any nesting of tuples, lists and dicts of tensors; every floating-point tensor in them is compared and enters
+the backward pass.
 
 TF32 is switched off, so "fp32" means float32 arithmetic on both sides of every fp32 comparison.
 ``CRATE_GPU_TEST_DEVICE=cpu`` runs the same checks on the CPU (slowly; NCCL excepted), to check the checks.
@@ -34,6 +34,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _models import example_inputs, float_tensors
 from PIL import Image
 from torch import nn
 
@@ -58,7 +59,6 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="NCCL need
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = crate_nn.list_models()
-SEQUENCE_FIELDS = ("block_size", "context_length", "max_seq_len", "seq_len")
 
 # Relative Frobenius error ‖a − b‖ / ‖b‖ allowed between two fp32 computations of the same function that differ
 # only in kernels and summation order (SDPA vs explicit softmax, inductor vs eager, GPU vs CPU). Measured on the
@@ -105,36 +105,6 @@ def release_gpu_memory():
 
 
 # ----------------------------------------------------------------------------------------------- helpers
-def example_inputs(model: nn.Module, batch: int, device) -> tuple[torch.Tensor, ...]:
-    """A batch of inputs for one forward pass of ``model`` (see the module docstring)."""
-    g = torch.Generator().manual_seed(0)
-    own = getattr(model, "example_inputs", None)
-    if callable(own):
-        return tuple(t.to(device) for t in own(batch))
-    config = model.config
-    if hasattr(config, "image_size") and hasattr(config, "in_channels"):
-        size = config.image_size
-        return (torch.randn(batch, config.in_channels, size, size, generator=g).to(device),)
-    length = next((getattr(config, k) for k in SEQUENCE_FIELDS if hasattr(config, k)), None)
-    if hasattr(config, "vocab_size") and length:
-        return (torch.randint(0, config.vocab_size, (batch, length), generator=g).to(device),)
-    raise TypeError(f"{type(model).__name__} ({model.family}): its config has neither image fields nor a vocabulary "
-                    "and a sequence length; give the model an example_inputs(batch_size) method")
-
-
-def float_tensors(output) -> list[torch.Tensor]:
-    """Every floating-point tensor in a model's output (a tensor or tuples, lists, dicts of them)."""
-    if isinstance(output, torch.Tensor):
-        return [output] if output.is_floating_point() else []
-    if isinstance(output, dict):
-        output = list(output.values())
-    if isinstance(output, (tuple, list)):
-        return [t for item in output for t in float_tensors(item)]
-    if dataclasses.is_dataclass(output):
-        return float_tensors([getattr(output, f.name) for f in dataclasses.fields(output)])
-    return []
-
-
 def run(model: nn.Module, inputs, dtype: torch.dtype | None = None, backward: bool = False) -> list[torch.Tensor]:
     """The model's floating outputs (float32) under ``dtype`` autocast; the same random draws on every call (for
     models that sample, e.g. masks); with ``backward``, the gradient of the sum of the outputs' means."""
