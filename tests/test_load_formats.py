@@ -1,6 +1,7 @@
 """`crate_nn.load` reads every checkpoint format the package knows, telling them apart from the file
-(`crate_nn.checkpoint.sniff`): ours, the authors' CRATE classifier and CRATE-MAE, crate-lm, nanoGPT; an unrelated,
-an ambiguous and a truncated file are refused in one line naming the file."""
+(`crate_nn.checkpoint.sniff`): ours (torch and safetensors), the authors' CRATE classifier and CRATE-MAE, crate-lm,
+nanoGPT, and another codebase's safetensors file by its keys; an unrelated, an ambiguous and a truncated file are
+refused in one line naming the file."""
 import argparse
 
 import pytest
@@ -121,7 +122,18 @@ def test_safetensors_round_trip_is_bit_identical_for_every_family(tmp_path, name
         assert back.lm_head.weight is back.wte.weight
 
 
-def test_safetensors_refuses_extras_overrides_and_foreign_files(tmp_path):
+def test_a_safetensors_file_of_another_codebase_is_told_by_its_keys(tmp_path):
+    from safetensors.torch import save_file
+
+    model = small("crate_tiny", image_size=8, patch_size=4, num_classes=3, dim=8, depth=2, heads=2)
+    save_file(crate_nn_to_official(model.state_dict()), str(tmp_path / "theirs.safetensors"))
+    assert sniff(tmp_path / "theirs.safetensors") == "authors' CRATE classifier"
+    back = crate_nn.load(tmp_path / "theirs.safetensors", heads=2)
+    assert back.preprocessing is None  # another codebase's file records none
+    same_outputs(back, model, torch.randn(2, 3, 8, 8, dtype=torch.float64))
+
+
+def test_safetensors_refuses_extras_overrides_and_unknown_files(tmp_path):
     from safetensors.torch import save_file
 
     model = small("crate_tiny", image_size=8, patch_size=4, num_classes=3, dim=8, depth=1, heads=2)
@@ -131,7 +143,7 @@ def test_safetensors_refuses_extras_overrides_and_foreign_files(tmp_path):
     with pytest.raises(ValueError, match=r"holds its whole config; got overrides \['heads'\]"):
         crate_nn.load(tmp_path / "m.safetensors", heads=2)
     save_file({"w": torch.zeros(2)}, str(tmp_path / "other.safetensors"))
-    with pytest.raises(ValueError, match="other.safetensors' is a safetensors file without crate_nn's metadata"):
+    with pytest.raises(ValueError, match=r"other.safetensors: no known checkpoint format .*keys begin \['w'\]"):
         crate_nn.load(tmp_path / "other.safetensors")
     (tmp_path / "junk.safetensors").write_bytes(b"not a safetensors file")
     with pytest.raises(ValueError, match="junk.safetensors' is not a readable safetensors file"):
