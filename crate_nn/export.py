@@ -82,7 +82,7 @@ def export(model: nn.Module, path: str | os.PathLike, format: str) -> None:
 
 def foreign_contents(model: nn.Module, format: str) -> dict:
     """The file contents of ``model`` in the `FOREIGN` format ``format``, checked by reading them back with that
-    format's loader: the same config (p = d/K resolved on both sides) and bit-identical tensors, else ValueError
+    format's loader: the same config (p and m resolved on both sides, `_resolved`) and bit-identical tensors, else ValueError
     naming what differs."""
     target = FOREIGN[format]
     family = getattr(model, "family", None)
@@ -108,8 +108,9 @@ def foreign_contents(model: nn.Module, format: str) -> dict:
 
 
 def _resolved(config):
-    """``config`` with ``dim_head`` (None: p = d/K) replaced by the p it gives."""
-    return dataclasses.replace(config, dim_head=config.head_dim)
+    """``config`` with ``dim_head`` and ``dict_width`` replaced by the p and m they give (None: p = d/K, m = 4d)."""
+    return dataclasses.replace(config, dim_head=config.head_dim,
+                               dict_width=config.atoms if config.ista == "overcomplete" else config.dict_width)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
