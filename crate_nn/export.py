@@ -13,7 +13,7 @@ are given to the loader of another codebase's file, whose tensors do not fix the
     ours                  ours: a torch checkpoint (family, config, preprocessing, checksum)       every family
     official-classifier   the authors' CRATE classifier: a state dict under their names           classifier
     crate-alpha           CRATE-α's PyTorch port: a state dict under their names                  classifier (CRATE-α)
-    official-mae          the authors' CRATE-MAE: {"model": state dict}                           mae
+    official-mae          the authors' CRATE-MAE: {"model": state dict, "args": its loss}         mae
     crate-lm              CRATE-GPT's crate-lm: {"model", "model_args"}                           gpt (MSSA + ISTA)
     nanogpt               nanoGPT: {"model", "model_args"}                                        gpt (MHSA + MLP)
 
@@ -45,18 +45,26 @@ from .official.gpt import model_args
 @dataclass(frozen=True)
 class Foreign:
     """Another codebase's format we write: the family it holds, the name `crate_nn.official.formats` gives its
-    files, and the function giving a model's file contents (a dictionary for ``torch.save``)."""
+    files, the function giving a model's file contents (a dictionary for ``torch.save``) and the config options its
+    files do not fix (their loader needs them given: the heads K, the authors' classifier's image channels)."""
 
     family: str
     sniffed: str
     contents: Callable[[nn.Module], dict]
+    unfixed: tuple[str, ...] = ("heads",)
+
+
+def _fair_mae(model: nn.Module) -> dict:
+    """A FAIR-MAE checkpoint's ``model`` and the ``args`` entry its loader reads the loss from."""
+    return {"model": crate_nn_to_official_mae(model.state_dict()),
+            "args": argparse.Namespace(norm_pix_loss=model.config.norm_pix_loss)}
 
 
 FOREIGN = {
     "official-classifier": Foreign("classifier", "authors' CRATE classifier",
-                                   lambda m: crate_nn_to_official(m.state_dict())),
+                                   lambda m: crate_nn_to_official(m.state_dict()), ("heads", "in_channels")),
     "crate-alpha": Foreign("classifier", "CRATE-α", lambda m: crate_nn_to_crate_alpha(m.state_dict())),
-    "official-mae": Foreign("mae", "authors' CRATE-MAE", lambda m: {"model": crate_nn_to_official_mae(m.state_dict())}),
+    "official-mae": Foreign("mae", "authors' CRATE-MAE", _fair_mae),
     "crate-lm": Foreign("gpt", "crate-lm", lambda m: {"model": to_crate_lm(m), "model_args": model_args(m.config)}),
     "nanogpt": Foreign("gpt", "nanoGPT", lambda m: {"model": to_nanogpt(m), "model_args": model_args(m.config)}),
 }
@@ -91,7 +99,7 @@ def foreign_contents(model: nn.Module, format: str) -> dict:
     try:
         contents = target.contents(model)
         found = sniff(contents, format)
-        back = found.loader(contents, heads=model.config.heads)
+        back = found.loader(contents, **{name: getattr(model.config, name) for name in target.unfixed})
     except ValueError as err:
         raise ValueError(f"format: {format} cannot hold this model: {err}") from None
     ours, theirs = _resolved(model.config), _resolved(back.config)

@@ -121,3 +121,16 @@ def test_their_file_without_its_heads_and_a_missing_file_are_one_line(tmp_path, 
     assert "crate-export: heads cannot be inferred from the tensors; pass heads=" in capsys.readouterr().err
     assert main(["absent.pt", "back.pt"]) == 2
     assert capsys.readouterr().err == "crate-export: checkpoint: 'absent.pt' does not exist or is not a file\n"
+
+
+def test_gray_images_and_the_mae_loss_survive_their_formats(tmp_path):
+    gray = seeded(lambda: crate_nn.create_model("crate_tiny", **IMAGE, num_classes=3, in_channels=1))
+    crate_nn.save(tmp_path / "gray.pt", gray)
+    assert main([str(tmp_path / "gray.pt"), str(tmp_path / "gray.pth"), "--format", "official-classifier"]) == 0
+    # their files fix P²·C, not C: the channels are given back, like the heads
+    assert_bit_identical(crate_nn.load(tmp_path / "gray.pth", heads=2, in_channels=1), gray)
+    mae = seeded(lambda: crate_nn.create_model("crate_mae_tiny", image_size=8, patch_size=2, dim=16, depth=1, heads=4,
+                                               norm_pix_loss=True))
+    crate_nn.save(tmp_path / "mae.pt", mae)
+    assert main([str(tmp_path / "mae.pt"), str(tmp_path / "mae.pth"), "--format", "official-mae"]) == 0
+    assert crate_nn.load(tmp_path / "mae.pth", heads=4).config.norm_pix_loss  # FAIR-MAE's args.norm_pix_loss
