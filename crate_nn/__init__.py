@@ -9,7 +9,9 @@ Sub-packages:
     evaluation  metrics of trained models
     analysis    the white-box measurements: layer-wise R^c, sparsity, coherence, figures
     official    checkpoints in other codebases' formats (the authors')
-Modules: `checkpoint` (save, load, read), `train` (``crate-train``), `evaluate` (``crate-eval``).
+Modules: `checkpoint` (save, load, read), `preprocessing` (what a model's inputs went through, saved with it), `hub`
+(``hf-hub:`` names in the local Hugging Face cache), `train` (``crate-train``), `evaluate` (``crate-eval``), `export`
+(``crate-export``).
 
 ``import crate_nn`` loads the models, checkpoints and measurements only (no kornia, lion-pytorch or matplotlib).
 """

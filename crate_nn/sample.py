@@ -5,8 +5,9 @@ checkpoint — with temperature and top-k sampling (nanoGPT's ``sample.py``).
     crate-sample ckpt.pt --tokenizer tiktoken:gpt2 --prompt "When Mary and John went to the store," --top-k 200
     crate-sample ckpt.pt --prompt-file prompt.txt --num-samples 3 --temperature 0.8 --seed 1
 
-The tokenizer comes from the run that trained the checkpoint (the built-in corpus's bytes, or its data_dir's
-meta.json) unless ``--tokenizer`` names one (needed for crate-lm and nanoGPT files). Errors are one line naming the
+The tokenizer is the one the checkpoint records (`crate_nn.preprocessing`; for a file written before checkpoints
+recorded it, that of the run that trained it: the built-in corpus's bytes, or its data_dir's meta.json) unless
+``--tokenizer`` names one (needed for crate-lm and nanoGPT files). Errors are one line naming the
 argument or file, exit status 2.
 """
 from __future__ import annotations
@@ -60,10 +61,14 @@ def generate(model: nn.Module, tokens: torch.Tensor, max_new_tokens: int, temper
     return tokens
 
 
-def tokenizer_for(path: str, spec: str | None) -> Tokenizer:
-    """``spec``, or the tokenizer of the run that saved the crate_nn checkpoint ``path``."""
+def tokenizer_for(path: str, spec: str | None, model: nn.Module) -> Tokenizer:
+    """``spec``, else the tokenizer ``model`` (loaded from ``path``) records in its preprocessing, else that of the
+    run that saved the crate_nn checkpoint ``path`` (a file written before checkpoints recorded it)."""
     if spec:
         return get_tokenizer(spec)
+    recorded = model.preprocessing.tokenizer if model.preprocessing is not None else None
+    if recorded is not None:
+        return get_tokenizer(recorded)
     payload = checkpoint.read(path)
     config = payload.get("train_config") if payload.get("format") == checkpoint.FORMAT else None
     if not isinstance(config, dict) or "data_dir" not in config:
@@ -94,9 +99,9 @@ def run(args: argparse.Namespace) -> list[str]:
     """The samples ``args`` ask for (prompt included)."""
     if args.num_samples < 1:
         raise ValueError(f"num_samples: expected a positive integer, got {args.num_samples}")
-    tokenizer = tokenizer_for(args.checkpoint, args.tokenizer)
     device = resolve_device(args.device)
     model = load_causal_lm(args.checkpoint, args.heads).to(device).eval()
+    tokenizer = tokenizer_for(args.checkpoint, args.tokenizer, model)
     text = read_text(args.prompt_file, "prompt_file") if args.prompt_file else args.prompt
     ids = tokenizer.encode(text).tolist() if text else ([tokenizer.eot_id] if tokenizer.eot_id is not None else [])
     if not ids:

@@ -15,8 +15,8 @@ The laptop-scale Table 17 (trains CRATE, CRATE-MLP, CRATE-MHSA and ViT on the bu
 The checkpoint is any image model with a class token: a classifier, a DINO run (its teacher's backbone) or a
 CRATE-MAE (official wiring; its encoder); anything else (a language model) is refused in one line. Images are
 resized to --image-size (default: the model's) without keeping their aspect ratio, as MaskCut does; a size other
-than the model's resamples the position embedding. Normalisation comes from the checkpoint's training config
-(ImageNet's mean and std otherwise). Errors are one line naming the argument, exit status 2.
+than the model's resamples the position embedding. Normalisation comes from the preprocessing the checkpoint records
+(`crate_nn.preprocessing`; ImageNet's mean and std otherwise). Errors are one line naming the argument, exit status 2.
 """
 from __future__ import annotations
 
@@ -31,9 +31,9 @@ import torch
 from torch import nn
 
 from . import cli, extras
-from .data.images import IMAGENET_MEAN, IMAGENET_STD
 from .data.transforms import DeviceTransform
 from .evaluate import load_model
+from .preprocessing import normalisation
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -94,14 +94,14 @@ def load_backbone(args: argparse.Namespace) -> tuple[nn.Module, DeviceTransform,
     eval mode, on ``args.device``), its input transform and the image side to use."""
     from .analysis.segmentation import image_backbone
 
-    model, train_config = load_model(args.checkpoint, args.official, args.model)
+    model, _ = load_model(args.checkpoint, args.official, args.model)
+    mean, std = normalisation(model)  # recorded on the whole model, before its backbone is taken out
     model = image_backbone(model, f"checkpoint: {args.checkpoint}")
     size = args.image_size or model.config.image_size
     if size % model.config.patch_size:
         raise ValueError(f"image_size: {size} is not divisible by the model's patch size {model.config.patch_size}")
     if size != model.config.image_size:
         model.config = dataclasses.replace(model.config, dynamic_img_size=True)
-    mean, std = train_config.get("mean", IMAGENET_MEAN), train_config.get("std", IMAGENET_STD)
     if len(mean) != model.config.in_channels:
         raise ValueError(f"checkpoint: normalisation for {len(mean)} channels, the model takes "
                          f"{model.config.in_channels}")

@@ -1,6 +1,7 @@
 """`crate_nn.load` reads every checkpoint format the package knows, telling them apart from the file
-(`crate_nn.checkpoint.sniff`): ours, the authors' CRATE classifier and CRATE-MAE, crate-lm, nanoGPT; an unrelated,
-an ambiguous and a truncated file are refused in one line naming the file."""
+(`crate_nn.checkpoint.sniff`): ours (torch and safetensors), the authors' CRATE classifier and CRATE-MAE, crate-lm,
+nanoGPT, and another codebase's safetensors file by its keys; an unrelated, an ambiguous and a truncated file are
+refused in one line naming the file."""
 import argparse
 
 import pytest
@@ -121,7 +122,18 @@ def test_safetensors_round_trip_is_bit_identical_for_every_family(tmp_path, name
         assert back.lm_head.weight is back.wte.weight
 
 
-def test_safetensors_refuses_extras_overrides_and_foreign_files(tmp_path):
+def test_a_safetensors_file_of_another_codebase_is_told_by_its_keys(tmp_path):
+    from safetensors.torch import save_file
+
+    model = small("crate_tiny", image_size=8, patch_size=4, num_classes=3, dim=8, depth=2, heads=2)
+    save_file(crate_nn_to_official(model.state_dict()), str(tmp_path / "theirs.safetensors"))
+    assert sniff(tmp_path / "theirs.safetensors") == "authors' CRATE classifier"
+    back = crate_nn.load(tmp_path / "theirs.safetensors", heads=2)
+    assert back.preprocessing is None  # another codebase's file records none
+    same_outputs(back, model, torch.randn(2, 3, 8, 8, dtype=torch.float64))
+
+
+def test_safetensors_refuses_extras_overrides_and_unknown_files(tmp_path):
     from safetensors.torch import save_file
 
     model = small("crate_tiny", image_size=8, patch_size=4, num_classes=3, dim=8, depth=1, heads=2)
@@ -131,7 +143,7 @@ def test_safetensors_refuses_extras_overrides_and_foreign_files(tmp_path):
     with pytest.raises(ValueError, match=r"holds its whole config; got overrides \['heads'\]"):
         crate_nn.load(tmp_path / "m.safetensors", heads=2)
     save_file({"w": torch.zeros(2)}, str(tmp_path / "other.safetensors"))
-    with pytest.raises(ValueError, match="other.safetensors' is a safetensors file without crate_nn's metadata"):
+    with pytest.raises(ValueError, match=r"other.safetensors: no known checkpoint format .*keys begin \['w'\]"):
         crate_nn.load(tmp_path / "other.safetensors")
     (tmp_path / "junk.safetensors").write_bytes(b"not a safetensors file")
     with pytest.raises(ValueError, match="junk.safetensors' is not a readable safetensors file"):
@@ -147,3 +159,29 @@ def test_safetensors_without_the_package_names_the_extra(tmp_path, monkeypatch):
                                          r"'crate-whitebox\[safetensors\]'"):
         crate_nn.save(tmp_path / "m.safetensors", model)
     assert not (tmp_path / "m.safetensors").exists()
+
+
+def test_create_model_with_a_checkpoint_loads_it_strictly(tmp_path):
+    from crate_nn.preprocessing import Preprocessing
+
+    sizes = dict(image_size=8, patch_size=4, num_classes=3, dim=8, depth=2, heads=2)
+    model = small("crate_tiny", **sizes)
+    model.preprocessing = Preprocessing(mean=(0.5,) * 3, std=(0.25,) * 3, image_size=8, patch_size=4)
+    crate_nn.save(tmp_path / "ours.pt", model)
+    torch.save(crate_nn_to_official(model.state_dict()), tmp_path / "theirs.pth")
+    for name in ("ours.pt", "theirs.pth"):  # the authors' loader is given the config's heads
+        built = crate_nn.create_model("crate_tiny", checkpoint=tmp_path / name, **sizes)
+        assert built.config == crate_nn.model_config("crate_tiny", **sizes) and built.pos_embed.dtype == torch.float64
+        assert all(torch.equal(built.state_dict()[k], v) for k, v in model.state_dict().items())
+        assert built.preprocessing == (model.preprocessing if name == "ours.pt" else None)
+    gpt = small("crate_gpt_small", dim=12, heads=3, depth=1, vocab_size=20, block_size=6)
+    crate_nn.save(tmp_path / "gpt.safetensors", gpt)
+    tied = crate_nn.create_model("crate_gpt_small", checkpoint=tmp_path / "gpt.safetensors", dim=12, heads=3, depth=1,
+                                 vocab_size=20, block_size=6)
+    assert tied.lm_head.weight is tied.wte.weight and torch.equal(tied.wte.weight, gpt.wte.weight)
+    with pytest.raises(ValueError, match=r"checkpoint: .*ours.pt does not fit 'crate_tiny': the checkpoint does not "
+                                         r"match the model: missing keys \[\], unexpected keys \['encoder.layers.1"):
+        crate_nn.create_model("crate_tiny", checkpoint=tmp_path / "ours.pt", **{**sizes, "depth": 1})
+    with pytest.raises(ValueError, match=r"ours.pt does not fit 'crate_tiny': shape mismatch: cls_token: checkpoint "
+                                         r"\(1, 1, 8\) vs model \(1, 1, 16\)"):
+        crate_nn.create_model("crate_tiny", checkpoint=tmp_path / "ours.pt", **{**sizes, "dim": 16})

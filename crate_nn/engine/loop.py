@@ -226,6 +226,7 @@ def _train(config: TrainConfig, ctx: distributed.Context, task_class: type[Task]
     schedules = Schedules(warmup_steps, total_steps, config.min_lr_ratio, config.weight_decay,
                           config.weight_decay_end, config.ema_momentum, config.ema_momentum_end, config.lr_schedule)
     raw_model = task.model.to(ctx.device)
+    raw_model.preprocessing = task.preprocessing()  # saved with every checkpoint (crate_nn.preprocessing)
     optimizer = build_optimizer(config, raw_model)
     ema = EMA(raw_model) if config.ema else None
     # Augmentation randomness differs between processes; the initialisation above is the same everywhere.

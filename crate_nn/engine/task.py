@@ -29,6 +29,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from ..data.batching import collate
+from ..preprocessing import Preprocessing, from_training
 from .config import TrainConfig, fit_to_run
 from .distributed import Context
 
@@ -182,6 +183,12 @@ class Task(abc.ABC):
     def load_state_dict(self, state: dict) -> None:
         """Inverse of `state_dict`. The default ignores ``state``: the checkpoints of tasks that counted their own
         optimizer steps hold ``{"step": N}``, which the engine's position (``self.clock``) has replaced."""
+
+    def preprocessing(self) -> Preprocessing:
+        """What the model's inputs go through (`crate_nn.preprocessing`), recorded in the run's checkpoints: by
+        default the config's ``mean``, ``std``, ``image_size`` and ``tokenizer`` where it has them, and the model's
+        patch size."""
+        return from_training(self.config.to_dict(), getattr(self.model, "config", None))
 
     def resolved(self) -> dict:
         """What the task resolved from its config, recorded in config.json (e.g. the model's full config)."""

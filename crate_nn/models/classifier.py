@@ -16,13 +16,20 @@ Registered sizes (``create_model(name)``; 224² images, 16² patches unless the 
 | crate_tiny / small / base / large | MSSA + ISTA | 384 / 576 / 768 / 1024 | 12 / 12 / 12 / 24 | 6 / 12 / 12 / 16 | 6,090,856 / 13,116,328 / 22,796,008 / 77,641,192 (Table 8) |
 | vit_tiny / small / base / large | MHSA + MLP | 192 / 384 / 768 / 1024 | 12 / 12 / 12 / 24 | 3 / 6 / 12 / 16 | 5,719,336 / 22,052,968 / 86,570,728 / 304,330,216 |
 | crate_s8 / crate_mlp_s8 / crate_mhsa_s8 / vit_s8 (patch 8) | Table 17's four | 384 | 12 | 6 | 6,094,312 / 18,503,656 / 9,647,080 / 22,056,424 |
+| crate_b8 (patch 8) | CRATE-B/8 (Table 4, Sec. 4.3) | 768 | 12 | 12 | 22,804,072 |
+| crate_t8_in21k / crate_s8_in21k / crate_b8_in21k (patch 8, 21,841 classes) | Table 14's CRATE | 192 / 384 / 768 | 12 | 3 / 6 / 12 | 5,743,057 / 14,118,097 / 38,830,801 |
+| vit_t8_in21k / vit_b8_in21k (patch 8, 21,841 classes) | Table 14's ViT | 192 / 768 | 12 | 3 / 12 | 9,742,801 / 102,605,521 |
 | tost_tiny / small / medium / large | TSSA + MLP (ToST) | 192 / 384 / 512 / 768 | 12 / 12 / 24 / 24 | 4 / 8 / 8 / 16 | 4,827,736 / 18,500,296 / 64,049,320 / 143,258,728 |
 | crate_alpha_b32 / b16 / b8 (patch 32 / 16 / 8) | CRATE-α (`_ALPHA`) | 768 | 12 | 12 | 73,985,512 / 72,328,936 / 72,338,152 |
 | crate_alpha_l32 / l14 / l8 (patch 32 / 14 / 8) | CRATE-α (`_ALPHA`) | 1024 | 24 | 16 | 255,982,568 / 253,650,920 / 253,786,088 |
 
 The baselines share everything with CRATE but the block (same stem, head, LayerNorms and initialisation), so a
 comparison differs in what it compares. Table 8 prints ViT-T 5.72M and ViT-S 22.05M for timm's ViTs, whose
-Conv2d stem lacks our stem's two LayerNorms (1,536 + 2d parameters). The ToST sizes are those of ToST's public
+Conv2d stem lacks our stem's two LayerNorms (1,536 + 2d parameters). Table 14's ImageNet-21K models (App. C.5:
+21,841 classes, patch 8) have the widths their printed counts give, those of ViT-T/S/B (192 / 384 / 768), not Table
+8's; the counts match the print (5.74M, 14.12M, 38.83M, 102.61M) but ViT-T's, printed 10.36M: this d = 192 ViT has
+9.74M, 0.62M fewer (a finding; the paper does not say what else its ViT-T/8 had). ``crate_b8`` is CRATE-B/8 with
+ImageNet-1K's head, Table 4's CRATE-Base/8 (22.80M). The papers print no CRATE-L/8, so none is registered. The ToST sizes are those of ToST's public
 vision code (``tost_cab_{tiny_12, small_12, medium_24, large_24}_p16``: d, L, K as above, MLP ratio 4) with our
 stem and head; the authors' models are XCiT's (a convolutional stem, Fourier position encoding, two class-attention
 layers, LayerScale), so their counts differ from these, and the paper's tables were not available to compare.
@@ -168,6 +175,7 @@ class CRATEClassifier(nn.Module):
 _VIT = dict(attention="mhsa", feedforward="mlp")
 _TOST = dict(attention="tssa", feedforward="mlp")
 _S8 = dict(dim=384, depth=12, heads=6, patch_size=8)
+_IN21K = dict(patch_size=8, num_classes=21841)  # ImageNet-21K's classes as the long paper counts them (App. C.5)
 _ALPHA = dict(patch_embed="conv", ista="overcomplete", ista_skip=True, out_bias=False, norm_eps=1e-6,
               head_norm_eps=1e-5)
 """CRATE-α (UCSC-VLAA/CRATE-alpha, torch_inference/model/crate_alpha.py): a Conv2d stem, the over-complete ISTA
@@ -186,6 +194,12 @@ for _name, _values in {
     "crate_mlp_s8": dict(_S8, feedforward="mlp"),
     "crate_mhsa_s8": dict(_S8, attention="mhsa"),
     "vit_s8": dict(_S8, **_VIT),
+    "crate_b8": dict(dim=768, depth=12, heads=12, patch_size=8),
+    "crate_t8_in21k": dict(dim=192, depth=12, heads=3, **_IN21K),
+    "crate_s8_in21k": dict(_S8, **_IN21K),
+    "crate_b8_in21k": dict(dim=768, depth=12, heads=12, **_IN21K),
+    "vit_t8_in21k": dict(dim=192, depth=12, heads=3, **_IN21K, **_VIT),
+    "vit_b8_in21k": dict(dim=768, depth=12, heads=12, **_IN21K, **_VIT),
     "tost_tiny": dict(dim=192, depth=12, heads=4, **_TOST),
     "tost_small": dict(dim=384, depth=12, heads=8, **_TOST),
     "tost_medium": dict(dim=512, depth=24, heads=8, **_TOST),

@@ -144,6 +144,11 @@ class BlockConfig:
         """p, the dimension of each subspace U_k."""
         return self.dim_head if self.dim_head is not None else self.dim // self.heads
 
+    @property
+    def atoms(self) -> int:
+        """m, the atoms of the ISTA dictionary: ``dict_width`` (None: 4·d) for the overcomplete one, else d."""
+        return (self.dict_width or 4 * self.dim) if self.ista == "overcomplete" else self.dim
+
     def replace(self, **changes):
         """A copy with ``changes`` applied; unknown names raise TypeError naming them."""
         names = [f.name for f in dataclasses.fields(self)]

@@ -143,6 +143,28 @@ def to_crate_lm(model: CRATEGPT, masks: bool | None = None) -> dict[str, torch.T
     return theirs
 
 
+def to_nanogpt(model: CRATEGPT) -> dict[str, torch.Tensor]:
+    """A GPT baseline's state dict (``attention="mhsa", feedforward="mlp", final_norm=True``, learned positions, an
+    MLP 4d wide: nanoGPT's ``GPT``) in nanoGPT's format, ``lm_head.weight`` tied to ``transformer.wte.weight`` as
+    its state dict holds it; ValueError naming what nanoGPT's model cannot hold."""
+    config: GPTConfig = model.config
+    if (config.attention, config.feedforward, config.final_norm, config.pos_embed, config.mlp_ratio) != (
+            "mhsa", "mlp", True, "learned", 4.0):
+        raise ValueError("to_nanogpt: nanoGPT's GPT has MHSA + MLP layers (MLP 4d wide), learned positions and a "
+                         f"final LayerNorm; this model has attention={config.attention!r}, "
+                         f"feedforward={config.feedforward!r}, mlp_ratio={config.mlp_ratio}, "
+                         f"pos_embed={config.pos_embed!r}, final_norm={config.final_norm}")
+    theirs = NANOGPT_KEYS.to_theirs({k: v for k, v in model.state_dict().items() if k != "lm_head.weight"}, "nanoGPT")
+    theirs["lm_head.weight"] = theirs["transformer.wte.weight"]
+    return theirs
+
+
+def model_args(config: GPTConfig) -> dict:
+    """The ``model_args`` dictionary crate-lm and nanoGPT store beside the weights (their ``GPTConfig`` fields)."""
+    return {"n_layer": config.depth, "n_head": config.heads, "n_embd": config.dim, "block_size": config.block_size,
+            "bias": True, "vocab_size": config.vocab_size, "dropout": 0.0}
+
+
 def load_causal_lm(path: str, heads: int | None = None) -> CRATEGPT:
     """A causal LM from a crate_nn checkpoint of the ``gpt`` family or from a crate-lm / nanoGPT file."""
     from .. import checkpoint

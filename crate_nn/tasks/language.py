@@ -54,6 +54,7 @@ from ..evaluation.language import as_float, classification_metrics, lm_loss, mlm
 from ..models.language import BERTClassifierConfig
 from ..models.registry import build_model, create_model, list_models, model_config, unwrap_model
 from ..official.gpt import gpt_config_of
+from ..preprocessing import Preprocessing
 
 DATA_LAYOUTS = """Data (--data-dir): a folder prepared by crate-prepare-text (meta.json, train.bin, val.bin); none = the
 built-in corpus (the standard library's source as byte tokens). Fine-tuning: a folder with train.tsv and dev.tsv in
@@ -195,6 +196,10 @@ class LanguageModelTask(Task):
     def final_evaluate(self, model: nn.Module) -> dict[str, float]:
         self._record(model)
         return {}
+
+    def preprocessing(self) -> Preprocessing:
+        """`Task.preprocessing` with the corpus's tokenizer (its ``meta.json``'s, or ``bytes`` for the built-in one)."""
+        return dataclasses.replace(super().preprocessing(), tokenizer=self.corpus.tokenizer)
 
     def resolved(self) -> dict:
         c = self.corpus

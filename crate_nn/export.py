@@ -1,0 +1,163 @@
+"""``crate-export``: any checkpoint `crate_nn.load` reads, written in our format or in another codebase's.
+
+    crate-export runs/digits/checkpoints/last.pt digits.safetensors
+    crate-export crate_small.pth crate_small.pt --name crate_small           the authors' file → ours
+    crate-export runs/gpt_stdlib/checkpoints/last.pt gpt.pt --format crate-lm
+    crate-export hf-hub:ORG/NAME alpha.safetensors --name crate_alpha_b16
+
+INPUT is a file or ``hf-hub:ORG/NAME[@revision]`` (the local Hugging Face cache only); ``--heads`` and ``--name``
+are given to the loader of another codebase's file, whose tensors do not fix the number of heads. ``--format``
+(default: ``safetensors`` for a ``.safetensors`` OUTPUT, else ``ours``):
+
+    safetensors           ours: the weights, with family, config and preprocessing in the header   every family
+    ours                  ours: a torch checkpoint (family, config, preprocessing, checksum)       every family
+    official-classifier   the authors' CRATE classifier: a state dict under their names           classifier
+    crate-alpha           CRATE-α's PyTorch port: a state dict under their names                  classifier (CRATE-α)
+    official-mae          the authors' CRATE-MAE: {"model": state dict, "args": its loss}         mae
+    crate-lm              CRATE-GPT's crate-lm: {"model", "model_args"}                           gpt (MSSA + ISTA)
+    nanogpt               nanoGPT: {"model", "model_args"}                                        gpt (MHSA + MLP)
+
+Another codebase's file is checked before it is written: read back by that format's loader
+(`crate_nn.official`), it must give the same config and every tensor bit for bit, so what the format cannot hold
+(the authors' classifier with ``pool="mean"``, a CRATE-α option in the authors' format …) is an error naming the
+options, not a file that their code reads as another model. Their formats have no place for the preprocessing;
+ours keep it. Errors are one line naming the argument or file, exit status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from . import checkpoint, cli
+from .models.registry import unwrap_model
+from .official import crate_nn_to_crate_alpha, crate_nn_to_official, crate_nn_to_official_mae, to_crate_lm, to_nanogpt
+from .official.formats import sniff
+from .official.gpt import model_args
+
+
+@dataclass(frozen=True)
+class Foreign:
+    """Another codebase's format we write: the family it holds, the name `crate_nn.official.formats` gives its
+    files, the function giving a model's file contents (a dictionary for ``torch.save``) and the config options its
+    files do not fix (their loader needs them given: the heads K, the authors' classifier's image channels)."""
+
+    family: str
+    sniffed: str
+    contents: Callable[[nn.Module], dict]
+    unfixed: tuple[str, ...] = ("heads",)
+
+
+def _fair_mae(model: nn.Module) -> dict:
+    """A FAIR-MAE checkpoint's ``model`` and the ``args`` entry its loader reads the loss from."""
+    return {"model": crate_nn_to_official_mae(model.state_dict()),
+            "args": argparse.Namespace(norm_pix_loss=model.config.norm_pix_loss)}
+
+
+FOREIGN = {
+    "official-classifier": Foreign("classifier", "authors' CRATE classifier",
+                                   lambda m: crate_nn_to_official(m.state_dict()), ("heads", "in_channels")),
+    "crate-alpha": Foreign("classifier", "CRATE-α", lambda m: crate_nn_to_crate_alpha(m.state_dict())),
+    "official-mae": Foreign("mae", "authors' CRATE-MAE", _fair_mae),
+    "crate-lm": Foreign("gpt", "crate-lm", lambda m: {"model": to_crate_lm(m), "model_args": model_args(m.config)}),
+    "nanogpt": Foreign("gpt", "nanoGPT", lambda m: {"model": to_nanogpt(m), "model_args": model_args(m.config)}),
+}
+FORMATS = ("safetensors", "ours", *FOREIGN)
+
+
+def export(model: nn.Module, path: str | os.PathLike, format: str) -> None:
+    """Write ``model`` (a registered family's) to ``path`` in ``format`` (one of `FORMATS`), atomically; ValueError
+    naming the argument when the format does not fit the path's suffix or cannot hold the model."""
+    model, path = unwrap_model(model), os.fspath(path)
+    if format not in FORMATS:
+        raise ValueError(f"format: expected one of {list(FORMATS)}, got {format!r}")
+    if format == "safetensors" and not path.endswith(".safetensors"):
+        raise ValueError(f"output: --format safetensors writes a .safetensors file, not {path!r}")
+    if format != "safetensors" and path.endswith(".safetensors"):
+        raise ValueError(f"output: --format {format} writes a torch file, not {path!r} (a .safetensors output is "
+                         "--format safetensors)")
+    if format in ("safetensors", "ours"):
+        checkpoint.save(path, model)
+    else:
+        checkpoint.atomic_save(foreign_contents(model, format), path)
+
+
+def foreign_contents(model: nn.Module, format: str) -> dict:
+    """The file contents of ``model`` in the `FOREIGN` format ``format``, checked by reading them back with that
+    format's loader: the same config (p and m resolved on both sides, `_resolved`) and bit-identical tensors, else ValueError
+    naming what differs."""
+    target = FOREIGN[format]
+    family = getattr(model, "family", None)
+    if family != target.family:
+        raise ValueError(f"format: {format} holds {target.family} models; this is a {family} model")
+    try:
+        contents = target.contents(model)
+        found = sniff(contents, format)
+        back = found.loader(contents, **{name: getattr(model.config, name) for name in target.unfixed})
+    except ValueError as err:
+        raise ValueError(f"format: {format} cannot hold this model: {err}") from None
+    ours, theirs = _resolved(model.config), _resolved(back.config)
+    differ = {f.name: (getattr(ours, f.name), getattr(theirs, f.name)) for f in dataclasses.fields(ours)
+              if getattr(ours, f.name) != getattr(theirs, f.name)}
+    if found.name != target.sniffed or type(back) is not type(model) or differ:
+        raise ValueError(f"format: {format} cannot hold this model's options {differ} (ours, as read back)")
+    mine, read_back = model.state_dict(), back.state_dict()
+    changed = sorted(k for k in mine if k not in read_back or read_back[k].dtype != mine[k].dtype
+                     or not torch.equal(read_back[k], mine[k]))
+    if changed or mine.keys() != read_back.keys():
+        raise ValueError(f"format: {format} does not give back this model's tensors {changed[:8]}")
+    return contents
+
+
+def _resolved(config):
+    """``config`` with ``dim_head`` and ``dict_width`` replaced by the p and m they give (None: p = d/K, m = 4d)."""
+    return dataclasses.replace(config, dim_head=config.head_dim,
+                               dict_width=config.atoms if config.ista == "overcomplete" else config.dict_width)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="crate-export", description=__doc__.split("\n\n")[0],
+                                     epilog=__doc__.split("\n\n", 1)[1],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("input", help="a checkpoint crate_nn.load reads: a file, or hf-hub:ORG/NAME[@revision]")
+    parser.add_argument("output", help="the file to write")
+    parser.add_argument("--format", choices=FORMATS, default=None,
+                        help="default: safetensors for a .safetensors output, else ours")
+    parser.add_argument("--heads", type=int, default=None, help="heads of another codebase's file (K)")
+    parser.add_argument("--name", default=None, help="a registered size for another codebase's file (gives K)")
+    args = parser.parse_args(argv)
+    if args.heads is not None and args.heads < 1:
+        parser.error(f"argument --heads: expected a positive integer, got {args.heads}")
+    return args
+
+
+def run(args: argparse.Namespace) -> str:
+    """Load ``args.input``, write ``args.output``; the line that says what was written."""
+    if os.path.exists(args.input) and os.path.exists(args.output) and os.path.samefile(args.input, args.output):
+        raise ValueError(f"output: {args.output!r} is the input file")
+    format = args.format or ("safetensors" if args.output.endswith(".safetensors") else "ours")
+    overrides = {k: v for k, v in (("heads", args.heads), ("name", args.name)) if v is not None}
+    model = checkpoint.load(args.input, **overrides)
+    export(model, args.output, format)
+    count = sum(p.numel() for p in model.parameters())
+    return f"{args.output}: {format}, a {model.family} model ({count:,} parameters)"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``crate-export``: prints one line naming what it wrote."""
+    args = parse_args(argv)
+    try:
+        print(run(args))
+    except cli.EXPECTED as err:
+        return cli.fail("crate-export", err, 2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

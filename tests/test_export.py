@@ -1,0 +1,136 @@
+"""``crate-export`` (`crate_nn.export`): ours → safetensors → ours for every registered family, ours → another
+codebase's format → ours for every format we write, bit-identical (``torch.equal`` and the dtype of every tensor);
+what a format cannot hold, and bad arguments, are one line naming the argument and write nothing."""
+import dataclasses
+
+import pytest
+import torch
+
+import crate_nn
+from crate_nn.export import FOREIGN, main
+from crate_nn.models.dino_head import DINO, DINOConfig
+from crate_nn.models.language import BERTClassifierConfig
+from crate_nn.models.registry import _FAMILIES, build_model
+from crate_nn.preprocessing import Preprocessing
+
+TEXT = dict(dim=12, heads=3, depth=1, vocab_size=20, block_size=6)
+IMAGE = dict(image_size=8, patch_size=4, dim=8, depth=2, heads=2)
+EVERY_FAMILY = {
+    "classifier": lambda: crate_nn.create_model("crate_tiny", **IMAGE, num_classes=3),
+    "dino": lambda: DINO(DINOConfig(**IMAGE, out_dim=16, hidden_dim=12, bottleneck_dim=4)),
+    "gpt": lambda: crate_nn.create_model("crate_gpt_small", **TEXT),
+    "bert": lambda: crate_nn.create_model("crate_bert_base", **TEXT),
+    "bert_classifier": lambda: build_model(BERTClassifierConfig(**TEXT, num_labels=3)),
+    "mae": lambda: crate_nn.create_model("crate_mae_tiny", image_size=8, patch_size=2, dim=16, depth=2, heads=4),
+}
+EVERY_FOREIGN = {  # each format we write: a model it holds
+    "official-classifier": lambda: crate_nn.create_model("crate_tiny", **IMAGE, num_classes=3),
+    "crate-alpha": lambda: crate_nn.create_model("crate_alpha_b16", **IMAGE, num_classes=3),
+    "official-mae": EVERY_FAMILY["mae"],
+    "crate-lm": EVERY_FAMILY["gpt"],
+    "nanogpt": lambda: crate_nn.create_model("gpt_small", **TEXT),
+}
+
+
+def seeded(build):
+    torch.manual_seed(0)
+    return build().double()
+
+
+def assert_bit_identical(a, b) -> None:
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    for key, value in sa.items():
+        assert sb[key].dtype == value.dtype and torch.equal(sb[key], value), key
+
+
+def test_every_family_and_every_format_is_covered():
+    assert set(EVERY_FAMILY) == set(_FAMILIES)
+    assert set(EVERY_FOREIGN) == set(FOREIGN)
+
+
+@pytest.mark.parametrize("family", EVERY_FAMILY)
+def test_ours_to_safetensors_to_ours_is_bit_identical(family, tmp_path, capsys):
+    model = seeded(EVERY_FAMILY[family])
+    model.preprocessing = Preprocessing(tokenizer="bytes") if "gpt" in family or "bert" in family else Preprocessing(
+        mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25), image_size=8, patch_size=model.config.patch_size)
+    crate_nn.save(tmp_path / "ours.pt", model)
+    assert main([str(tmp_path / "ours.pt"), str(tmp_path / "m.safetensors")]) == 0
+    assert capsys.readouterr().out.startswith(f"{tmp_path / 'm.safetensors'}: safetensors, a {family} model (")
+    assert main([str(tmp_path / "m.safetensors"), str(tmp_path / "back.pt")]) == 0
+    back = crate_nn.load(tmp_path / "back.pt")
+    assert type(back) is type(model) and back.config == model.config
+    assert back.preprocessing == model.preprocessing  # carried by both of our formats
+    assert_bit_identical(back, model)
+
+
+@pytest.mark.parametrize("format", EVERY_FOREIGN)
+def test_ours_to_their_format_to_ours_is_bit_identical(format, tmp_path):
+    model = seeded(EVERY_FOREIGN[format])
+    crate_nn.save(tmp_path / "ours.pt", model)
+    assert main([str(tmp_path / "ours.pt"), str(tmp_path / "theirs.pth"), "--format", format]) == 0
+    assert crate_nn.checkpoint.sniff(tmp_path / "theirs.pth") == FOREIGN[format].sniffed
+    # their files do not fix the heads, but crate-lm's and nanoGPT's model_args record them
+    heads = [] if format in ("crate-lm", "nanogpt") else ["--heads", str(model.config.heads)]
+    assert main([str(tmp_path / "theirs.pth"), str(tmp_path / "back.pt"), *heads]) == 0
+    back = crate_nn.load(tmp_path / "back.pt")
+    assert type(back) is type(model)
+    assert dataclasses.replace(back.config, dim_head=None) == dataclasses.replace(model.config, dim_head=None)
+    assert_bit_identical(back, model)
+
+
+def test_the_overcomplete_crate_lm_round_trips_its_transposed_dictionary(tmp_path):
+    model = seeded(lambda: crate_nn.create_model("crate_gpt_overcomplete", **TEXT))
+    crate_nn.save(tmp_path / "ours.pt", model)
+    assert main([str(tmp_path / "ours.pt"), str(tmp_path / "lm.pt"), "--format", "crate-lm"]) == 0
+    assert main([str(tmp_path / "lm.pt"), str(tmp_path / "back.pt")]) == 0
+    assert_bit_identical(crate_nn.load(tmp_path / "back.pt"), model)
+
+
+@pytest.mark.parametrize("build, argv, message", [
+    (EVERY_FOREIGN["official-classifier"], ["out.pt", "--format", "official-mae"],
+     "format: official-mae holds mae models; this is a classifier model"),
+    (lambda: crate_nn.create_model("crate_tiny", **IMAGE, num_classes=3, pool="mean"),
+     ["out.pt", "--format", "official-classifier"],
+     "format: official-classifier cannot hold this model's options {'pool': ('mean', 'cls')} (ours, as read back)"),
+    (EVERY_FOREIGN["crate-alpha"], ["out.pt", "--format", "official-classifier"],
+     "format: official-classifier cannot hold this model: these parameters have no counterpart in the authors' "
+     "format: ['encoder.layers.0.ista.out_weight', 'encoder.layers.1.ista.out_weight']"),
+    (EVERY_FAMILY["gpt"], ["out.pt", "--format", "nanogpt"], "format: nanogpt cannot hold this model: to_nanogpt: "
+     "nanoGPT's GPT has MHSA + MLP layers"),
+    (EVERY_FOREIGN["official-classifier"], ["out.pt", "--format", "safetensors"],
+     "output: --format safetensors writes a .safetensors file, not 'out.pt'"),
+    (EVERY_FOREIGN["official-classifier"], ["out.safetensors", "--format", "crate-lm"],
+     "output: --format crate-lm writes a torch file, not 'out.safetensors'"),
+    (EVERY_FOREIGN["official-classifier"], ["ours.pt"], "output: 'ours.pt' is the input file"),
+])
+def test_what_cannot_be_written_is_one_line_naming_the_argument(build, argv, message, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    crate_nn.save("ours.pt", seeded(build))
+    assert main(["ours.pt", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"crate-export: {message}") and err.count("\n") == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ours.pt"]  # nothing written
+
+
+def test_their_file_without_its_heads_and_a_missing_file_are_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    crate_nn.save("ours.pt", seeded(EVERY_FOREIGN["official-classifier"]))
+    assert main(["ours.pt", "theirs.pth", "--format", "official-classifier"]) == 0
+    assert main(["theirs.pth", "back.pt"]) == 2
+    assert "crate-export: heads cannot be inferred from the tensors; pass heads=" in capsys.readouterr().err
+    assert main(["absent.pt", "back.pt"]) == 2
+    assert capsys.readouterr().err == "crate-export: checkpoint: 'absent.pt' does not exist or is not a file\n"
+
+
+def test_gray_images_and_the_mae_loss_survive_their_formats(tmp_path):
+    gray = seeded(lambda: crate_nn.create_model("crate_tiny", **IMAGE, num_classes=3, in_channels=1))
+    crate_nn.save(tmp_path / "gray.pt", gray)
+    assert main([str(tmp_path / "gray.pt"), str(tmp_path / "gray.pth"), "--format", "official-classifier"]) == 0
+    # their files fix P²·C, not C: the channels are given back, like the heads
+    assert_bit_identical(crate_nn.load(tmp_path / "gray.pth", heads=2, in_channels=1), gray)
+    mae = seeded(lambda: crate_nn.create_model("crate_mae_tiny", image_size=8, patch_size=2, dim=16, depth=1, heads=4,
+                                               norm_pix_loss=True))
+    crate_nn.save(tmp_path / "mae.pt", mae)
+    assert main([str(tmp_path / "mae.pt"), str(tmp_path / "mae.pth"), "--format", "official-mae"]) == 0
+    assert crate_nn.load(tmp_path / "mae.pth", heads=4).config.norm_pix_loss  # FAIR-MAE's args.norm_pix_loss

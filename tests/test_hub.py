@@ -1,0 +1,128 @@
+"""``crate_nn.load("hf-hub:ORG/NAME[@revision]")`` resolves in a local Hugging Face cache alone (`crate_nn.hub`):
+a fake cache in the Hub client's layout (``refs/<branch>`` holding a commit hash, ``snapshots/<hash>/`` linking
+to ``blobs/``), found through ``HF_HUB_CACHE``, ``HF_HOME`` or the home folder; branches, commit hashes, missing
+repositories and revisions, and the choice of the weights file. Each test runs by the cache's layout and, when
+huggingface_hub is installed, through its client too."""
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+import crate_nn
+from crate_nn import extras, hub
+from crate_nn.official import crate_nn_to_official
+
+MAIN, OTHER = "a" * 40, "b" * 40  # two commits of the repository
+
+
+@pytest.fixture(params=["layout", "client"])
+def resolver(request, monkeypatch):
+    """Resolve by the cache's layout (huggingface_hub hidden) or through huggingface_hub's client."""
+    if request.param == "client":
+        pytest.importorskip("huggingface_hub")
+    else:
+        real = extras.available
+        monkeypatch.setattr(extras, "available", lambda package: package != "huggingface_hub" and real(package))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # honoured trivially: nothing is ever downloaded
+    return request.param
+
+
+def tiny(seed: int = 0):
+    torch.manual_seed(seed)
+    return crate_nn.create_model("crate_tiny", image_size=8, patch_size=4, num_classes=3, dim=8, depth=1, heads=2)
+
+
+def snapshot(cache: Path, repo: str, commit: str, files: dict[str, bytes], refs: tuple[str, ...] = ()) -> Path:
+    """``files`` as the snapshot ``commit`` of ``repo`` in ``cache`` (each a link to its blob), ``refs`` pointing at
+    it; the snapshot folder."""
+    root = cache / ("models--" + repo.replace("/", "--"))
+    folder = root / "snapshots" / commit
+    folder.mkdir(parents=True)
+    (root / "blobs").mkdir(exist_ok=True)
+    for name, data in files.items():
+        blob = root / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.write_bytes(data)
+        (folder / name).symlink_to(os.path.relpath(blob, folder))
+    (root / "refs").mkdir(exist_ok=True)
+    for ref in refs:
+        (root / "refs" / ref).write_text(commit)
+    return folder
+
+
+def safetensors_bytes(model, tmp_path: Path, name: str = "m.safetensors") -> bytes:
+    crate_nn.save(tmp_path / name, model)
+    return (tmp_path / name).read_bytes()
+
+
+def same_weights(a, b) -> bool:
+    return a.state_dict().keys() == b.state_dict().keys() and all(
+        torch.equal(a.state_dict()[k], v) for k, v in b.state_dict().items())
+
+
+def test_main_a_branch_and_a_commit_hash_resolve_offline(tmp_path, monkeypatch, resolver):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    first, second = tiny(0), tiny(1)
+    snapshot(cache, "org/crate", MAIN, {"model.safetensors": safetensors_bytes(first, tmp_path)}, refs=("main",))
+    snapshot(cache, "org/crate", OTHER, {"model.safetensors": safetensors_bytes(second, tmp_path)}, refs=("v2",))
+    assert crate_nn.checkpoint.sniff("hf-hub:org/crate") == "crate_nn (safetensors)"
+    assert same_weights(crate_nn.load("hf-hub:org/crate"), first)
+    assert same_weights(crate_nn.load("hf-hub:org/crate@main"), first)
+    assert same_weights(crate_nn.load("hf-hub:org/crate@v2"), second)  # a branch: refs/v2
+    assert same_weights(crate_nn.load(f"hf-hub:org/crate@{OTHER}"), second)  # a commit hash: snapshots/<hash>
+
+
+def test_the_cache_is_hf_home_hub_then_the_home_folder(tmp_path, monkeypatch, resolver):
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    model = tiny()
+    snapshot(tmp_path / "hf" / "hub", "org/a", MAIN, {"model.safetensors": safetensors_bytes(model, tmp_path)},
+             refs=("main",))
+    assert same_weights(crate_nn.load("hf-hub:org/a"), model)
+    monkeypatch.delenv("HF_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert hub.cache_dir() == tmp_path / "home" / ".cache" / "huggingface" / "hub"
+
+
+def test_a_missing_repository_or_revision_is_one_line_naming_it_and_the_cache(tmp_path, monkeypatch, resolver):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    snapshot(cache, "org/crate", MAIN, {"model.safetensors": safetensors_bytes(tiny(), tmp_path)}, refs=("main",))
+    with pytest.raises(ValueError, match=rf"path: org/absent \(revision 'main'\) is not in the Hugging Face cache "
+                                         rf"{cache} \(searched offline; nothing is downloaded"):
+        crate_nn.load("hf-hub:org/absent")
+    for revision in ("dev", OTHER):
+        with pytest.raises(ValueError, match=rf"path: revision '{revision}' of org/crate is not in the Hugging Face "
+                                             rf"cache {cache}") as raised:
+            crate_nn.load(f"hf-hub:org/crate@{revision}")
+        assert "\n" not in str(raised.value)
+
+
+def test_the_weights_file_safetensors_first_then_torch_files(tmp_path, monkeypatch, resolver):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    ours, theirs = tiny(0), tiny(1)
+    torch.save(crate_nn_to_official(theirs.state_dict()), tmp_path / "theirs.pth")
+    files = {"crate.safetensors": safetensors_bytes(ours, tmp_path), "theirs.pth": (tmp_path / "theirs.pth").read_bytes(),
+             "config.json": b"{}"}
+    snapshot(cache, "org/both", MAIN, files, refs=("main",))
+    assert same_weights(crate_nn.load("hf-hub:org/both"), ours)  # the safetensors file, though not model.safetensors
+    snapshot(cache, "org/authors", MAIN, {"theirs.pth": files["theirs.pth"], "README.md": b"#"}, refs=("main",))
+    assert crate_nn.checkpoint.sniff("hf-hub:org/authors") == "authors' CRATE classifier"
+    assert same_weights(crate_nn.load("hf-hub:org/authors", heads=2), theirs)  # sniffed like any file
+    two = {"a.safetensors": files["crate.safetensors"], "b.safetensors": safetensors_bytes(theirs, tmp_path, "b")}
+    snapshot(cache, "org/two", MAIN, two, refs=("main",))
+    with pytest.raises(ValueError, match=r"hf-hub:org/two holds several weight files \['a.safetensors', "
+                                         r"'b.safetensors'\]"):
+        crate_nn.load("hf-hub:org/two")
+    snapshot(cache, "org/empty", MAIN, {"README.md": b"#"}, refs=("main",))
+    with pytest.raises(ValueError, match=r"hf-hub:org/empty holds no weights file .* among \['README.md'\]"):
+        crate_nn.load("hf-hub:org/empty")
+
+
+@pytest.mark.parametrize("spec", ["hf-hub:crate", "hf-hub:org/", "hf-hub:a/b/c", "hf-hub:org/crate@"])
+def test_malformed_names_are_refused(spec):
+    with pytest.raises(ValueError, match=r"path: expected hf-hub:ORG/NAME or hf-hub:ORG/NAME@revision"):
+        crate_nn.load(spec)

@@ -1,0 +1,133 @@
+"""Preprocessing travels with the weights (`crate_nn.preprocessing`): a training run records its mean, std, image
+and patch size or its tokenizer; both of our formats keep it; a file written before they did gets it from its
+training config; crate-eval, crate-segment and crate-sample use what the file records and fall back to what they
+did before for a file that records nothing."""
+import argparse
+import dataclasses
+
+import pytest
+import torch
+from _train_cases import tiny
+
+import crate_nn
+from crate_nn import evaluate, segment
+from crate_nn.data.images import IMAGENET_MEAN, IMAGENET_STD
+from crate_nn.data.text import ByteTokenizer, find_documents, prepare
+from crate_nn.engine import train
+from crate_nn.official import crate_nn_to_official
+from crate_nn.preprocessing import Preprocessing, from_training, normalisation
+from crate_nn.sample import main as sample_main
+from crate_nn.tasks import get_preset
+
+RECORDED = Preprocessing(mean=(0.1, 0.2, 0.3), std=(0.4, 0.5, 0.6), image_size=8, patch_size=4)
+
+
+def classifier(**extra):
+    torch.manual_seed(0)
+    return crate_nn.create_model("crate_tiny", **{**dict(image_size=8, patch_size=4, num_classes=3, dim=8, depth=1,
+                                                          heads=2), **extra})
+
+
+def test_a_model_has_none_until_set_and_both_formats_keep_it(tmp_path):
+    model = classifier()
+    assert model.preprocessing is None and crate_nn.create_model("crate_gpt_small", depth=1).preprocessing is None
+    crate_nn.save(tmp_path / "none.pt", model)
+    assert crate_nn.load(tmp_path / "none.pt").preprocessing is None
+    model.preprocessing = RECORDED
+    for name in ("m.pt", "m.safetensors"):
+        crate_nn.save(tmp_path / name, model)
+        assert crate_nn.load(tmp_path / name).preprocessing == RECORDED
+    assert crate_nn.checkpoint.read(tmp_path / "m.pt")["preprocessing"] == {
+        "mean": [0.1, 0.2, 0.3], "std": [0.4, 0.5, 0.6], "image_size": 8, "patch_size": 4}
+
+
+def test_a_file_written_before_records_gets_its_training_configs(tmp_path):
+    model = classifier()
+    old = {"format": "crate_nn", "family": "classifier", "config": dataclasses.asdict(model.config), "model": model.state_dict(),
+           "train_config": {"mean": [0.5], "std": [0.2], "image_size": 8, "dataset": "mnist5k"}}
+    torch.save(old, tmp_path / "old.pt")  # no checksum, no preprocessing: the layout of earlier files
+    assert crate_nn.load(tmp_path / "old.pt").preprocessing == Preprocessing(mean=(0.5,), std=(0.2,), image_size=8,
+                                                                             patch_size=4)
+    assert from_training({"tokenizer": "hf:roberta-base"}, None) == Preprocessing(tokenizer="hf:roberta-base")
+
+
+def test_bad_records_are_refused_naming_the_file(tmp_path):
+    with pytest.raises(ValueError, match=r"mean, std: expected both or neither, one value per channel"):
+        Preprocessing(mean=(0.5, 0.5), std=(0.2,))
+    model = classifier()
+    torch.save({"format": "crate_nn", "family": "classifier", "config": dataclasses.asdict(model.config),
+                "model": model.state_dict(), "preprocessing": {"resize": 256}}, tmp_path / "odd.pt")
+    with pytest.raises(ValueError, match=r"odd.pt: unknown preprocessing entries \['resize'\]"):
+        crate_nn.load(tmp_path / "odd.pt")
+
+
+def test_an_image_training_run_records_its_pipeline(tmp_path):
+    config = tiny(tmp_path / "run", max_steps=1, epochs=1, mean=(0.25, 0.5, 0.75), std=(0.5, 0.5, 0.5))
+    train(config)
+    loaded = crate_nn.load(tmp_path / "run" / "checkpoints" / "last.pt")
+    assert loaded.preprocessing == Preprocessing(mean=(0.25, 0.5, 0.75), std=(0.5, 0.5, 0.5), image_size=8,
+                                                 patch_size=4)
+    assert "preprocessing" in crate_nn.checkpoint.read(tmp_path / "run" / "checkpoints" / "last.pt")
+
+
+def test_a_language_training_run_records_its_tokenizer(tmp_path):
+    (tmp_path / "src").mkdir()
+    for i in range(6):
+        (tmp_path / "src" / f"m{i}.py").write_text("".join(f"def f{j}(x):\n    return x + {i}\n" for j in range(8)))
+    prepare(find_documents([tmp_path / "src"]), ByteTokenizer(), tmp_path / "tokens", val_fraction=0.2, progress=False)
+    config = get_preset("gpt_stdlib", data_dir=str(tmp_path / "tokens"), output_dir=str(tmp_path / "run"),
+                        model_args=dict(dim=16, heads=2, depth=1), block_size=8, batch_size=2, total_steps=1,
+                        warmup_steps=0, eval_every_steps=1, eval_batch_size=2, val_batches=1, measure_sequences=0,
+                        progress=False)
+    train(config)
+    recorded = crate_nn.load(tmp_path / "run" / "checkpoints" / "last.pt").preprocessing
+    assert recorded == Preprocessing(tokenizer="bytes")
+
+
+def test_crate_eval_normalises_as_the_file_records_else_as_imagenet(tmp_path, monkeypatch):
+    used = []
+
+    class Recording(evaluate.DeviceTransform):
+        def __init__(self, image_size, mean, std, **options):
+            used.append((tuple(mean), tuple(std)))
+            super().__init__(image_size, mean, std, **options)
+
+    monkeypatch.setattr(evaluate, "DeviceTransform", Recording)
+    model = classifier(num_classes=10)
+    crate_nn.save(tmp_path / "plain.pt", model)
+    model.preprocessing = RECORDED
+    crate_nn.save(tmp_path / "recorded.safetensors", model)  # no training config at all: the record alone
+    for name in ("recorded.safetensors", "plain.pt"):
+        args = evaluate.parse_args([str(tmp_path / name), "--dataset", "synthetic", "--batch-size", "8",
+                                    "--num-workers", "0", "--device", "cpu"])
+        assert evaluate.run(args)["top1"] >= 0
+    assert used == [(RECORDED.mean, RECORDED.std), (IMAGENET_MEAN, IMAGENET_STD)]
+
+
+def test_crate_segment_normalises_as_the_file_records_else_as_imagenet(tmp_path):
+    model = classifier()
+    crate_nn.save(tmp_path / "plain.pt", model)
+    model.preprocessing = RECORDED
+    crate_nn.save(tmp_path / "recorded.pt", model)
+    for name, (mean, std) in (("recorded.pt", (RECORDED.mean, RECORDED.std)), ("plain.pt", (IMAGENET_MEAN, IMAGENET_STD))):
+        args = argparse.Namespace(checkpoint=str(tmp_path / name), official=False, model=None, image_size=None,
+                                  device="cpu")
+        _, transform, _ = segment.load_backbone(args)
+        # the transform holds float32 buffers: the recorded float64 values rounded once
+        assert transform.mean.flatten().tolist() == pytest.approx(mean, rel=1e-7)
+        assert transform.std.flatten().tolist() == pytest.approx(std, rel=1e-7)
+    torch.save(crate_nn_to_official(model.state_dict()), tmp_path / "theirs.pth")  # the authors' files record none
+    assert normalisation(crate_nn.official.load_official_checkpoint(tmp_path / "theirs.pth", heads=2)) == (
+        IMAGENET_MEAN, IMAGENET_STD)
+
+
+def test_crate_sample_takes_the_recorded_tokenizer(tmp_path, capsys):
+    torch.manual_seed(0)
+    gpt = crate_nn.create_model("crate_gpt_small", dim=16, heads=2, depth=1, vocab_size=257, block_size=8)
+    crate_nn.save(tmp_path / "none.pt", gpt)  # saved outside a training run, recording nothing
+    assert sample_main([str(tmp_path / "none.pt"), "--prompt", "a", "--max-new-tokens", "2", "--device", "cpu"]) == 2
+    assert "tokenizer: " in capsys.readouterr().err
+    gpt.preprocessing = Preprocessing(tokenizer="bytes")
+    crate_nn.save(tmp_path / "bytes.pt", gpt)
+    assert sample_main([str(tmp_path / "bytes.pt"), "--prompt", "a", "--max-new-tokens", "2", "--device", "cpu"]) == 0
+    assert capsys.readouterr().out.startswith("a")
