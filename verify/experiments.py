@@ -174,9 +174,7 @@ def recipe_differences(saved: dict, config: TrainConfig) -> list[str]:
     """The fields on which ``config`` differs from a committed run's ``saved`` recipe (`recipe`). A field the saved
     recipe lacks counts only when ``config`` holds another value than the field's default: options added since
     the run was made default to what the run did or change nothing it trained (e.g. ``curves``, a figure)."""
-    current, defaults = recipe(config), recipe(type(config)())
-    return sorted(k for k in set(saved) | set(current) if k not in RUN_ONLY
-                  and (saved[k] != current.get(k) if k in saved else current[k] != defaults[k]))
+    return config.differences(saved, ignore=RUN_ONLY)
 
 
 def seeds(base: int, count: int) -> list[int]:

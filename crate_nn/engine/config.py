@@ -14,10 +14,12 @@ which something is measured, an evaluation cadence): `validate` refuses a value 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
 import types
 import typing
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -163,6 +165,17 @@ class TrainConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    def differences(self, saved: Mapping, ignore: Collection[str] = ()) -> list[str]:
+        """The fields (outside ``ignore``) on which this config differs from ``saved``, a config of the same class as
+        JSON (a checkpoint's, a committed run's). A field ``saved`` lacks was added since it was written: it differs
+        only when this config holds another value than the field's default (a new option defaults to what older
+        runs did, or changes nothing they trained)."""
+        current = json.loads(json.dumps(self.to_dict(), default=str))
+        defaults = json.loads(json.dumps(type(self)().to_dict(), default=str))
+        saved = json.loads(json.dumps(dict(saved), default=str))
+        return sorted(k for k in set(saved) | set(current) if k not in ignore
+                      and (saved[k] != current.get(k) if k in saved else current[k] != defaults[k]))
 
     def smoke(self, steps: int = 20, batch_size: int = 32, **overrides) -> TrainConfig:
         """This run shrunk to a smoke run: ``steps`` optimizer steps of at most ``batch_size`` samples (and at most

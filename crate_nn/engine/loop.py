@@ -98,13 +98,13 @@ class TrainResult:
 
 
 def check_resumable(saved: dict, config: TrainConfig) -> None:
-    """Refuse to resume with a config that changes the run (anything but its ``resume_free`` fields)."""
-    current = json.loads(json.dumps(config.to_dict()))
-    saved = json.loads(json.dumps(saved))
-    free = config.resume_free_fields()
-    changed = sorted(k for k in current if k not in free and saved.get(k) != current[k])
+    """Refuse to resume with a config that changes the run (anything but its ``resume_free`` fields; an option
+    added since the checkpoint was written passes at its default, `TrainConfig.differences`)."""
+    changed = config.differences(saved, ignore=config.resume_free_fields())
     if changed:
-        details = "; ".join(f"{k}: saved {saved.get(k)!r}, now {current[k]!r}" for k in changed)
+        current = json.loads(json.dumps(config.to_dict(), default=str))
+        details = "; ".join(f"{k}: saved {saved.get(k, '(none)')!r}, now {current.get(k, '(none)')!r}"
+                            for k in changed)
         raise ValueError(f"resume: the config differs from the checkpoint's in {details}")
 
 

@@ -44,6 +44,18 @@ def test_resume_refuses_a_changed_config_and_a_missing_checkpoint(tmp_path):
         train(dataclasses.replace(config, resume=True, lr=1e-3))
 
 
+def test_resume_accepts_an_option_added_since_the_checkpoint_at_its_default(tmp_path):
+    """A checkpoint written before an option existed lacks it: resuming passes while the option holds its default
+    (the run did what the default does) and is refused, naming the option, otherwise."""
+    from crate_nn.engine.loop import check_resumable
+
+    config = tiny(tmp_path, label_smoothing=0.1)  # the default
+    older = {k: v for k, v in config.to_dict().items() if k != "label_smoothing"}
+    check_resumable(older, config)
+    with pytest.raises(ValueError, match=r"label_smoothing: saved '\(none\)', now 0.2"):
+        check_resumable(older, dataclasses.replace(config, label_smoothing=0.2))
+
+
 def test_checkpoints_config_and_metrics(tmp_path):
     result = train(tiny(tmp_path, checkpoint_every=3, keep_checkpoints=0, log_every=2))
     names = sorted(p.name for p in (tmp_path / "checkpoints").glob("*.pt"))

@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 from _train_cases import torchrun
 from hypothesis import given
 from hypothesis import strategies as st
