@@ -19,7 +19,7 @@
 
 Every comparison is the audit's rule (`verify.statistics.compare`): a 95% interval over at least three seeds,
 `inconclusive` when it contains its boundary; a per-layer statement needs every layer (`verify.statistics.every`).
-All of these train (≈ 20 s a digits run on one core, ≈ 75 s at depth 12), so they run under ``--full`` only.
+All of these train (≈ 20 s a digits run on one core, ≈ 35 s at depth 12), so they run under ``--full`` only.
 Table 2 (CRATE-MAE against ViT-MAE) is not here: ``crate_nn.models.mae`` has no ViT decoder (its decoder layers
 are MSSA by construction), so no ViT-MAE shares the recipe.
 """
@@ -286,7 +286,7 @@ def _depth_claim(name: str) -> None:
                   "first layer to the last in a deeper CRATE",
         measures=f"(m_1 − m_L)/m_1 of the trained model minus that of its own initialisation, on the 360 test digits, "
                  f"for the digits preset at depth {', '.join(map(str, DEPTHS))} ({digits.SEEDS} seeds at depth 3, "
-                 f"{TRAINED_SEEDS} at 6 and 12); depth 6 − depth 3 and depth 12 − depth 6, Welch (--full only: ≈ 7 "
+                 f"{TRAINED_SEEDS} at 6 and 12); depth 6 − depth 3 and depth 12 − depth 6, Welch (--full only: ≈ 4 "
                  "min of training)",
         expected=f"`holds` when both 95% intervals lie above 0. {note}",
         expected_verdict=expected_verdict, modes=("full",),
