@@ -38,7 +38,7 @@ from crate_nn.models.mssa import MSSA
 from crate_nn.tasks.classification import ClassificationConfig
 from verify import digits, experiments, plots
 from verify.registry import Headline, Result, claim, deciding
-from verify.statistics import brief, compare, every, intervals, per_column
+from verify.statistics import brief, compare, every, per_column
 
 PROGRESSION_EPOCHS = (0, 1, 4, 15, 30)
 """Fig. 15 measures at random initialisation and after epochs 1, 20 and 150 of 150; here at initialisation and after
@@ -316,16 +316,17 @@ for _name in MEASURES:
 # --------------------------------------------------------------------------------------------- Fig. 26
 CRATE = f"depth {DEPTHS[0]}"
 """The digits preset's CRATE (its own runs), against which the ViT is compared."""
+LABELS = {CRATE: "CRATE", "ViT": "ViT"}
+"""How Fig. 26's two models are named in its numbers and figure."""
 
 
 def _vit_figure(ctx) -> str | None:
     if not plots.enabled():
         return None
-    labels = {CRATE: "CRATE", "ViT": "ViT"}
-    panels = {f"R^c ({m})" if m != "sparsity" else m: {labels[name]: _levels(name, ctx.seed, m) for name in labels}
+    panels = {f"R^c ({m})" if m != "sparsity" else m: {LABELS[name]: _levels(name, ctx.seed, m) for name in LABELS}
               for m in ("official", "paper", "sparsity")}
-    panels["|Z| ≥ τ"] = {f"{labels[name]} τ {tau}": _levels(name, ctx.seed, "above", str(tau))
-                         for name in labels for tau in THRESHOLDS}
+    panels["|Z| ≥ τ"] = {f"{LABELS[name]} τ {tau}": _levels(name, ctx.seed, "above", str(tau))
+                         for name in LABELS for tau in THRESHOLDS}
     return plots.per_layer(ctx.figure_path("vit"), panels, title="trained ViT and CRATE, the digits recipe (Fig. 26), "
                                                                  "means over seeds")
 
@@ -348,23 +349,23 @@ def _vit_figure(ctx) -> str | None:
     kind="trained", provenance="measurement",
 )
 def vit_compression(ctx) -> Result:
-    gains = {name: fall_beyond_init(measured_runs(name, ctx.seed)[0], "official") for name in (CRATE, "ViT")}
-    comparison = compare(gains[CRATE], gains["ViT"], direction="above", paired=False)
-    levels = {name: _levels(name, ctx.seed, "official") for name in gains}
+    gains = {LABELS[name]: fall_beyond_init(measured_runs(name, ctx.seed)[0], "official") for name in LABELS}
+    comparison = compare(gains["CRATE"], gains["ViT"], direction="above", paired=False)
+    levels = {LABELS[name]: _levels(name, ctx.seed, "official") for name in LABELS}
     return Result("fall beyond init " + ", ".join(f"{n} {g.mean():+.3g} ± {g.std(ddof=1):.2g}" for n, g in gains.items())
                   + f"; CRATE − ViT {comparison.text()}; trained R^c per layer "
                   + "; ".join(f"{n} " + " ".join(f"{v:.3g}" for v in lv) for n, lv in levels.items()),
                   comparison.verdict,
                   {"fall_beyond_init": gains, "comparison": comparison.as_dict(), "trained": levels,
-                   "training_seconds": sum(measured_runs(n, ctx.seed)[1] for n in gains)},
+                   "training_seconds": sum(measured_runs(n, ctx.seed)[1] for n in LABELS)},
                   _figures(_vit_figure(ctx)), Headline.of("CRATE − ViT, fall beyond init", comparison.difference))
 
 
 def _per_layer_versus(ctx, *path: str, transform=lambda x: x):
     """Per layer, ViT − CRATE of a trained measure (``transform``ed), Welch: (comparisons, {model: means})."""
-    values = {name: transform(per_seed(measured_runs(name, ctx.seed)[0], "trained", *path)) for name in (CRATE, "ViT")}
+    values = {name: transform(per_seed(measured_runs(name, ctx.seed)[0], "trained", *path)) for name in LABELS}
     return (per_column(values["ViT"], values[CRATE], direction="above", paired=False),
-            {name: list(v.mean(0)) for name, v in values.items()})
+            {LABELS[name]: list(v.mean(0)) for name, v in values.items()})
 
 
 @claim(
@@ -413,7 +414,7 @@ def vit_caption(ctx) -> Result:
               for i in range(len(comparisons))]
     return Result("; ".join(f"|Z| {r}: verdict {verdicts[r]}, " + "; ".join(
         f"τ {tau}: ViT " + " ".join(f"{v:.2f}" for v in means["ViT"]) + " vs CRATE "
-        + " ".join(f"{v:.2f}" for v in means[CRATE]) for tau, (_, means) in zip(THRESHOLDS, found))
+        + " ".join(f"{v:.2f}" for v in means["CRATE"]) for tau, (_, means) in zip(THRESHOLDS, found))
         for r, found in readings.items()), verdicts["< τ"],
                   {r: {str(tau): {"comparisons": [c.as_dict() for c in comparisons], "means": means}
                        for tau, (comparisons, means) in zip(THRESHOLDS, found)} for r, found in readings.items()}
