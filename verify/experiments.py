@@ -9,6 +9,8 @@ retrains instead of serving a model the current code would not produce. An entry
                        and task construction, the one place a run's initialisation comes from)
         trained.pt     the model at the end of training (the weights only; no optimizer state)
         metrics.json   the engine's final metrics (its ``TrainResult.metrics``)
+        measurements/  the layer-wise measurements the task recorded during training (classification's
+                       ``measure_epochs``: one ``epoch_XXXX.json`` per epoch), when the config asks for them
         run.json       the config, the code hash and the wall time of the training
         derived/       numbers measured on the run and cached by `Run.derived`
 
@@ -120,6 +122,12 @@ class Run:
         """The engine's final metrics of the run."""
         return json.loads((self.folder / "metrics.json").read_text())
 
+    def measurements(self) -> dict[int, dict]:
+        """The layer-wise measurements recorded during training (`crate_nn.analysis.snapshots.record_layers`), by
+        epoch (0: the initialisation); empty when the config recorded none."""
+        records = (json.loads(p.read_text()) for p in sorted((self.folder / "measurements").glob("epoch_*.json")))
+        return {r["epoch"]: r for r in records}
+
     @property
     def seconds(self) -> float:
         """Wall time of the training."""
@@ -210,6 +218,11 @@ def _train_into(config: TrainConfig, folder: Path, code: str) -> None:
             crate_nn.save(work / "init.pt", initial_model(dataclasses.replace(config, **options)))
             crate_nn.save(work / "trained.pt", crate_nn.load(result.checkpoint))  # building a model draws weights
         (work / "metrics.json").write_text(json.dumps(result.metrics))
+        recorded = sorted((Path(options["output_dir"]) / "measurements").glob("epoch_*.json"))
+        if recorded:
+            (work / "measurements").mkdir()
+            for path in recorded:
+                shutil.copy(path, work / "measurements" / path.name)
         (work / "run.json").write_text(json.dumps({"config": config.to_dict(), "task": config.task,
                                                    "code": code, "seconds": seconds}, default=str, indent=1))
         os.rename(work, folder)

@@ -69,6 +69,19 @@ def _check(claim_id: str, name: str, value: str, allowed) -> None:
         raise ValueError(f"{name} of {claim_id!r} must be one of {tuple(allowed)}, got {value!r}")
 
 
+def deciding(comparisons) -> int:
+    """The index of the `verify.statistics.compare` result that decides an every-item verdict
+    (`verify.statistics.every`): the first that fails, else the first inconclusive, else the one nearest its
+    boundary."""
+    comparisons = list(comparisons)
+    for verdict in ("fails", "inconclusive"):
+        found = [i for i, c in enumerate(comparisons) if c.verdict == verdict]
+        if found:
+            return found[0]
+    return int(np.argmin([min(abs(c.difference.low - c.boundary), abs(c.difference.high - c.boundary))
+                          for c in comparisons]))
+
+
 @dataclass(frozen=True)
 class Headline:
     """The one number the report's summary shows for a claim: ``value`` named by ``label`` (e.g. "trained − init,
@@ -104,14 +117,7 @@ class Headline:
         that decides the verdict — the first that fails, else the first inconclusive, else the one nearest its
         boundary — named in the label (``label, layer ℓ``)."""
         comparisons = list(comparisons)
-        for verdict in ("fails", "inconclusive"):
-            found = [i for i, c in enumerate(comparisons) if c.verdict == verdict]
-            if found:
-                break
-        else:
-            found = [int(np.argmin([min(abs(c.difference.low - c.boundary), abs(c.difference.high - c.boundary))
-                                    for c in comparisons]))]
-        layer = found[0]
+        layer = deciding(comparisons)
         return cls.of(f"{label}, layer {layer + 1}", comparisons[layer].difference)
 
     def text(self) -> str:

@@ -47,6 +47,15 @@ def test_same_key_trains_once_and_other_seeds_or_configs_train_again(cache):
     assert sorted(p.name for p in first.folder.iterdir()) == ["init.pt", "metrics.json", "run.json", "trained.pt"]
 
 
+def test_the_measurements_a_run_records_are_kept_by_epoch(cache):
+    assert experiments.run(tiny()).measurements() == {}
+    run = experiments.run(tiny(measure_epochs=(0, 1), measure_samples=8))  # 2 steps: epoch 1 never ends
+    recorded = run.measurements()
+    assert sorted(recorded) == [0] and recorded[0]["epoch"] == 0
+    assert [len(recorded[0][p]["compression"]) for p in ("paper", "official")] == [3, 3]  # the preset's 3 layers
+    assert [p.name for p in (run.folder / "measurements").iterdir()] == ["epoch_0000.json"]  # no figures
+
+
 def test_the_stored_initialisation_is_the_model_the_engine_trained_from(cache, monkeypatch):
     started = []
     real = loop.start_task
