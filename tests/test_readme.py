@@ -134,6 +134,8 @@ COMMANDS: dict[str, Run | StandIn | Parse] = {
     # CRATE-DINO
     "crate-train --preset dino_digits": SHORT,
     "crate-train --preset dino_imagenet --data-dir /data/imagenet --micro-batch-size 128": Parse(GPU),
+    "crate-train --preset simdino_digits": SHORT,
+    "crate-train --preset simdino_imagenet --data-dir /data/imagenet --micro-batch-size 64": Parse(GPU),
     "torchrun --standalone --nproc_per_node 8 -m crate_nn.train --preset dino_imagenet --data-dir /data/imagenet "
     "--micro-batch-size 128": Parse(EIGHT),
     # Emergent segmentation
