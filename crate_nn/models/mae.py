@@ -57,6 +57,7 @@ from .embedding import PatchEmbed, PatchGrid, check_images, patchify, sincos_pos
 from .registry import register_family, register_model
 
 WIRINGS = ("official", "paper")
+DECODERS = ("white_box", "encoder")
 NORM_PIX_EPS = 1e-6  # the variance floor of the per-patch target normalisation (FAIR's MAE)
 
 
@@ -71,6 +72,10 @@ class CRATEMAEConfig(BlockConfig, PatchGrid):
         norm_pix_loss: targets normalised per patch to mean 0, variance 1 (FAIR's ``norm_pix_loss``).
         final_norm_eps: ε of the LayerNorms after the encoder and before the pixel map (official wiring); the
             layers' own LayerNorms use ``norm_eps`` (1e-5, as the authors' blocks).
+        decoder: ``"white_box"`` — the white-box decoder layers of eq. (64) (CRATE-MAE); ``"encoder"`` — L layers
+            of the encoder's own kind: with ``attention="mhsa"`` and ``feedforward="mlp"`` a ViT-MAE of the same
+            width and depth (FAIR's MAE decoder is a stack of ViT blocks, 8 of width 512 for MAE-Base), the
+            baseline of Table 2.
 
     ``lam`` defaults to 0.5, the authors' CRATE-MAE encoder (the classifier's is 0.1). ``dim`` must be divisible
     by 4 (the sine-cosine table).
@@ -84,6 +89,7 @@ class CRATEMAEConfig(BlockConfig, PatchGrid):
     wiring: str = "official"
     norm_pix_loss: bool = False
     final_norm_eps: float = 1e-6
+    decoder: str = "white_box"
 
     def __post_init__(self) -> None:
         for name in ("depth", "image_size", "patch_size", "in_channels"):
@@ -94,6 +100,7 @@ class CRATEMAEConfig(BlockConfig, PatchGrid):
         if self.dim % 4:
             raise ValueError(f"dim={self.dim} must be divisible by 4 (the 2-D sine-cosine position table)")
         check_choice("wiring", self.wiring, WIRINGS)
+        check_choice("decoder", self.decoder, DECODERS)
         check_number("final_norm_eps", self.final_norm_eps, minimum=0.0)
         if self.final_norm_eps == 0:
             raise ValueError("final_norm_eps must be a positive number, got 0")
@@ -141,7 +148,7 @@ class CRATEMAE(nn.Module):
 
     Attributes: ``patch_embed`` (Conv2d), ``cls_token`` (1, 1, d) or None (paper wiring), ``mask_token``
     (1, 1, d) or (1, 1, P²C) (paper wiring), ``pos_embed`` buffer (1, n, d), ``encoder`` (`CRATEEncoder`), ``norm``,
-    ``decoder`` (`CRATEDecoder`), ``decoder_norm``, ``decoder_pred`` Linear(d, P²C), ``config``.
+    ``decoder`` (`CRATEDecoder`; a `CRATEEncoder` with ``decoder="encoder"``), ``decoder_norm``, ``decoder_pred`` Linear(d, P²C), ``config``.
     """
 
     def __init__(self, config: CRATEMAEConfig) -> None:
@@ -158,7 +165,7 @@ class CRATEMAE(nn.Module):
             self.pos_embed.copy_(table)
         self.encoder: LayerStack = CRATEEncoder(config)
         self.norm = nn.LayerNorm(d, eps=config.final_norm_eps) if official else nn.Identity()
-        self.decoder: LayerStack = CRATEDecoder(config)
+        self.decoder: LayerStack = CRATEDecoder(config) if config.decoder == "white_box" else CRATEEncoder(config)
         self.decoder_norm = nn.LayerNorm(d, eps=config.final_norm_eps) if official else nn.Identity()
         self.decoder_pred = nn.Linear(d, config.patch_dim)
         self.reset_parameters()
@@ -171,7 +178,7 @@ class CRATEMAE(nn.Module):
                 nn.init.xavier_uniform_(module.weight)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
-        for layer in self.decoder.layers:
+        for layer in self.decoder.layers if self.config.decoder == "white_box" else ():
             nn.init.kaiming_uniform_(layer.linear.weight)  # E^ℓ (a plain parameter in the authors' code)
         weight = self.patch_embed.proj.weight
         nn.init.xavier_uniform_(weight.view(weight.shape[0], -1))

@@ -75,6 +75,29 @@ def test_forward_and_backward_at_full_width(wiring):
         assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, name
 
 
+def test_a_vit_mae_has_vit_layers_in_encoder_and_decoder_and_learns():
+    """Table 2's baseline: ``decoder="encoder"`` with MHSA + MLP layers stacks ViT layers in the decoder too (the
+    white-box decoder's E^ℓ and MSSA are gone); everything outside the layers is shared with CRATE-MAE."""
+    vit, crate = toy(attention="mhsa", feedforward="mlp", decoder="encoder"), toy()
+    assert [type(layer).__name__ for layer in vit.decoder.layers] == \
+        [type(layer).__name__ for layer in vit.encoder.layers]
+    assert not any(".linear." in name for name, _ in vit.decoder.named_parameters())
+    outside = {k: v.shape for k, v in crate.state_dict().items() if not k.startswith(("encoder.", "decoder."))}
+    assert {k: v.shape for k, v in vit.state_dict().items() if not k.startswith(("encoder.", "decoder."))} == outside
+    optimizer = torch.optim.AdamW(vit.parameters(), lr=1e-2)
+    x, mask = images(), random_mask(noise(), 0.75)
+    losses = []
+    for _ in range(5):  # the same batch: the loss must fall
+        out = vit(x, mask)
+        losses.append(out.loss.item())
+        optimizer.zero_grad()
+        out.loss.backward()
+        optimizer.step()
+    assert losses[-1] < losses[0]
+    with pytest.raises(ValueError, match="decoder"):
+        toy(decoder="vit")
+
+
 def test_sine_cosine_table_is_the_documented_formula():
     d, rows, cols_ = 8, 3, 5
     table = sincos_pos_embed_2d(d, (rows, cols_)).numpy()[0]
