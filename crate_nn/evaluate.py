@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import checkpoint, cli
-from .data.images import DATASETS, ImageFiles, build_dataset
+from .data import DATASETS, build_dataset
+from .data.images import ImageFiles
 from .data.transforms import DeviceTransform
 from .engine import distributed
 from .evaluation.classification import evaluate, real_index
