@@ -1,5 +1,7 @@
 """Data: dataset layouts read from local paths (`images`, `shards`, `objects`; the ``--dataset`` switch in
-`registry`), deterministic batch order (`batching`) and on-device augmentation (`transforms`). Nothing is downloaded.
+`registry`), deterministic batch order (`batching`) and on-device augmentation (`transforms`); the language models'
+text (`tokenizers`, `documents`, `corpus`, `masking`, `glue`; writing token files: `preparation`). Nothing is
+downloaded.
 
 Importing the package imports every module that registers a layout, so `DATASETS` (the registered names) and
 `build_dataset` know them all."""
