@@ -19,12 +19,13 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import checkpoint, cli
-from .data.images import DATASETS, ImageFiles, build_dataset
+from . import cli
+from .data import DATASETS, build_dataset
+from .data.images import ImageFiles
 from .data.transforms import DeviceTransform
 from .engine import distributed
 from .evaluation.classification import evaluate, real_index
-from .official.classifier import load_official_checkpoint
+from .loading import load_model
 from .preprocessing import normalisation
 
 
@@ -105,16 +106,6 @@ def read_real_labels(path: str, dataset: ImageFiles) -> list[list[int]]:
         raise ValueError(f"real_json: {path!r} has {len(labels)} entries but the validation files go up to "
                          f"image number {needed}")
     return labels
-
-
-def load_model(path: str, official: bool = False, name: str | None = None) -> tuple:
-    """(model, its training config or {}) of a crate_nn checkpoint, or of the authors' file when ``official``
-    (``name``: the registered size giving its heads); ValueError when the file is missing."""
-    if not Path(path).is_file():
-        raise ValueError(f"checkpoint: {path!r} does not exist")
-    if official:
-        return load_official_checkpoint(path, name=name), {}
-    return checkpoint.load(path), checkpoint.training_config(path)
 
 
 def run(args: argparse.Namespace) -> dict:

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 
 from . import checkpoint, cli
-from .data.text import SPLITS, TOKEN_DTYPES, corpus, read_tokens
+from .data.corpus import SPLITS, TOKEN_DTYPES, corpus, read_tokens
 from .engine import distributed
 from .evaluation.language import lm_loss
 from .official.gpt import load_causal_lm

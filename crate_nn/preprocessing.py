@@ -26,7 +26,7 @@ class Preprocessing:
 
     mean, std: per-channel normalisation (C values each) of images scaled to [0, 1]: ``(x - mean) / std``.
     image_size: side of the square images (H = W) the model was trained on. patch_size: side P of its patches.
-    tokenizer: the `crate_nn.data.text.get_tokenizer` spec of a language model's tokens (``"bytes"``,
+    tokenizer: the `crate_nn.data.tokenizers.get_tokenizer` spec of a language model's tokens (``"bytes"``,
     ``"tiktoken:gpt2"``, ``"hf:roberta-base"``).
     """
 

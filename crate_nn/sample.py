@@ -21,7 +21,8 @@ import torch
 from torch import nn
 
 from . import checkpoint, cli
-from .data.text import Tokenizer, get_tokenizer, load_corpus
+from .data.corpus import load_corpus
+from .data.tokenizers import Tokenizer, get_tokenizer
 from .engine.distributed import resolve_device
 from .files import read_text
 from .official.gpt import load_causal_lm

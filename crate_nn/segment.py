@@ -32,7 +32,7 @@ from torch import nn
 
 from . import cli, extras
 from .data.transforms import DeviceTransform
-from .evaluate import load_model
+from .loading import load_model
 from .preprocessing import normalisation
 
 
@@ -112,7 +112,7 @@ def load_backbone(args: argparse.Namespace) -> tuple[nn.Module, DeviceTransform,
 def maps(args: argparse.Namespace) -> dict:
     """Per image: ``<stem>_attention.png``, ``<stem>_maskcut.png`` (and the boxes in ``boxes.json``); for all images
     together ``pca.png``."""
-    from .analysis.maskcut import mask_boxes, maskcut
+    from .analysis.maskcut import maskcut
     from .analysis.segmentation import (
         cls_attention,
         patch_codes,
@@ -123,6 +123,7 @@ def maps(args: argparse.Namespace) -> dict:
         plot_pca,
         upsample,
     )
+    from .data.boxes import mask_boxes
     from .evaluation.segmentation import load_image
 
     model, transform, size = load_backbone(args)

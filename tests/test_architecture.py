@@ -1,6 +1,7 @@
 """The import rules of ARCHITECTURE.md: crate_theory and crate_nn stay independent implementations."""
 import ast
 import pathlib
+import re
 
 import pytest
 
@@ -61,3 +62,130 @@ def test_tasks_take_the_run_from_the_engine_not_from_its_loop():
                     or node.module.endswith("engine") and any(alias.name == "loop" for alias in node.names)):
                 offenders.append(path.name)
     assert not offenders, f"tasks importing the training loop: {offenders}"
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_module(name: str) -> bool:
+    path = ROOT.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def _imported_modules(path: pathlib.Path) -> set[str]:
+    """Every module of this repository that ``path`` imports, anywhere in it (inside functions too), relative
+    imports resolved; ``from package import name`` counts ``package.name`` when that is a module."""
+    package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[:len(package.split(".")) - node.level + 1] if node.level else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            found.add(module)
+            found.update(f"{module}.{alias.name}" for alias in node.names if _is_module(f"{module}.{alias.name}"))
+    return {name for name in found if _is_module(name)}
+
+
+DATA = ROOT / "crate_nn" / "data"
+
+
+def test_data_modules_reach_each_other_directly_and_without_a_cycle():
+    """The ``--dataset`` switch is a registry (`crate_nn.data.registry`) that each data module registers into: the
+    registry imports no data module, no data module but the package imports the switch's lookups (`build_dataset`,
+    `DATASETS`), the data modules import each other without a cycle, and every module that registers a layout is
+    imported by the package (else its layouts would be missing from ``DATASETS``)."""
+    modules = {_module_name(p): p for p in sorted(DATA.glob("*.py")) if p.name != "__init__.py"}
+    graph = {name: _imported_modules(path) & set(modules) - {name} for name, path in modules.items()}
+    assert graph["crate_nn.data.registry"] == set(), graph["crate_nn.data.registry"]
+    lookups = {}
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and {"build_dataset", "DATASETS"} & {a.name for a in node.names}:
+                lookups.setdefault(name, []).append(node.module)
+    assert set(lookups) <= {"crate_nn.data.registry"}, f"data modules using the dataset switch: {lookups}"
+    visiting, done = [], set()
+
+    def visit(name):
+        assert name not in visiting, f"import cycle among data modules: {' → '.join([*visiting, name])}"
+        if name in done:
+            return
+        visiting.append(name)
+        for other in sorted(graph[name]):
+            visit(other)
+        visiting.pop()
+        done.add(name)
+
+    for name in sorted(graph):
+        visit(name)
+    registering = {name for name, path in modules.items() if "@register_dataset(" in path.read_text()}
+    missing = registering - _imported_modules(DATA / "__init__.py")
+    assert not missing, f"modules registering datasets that crate_nn.data does not import: {sorted(missing)}"
+    import crate_nn.data
+
+    assert crate_nn.data.DATASETS == crate_nn.data.dataset_names()
+
+
+def test_data_imports_nothing_from_analysis():
+    """Data come before what measures models: no module of crate_nn/data imports crate_nn.analysis."""
+    offenders = {p.name: sorted(m for m in _imported_modules(p) if m.startswith("crate_nn.analysis"))
+                 for p in sorted(DATA.glob("*.py"))}
+    assert not {k: v for k, v in offenders.items() if v}, offenders
+
+
+def _command_modules() -> dict[str, str]:
+    """pyproject.toml's [project.scripts] of crate_nn: command → module (read without tomllib, absent on 3.10)."""
+    text = (ROOT / "pyproject.toml").read_text().split("[project.scripts]", 1)[1].split("\n[", 1)[0]
+    return dict(re.findall(r'^([\w-]+)\s*=\s*"(crate_nn[\w.]*):\w+"', text, flags=re.MULTILINE))
+
+
+def test_command_lines_share_modules_not_each_other():
+    """A command-line module imports no other command's module: what two commands share (the checkpoint loader,
+    `crate_nn.loading`) lives in a module of its own."""
+    commands = _command_modules()
+    assert {"crate-eval", "crate-segment", "crate-prepare-text"} <= set(commands), commands
+    offenders = {}
+    for command, module in commands.items():
+        path = ROOT.joinpath(*module.split(".")).with_suffix(".py")
+        others = sorted(_imported_modules(path) & (set(commands.values()) - {module}))
+        if others:
+            offenders[command] = others
+    assert not offenders, f"commands importing other commands: {offenders}"
+
+
+def _architecture_tree() -> set[str]:
+    """The paths the package trees of ARCHITECTURE.md list: ``name/`` opens a folder at its indentation, ``name.py``
+    is a module in the folder open at the indentation above it."""
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    heading = "## The packages, module by module"
+    assert heading in text, f"ARCHITECTURE.md has no section {heading!r}"
+    block = text.split(heading, 1)[1].split("```", 2)[1]
+    listed, folders = set(), []  # folders: (indent, name) of the open folders
+    for line in block.splitlines():
+        match = re.match(r"^( *)([\w.]+(?:\.py|/))(\s|$)", line)
+        if not match:
+            continue
+        indent, name = len(match.group(1)), match.group(2)
+        while folders and folders[-1][0] >= indent:
+            folders.pop()
+        path = "/".join([*(f for _, f in folders), name.rstrip("/")])
+        if name.endswith("/"):
+            folders.append((indent, name.rstrip("/")))
+        listed.add(path)
+    return listed
+
+
+def test_architecture_lists_every_module():
+    """ARCHITECTURE.md's trees name every module of crate_nn, crate_theory and verify (a package's ``__init__.py``
+    by its folder's line), and nothing that does not exist."""
+    listed = _architecture_tree()
+    modules = {str(p.relative_to(ROOT)) for package in ("crate_nn", "crate_theory", "verify")
+               for p in (ROOT / package).rglob("*.py")}
+    expected = {m for m in modules if not (m.endswith("/__init__.py") and m.count("/") > 1)}
+    folders = {str(p.relative_to(ROOT)) for package in ("crate_nn", "crate_theory", "verify")
+               for p in [ROOT / package, *(ROOT / package).rglob("*")] if p.is_dir() and (p / "__init__.py").is_file()}
+    assert not expected - listed, f"modules missing from ARCHITECTURE.md: {sorted(expected - listed)}"
+    assert not listed - modules - folders, f"ARCHITECTURE.md lists what does not exist: {sorted(listed - modules - folders)}"

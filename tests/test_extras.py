@@ -8,9 +8,9 @@ import pytest
 from _train_cases import ROOT, TINY_MODEL, tiny
 
 from crate_nn import extras
-from crate_nn.data.text import main as prepare_text_main
 from crate_nn.engine import train
 from crate_nn.engine.run_dir import check_output_dir
+from crate_nn.prepare_text import main as prepare_text_main
 from crate_nn.segment import main as segment_main
 from crate_nn.train import main as train_main
 
@@ -55,7 +55,7 @@ def test_the_engine_checks_tensorboard_before_making_the_run_folders(monkeypatch
 @pytest.mark.parametrize("spec, package", [("tiktoken:gpt2", "tiktoken"), ("hf:roberta-base", "tokenizers")])
 def test_tokenizer_packages_are_checked_first(monkeypatch, tmp_path, capsys, spec, package):
     missing(monkeypatch, package)
-    from crate_nn.data.text import get_tokenizer
+    from crate_nn.data.tokenizers import get_tokenizer
 
     get_tokenizer.cache_clear()
     hint = f"pip install 'crate-whitebox[text]' (or pip install {package})"

@@ -11,8 +11,10 @@ from _train_cases import tiny
 
 import crate_nn
 from crate_nn import evaluate, segment
+from crate_nn.data.documents import find_documents
 from crate_nn.data.images import IMAGENET_MEAN, IMAGENET_STD
-from crate_nn.data.text import ByteTokenizer, find_documents, prepare
+from crate_nn.data.preparation import prepare
+from crate_nn.data.tokenizers import ByteTokenizer
 from crate_nn.engine import train
 from crate_nn.official import crate_nn_to_official
 from crate_nn.preprocessing import Preprocessing, from_training, normalisation

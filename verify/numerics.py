@@ -1,8 +1,11 @@
-"""Small measurement helpers shared by the claims: errors, cosines, fitted log-log slopes.
+"""Small measurement helpers shared by the claims and the tests: errors against a float64 reference, finite
+differences, cosines, fitted log-log slopes.
 
 These combine the results of library calls; they never compute a paper object themselves.
 """
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
@@ -15,9 +18,53 @@ def rel_err(approx: np.ndarray, exact: np.ndarray) -> float:
     return float(err / scale) if scale > 0 else float(err)
 
 
+def max_rel_err(approx: np.ndarray, exact: np.ndarray) -> float:
+    """max |approx − exact| / max |exact| over all entries, in the arrays' own dtype."""
+    approx, exact = np.asarray(approx), np.asarray(exact)
+    return float(np.abs(approx - exact).max() / np.abs(exact).max())
+
+
 def max_abs_err(a: np.ndarray, b: np.ndarray) -> float:
     """max |a − b| over all entries."""
     return float(np.max(np.abs(np.asarray(a, dtype=float) - np.asarray(b, dtype=float))))
+
+
+STENCILS = ("central", "five_point", "richardson")
+"""The finite-difference rules of `directional_difference`: truncation O(h²), O(h⁴), O(h⁴)."""
+
+
+def directional_difference(f: Callable[[np.ndarray], np.ndarray], Z: np.ndarray, V: np.ndarray, h: float,
+                           stencil: str = "central") -> np.ndarray:
+    """The derivative of t ↦ f(Z + tV) at t = 0 by finite differences with step ``h`` (f may return an array):
+
+    * ``central``: (f(Z + hV) − f(Z − hV)) / 2h, truncation O(h²);
+    * ``five_point``: (−f(Z + 2hV) + 8 f(Z + hV) − 8 f(Z − hV) + f(Z − 2hV)) / 12h, O(h⁴);
+    * ``richardson``: (4 D(h/2) − D(h)) / 3, with D(h) the central difference of step h, O(h⁴).
+
+    Rounding adds O(ε_mach·|f| / h): choose h where the two balance for the tolerance checked.
+    """
+    if stencil == "central":
+        return (f(Z + h * V) - f(Z - h * V)) / (2 * h)
+    if stencil == "five_point":
+        return (-f(Z + 2 * h * V) + 8 * f(Z + h * V) - 8 * f(Z - h * V) + f(Z - 2 * h * V)) / (12 * h)
+    if stencil == "richardson":
+        coarse = (f(Z + h * V) - f(Z - h * V)) / (2 * h)
+        fine = (f(Z + h / 2 * V) - f(Z - h / 2 * V)) / h
+        return (4 * fine - coarse) / 3
+    raise ValueError(f"stencil: expected one of {', '.join(STENCILS)}, got {stencil!r}")
+
+
+def finite_difference_gradient(f: Callable[[np.ndarray], float], Z: np.ndarray, h: float,
+                               stencil: str = "central") -> np.ndarray:
+    """The gradient of the scalar function f at Z (any shape), entry by entry: the `directional_difference` along
+    each unit array."""
+    Z = np.asarray(Z)
+    grad = np.zeros_like(Z)
+    for idx in np.ndindex(Z.shape):
+        E = np.zeros_like(Z)
+        E[idx] = 1.0
+        grad[idx] = directional_difference(f, Z, E, h, stencil)
+    return grad
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:

@@ -22,7 +22,8 @@ MaskCut (Wang et al. 2023, "Cut and Learn"; Algorithm 1 of the long paper) runs 
    Only then does each returned mask exclude the patches of earlier masks.
 
 Differences from the published MaskCut pipeline: no dense-CRF refinement (masks stay at patch resolution and are
-upsampled by `crate_nn.analysis.segmentation.upsample`), and boxes (`mask_boxes`) are the tight boxes of the masks.
+upsampled by `crate_nn.analysis.segmentation.upsample`), and boxes are the tight boxes of the masks
+(`crate_nn.data.boxes.mask_boxes`, imported here for the callers of this module).
 """
 from __future__ import annotations
 
@@ -33,28 +34,10 @@ import scipy.linalg
 import torch
 from scipy import ndimage
 
+from ..data.boxes import mask_boxes  # noqa: F401 - the boxes of the masks found here
+
 TAU = 0.2  # the MaskCut script's default threshold of the binary graph (its paper uses 0.15)
 EPS = 1e-5
-
-
-def mask_boxes(masks: torch.Tensor) -> torch.Tensor:
-    """Tight boxes (x0, y0, x1, y1), exclusive ends, of boolean masks (..., H, W) → (..., 4) int64; an empty mask
-    gives (0, 0, 0, 0)."""
-    if not isinstance(masks, torch.Tensor) or masks.dtype != torch.bool or masks.ndim < 2:
-        raise TypeError(f"masks: expected a bool tensor (..., H, W), got {type(masks).__name__} "
-                        f"{getattr(masks, 'dtype', '')} {tuple(getattr(masks, 'shape', ()))}")
-
-    def span(hit: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        size = hit.shape[-1]
-        index = torch.arange(size, device=hit.device)
-        empty = ~hit.any(dim=-1)
-        first = torch.where(hit, index, size).amin(dim=-1).masked_fill(empty, 0)
-        last = torch.where(hit, index + 1, 0).amax(dim=-1)
-        return first, last
-
-    y0, y1 = span(masks.any(dim=-1))
-    x0, x1 = span(masks.any(dim=-2))
-    return torch.stack([x0, y0, x1, y1], dim=-1).long()
 
 
 def patch_affinity(features: np.ndarray, tau: float = TAU, eps: float = EPS) -> np.ndarray:

@@ -42,13 +42,12 @@ from torch.utils.data import Dataset
 
 from ..files import read_text
 from .batching import Corrupt, CorruptImageError
+from .registry import register_dataset
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
 MAX_REFILL = 64  # consecutive unreadable files a training set skips before it declares the folder broken
-DATASETS = ("imagenet", "imagefolder", "cifar10", "cifar100", "flowers102", "pets", "digits", "mnist5k", "synthetic",
-            "shards", "objects")
 
 
 @dataclass
@@ -394,53 +393,53 @@ def synthetic(num_samples: int, image_size: int, num_classes: int, seed: int, ch
     return TensorImages(images, labels, [str(c) for c in range(num_classes)])
 
 
-def build_dataset(
-    name: str,
-    split: str,
-    *,
-    data_dir: str | None,
-    train: bool,
-    image_size: int,
-    load_size: int,
-    eval_resize: int,
-    seed: int = 0,
-    strict: bool = False,
-    synthetic_samples: int = 1024,
-    synthetic_classes: int = 10,
-    classes: Sequence[str] | None = None,
-) -> TensorImages | ImageFiles:
-    """The dataset ``name`` (one of ``DATASETS``), split ``split``, from the local folder ``data_dir``.
+# --------------------------------------------------------------------------------------------- the switch
+@register_dataset("imagefolder", local=True)
+@register_dataset("imagenet", local=True)  # the decorator nearest the function registers first
+def _image_folder_split(split: str, *, data_dir: str, classes: Sequence[str] | None, **options) -> ImageFiles:
+    samples, classes = image_folder(Path(_require_dir(Path(data_dir), "the dataset folder")) / split, classes)
+    return _files(samples, classes, **options)
 
-    ``classes``: the training split's class names, so that folder layouts label an evaluation split by name.
-    """
-    if name not in DATASETS:
-        raise ValueError(f"dataset: expected one of {', '.join(DATASETS)}, got {name!r}")
-    if name == "digits":
-        return digits(split)
-    if name == "mnist5k":
-        return mnist5k(split, data_dir)
-    if name == "objects":
-        from .objects import objects
 
-        return objects(split, image_size)
-    if name == "synthetic":
-        # Different splits are different random images (offset seeds), like a real train/val pair.
-        offset = {"train": 0, "val": 1, "test": 2}.get(split, 3)
-        return synthetic(synthetic_samples, image_size, synthetic_classes, seed * 10 + offset)
-    if data_dir is None:
-        raise ValueError(f"data_dir: dataset {name!r} reads a local folder; pass --data-dir")
-    if name in ("cifar10", "cifar100"):
-        return cifar(data_dir, 10 if name == "cifar10" else 100, split)
-    if name == "shards":
-        from .shards import open_split
+@register_dataset("cifar10", local=True)
+def _cifar10_split(split: str, *, data_dir: str, **_) -> TensorImages:
+    return cifar(data_dir, 10, split)
 
-        return open_split(data_dir, split, train=train, image_size=image_size, load_size=load_size,
-                          eval_resize=eval_resize)
-    if name == "flowers102":
-        samples, classes = flowers102(data_dir, split, classes)
-    elif name == "pets":
-        samples, classes = pets(data_dir, split, classes)
-    else:
-        samples, classes = image_folder(Path(_require_dir(Path(data_dir), "the dataset folder")) / split, classes)
+
+@register_dataset("cifar100", local=True)
+def _cifar100_split(split: str, *, data_dir: str, **_) -> TensorImages:
+    return cifar(data_dir, 100, split)
+
+
+@register_dataset("flowers102", local=True)
+def _flowers102_split(split: str, *, data_dir: str, classes: Sequence[str] | None, **options) -> ImageFiles:
+    return _files(*flowers102(data_dir, split, classes), **options)
+
+
+@register_dataset("pets", local=True)
+def _pets_split(split: str, *, data_dir: str, classes: Sequence[str] | None, **options) -> ImageFiles:
+    return _files(*pets(data_dir, split, classes), **options)
+
+
+@register_dataset("digits")
+def _digits_split(split: str, **_) -> TensorImages:
+    return digits(split)
+
+
+@register_dataset("mnist5k")
+def _mnist5k_split(split: str, *, data_dir: str | None, **_) -> TensorImages:
+    return mnist5k(split, data_dir)
+
+
+@register_dataset("synthetic")
+def _synthetic_split(split: str, *, image_size: int, seed: int, synthetic_samples: int, synthetic_classes: int,
+                     **_) -> TensorImages:
+    # Different splits are different random images (offset seeds), like a real train/val pair.
+    offset = {"train": 0, "val": 1, "test": 2}.get(split, 3)
+    return synthetic(synthetic_samples, image_size, synthetic_classes, seed * 10 + offset)
+
+
+def _files(samples: list[tuple[str, int]], classes: list[str], *, train: bool, image_size: int, load_size: int,
+           eval_resize: int, strict: bool, **_) -> ImageFiles:
     return ImageFiles(samples, classes, train=train, image_size=image_size, load_size=load_size,
                       eval_resize=eval_resize, strict=strict)

@@ -30,8 +30,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..analysis.maskcut import mask_boxes
+from .boxes import mask_boxes
 from .images import TensorImages, digits
+from .registry import register_dataset
 
 OBJECTS_SEED = 0
 COPIES = {"train": 8, "val": 2, "test": 1, "trainval": 8}
@@ -126,3 +127,8 @@ def objects(split: str, image_size: int = 32, seed: int = OBJECTS_SEED) -> Objec
     images, masks = render(glyphs, image_size, rng)
     return ObjectImages(torch.from_numpy(np.round(images * 255).astype(np.uint8)), source.labels.repeat(COPIES[split]),
                         torch.from_numpy(masks), source.info.classes)
+
+
+@register_dataset("objects")
+def _objects_split(split: str, *, image_size: int, **_) -> ObjectImages:
+    return objects(split, image_size)

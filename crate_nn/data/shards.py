@@ -44,6 +44,7 @@ from tqdm import tqdm
 
 from ..files import read_json, writing
 from .images import DatasetInfo
+from .registry import register_dataset
 
 FORMAT = "crate_nn.shards"
 VERSION = 1
@@ -187,6 +188,13 @@ def open_split(root: str | Path, split: str, *, train: bool, image_size: int, lo
                          f"(pack again, or set {flags} to match)")
     return dataset
 
+
+
+@register_dataset("shards", local=True)
+def _shards_split(split: str, *, data_dir: str, train: bool, image_size: int, load_size: int, eval_resize: int,
+                  **_) -> ShardImages:
+    return open_split(data_dir, split, train=train, image_size=image_size, load_size=load_size,
+                      eval_resize=eval_resize)
 
 def _file_state(path: Path) -> list[int]:
     stat = path.stat()

@@ -7,7 +7,7 @@ accuracy, sequence-classification accuracy and F1.
   the perplexity. The windows are the split's non-overlapping ones (`TokenBlocks`), evenly spread over the file
   when it holds more than needed, all of them otherwise — deterministic, where nanoGPT draws random offsets.
 * `mlm_metrics`: cross-entropy (eq. 85) and accuracy of the masked-LM predictions at the masked positions of
-  full windows, masked by `crate_nn.data.text.Masking` with a fixed seed (the same masks every call).
+  full windows, masked by `crate_nn.data.masking.Masking` with a fixed seed (the same masks every call).
 * `classification_metrics`: accuracy, and F1 of class 1 for two classes (GLUE's MRPC and QQP).
 
 Under torchrun every process evaluates every ``world_size``-th window and the sums are all-reduced. The functions
@@ -23,7 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..data.text import IGNORE, Masking, TokenBlocks
+from ..data.corpus import TokenBlocks
+from ..data.masking import IGNORE, Masking
 from ..engine import distributed
 from ..engine.precision import autocast
 from ..models.registry import unwrap_model

@@ -52,8 +52,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..data import DATASETS
 from ..data.batching import Batch, collate
-from ..data.images import DATASETS
 from ..data.multicrop import MultiCrop
 from ..data.transforms import DeviceTransform
 from ..engine.config import option

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 import torch
 
+from ..data import DATASETS, build_dataset
 from ..data.batching import CorruptImageError
-from ..data.images import DATASETS, IMAGENET_MEAN, IMAGENET_STD, ImageFiles, build_dataset
+from ..data.images import IMAGENET_MEAN, IMAGENET_STD, ImageFiles
 from ..data.transforms import AUGMENTATIONS, DeviceTransform
 from ..engine.config import TrainConfig, option
 

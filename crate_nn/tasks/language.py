@@ -1,6 +1,6 @@
 """Language modelling (Sec. 4.1.4, App. C.4): causal LM (CRATE-GPT, eq. 89), masked LM (CRATE-BERT, eq. 85) and
 sequence-classification fine-tuning (GLUE), on token files prepared by ``crate-prepare-text`` or on the built-in
-corpus (the standard library's source, byte tokens; `crate_nn.data.text`).
+corpus (the standard library's source, byte tokens; `crate_nn.data.corpus`).
 
 * ``causal_lm``: windows of ``block_size`` + 1 tokens; loss = the mean next-token cross-entropy of eq. (89).
   Evaluation: Table 6's protocol (`crate_nn.evaluation.language.lm_loss`): ``val_loss`` (nats per token) and
@@ -34,18 +34,10 @@ from torch.utils.data import Dataset
 
 from .. import checkpoint
 from ..analysis.diagnostics import has_mssa_layers
-from ..data.text import (
-    IGNORE,
-    Masking,
-    TextPairs,
-    TokenBlocks,
-    TokenCorpus,
-    corpus,
-    get_tokenizer,
-    read_glue_tsv,
-    stack_blocks,
-    stdlib_next_lines,
-)
+from ..data.corpus import TokenBlocks, TokenCorpus, corpus, stack_blocks
+from ..data.glue import TextPairs, read_glue_tsv, stdlib_next_lines
+from ..data.masking import IGNORE, Masking
+from ..data.tokenizers import get_tokenizer
 from ..engine import distributed
 from ..engine.config import TrainConfig, option
 from ..engine.precision import autocast

@@ -37,7 +37,7 @@ from torch import nn
 from .. import checkpoint
 from ..analysis.maskcut import TAU
 from ..analysis.segmentation import image_backbone, upsample
-from ..data.images import build_dataset
+from ..data import build_dataset
 from ..data.objects import ObjectImages
 from ..data.transforms import DeviceTransform
 from ..engine.loop import initial_model, train

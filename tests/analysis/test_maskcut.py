@@ -1,13 +1,13 @@
 """MaskCut and the normalised cut: block affinities are cut exactly, objects living in their own subspace are found,
-the cut does not depend on the eigenvector's sign, boxes match a naive scan, bad input is refused."""
+the cut does not depend on the eigenvector's sign, bad input is refused (the boxes of masks:
+tests/data/test_objects_data.py)."""
 import numpy as np
 import pytest
-import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
 from crate_nn.analysis import maskcut as maskcut_module
-from crate_nn.analysis.maskcut import EPS, bipartition, mask_boxes, maskcut, ncut, patch_affinity
+from crate_nn.analysis.maskcut import EPS, bipartition, maskcut, ncut, patch_affinity
 
 
 def block_affinity(sizes, eps=EPS):
@@ -163,15 +163,6 @@ def test_patch_affinity_is_maskcuts_binary_cosine_graph():
     np.testing.assert_array_equal(w, expected)  # a zero feature has cosine 0 with everything, itself included
 
 
-@given(st.integers(0, 2**31 - 1))
-def test_mask_boxes_match_a_naive_scan(seed):
-    masks = torch.from_numpy(np.random.default_rng(seed).random((3, 7, 9)) > 0.85)
-    boxes = mask_boxes(masks)
-    for mask, box in zip(masks.numpy(), boxes.tolist()):
-        ys, xs = np.nonzero(mask)
-        assert box == ([xs.min(), ys.min(), xs.max() + 1, ys.max() + 1] if len(xs) else [0, 0, 0, 0])
-
-
 def test_bad_input_is_refused():
     with pytest.raises(ValueError, match="features"):
         maskcut(np.ones((10, 3)), (3, 4))
@@ -183,5 +174,3 @@ def test_bad_input_is_refused():
         ncut(np.array([[1.0, 0.5], [0.2, 1.0]]))
     with pytest.raises(ValueError, match="positive degree"):
         ncut(np.array([[1.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 1.0]]))
-    with pytest.raises(TypeError, match="masks"):
-        mask_boxes(torch.zeros(3, 3))

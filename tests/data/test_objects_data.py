@@ -1,9 +1,13 @@
-"""The built-in ``objects`` dataset: its splits, ground truth and determinism; registered in build_dataset."""
+"""The built-in ``objects`` dataset: its splits, ground truth and determinism; registered in build_dataset; the boxes
+of masks match a naive scan."""
+import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
-from crate_nn.analysis.maskcut import mask_boxes
 from crate_nn.data import build_dataset, digits
+from crate_nn.data.boxes import mask_boxes
 from crate_nn.data.objects import COPIES, ObjectImages, objects
 
 
@@ -48,3 +52,14 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="masks"):
         ObjectImages(torch.zeros(2, 3, 8, 8, dtype=torch.uint8), torch.zeros(2, dtype=torch.long),
                      torch.zeros(2, 8, 8), ["a"])
+    with pytest.raises(TypeError, match="masks"):
+        mask_boxes(torch.zeros(3, 3))
+
+
+@given(st.integers(0, 2**31 - 1))
+def test_mask_boxes_match_a_naive_scan(seed):
+    masks = torch.from_numpy(np.random.default_rng(seed).random((3, 7, 9)) > 0.85)
+    boxes = mask_boxes(masks)
+    for mask, box in zip(masks.numpy(), boxes.tolist()):
+        ys, xs = np.nonzero(mask)
+        assert box == ([xs.min(), ys.min(), xs.max() + 1, ys.max() + 1] if len(xs) else [0, 0, 0, 0])

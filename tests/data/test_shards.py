@@ -14,8 +14,8 @@ import pytest
 import torch
 from PIL import Image
 
-from crate_nn.data import jpeg, shards
-from crate_nn.data.images import ImageFiles, build_dataset, image_folder
+from crate_nn.data import build_dataset, jpeg, shards
+from crate_nn.data.images import ImageFiles, image_folder
 from crate_nn.data.shards import Geometry, ShardImages, open_split, pack_split, pillow_decoder, shard_name, verify_split
 from crate_nn.pack import main as pack_main
 from crate_nn.train import main as train_main

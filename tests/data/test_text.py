@@ -13,28 +13,13 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from crate_nn.data.text import (
-    BYTE_EOT,
-    BYTE_MASK,
-    IGNORE,
-    ByteTokenizer,
-    Masking,
-    TokenBlocks,
-    builtin_corpus,
-    find_documents,
-    get_tokenizer,
-    load_corpus,
-    main,
-    prepare,
-    read_glue_tsv,
-    read_texts,
-    read_tokens,
-    split_ids,
-    stdlib_documents,
-    stdlib_next_lines,
-    token_dtype,
-    token_split,
-)
+from crate_nn.data.corpus import TokenBlocks, builtin_corpus, load_corpus, read_tokens, token_dtype
+from crate_nn.data.documents import find_documents, read_texts, split_ids, stdlib_documents
+from crate_nn.data.glue import read_glue_tsv, stdlib_next_lines
+from crate_nn.data.masking import IGNORE, Masking
+from crate_nn.data.preparation import prepare, token_split
+from crate_nn.data.tokenizers import BYTE_EOT, BYTE_MASK, ByteTokenizer, get_tokenizer
+from crate_nn.prepare_text import main
 
 
 def _corpus_files(root, texts: dict[str, str], jsonl: list[str] | None = None):

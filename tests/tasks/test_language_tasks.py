@@ -12,7 +12,10 @@ import torch.nn.functional as F
 
 import crate_nn
 from crate_nn.analysis import has_mssa_layers
-from crate_nn.data.text import ByteTokenizer, TokenBlocks, find_documents, load_corpus, prepare
+from crate_nn.data.corpus import TokenBlocks, load_corpus
+from crate_nn.data.documents import find_documents
+from crate_nn.data.preparation import prepare
+from crate_nn.data.tokenizers import ByteTokenizer
 from crate_nn.engine import train
 from crate_nn.engine.distributed import context
 from crate_nn.evaluate_lm import main as eval_lm_main

@@ -77,12 +77,6 @@ def naive_hvp(Z: np.ndarray, V: np.ndarray, eps: float) -> np.ndarray:
     return alpha * V @ M - alpha**2 * Z @ M @ (Z.T @ V + V.T @ Z) @ M
 
 
-def rel_err(a, b) -> float:
-    """‖a − b‖ / max(‖b‖, tiny) in the Frobenius norm (or absolute value for scalars)."""
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), np.finfo(float).tiny))
-
-
 def condition_number(Z: np.ndarray, eps: float) -> float:
     """κ = cond(I + αZ*Z) = 1 + α s_max²: how much the naive float64 formulas amplify rounding."""
     d, n = Z.shape

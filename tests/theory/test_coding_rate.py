@@ -8,7 +8,6 @@ from _theory_cases import (
     mp_rate,
     naive_rate,
     random_bases,
-    rel_err,
     scales,
     seeds,
     svd_grad,
@@ -19,6 +18,7 @@ from _theory_cases import (
 from hypothesis import given
 
 import crate_theory as ct
+from verify.numerics import rel_err
 
 # Values: 1e-10 relative is the target. Against the 50-digit reference the SVD evaluation is accurate to a
 # few ulps (measured ≤ 2e-15 over 400 draws), so 1e-12 is a strict check. The naive float64 slogdet of a matrix

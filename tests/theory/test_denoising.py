@@ -19,6 +19,7 @@ from crate_theory.denoising import (
     tweedie_denoiser,
     whitening_matrix,
 )
+from verify.numerics import finite_difference_gradient
 
 SEEDS = st.integers(0, 2**32 - 1)
 
@@ -63,24 +64,12 @@ def test_log_density_posterior_and_score_match_dense_formulas(case):
     np.testing.assert_allclose(posterior_mean(mix, X, sigma), ref_mean, rtol=1e-9, atol=1e-12 * np.abs(X).max())
 
 
-def central_difference_gradient(f, x, h):
-    """Richardson-extrapolated central differences: truncation error O(h⁴) instead of O(h²)."""
-    grad = np.empty_like(x)
-    for i in range(x.size):
-        e = np.zeros_like(x)
-        e[i] = 1.0
-        d1 = (f(x + h * e) - f(x - h * e)) / (2 * h)
-        d2 = (f(x + h / 2 * e) - f(x - h / 2 * e)) / h
-        grad[i] = (4 * d2 - d1) / 3
-    return grad
-
-
 @given(mixtures())
 def test_exact_score_matches_finite_differences_of_log_density(case):
     mix, sigma, X = case
     x = X[:, 0]
     h = 1e-3 * sigma  # log q varies on the scale σ; h⁴-truncation ~1e-12 and round-off ~1e-16/h stay below 1e-8
-    fd = central_difference_gradient(lambda v: log_density(mix, v, sigma), x, h)
+    fd = finite_difference_gradient(lambda v: log_density(mix, v, sigma), x, h, "richardson")
     np.testing.assert_allclose(score(mix, x, sigma), fd, rtol=1e-7, atol=1e-8 / sigma)
 
 
@@ -104,7 +93,7 @@ def test_normalised_form_is_wrong_when_213_is_broken(broken):
     dets = [mix.weights[k] * np.linalg.det(whitening_matrix(mix, k, sigma)) for k in range(2)]
     assert abs(dets[0] - dets[1]) > 0.1 * max(dets)  # (213) is violated by more than 10%
     x = U[0] @ np.ones(p) + U[1] @ np.ones(p)  # a point both components explain, so the weights matter
-    fd = central_difference_gradient(lambda v: log_density(mix, v, sigma), x, 1e-3 * sigma)
+    fd = finite_difference_gradient(lambda v: log_density(mix, v, sigma), x, 1e-3 * sigma, "richardson")
     exact, printed = score(mix, x, sigma), score_normalised(mix, x, sigma)
     np.testing.assert_allclose(exact, fd, rtol=1e-7, atol=1e-8)
     assert np.linalg.norm(printed - exact) > 0.05 * np.linalg.norm(exact)  # a visible, not round-off, failure

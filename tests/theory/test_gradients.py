@@ -13,7 +13,6 @@ from _theory_cases import (
     naive_grad,
     naive_hvp,
     random_bases,
-    rel_err,
     scales,
     seeds,
     token_shapes,
@@ -21,6 +20,7 @@ from _theory_cases import (
 from hypothesis import given
 
 import crate_theory as ct
+from verify.numerics import directional_difference, finite_difference_gradient, rel_err
 
 # Tolerances. 1e-8 relative is the issue's target for gradients and HVPs.
 # * vs the printed formulas evaluated in 50-digit arithmetic: the SVD evaluation is accurate to ~1e-13 (measured),
@@ -39,20 +39,6 @@ ULP = np.finfo(float).eps
 def _alpha(Z, eps):
     d, n = Z.shape[-2:]
     return d / (n * eps**2)
-
-
-def _fd_directional(f, Z, V, h):
-    """Fourth-order central difference of t ↦ f(Z + tV) at t = 0."""
-    return (-f(Z + 2 * h * V) + 8 * f(Z + h * V) - 8 * f(Z - h * V) + f(Z - 2 * h * V)) / (12 * h)
-
-
-def _fd_gradient(f, Z, h):
-    G = np.zeros_like(Z)
-    for idx in np.ndindex(Z.shape):
-        E = np.zeros_like(Z)
-        E[idx] = 1.0
-        G[idx] = _fd_directional(f, Z, E, h)
-    return G
 
 
 def _torch_rate(Z: torch.Tensor, eps: float) -> torch.Tensor:
@@ -77,7 +63,7 @@ def test_coding_rate_grad_matches_formula_fd_and_autograd(shape, scale, eps, see
     assert rel_err(G, exact) < MP_RTOL
     naive_tol = GRAD_RTOL + 100 * 13 * ULP * condition_number(Z, eps)
     assert rel_err(G, naive_grad(Z, eps)) < naive_tol
-    fd = _fd_gradient(lambda X: ct.coding_rate(X, eps), Z, 1e-3 / np.sqrt(_alpha(Z, eps)))
+    fd = finite_difference_gradient(lambda X: ct.coding_rate(X, eps), Z, 1e-3 / np.sqrt(_alpha(Z, eps)), "five_point")
     assert rel_err(G, fd) < GRAD_RTOL
     Zt = torch.tensor(Z, dtype=torch.float64, requires_grad=True)
     (auto,) = torch.autograd.grad(_torch_rate(Zt, eps), Zt)
@@ -128,7 +114,7 @@ def test_compression_rate_grad_matches_formula_fd_and_autograd(shape, scale, eps
     naive_tol = GRAD_RTOL + 100 * 13 * ULP * kappa
     assert rel_err(G, naive_compression_grad(Z, U, eps)) < naive_tol
     beta = p / (n * eps**2)
-    fd = _fd_gradient(lambda X: ct.compression_rate(X, U, eps), Z, 1e-3 / np.sqrt(beta))
+    fd = finite_difference_gradient(lambda X: ct.compression_rate(X, U, eps), Z, 1e-3 / np.sqrt(beta), "five_point")
     assert rel_err(G, fd) < GRAD_RTOL
     Zt = torch.tensor(Z, dtype=torch.float64, requires_grad=True)
     (auto,) = torch.autograd.grad(_torch_compression(Zt, torch.tensor(U), eps), Zt)
@@ -159,7 +145,7 @@ def test_hvp_matches_formula_fd_and_autograd(shape, scale, eps, seed):
     assert rel_err(H, exact) < MP_RTOL
     naive_tol = GRAD_RTOL + 100 * 4 * ULP * condition_number(Z, eps) ** 2
     assert rel_err(H, naive_hvp(Z, V, eps)) < naive_tol
-    fd = _fd_directional(lambda X: ct.coding_rate_grad(X, eps), Z, V, 1e-3 / np.sqrt(_alpha(Z, eps)))
+    fd = directional_difference(lambda X: ct.coding_rate_grad(X, eps), Z, V, 1e-3 / np.sqrt(_alpha(Z, eps)), "five_point")
     assert rel_err(H, fd) < GRAD_RTOL
     _, auto = torch.autograd.functional.hvp(lambda X: _torch_rate(X, eps), torch.tensor(Z), torch.tensor(V))
     assert rel_err(H, auto.numpy()) < naive_tol

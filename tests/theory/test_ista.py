@@ -1,11 +1,12 @@
 """Sparsification by (non-negative) LASSO and ISTA (crate_theory.ista): eqs. (41)–(44), (118); paper-notes §2.9–2.10."""
 import numpy as np
 import pytest
-from _theory_cases import rel_err, seeds
+from _theory_cases import seeds
 from hypothesis import given
 from hypothesis import strategies as st
 
 import crate_theory as ct
+from verify.numerics import rel_err
 
 sizes = st.tuples(st.integers(1, 6), st.integers(1, 5))  # (d, n)
 lams = st.sampled_from([0.0, 0.05, 0.3, 1.0])

@@ -2,13 +2,14 @@
 paper-notes §2.11. Also measures how loose the paper's constant L = 9α/4 is."""
 import numpy as np
 import pytest
-from _theory_cases import rel_err, seeds
+from _theory_cases import seeds
 from hypothesis import given
 from hypothesis import strategies as st
 from scipy.optimize import minimize
 
 import crate_theory as ct
 from crate_theory import synthetic
+from verify.numerics import rel_err
 
 
 def _alpha(d, n, eps):

@@ -3,13 +3,14 @@ Neumann gradient (32)–(33), compression step (26)–(27); paper-notes §2.6–
 import numpy as np
 import pytest
 import torch
-from _theory_cases import bases_shapes, random_bases, rel_err, seeds
+from _theory_cases import bases_shapes, random_bases, seeds
 from hypothesis import given
 from hypothesis import strategies as st
 from scipy.special import softmax
 
 import crate_theory as ct
 from crate_theory import synthetic
+from verify.numerics import rel_err
 
 temperatures = st.sampled_from([1.0, 0.5, 2.0, 8.0])
 

@@ -5,12 +5,13 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from _theory_cases import bases_shapes, random_bases, rel_err, seeds, token_shapes
+from _theory_cases import bases_shapes, random_bases, seeds, token_shapes
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import crate_theory as ct
 from crate_theory import synthetic
+from verify.numerics import rel_err
 
 U64 = np.finfo(float).eps  # 2^-52, the float64 unit roundoff (×2)
 

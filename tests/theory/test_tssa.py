@@ -4,13 +4,14 @@ that gradient step (bidirectional and per prefix), and the public code's two var
 import numpy as np
 import pytest
 import torch
-from _theory_cases import bases_shapes, random_bases, rel_err, seeds
+from _theory_cases import bases_shapes, random_bases, seeds
 from hypothesis import given
 from hypothesis import strategies as st
 
 import crate_theory as ct
 from crate_theory import tssa as T
 from crate_theory.synthetic import orthonormal_bases, sample_tokens
+from verify.numerics import finite_difference_gradient, rel_err
 
 eps_values = st.sampled_from([0.5, 1.0, 3.0])
 temperatures = st.sampled_from([0.3, 1.0, 4.0])
@@ -27,15 +28,6 @@ def _problem(seed, K, d, p, n, temperature=1.0):
     U = random_bases(rng, K, d, p)
     Z = rng.standard_normal((d, n))
     return Z, U, T.membership(Z, U, temperature)
-
-
-def _fd_gradient(f, Z, h=1e-3):
-    G = np.zeros_like(Z)
-    for idx in np.ndindex(Z.shape):
-        E = np.zeros_like(Z)
-        E[idx] = h
-        G[idx] = (-f(Z + 2 * E) + 8 * f(Z + E) - 8 * f(Z - E) + f(Z - 2 * E)) / (12 * h)
-    return G
 
 
 def _torch_variational(Z, U, Pi, eps):
@@ -140,7 +132,7 @@ def test_gradient_matches_finite_differences_and_autograd(shape, seed, eps):
     K, d, p, n = shape
     Z, U, Pi = _problem(seed, K, d, p, n)
     G = T.variational_compression_grad(Z, U, Pi, eps)
-    fd = _fd_gradient(lambda X: T.variational_compression(X, U, Pi, eps), Z)
+    fd = finite_difference_gradient(lambda X: T.variational_compression(X, U, Pi, eps), Z, 1e-3, "five_point")
     assert np.abs(G - fd).max() <= FD_RTOL * max(np.abs(G).max(), 1e-3)
     Zt = torch.tensor(Z, requires_grad=True)
     value = _torch_variational(Zt, torch.tensor(U), torch.tensor(Pi), eps)
@@ -177,7 +169,7 @@ def test_causal_prefix_gradient_by_finite_differences():
             X = Z[:, : t + 1].copy()
             X[:, -1] = zt[:, 0]
             return T.variational_compression(X, U, Pi[: t + 1], 1.0)
-        fd = _fd_gradient(prefix_rate, Z[:, t : t + 1])[:, 0]
+        fd = finite_difference_gradient(prefix_rate, Z[:, t : t + 1], 1e-3, "five_point")[:, 0]
         assert np.abs(causal[:, t] + fd).max() <= FD_RTOL * np.abs(fd).max()
 
 

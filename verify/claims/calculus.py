@@ -19,7 +19,7 @@ from crate_theory import (
     rate_reduction,
 )
 from verify import plots, verdicts
-from verify.numerics import fmt, orthonormal
+from verify.numerics import directional_difference, finite_difference_gradient, fmt, max_rel_err, orthonormal
 from verify.registry import Result, claim
 
 SCALES = (1e-3, 1e-1, 1.0, 30.0)
@@ -110,25 +110,15 @@ def rotation_invariance(ctx) -> Result:
                   {"rate_reduction_change": change, "l1_change": l1_change})
 
 
-def _central_difference(f, Z: np.ndarray, h: float) -> np.ndarray:
-    """Central finite-difference gradient of the scalar function f at Z, entry by entry."""
-    grad = np.zeros_like(Z)
-    for idx in np.ndindex(Z.shape):
-        E = np.zeros_like(Z)
-        E[idx] = h
-        grad[idx] = (f(Z + E) - f(Z - E)) / (2 * h)
-    return grad
-
-
 def _fd_check(ctx, analytic, value, shape) -> tuple[float, list[float]]:
     """Worst relative error of ``analytic(Z)`` against central differences of ``value`` over the probed scales."""
     errors = []
     for scale in SCALES[1:]:  # at 1e-3 the gradient is ~αZ: fine, but FD steps would need rescaling; 1e-1…30 suffice
         Z = scale * ctx.rng.standard_normal(shape)
         h = 1e-5 * scale
-        fd = _central_difference(value, Z, h)
+        fd = finite_difference_gradient(value, Z, h)
         g = analytic(Z)
-        errors.append(float(np.max(np.abs(fd - g)) / np.max(np.abs(g))))
+        errors.append(max_rel_err(fd, g))
     return max(errors), errors
 
 
@@ -185,9 +175,9 @@ def hessian(ctx) -> Result:
         Z = scale * ctx.rng.standard_normal((6, 4))
         V = ctx.rng.standard_normal((6, 4))
         h = 1e-5 * scale
-        fd = (coding_rate_grad(Z + h * V, 0.5) - coding_rate_grad(Z - h * V, 0.5)) / (2 * h)
+        fd = directional_difference(lambda X: coding_rate_grad(X, 0.5), Z, V, h)
         hv = coding_rate_hvp(Z, V, 0.5)
-        errors.append(float(np.max(np.abs(fd - hv)) / np.max(np.abs(hv))))
+        errors.append(max_rel_err(fd, hv))
     err = max(errors)
     return Result(f"max rel err {fmt(err)}", verdicts.at_most(err, FD_TOL), {"errors": errors})
 

@@ -20,7 +20,7 @@ from crate_theory.denoising import (
 )
 from crate_theory.synthetic import orthonormal_bases
 from verify import plots, verdicts
-from verify.numerics import fmt, loglog_slope, rel_err
+from verify.numerics import finite_difference_gradient, fmt, loglog_slope, rel_err
 from verify.registry import Result, claim
 
 SIGMAS = np.array([0.3, 0.1, 0.03, 0.01, 0.003])
@@ -29,16 +29,6 @@ SIGMAS = np.array([0.3, 0.1, 0.03, 0.01, 0.003])
 def _mixture(ctx, lam=None, weights=None, d=32, K=4, p=4) -> LowRankGaussianMixture:
     U = orthonormal_bases(K, d, p, seed=ctx.rng)
     return LowRankGaussianMixture(U, np.linspace(0.5, 1.5, p) if lam is None else lam, weights)
-
-
-def _fd_score(mix, x: np.ndarray, sigma: float, h: float = 1e-5) -> np.ndarray:
-    """Central finite differences of log q (d,) at one token x."""
-    g = np.zeros_like(x)
-    for i in range(len(x)):
-        e = np.zeros_like(x)
-        e[i] = h
-        g[i] = (log_density(mix, x + e, sigma) - log_density(mix, x - e, sigma)) / (2 * h)
-    return g
 
 
 FD_TOL = 1e-6
@@ -50,7 +40,7 @@ def _score_errors(ctx, mix, sigma: float = 0.5, tokens: int = 6) -> dict[str, fl
     X, _, _ = mix.sample(tokens, ctx.rng, sigma=sigma)
     errors = {"normalised (215)": 0.0, "general (225)": 0.0}
     for x in X.T:
-        fd = _fd_score(mix, x, sigma)
+        fd = finite_difference_gradient(lambda v: log_density(mix, v, sigma), x, 1e-5)  # the score, centrally
         errors["normalised (215)"] = max(errors["normalised (215)"], rel_err(score_normalised(mix, x, sigma), fd))
         errors["general (225)"] = max(errors["general (225)"], rel_err(score(mix, x, sigma), fd))
     return errors

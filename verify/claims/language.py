@@ -21,7 +21,7 @@ import torch
 
 import crate_nn
 from crate_nn.analysis.protocol import layer_profile
-from crate_nn.data.text import TokenBlocks, builtin_corpus
+from crate_nn.data.corpus import TokenBlocks, builtin_corpus
 from crate_nn.evaluation.language import spread
 from crate_nn.models import BlockConfig
 from crate_nn.models.blocks import build_attention

@@ -24,6 +24,7 @@ from crate_theory.synthetic import orthonormal_bases, sample_tokens
 from verify import digits, experiments, verdicts
 from verify.claims import language
 from verify.context import Context
+from verify.numerics import finite_difference_gradient, max_rel_err
 from verify.registry import Headline, Result, claim
 from verify.statistics import compare, interval
 
@@ -40,18 +41,8 @@ def _mixture(ctx: Context, stream: str, d: int, n: int, K: int, sigma: float = 0
     return layer_norm(sample_tokens(U, n, rng, sigma=sigma).Z), U
 
 
-def _fd_gradient(f, Z: np.ndarray, h: float = 1e-4) -> np.ndarray:
-    """Central differences (O(h²) truncation, ≈ 1e-8 relative here) of a scalar function of Z, entry by entry."""
-    G = np.zeros_like(Z)
-    for idx in np.ndindex(Z.shape):
-        E = np.zeros_like(Z)
-        E[idx] = h
-        G[idx] = (f(Z + E) - f(Z - E)) / (2 * h)
-    return G
-
-
-def _relative(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.abs(a - b).max() / np.abs(b).max())
+FD_STEP = 1e-4
+"""Central differences of step 1e-4: O(h²) truncation, ≈ 1e-8 relative here."""
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -77,15 +68,15 @@ def gradient_step(ctx) -> Result:
     Z, U = _mixture(ctx, "tost-gradient", 16, 24, 4)
     Pi, tau = T.membership(Z, U, 1.0), 0.7
     operator = T.tssa(Z, U, Pi, 1.0, step=tau)
-    fd = -tau * _fd_gradient(lambda X: T.variational_compression(X, U, Pi, 1.0), Z)
-    errors = {"bidirectional_vs_fd": _relative(operator, fd)}
+    fd = -tau * finite_difference_gradient(lambda X: T.variational_compression(X, U, Pi, 1.0), Z, FD_STEP)
+    errors = {"bidirectional_vs_fd": max_rel_err(operator, fd)}
     causal = T.tssa(Z, U, Pi, 1.0, step=tau, causal=True)
     for t in (1, 12, 24):
         def prefix(column, t=t):
             X = Z[:, :t].copy()
             X[:, -1] = column[:, 0]
             return T.variational_compression(X, U, Pi[:t], 1.0)
-        errors[f"causal_t{t}_vs_fd"] = _relative(causal[:, t - 1], -tau * _fd_gradient(prefix, Z[:, t - 1:t])[:, 0])
+        errors[f"causal_t{t}_vs_fd"] = max_rel_err(causal[:, t - 1], -tau * finite_difference_gradient(prefix, Z[:, t - 1:t], FD_STEP)[:, 0])
     for causal_flag in (False, True):
         block = TSSA(16, 4, 4, scale=16.0, membership="energy", output="tied", step=tau, causal=causal_flag).double()
         with torch.no_grad():
@@ -96,7 +87,7 @@ def gradient_step(ctx) -> Result:
             block.fused_attn = fused
             with torch.no_grad():
                 errors[f"crate_nn_{'causal' if causal_flag else 'bidirectional'}_{'linear' if fused else 'explicit'}"] = \
-                    _relative(block(x)[0].numpy().T, theory)
+                    max_rel_err(block(x)[0].numpy().T, theory)
     fd_worst = max(v for k, v in errors.items() if "fd" in k)
     nn_worst = max(v for k, v in errors.items() if "crate_nn" in k)
     return Result(f"vs finite differences ≤ {fd_worst:.1e}; crate_nn vs crate_theory ≤ {nn_worst:.1e}",
@@ -244,15 +235,15 @@ def which_tssa(ctx) -> Result:
     ratio = np.linalg.norm(lifted, axis=0) / np.linalg.norm(exact, axis=0)
     bias = ctx.rng_for("tost-which-bias").normal(0, 0.1, (4, n))
     numbers = {
-        "vision_vs_derived": _relative(vision, derived_vision),
-        "language_vs_derived_causal": _relative(language, derived_causal),
+        "vision_vs_derived": max_rel_err(vision, derived_vision),
+        "language_vs_derived_causal": max_rel_err(language, derived_causal),
         "step_ratio_error": float(np.abs(ratio / np.arange(1, n + 1) - 1).max()),
         "pi_normalised_vs_energy_max_abs": float(np.abs(vision_pi - energy_pi).max()),
-        "heads_normalised_vs_energy": _relative(T.tssa_heads(Z, U, energy_pi, 1.0), derived_vision),
+        "heads_normalised_vs_energy": max_rel_err(T.tssa_heads(Z, U, energy_pi, 1.0), derived_vision),
         "pi_vision_vs_language_max_abs": float(np.abs(vision_pi - language_pi).max()),
-        "heads_vision_vs_language": _relative(language, vision),
-        "heads_vision_vs_language_last_token": _relative(language[..., -1], vision[..., -1]),
-        "heads_language_bias_effect": _relative(T.public_language_heads(Z, U, 1.0, bias), language),
+        "heads_vision_vs_language": max_rel_err(language, vision),
+        "heads_vision_vs_language_last_token": max_rel_err(language[..., -1], vision[..., -1]),
+        "heads_language_bias_effect": max_rel_err(T.public_language_heads(Z, U, 1.0, bias), language),
     }
     verdict = verdicts.all_hold(verdicts.at_most(numbers["vision_vs_derived"], 1e-6),
                                 verdicts.at_most(numbers["language_vs_derived_causal"], 1e-6),
