@@ -43,3 +43,11 @@ def float_tensors(output) -> list[torch.Tensor]:
     if dataclasses.is_dataclass(output):
         return float_tensors([getattr(output, f.name) for f in dataclasses.fields(output)])
     return []
+
+
+def library_families() -> set[str]:
+    """The model families crate_nn registers (tests may register their own, e.g. the engine's toy regression, in the
+    same worker process before a test that counts families runs)."""
+    from crate_nn.models.registry import _FAMILIES
+
+    return {f.name for f in _FAMILIES.values() if f.model_class.__module__.startswith("crate_nn.")}

@@ -5,12 +5,13 @@ import dataclasses
 
 import pytest
 import torch
+from _models import library_families
 
 import crate_nn
 from crate_nn.export import FOREIGN, main
 from crate_nn.models.dino_head import DINO, DINOConfig
 from crate_nn.models.language import BERTClassifierConfig
-from crate_nn.models.registry import _FAMILIES, build_model
+from crate_nn.models.registry import build_model
 from crate_nn.preprocessing import Preprocessing
 
 TEXT = dict(dim=12, heads=3, depth=1, vocab_size=20, block_size=6)
@@ -45,7 +46,7 @@ def assert_bit_identical(a, b) -> None:
 
 
 def test_every_family_and_every_format_is_covered():
-    assert set(EVERY_FAMILY) == set(_FAMILIES)
+    assert set(EVERY_FAMILY) == library_families()
     assert set(EVERY_FOREIGN) == set(FOREIGN)
 
 

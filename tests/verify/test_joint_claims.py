@@ -108,7 +108,7 @@ def test_dino_joint_flips(monkeypatch, tmp_path):
     def install(trained):
         profiles = {"dino": [profile(s, half=trained) for s in range(SEEDS)],
                     "random init": [profile(s + 1000) for s in range(SEEDS)]}
-        monkeypatch.setattr(dino, "_measurements", lambda mode, seed: {"joint": profiles})
+        monkeypatch.setattr(dino, "_measurements", lambda mode, seed, system="dino": {"joint": profiles})
     install(COMPRESSED)
     assert verdict(claim_id, tmp_path, mode).verdict == "holds"
     install(COLLAPSED)

@@ -17,12 +17,13 @@ def verdict(claim_id: str, mode: str, tmp_path) -> str:
     return CLAIMS[claim_id].measure(Context(mode, 0, claim_id, tmp_path)).verdict
 
 
-@pytest.mark.parametrize("mode", ["quick", "full"])
-def test_dino_pixels_flips(monkeypatch, tmp_path, mode):
+@pytest.mark.parametrize("mode, system", [("quick", "dino"), ("full", "dino"), ("full", "simdino")])
+def test_dino_pixels_flips(monkeypatch, tmp_path, mode, system):
     def install(dino_mean: float):
         knn = {"random init": [0.6] * SEEDS, "dino": list(dino_mean + NOISE), dino.PIXELS: [0.9] * SEEDS}
-        monkeypatch.setattr(dino, "_measurements", lambda mode, seed: {"knn": knn})
-    claim_id = "4.1.3-dino-pixels" + dino.MODE_SUFFIX[mode]
+        measured = {"knn": knn, "probe": {}, "train": {}}
+        monkeypatch.setattr(dino, "_measurements", lambda mode, seed, system="dino": measured)
+    claim_id = f"4.1.3-{system}-pixels" + dino.MODE_SUFFIX[mode]
     install(0.95)
     assert verdict(claim_id, mode, tmp_path) == "holds"
     install(0.7)
