@@ -62,6 +62,7 @@ from ..engine.ema import ema_update
 from ..engine.precision import autocast
 from ..engine.schedule import cosine
 from ..engine.task import LossOutput, Task, preset, register_task
+from ..evaluation.cadence import Cadence, due, final
 from ..evaluation.frozen import FrozenEvaluator, model_features
 from ..evaluation.knn import KNN_KS, KNN_TEMPERATURE
 from ..evaluation.linear_probe import PROBE_SOLVERS
@@ -241,11 +242,20 @@ class DINOTrainConfig(ImageDataConfig):
                           projection_layers=self.projection_layers, norm_last_layer=self.norm_last_layer,
                           token_init_std=self.token_init_std)
 
+    @property
+    def evals(self) -> dict[str, Cadence]:
+        """The run's frozen evaluators named with their cadence: ``knn`` after ``knn_epochs`` and at the end,
+        ``probe`` after ``probe_epochs`` and, when they name any, at the end."""
+        return {"knn": Cadence(self.knn_epochs, final=True),
+                "probe": Cadence(self.probe_epochs, final=bool(self.probe_epochs))}
+
     def frozen_evaluator(self, memory, transform, device, batch_size: int) -> FrozenEvaluator:
-        """The frozen evaluation of this run's features (`crate_nn.evaluation.frozen`): the k-NN (``knn_*``), the
-        probe (``probe_solver``; by default when ``probe_epochs`` is set) and, with ``pixel_control``, the raw pixels,
-        trained on ``memory`` (``train_split`` without augmentation), extracting ``batch_size`` images at a time."""
-        return FrozenEvaluator(memory, transform, device, knn=True, probe=bool(self.probe_epochs),
+        """The frozen evaluation of this run's features (`crate_nn.evaluation.frozen`): the k-NN (``knn_*``) and the
+        probe (``probe_solver``), by default those `evals` runs at the end, and with ``pixel_control`` the raw
+        pixels, trained on ``memory`` (``train_split`` without augmentation), extracting ``batch_size`` images at a
+        time."""
+        ends = final(self.evals)
+        return FrozenEvaluator(memory, transform, device, knn="knn" in ends, probe="probe" in ends,
                                pixel_control=self.pixel_control, knn_ks=self.knn_ks,
                                knn_temperature=self.knn_temperature, knn_select_samples=self.knn_select_samples,
                                probe_solver=self.probe_solver, seed=self.seed, batch_size=batch_size,
@@ -410,13 +420,15 @@ class DINOTask(Task):
                 print(f"{self.config.objective}: warning: the head has collapsed at step {step} ({found}); the "
                       "backbone's k-NN may stop improving (see the README's CRATE-DINO section)", file=sys.stderr)
                 self.collapse_warned = True
+        evals = due(self.config.evals, epoch)
         return {**monitors, **self.frozen_evaluator()(
-            model_features(model, precision=self.config.precision), self.eval_set, "val",
-            knn=epoch in self.config.knn_epochs, probe=epoch in self.config.probe_epochs, pixel_control=False)}
+            model_features(model, precision=self.config.precision), self.eval_set, "val", knn="knn" in evals,
+            probe="probe" in evals, pixel_control=False)}
 
     def final_evaluate(self, model: nn.Module) -> dict[str, float]:
-        """The k-NN (and the probe when ``probe_epochs`` is set) at the end, of the teacher and, with
-        ``pixel_control``, of the raw pixels (``<prefix>_raw_pixels_…``): on ``test_split``, else ``eval_split``."""
+        """The final evaluators of `DINOTrainConfig.evals` (the k-NN, and the probe when ``probe_epochs`` is set), of
+        the teacher and, with ``pixel_control``, of the raw pixels (``<prefix>_raw_pixels_…``): on ``test_split``,
+        else ``eval_split``."""
         dataset, prefix = (self.test_set, "test") if self.test_set is not None else (self.eval_set, "val")
         return self.frozen_evaluator()(model_features(model, precision=self.config.precision), dataset, prefix)
 

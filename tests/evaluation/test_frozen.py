@@ -2,7 +2,8 @@
 that separate the classes, and the raw pixels of images whose class is a pixel pattern, score 1.0; features blind to
 the class score near chance), its metric names, what it runs (nothing when asked for nothing), the same numbers as
 `knn_evaluate` and `run_linear_probe` on `extract_features`; `model_features`; `evaluation_data` against the DINO
-task's evaluation data. Sharded = unsharded: test_features.py (2 gloo processes)."""
+task's evaluation data; the evaluators' cadences (`crate_nn.evaluation.cadence`, DINO's ``evals``). Sharded =
+unsharded: test_features.py (2 gloo processes)."""
 import numpy as np
 import pytest
 import torch
@@ -20,6 +21,7 @@ from crate_nn.evaluation import (
     raw_pixels,
     run_linear_probe,
 )
+from crate_nn.evaluation.cadence import Cadence, due, final
 from crate_nn.tasks import get_preset
 from crate_nn.tasks.dino import DINOTask
 from crate_nn.tasks.images import evaluation_data
@@ -149,3 +151,23 @@ def test_evaluation_data_is_what_the_dino_task_evaluates_on():
     assert (frozen.knn, frozen.probe, frozen.pixel_control, frozen.batch_size) == (
         True, bool(config.probe_epochs), config.pixel_control, task.plan.micro_batch)
     assert np.isclose(frozen.knn_temperature, config.knn_temperature)
+
+
+def test_cadence_names_the_evaluators_due_after_an_epoch_and_at_the_end():
+    evals = {"knn": Cadence((0, 5, 10), final=True), "probe": Cadence([10]), "other": Cadence()}
+    assert (due(evals, 0), due(evals, 10), due(evals, 3), due(evals, None)) == ({"knn"}, {"knn", "probe"}, set(), set())
+    assert final(evals) == {"knn"} and evals["probe"].epochs == (10,)
+    with pytest.raises(ValueError, match="epochs"):
+        Cadence((-1,))
+
+
+def test_dino_evals_are_its_knn_and_probe_fields():
+    """``knn_epochs`` and ``probe_epochs`` are the cadences of the evaluators named ``knn`` and ``probe``; the k-NN
+    always runs at the end, the probe when it runs at all."""
+    config = get_preset("dino_digits")
+    assert config.evals["knn"].epochs == config.knn_epochs and config.evals["knn"].final
+    assert config.evals["probe"].epochs == config.probe_epochs
+    assert config.evals["probe"].final == bool(config.probe_epochs)
+    quiet = config.smoke()
+    assert quiet.evals["probe"] == Cadence((), final=False)
+    assert quiet.evals["knn"].final
