@@ -1,9 +1,10 @@
 """Evaluation of trained models: classification metrics (top-1/top-5, ImageNet-ReaL), frozen features (sharded
-under DDP) and the linear probes (App. C.2: scikit-learn's, and a torch one for ImageNet scale), the weighted k-NN
-(DINO), language models (held-out loss and perplexity, masked-LM accuracy, accuracy/F1), segmentation scores
-(Sec. 4.3: mIoU, CorLoc, COCO AP, VOC)."""
+under DDP), the frozen-feature evaluator (k-NN and probe of a model or of the raw pixels), the linear probes (App.
+C.2: scikit-learn's, and a torch one for ImageNet scale), the weighted k-NN (DINO), language models (held-out loss
+and perplexity, masked-LM accuracy, accuracy/F1), segmentation scores (Sec. 4.3: mIoU, CorLoc, COCO AP, VOC)."""
 from .classification import evaluate, real_index
 from .features import extract_features, pooled_features, raw_pixels
+from .frozen import FrozenEvaluator, FrozenResult, model_features
 from .knn import KNN_KS, KNN_TEMPERATURE, KNNResult, knn_evaluate, knn_scores
 from .language import classification_metrics, lm_loss, mlm_metrics
 from .linear_probe import (
@@ -21,8 +22,9 @@ from .linear_probe import (
 )
 from .segmentation import coco_ap, corloc, evaluate_objects, jaccard, mean_iou, voc_coarse_segmentation
 
-__all__ = ["KNN_KS", "KNN_TEMPERATURE", "KNNResult", "LinearProbe", "PROBE_CS", "PROBE_SOLVERS", "PROBE_WEIGHT_DECAYS",
-           "ProbeResult", "ProbeSolver", "classification_metrics", "coco_ap", "corloc", "evaluate", "evaluate_objects",
-           "extract_features", "fit_linear_probe", "holdout_split", "jaccard", "knn_evaluate", "knn_scores",
-           "linear_probe", "lm_loss", "mlm_metrics", "mean_iou", "pooled_features", "raw_pixels", "real_index",
-           "run_linear_probe", "torch_linear_probe", "voc_coarse_segmentation"]
+__all__ = ["FrozenEvaluator", "FrozenResult", "KNN_KS", "KNN_TEMPERATURE", "KNNResult", "LinearProbe", "PROBE_CS",
+           "PROBE_SOLVERS", "PROBE_WEIGHT_DECAYS", "ProbeResult", "ProbeSolver", "classification_metrics", "coco_ap",
+           "corloc", "evaluate", "evaluate_objects", "extract_features", "fit_linear_probe", "holdout_split",
+           "jaccard", "knn_evaluate", "knn_scores", "linear_probe", "lm_loss", "mlm_metrics", "mean_iou",
+           "model_features", "pooled_features", "raw_pixels", "real_index", "run_linear_probe", "torch_linear_probe",
+           "voc_coarse_segmentation"]

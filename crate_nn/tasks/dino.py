@@ -62,9 +62,10 @@ from ..engine.ema import ema_update
 from ..engine.precision import autocast
 from ..engine.schedule import cosine
 from ..engine.task import LossOutput, Task, preset, register_task
-from ..evaluation.features import extract_features, pooled_features, raw_pixels
-from ..evaluation.knn import KNN_KS, KNN_TEMPERATURE, knn_evaluate
-from ..evaluation.linear_probe import PROBE_SOLVERS, run_linear_probe
+from ..evaluation.cadence import Cadence, due, final
+from ..evaluation.frozen import FrozenEvaluator, model_features
+from ..evaluation.knn import KNN_KS, KNN_TEMPERATURE
+from ..evaluation.linear_probe import PROBE_SOLVERS
 from ..models.dino_head import DINO, DINOConfig
 from ..models.registry import list_models, model_config, unwrap_model
 from .images import DATA_LAYOUTS, ImageDataConfig, image_split, image_splits  # noqa: F401 (crate-train --help)
@@ -241,6 +242,25 @@ class DINOTrainConfig(ImageDataConfig):
                           projection_layers=self.projection_layers, norm_last_layer=self.norm_last_layer,
                           token_init_std=self.token_init_std)
 
+    @property
+    def evals(self) -> dict[str, Cadence]:
+        """The run's frozen evaluators named with their cadence: ``knn`` after ``knn_epochs`` and at the end,
+        ``probe`` after ``probe_epochs`` and, when they name any, at the end."""
+        return {"knn": Cadence(self.knn_epochs, final=True),
+                "probe": Cadence(self.probe_epochs, final=bool(self.probe_epochs))}
+
+    def frozen_evaluator(self, memory, transform, device, batch_size: int) -> FrozenEvaluator:
+        """The frozen evaluation of this run's features (`crate_nn.evaluation.frozen`): the k-NN (``knn_*``) and the
+        probe (``probe_solver``), by default those `evals` runs at the end, and with ``pixel_control`` the raw
+        pixels, trained on ``memory`` (``train_split`` without augmentation), extracting ``batch_size`` images at a
+        time."""
+        ends = final(self.evals)
+        return FrozenEvaluator(memory, transform, device, knn="knn" in ends, probe="probe" in ends,
+                               pixel_control=self.pixel_control, knn_ks=self.knn_ks,
+                               knn_temperature=self.knn_temperature, knn_select_samples=self.knn_select_samples,
+                               probe_solver=self.probe_solver, seed=self.seed, batch_size=batch_size,
+                               num_workers=self.num_workers)
+
 
 def teacher_temperature(epoch: int, start: float, end: float, warmup_epochs: int) -> float:
     """τ_t of ``epoch``: DINO's ``np.linspace(start, end, warmup_epochs)[epoch]`` during the warm-up, then ``end``."""
@@ -382,45 +402,10 @@ class DINOTask(Task):
         return {"teacher_entropy": out.teacher_entropy.item(), "teacher_mean_entropy": out.teacher_mean_entropy.item(),
                 "teacher_student_kl": out.kl.item()}
 
-    def features(self, model: nn.Module | None, dataset):
-        """The teacher's pooled output tokens (eq. 80) of ``dataset`` — ``model`` None: the raw pixels
-        (`raw_pixels`, the control) —: float64 (N, d) and labels (N,)."""
-        if model is None:
-            features = raw_pixels
-        else:
-            model = unwrap_model(model)
-            pooled = pooled_features(model, model.config.pool)
-
-            def features(images: torch.Tensor) -> torch.Tensor:
-                with autocast(self.ctx.device, self.config.precision):
-                    return pooled(images).float()
-
-        return extract_features(features, dataset, self.eval_transform, self.ctx, batch_size=self.plan.micro_batch,
-                                num_workers=self.config.num_workers)
-
-    def frozen_evaluation(self, model: nn.Module | None, dataset, prefix: str, knn: bool,
-                          probe: bool) -> dict[str, float]:
-        """Weighted k-NN and/or linear probe of the teacher's features (``model`` None: of the raw pixels, the
-        control), trained on ``train_split``. Every process extracts its shard of the features; the main process
-        alone runs the k-NN and the probe on its device (the other processes return no metrics)."""
-        if not (knn or probe):
-            return {}
-        train_x, train_y = self.features(model, self.feature_set)
-        test_x, test_y = self.features(model, dataset)
-        metrics: dict[str, float] = {}
-        if not self.ctx.is_main:
-            return metrics
-        if knn:
-            result = knn_evaluate(train_x, train_y, test_x, test_y, self.config.knn_ks, self.config.knn_temperature,
-                                  select_samples=self.config.knn_select_samples, seed=self.config.seed,
-                                  device=self.ctx.device)
-            metrics.update({f"{prefix}_knn_top1": result.top1, f"{prefix}_knn_k": result.k,
-                            **{f"{prefix}_knn_top1_k{k}": v for k, v in result.accuracy.items()}})
-        if probe:
-            result = run_linear_probe(self.config.probe_solver, train_x, train_y, test_x, test_y,
-                                      seed=self.config.seed, device=self.ctx.device)
-            metrics.update({f"{prefix}_probe_top1": result.accuracy, f"{prefix}_probe_C": result.C})
-        return metrics
+    def frozen_evaluator(self) -> FrozenEvaluator:
+        """The k-NN and probe of this run (`DINOTrainConfig.frozen_evaluator`) on its training split, extracting
+        micro-batches of the run's size."""
+        return self.config.frozen_evaluator(self.feature_set, self.eval_transform, self.ctx, self.plan.micro_batch)
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         step, epoch = self.clock
@@ -435,18 +420,17 @@ class DINOTask(Task):
                 print(f"{self.config.objective}: warning: the head has collapsed at step {step} ({found}); the "
                       "backbone's k-NN may stop improving (see the README's CRATE-DINO section)", file=sys.stderr)
                 self.collapse_warned = True
-        return {**monitors, **self.frozen_evaluation(
-            model, self.eval_set, "val", knn=epoch in self.config.knn_epochs, probe=epoch in self.config.probe_epochs)}
+        evals = due(self.config.evals, epoch)
+        return {**monitors, **self.frozen_evaluator()(
+            model_features(model, precision=self.config.precision), self.eval_set, "val", knn="knn" in evals,
+            probe="probe" in evals, pixel_control=False)}
 
     def final_evaluate(self, model: nn.Module) -> dict[str, float]:
-        """The k-NN (and the probe when ``probe_epochs`` is set) at the end, of the teacher and, with
-        ``pixel_control``, of the raw pixels (``<prefix>_raw_pixels_…``): on ``test_split``, else ``eval_split``."""
+        """The final evaluators of `DINOTrainConfig.evals` (the k-NN, and the probe when ``probe_epochs`` is set), of
+        the teacher and, with ``pixel_control``, of the raw pixels (``<prefix>_raw_pixels_…``): on ``test_split``,
+        else ``eval_split``."""
         dataset, prefix = (self.test_set, "test") if self.test_set is not None else (self.eval_set, "val")
-        probe = bool(self.config.probe_epochs)
-        metrics = self.frozen_evaluation(model, dataset, prefix, knn=True, probe=probe)
-        if self.config.pixel_control:
-            metrics.update(self.frozen_evaluation(None, dataset, f"{prefix}_raw_pixels", knn=True, probe=probe))
-        return metrics
+        return self.frozen_evaluator()(model_features(model, precision=self.config.precision), dataset, prefix)
 
     def epoch_end(self, model: nn.Module, epoch: int, run_dir: Path) -> None:
         if self.measure_images is not None and epoch in self.config.measure_epochs:

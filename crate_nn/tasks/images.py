@@ -4,11 +4,14 @@
 `AugmentedImageConfig` adds the one-view training augmentation of `DeviceTransform`. A task's config extends one
 of them with its model and loss (`ClassificationConfig`, `MAEConfig`: augmented; `DINOTrainConfig`: its own
 multi-crop). `image_splits` builds the training, evaluation and (optional) test splits, `image_split` any split
-as evaluation data, `image_transforms` the training and evaluation `DeviceTransform`.
+as evaluation data, `image_transforms` the training and evaluation `DeviceTransform`, `evaluation_data` what
+evaluating a trained model needs without its training task (the splits without augmentation, the evaluation
+transform).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -111,6 +114,31 @@ def image_splits(config: ImageDataConfig):
     if config.strict:
         check_readable([train_set, eval_set, test_set])
     return train_set, eval_set, test_set
+
+
+class EvaluationData(NamedTuple):
+    """What evaluating a model trained on a config's data needs (`evaluation_data`)."""
+
+    memory: object
+    """``train_split`` without augmentation: the k-NN's neighbours and the probe's training set."""
+    eval_set: object
+    test_set: object | None
+    transform: DeviceTransform
+    """The evaluation transform (central crop, normalisation), on the device."""
+
+
+def evaluation_data(config: ImageDataConfig, device: torch.device | str = "cpu") -> EvaluationData:
+    """The splits of ``config``'s dataset as evaluation data (labelled by the training split's class names) and its
+    evaluation `DeviceTransform` on ``device``: a checkpoint is evaluated as its training run evaluated it, without
+    building the training task."""
+    memory = image_split(config, config.train_split, None)
+    classes = memory.info.classes
+    eval_set = image_split(config, config.eval_split, classes)
+    test_set = image_split(config, config.test_split, classes) if config.test_split else None
+    if len(config.mean) != memory.info.in_channels:
+        raise ValueError(f"mean, std: {len(config.mean)} values for images with {memory.info.in_channels} channels")
+    transform = DeviceTransform(config.image_size, config.mean, config.std, train=False).to(device)
+    return EvaluationData(memory, eval_set, test_set, transform)
 
 
 STRICT_SCAN_LIMIT = 20_000  # files per split checked before training under --strict (≈ 1 ms each)

@@ -34,7 +34,7 @@ from ..engine import distributed
 from ..engine.config import option
 from ..engine.precision import autocast
 from ..engine.task import LossOutput, Task, get_preset, preset, register_task
-from ..evaluation import PROBE_SOLVERS, extract_features, pooled_features, raw_pixels, run_linear_probe
+from ..evaluation import PROBE_SOLVERS, FrozenEvaluator, model_features, raw_pixels
 from ..models.mae import check_mask_ratio, random_mask
 from ..models.registry import create_model, list_models, model_config, unwrap_model
 from .classification import ClassificationConfig
@@ -170,26 +170,30 @@ class MAETask(Task):
         if self.test_set is not None:
             metrics["test_recon_loss"] = self.reconstruction_loss(model, self.test_set)
         if self.config.probe:
-            init = self.initial_model().to(self.ctx.device)
-            encoders = [("probe_top1", unwrap_model(model)), ("probe_top1_random_init", init)]
-            for name, encoder in encoders + ([("probe_top1_raw_pixels", None)] if self.config.pixel_control else []):
-                accuracy = self.probe(encoder)
-                if accuracy is not None:
-                    metrics[name] = accuracy
+            metrics.update(self.probe(model))
         return metrics
 
-    def probe(self, model: nn.Module | None) -> float | None:
-        """Held-out accuracy of the linear probe (App. C.2) on ``model``'s frozen, pooled encoder features
-        (``model`` None: on the raw pixels, `raw_pixels`, the control). Every process extracts its shard of the
-        features; the main process alone fits the probe (None elsewhere)."""
-        features = raw_pixels if model is None else pooled_features(model.eval(), self.config.probe_pool)
+    def probe(self, model: nn.Module) -> dict[str, float]:
+        """Held-out accuracy of the linear probe (App. C.2) on the frozen, pooled encoder features of ``model``
+        (``probe_top1``), of the same model at its initialisation (``probe_top1_random_init``) and, with
+        ``pixel_control``, of the raw pixels (``probe_top1_raw_pixels``), trained on ``train_split``: every process
+        extracts its shard of the features, the main process alone fits the probe (no metrics elsewhere)."""
+        c = self.config
+        evaluator = FrozenEvaluator(self.train_set, self.eval_transform, self.ctx, knn=False, probe=True,
+                                    probe_solver=c.probe_solver, seed=c.seed, batch_size=self.plan.micro_batch,
+                                    num_workers=c.num_workers)
         held_out = self.test_set if self.test_set is not None else self.eval_set
-        data = [extract_features(features, split, self.eval_transform, self.ctx, batch_size=self.plan.micro_batch,
-                                 num_workers=self.config.num_workers) for split in (self.train_set, held_out)]
-        if not self.ctx.is_main:
-            return None
-        return run_linear_probe(self.config.probe_solver, *data[0], *data[1], seed=self.config.seed,
-                                device=self.ctx.device).accuracy
+        encoders = {"probe_top1": model_features(unwrap_model(model).eval(), c.probe_pool),
+                    "probe_top1_random_init": model_features(self.initial_model().to(self.ctx.device).eval(),
+                                                             c.probe_pool)}
+        if c.pixel_control:
+            encoders["probe_top1_raw_pixels"] = raw_pixels
+        metrics = {}
+        for name, features in encoders.items():
+            result = evaluator.measure(features, held_out)
+            if result is not None:
+                metrics[name] = result.probe.accuracy
+        return metrics
 
     def epoch_end(self, model: nn.Module, epoch: int, run_dir: Path) -> None:
         if epoch not in self.config.figure_epochs:

@@ -1,6 +1,7 @@
 """Frozen evaluation in every process of a torchrun job, for test_features.py: `extract_features` on datasets whose
-length is not a multiple of processes × batch (with unreadable samples, and with fewer samples than processes), and
-the DINO and MAE tasks' frozen evaluations, which extract sharded features and fit the k-NN and the probes once.
+length is not a multiple of processes × batch (with unreadable samples, and with fewer samples than processes),
+`FrozenEvaluator` (k-NN, probe and the raw-pixel control of a feature function), and the DINO and MAE tasks' frozen
+evaluations through it, which extract sharded features and fit the k-NN and the probes once.
 
     python -m torch.distributed.run --standalone --nproc_per_node 2 tests/evaluation/_sharded_features.py OUT
 
@@ -19,6 +20,7 @@ from crate_nn.engine.distributed import Context, context, joined
 from crate_nn.engine.run_dir import seed_everything
 from crate_nn.engine.task import RunPlan
 from crate_nn.evaluation.features import extract_features
+from crate_nn.evaluation.frozen import FrozenEvaluator, model_features
 from crate_nn.tasks import get_preset
 from crate_nn.tasks.dino import DINOTask, DINOTrainConfig
 from crate_nn.tasks.mae import MAETask
@@ -68,6 +70,10 @@ def cases(ctx: Context) -> dict:
         extract_features(row_features, Samples(3, corrupt=range(3)), lambda x: x, ctx, batch_size=4)
     except ValueError as err:
         out["unreadable"] = str(err)
+    # the evaluator on its own: memory of 23 samples (one unreadable), 13 evaluated; k-NN, probe and the pixel control
+    evaluator = FrozenEvaluator(Samples(23, corrupt=[5]), lambda x: x - 1.0, ctx, probe=True, pixel_control=True,
+                                knn_ks=(1, 3), probe_solver="lbfgs", batch_size=4)
+    out["evaluator"] = evaluator(row_features, Samples(13), "test")
     for solver in ("sklearn", "lbfgs"):
         seed_everything(0)  # as the engine does before it builds the task: the same initialisation
         dino = DINOTask(DINOTrainConfig(**TINY, model="crate_tiny", local_crop_size=4, load_size=8, local_crops=2,
@@ -75,7 +81,8 @@ def cases(ctx: Context) -> dict:
                                         hidden_dim=16, bottleneck_dim=8, knn_ks=(3, 5), probe_solver=solver,
                                         test_split="test"), ctx)
         dino.start(RunPlan.resolve(dino.config, dino, ctx.world_size))
-        out[f"dino_{solver}"] = dino.frozen_evaluation(dino.model.eval(), dino.test_set, "test", knn=True, probe=True)
+        out[f"dino_{solver}"] = dino.frozen_evaluator()(model_features(dino.model.eval()), dino.test_set, "test",
+                                                        probe=True)
     mae = MAETask(get_preset("mae_digits", **TINY, mean=(0.5,) * 3, std=(0.5,) * 3, test_split="test",
                              model_args=dict(patch_size=2, dim=16, depth=1, heads=2), probe=True,
                              probe_solver="adam"), ctx)

@@ -1,6 +1,6 @@
 """Frozen features: one process returns every readable sample's features in dataset order; two gloo processes, each
-extracting its shard, return exactly the same in both processes — and so do the DINO and MAE tasks' k-NN and probes,
-which run once, in the main process."""
+extracting its shard, return exactly the same in both processes — and so do the frozen evaluator's k-NN, probe and
+raw-pixel control, and the DINO and MAE tasks' through it, which run once, in the main process."""
 from pathlib import Path
 
 import numpy as np
@@ -41,10 +41,11 @@ def test_device_argument_is_the_one_process_context(one_process):
 
 def test_two_processes_return_what_one_process_returns(tmp_path, one_process):
     """Shards of 12 and 11 samples (23 = 2 × 3 batches of 4 − 1, whole batches unreadable), a shard with no sample
-    (1 sample, 2 processes), the error of a dataset with no readable sample, the DINO k-NN and probe (sklearn and
-    L-BFGS) and the MAE probe (Adam): equal bit for bit (each sample's features are computed alone, by the same
-    operations, in either run; the k-NN and the probes are deterministic functions of them). Each process computes
-    only its shard; the other process gets all the features too, but no task metrics."""
+    (1 sample, 2 processes), the error of a dataset with no readable sample, the frozen evaluator (k-NN, L-BFGS probe,
+    raw-pixel control), the DINO k-NN and probe (sklearn and L-BFGS) and the MAE probe (Adam): equal bit for bit
+    (each sample's features are computed alone, by the same operations, in either run; the k-NN and the probes are
+    deterministic functions of them). Each process computes only its shard; the other process gets all the features
+    too, but no task metrics."""
     done = torchrun(str(WORKER), str(tmp_path), path=(WORKER.parent,))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-6000:]
     main, other = (torch.load(tmp_path / f"rank{rank}.pt", weights_only=False) for rank in (0, 1))
@@ -56,9 +57,11 @@ def test_two_processes_return_what_one_process_returns(tmp_path, one_process):
     assert (main["uneven_rows"], other["uneven_rows"], one_process["uneven_rows"]) == (8, 6, 14)
     assert (main["one_sample_rows"], other["one_sample_rows"]) == (1, 0)
     assert main["unreadable"] == other["unreadable"] == one_process["unreadable"]
-    for name in ("dino_sklearn", "dino_lbfgs", "mae"):
+    for name in ("evaluator", "dino_sklearn", "dino_lbfgs", "mae"):
         assert main[name] == one_process[name] and other[name] == {}
     assert {"test_knn_top1", "test_probe_top1", "test_probe_C"} <= set(main["dino_lbfgs"])
+    assert {"test_knn_top1", "test_probe_C", "test_raw_pixels_knn_top1_k3", "test_raw_pixels_probe_top1"} <= set(
+        main["evaluator"])
     assert set(main["mae"]) == {"probe_top1", "probe_top1_random_init", "probe_top1_raw_pixels"}
 
 

@@ -30,9 +30,11 @@ import crate_nn
 from crate_nn.analysis.protocol import layer_profile
 from crate_nn.data.batching import collate
 from crate_nn.engine.distributed import context
-from crate_nn.engine.task import RunPlan
+from crate_nn.engine.task import resolve_batches
+from crate_nn.evaluation import model_features, raw_pixels
 from crate_nn.tasks import get_preset
 from crate_nn.tasks.dino import DINOTask
+from crate_nn.tasks.images import evaluation_data
 from verify import experiments, joint, plots
 from verify.registry import Headline, Result, claim
 from verify.statistics import brief, compare, every, per_column
@@ -70,20 +72,22 @@ PIXELS = "raw pixels"
 def _measure_seed(run: experiments.Run, supervised: experiments.Run | None, quick: bool) -> dict:
     """k-NN (and, unless ``quick``, probe) test accuracy, per-layer R^c and sparsity of the run's initialisation and
     trained teacher (and of the supervised model, if any), and the monitors of the teacher."""
-    task = DINOTask(run.config, context("cpu"))
-    task.start(RunPlan.resolve(run.config, task, world_size=1))
+    config, ctx = run.config, context("cpu")
+    data = evaluation_data(config, ctx.device)
+    frozen = config.frozen_evaluator(data.memory, data.transform, ctx, resolve_batches(config, 1)[0])
     models = {"random init": run.model("init"), "dino": run.model("trained")}
     if supervised is not None:
         models["supervised"] = supervised.model("trained")
-    models[PIXELS] = None  # the strongest trivial control: the test digits' pixels (DINOTask.frozen_evaluation)
-    images = task.eval_transform(collate([task.test_set[i] for i in range(len(task.test_set))]).images)
+    models[PIXELS] = None  # the strongest trivial control: the test digits' pixels (FrozenEvaluator.pixel_control)
+    images = data.transform(collate([data.test_set[i] for i in range(len(data.test_set))]).images)
     out: dict = {"knn": {}, "probe": {}, "compression": {p: {} for p in PROTOCOLS}, "sparsity": {}, "joint": {}}
     with torch.no_grad():
         for name, model in models.items():
-            metrics = task.frozen_evaluation(model, task.test_set, "test", knn=True, probe=not quick)
-            out["knn"][name] = metrics["test_knn_top1"]
+            features = raw_pixels if model is None else model_features(model, precision=config.precision)
+            result = frozen.measure(features, data.test_set, knn=True, probe=not quick)
+            out["knn"][name] = result.knn.top1
             if not quick:
-                out["probe"][name] = metrics["test_probe_top1"]
+                out["probe"][name] = result.probe.accuracy
             if model is None or name == "supervised":
                 continue
             for protocol in PROTOCOLS:
@@ -92,6 +96,7 @@ def _measure_seed(run: experiments.Run, supervised: experiments.Run | None, quic
             out["sparsity"][name] = [s.mean for s in m.sparsity]
             if not quick:
                 out["joint"][name] = layer_profile(model, images[:joint.IMAGES], draws=joint.DRAWS).all_means()
+        task = DINOTask(config, ctx)  # the collapse monitors are the task's
         out["train"] = task.monitors(models["dino"])
     out["log_k"] = float(np.log(task.model.config.prototypes)) if run.config.objective == "dino" else None
     return out
