@@ -34,7 +34,8 @@ def test_dino_pixels_flips(monkeypatch, tmp_path, mode, system):
 
 def test_mae_pixels_flips(monkeypatch, tmp_path):
     def install(probe_mean: float):
-        runs = [{"metrics": {"probe_top1": probe_mean + e, "probe_top1_raw_pixels": 0.9}} for e in NOISE]
+        runs = [{"metrics": {"probe_top1": probe_mean + e, "probe_top1_raw_pixels": 0.9},
+                 "knn": {"trained": 0.7 + e, "init": 0.6, "raw pixels": 0.9}} for e in NOISE]  # k-NN: reported
         monkeypatch.setattr(mae, "_measurements", lambda quick, seed: runs)
     install(0.95)
     assert verdict("2.24-mae-pixels", "full", tmp_path) == "holds"

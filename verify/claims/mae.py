@@ -35,6 +35,7 @@ from crate_nn.analysis.protocol import layer_profile
 from crate_nn.analysis.reconstruction import reconstruct, reconstruction_figure, round_trip_errors
 from crate_nn.data import collate
 from crate_nn.engine.distributed import context
+from crate_nn.evaluation import FrozenEvaluator, model_features, raw_pixels
 from crate_nn.official import crate_nn_to_official_mae
 from crate_nn.tasks import get_preset
 from crate_nn.tasks.mae import EVAL_STREAM, MAETask
@@ -100,14 +101,26 @@ def _test_data(config) -> tuple:
     return task, task.eval_transform(batch.images), task.masks(EVAL_STREAM, 0, batch.indices)
 
 
+def _knn(task: MAETask, models: dict) -> dict[str, float]:
+    """Test k-NN top-1 (DINO's weighted k-NN: T = 0.07, k by leave-one-out; the training split as memory, as the
+    task's probe) of each of ``models``' pooled encoder features (``probe_pool``) and of the raw pixels."""
+    c = task.config
+    evaluator = FrozenEvaluator(task.train_set, task.eval_transform, "cpu", knn=True, probe=False, seed=c.seed,
+                                batch_size=256, num_workers=0)
+    features = {name: model_features(model, c.probe_pool) for name, model in models.items()}
+    return {name: evaluator.measure(f, task.test_set).knn.top1
+            for name, f in {**features, "raw pixels": raw_pixels}.items()}
+
+
 def _measure_run(run: experiments.Run) -> dict:
-    """The trained and initial models' measurements, the run's metrics and the loss of predicting the training
-    mean image."""
+    """The trained and initial models' measurements, their test k-NN and the raw pixels', the run's metrics and the
+    loss of predicting the training mean image."""
     task, images, mask = _test_data(run.config)
-    trained = run.model("trained")
+    trained, init = run.model("trained"), run.model("init")
     mean_image = task.eval_transform(collate([task.train_set[i] for i in range(len(task.train_set))]).images)
     error = (trained.patchify(images) - trained.patchify(mean_image.mean(0, keepdim=True).expand_as(images)))
-    return {"trained": _measure_model(trained, images, mask), "init": _measure_model(run.model("init"), images, mask),
+    return {"trained": _measure_model(trained, images, mask), "init": _measure_model(init, images, mask),
+            "knn": _knn(task, {"trained": trained, "init": init}),
             "mean_image_loss": float(error.square().mean(-1)[mask].mean()), "metrics": run.metrics,
             "cache": str(run.folder)}
 
@@ -439,8 +452,14 @@ def mae_probe(ctx) -> Result:
 )
 def mae_pixels(ctx) -> Result:
     trained, pixels, beats = _probe_against(ctx, "probe_top1_raw_pixels")
-    return Result(f"pre-trained {_spread(trained)} vs raw pixels {_spread(pixels)}, {beats.text()}", beats.verdict,
-                  {"pretrained": trained, "raw_pixels": pixels, "comparison": beats.as_dict()}, [],
+    knn = {name: [run["knn"][name] for run in _measurements(ctx.quick, ctx.seed)]
+           for name in ("trained", "init", "raw pixels")}
+    by_knn = compare(knn["trained"], knn["raw pixels"], direction="above")
+    return Result(f"pre-trained {_spread(trained)} vs raw pixels {_spread(pixels)}, {beats.text()} (test k-NN: "
+                  f"pre-trained {_spread(knn['trained'])}, init {_spread(knn['init'])}, raw pixels "
+                  f"{_spread(knn['raw pixels'])}, pre-trained − raw pixels {by_knn.text()})", beats.verdict,
+                  {"pretrained": trained, "raw_pixels": pixels, "comparison": beats.as_dict(), "knn": knn,
+                   "knn_comparison": by_knn.as_dict()}, [],
                   Headline.of("pre-trained − raw pixels (points)", beats.difference, scale=100))
 
 
