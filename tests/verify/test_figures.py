@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import crate_nn
+from verify import digits
 from verify.claims import figures
 from verify.registry import deciding
 from verify.statistics import compare
@@ -43,7 +44,7 @@ def test_a_vit_is_measured_against_its_value_map():
 def test_the_fall_beyond_initialisation_subtracts_the_initialisations_fall():
     runs = [{"trained": {"m": [10.0, 8.0, 5.0]}, "init": {"m": [10.0, 10.0, 9.0]}},
             {"trained": {"m": [4.0, 4.0, 4.0]}, "init": {"m": [4.0, 4.0, 5.0]}}]
-    np.testing.assert_allclose(figures.relative_fall(figures.per_seed(runs, "trained", "m")), [0.5, 0.0])
+    np.testing.assert_allclose(figures.relative_fall(digits.per_seed(runs, "trained", ("m",))), [0.5, 0.0])
     np.testing.assert_allclose(figures.fall_beyond_init(runs, "m"), [0.5 - 0.1, 0.0 + 0.25])
 
 

@@ -118,17 +118,6 @@ def measured_runs(name: str, seed: int) -> tuple[list[dict], float]:
     return [measured(r) for r in runs], sum(r.seconds for r in runs)
 
 
-def per_seed(runs: list[dict], model: str, *path: str) -> np.ndarray:
-    """(seeds, layers) array of a measure of the ``model`` ("init" / "trained") of each run."""
-    rows = []
-    for run in runs:
-        value = run[model]
-        for key in path:
-            value = value[key]
-        rows.append(value)
-    return np.array(rows, dtype=float)
-
-
 def relative_fall(curves: np.ndarray) -> np.ndarray:
     """(m_1 − m_L)/m_1 of each row of (seeds, layers) curves: the fraction of the first layer's value the stack
     removes by its last layer (> 0: the measure falls with depth)."""
@@ -138,7 +127,7 @@ def relative_fall(curves: np.ndarray) -> np.ndarray:
 def fall_beyond_init(runs: list[dict], *path: str) -> np.ndarray:
     """Per seed, the trained model's `relative_fall` minus its own initialisation's: how much more the trained
     layers lower the measure than the random ones do (Figs. 21 and 26's "optimises the objective")."""
-    return relative_fall(per_seed(runs, "trained", *path)) - relative_fall(per_seed(runs, "init", *path))
+    return relative_fall(digits.per_seed(runs, "trained", path)) - relative_fall(digits.per_seed(runs, "init", path))
 
 
 def _figures(*paths: str | None) -> list[str]:
@@ -248,7 +237,7 @@ for _transition in TRANSITIONS:
 # --------------------------------------------------------------------------------------------- Fig. 21
 def _levels(name: str, seed: int, *path: str, model: str = "trained") -> list[float]:
     """Mean over seeds of a measure per layer (``path`` in `layer_measures`) of model ``name``."""
-    return list(per_seed(measured_runs(name, seed)[0], model, *path).mean(0))
+    return list(digits.per_seed(measured_runs(name, seed)[0], model, path).mean(0))
 
 
 def _depth_figure(ctx) -> str | None:
@@ -363,7 +352,7 @@ def vit_compression(ctx) -> Result:
 
 def _per_layer_versus(ctx, *path: str, transform=lambda x: x):
     """Per layer, ViT − CRATE of a trained measure (``transform``ed), Welch: (comparisons, {model: means})."""
-    values = {name: transform(per_seed(measured_runs(name, ctx.seed)[0], "trained", *path)) for name in LABELS}
+    values = {name: transform(digits.per_seed(measured_runs(name, ctx.seed)[0], "trained", path)) for name in LABELS}
     return (per_column(values["ViT"], values[CRATE], direction="above", paired=False),
             {LABELS[name]: list(v.mean(0)) for name, v in values.items()})
 
