@@ -28,6 +28,7 @@ claim is (:data:`KINDS`). Both are required, and put last in each decorator.
 from __future__ import annotations
 
 import importlib
+import inspect
 import pkgutil
 import traceback
 from collections.abc import Callable, Iterable
@@ -216,13 +217,19 @@ def claim(
     the quick mode's time budget (it is listed, and named in the quick report as not run). ``kind``: one of
     :data:`KINDS`; ``provenance``: one of :data:`PROVENANCES`; ``full_verdict``: the verdict expected under
     --full where it differs from the quick mode's ``expected_verdict`` (the ``expected`` text says why). Registration refuses an unknown verdict, mode, kind
-    or provenance (``ValueError``, see :class:`Claim`).
+    or provenance (``ValueError``, see :class:`Claim`), and a function that does not take the context alone
+    (``TypeError``).
     """
     spec = dict(id=id, tags=tuple(tags), reference=reference, statement=statement, measures=measures,
                 expected=expected, expected_verdict=expected_verdict, kind=kind, provenance=provenance,
                 modes=tuple(modes), full_verdict=full_verdict)
 
     def register(fn: Callable[..., Result]) -> Callable[..., Result]:
+        required = [p for p in inspect.signature(fn).parameters.values() if p.default is p.empty
+                    and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        if len(required) != 1:  # the runner calls measure(ctx): a decorator left on a helper would raise at run time
+            raise TypeError(f"claim {id!r}: the decorated {fn.__qualname__} must take the context alone, got "
+                            f"parameters {[p.name for p in required]}")
         if id in _REGISTRY:
             raise ValueError(f"claim id {id!r} is registered twice ({_REGISTRY[id].measure.__module__} and "
                              f"{fn.__module__})")

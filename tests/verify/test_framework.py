@@ -62,6 +62,18 @@ def test_context_streams_depend_on_seed_and_claim_only(tmp_path):
         Context("medium", 0, "x", tmp_path)
 
 
+def test_a_claim_decorator_on_a_function_that_does_not_take_the_context_alone_is_refused():
+    from verify.registry import claim
+
+    spec = dict(id="test-helper-decorated", tags=(), reference="r", statement="s", measures="m", expected="e",
+                expected_verdict="holds", kind="theory", provenance="analysis")
+    with pytest.raises(TypeError, match=r"claim 'test-helper-decorated': .*helper must take the context alone, got "
+                                        r"parameters \['ctx', 'control'\]"):
+        @claim(**spec)
+        def helper(ctx, control):
+            return None
+
+
 def test_select_by_id_prefix_and_tag():
     claims = [_claim("2.1-a", "holds", _holds), _claim("2.11-b", "holds", _holds, tags=("mm",))]
     assert [c.id for c in select(claims, ["2.1"])] == ["2.1-a"]  # 2.1 must not match 2.11

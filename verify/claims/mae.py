@@ -397,6 +397,15 @@ _encoder_claim("sparsity", "fraction of non-zero ISTA outputs ‖Z^{ℓ+1}‖₀
                f"−0.034 [−0.084, +0.016]. Under --full only: {_UNDERTRAINED}", modes=("full",))
 
 
+def _probe_against(ctx, control: str) -> tuple[list[float], list[float], Comparison]:
+    """The pre-trained encoder's probe accuracy per seed, the ``control`` metric's (``probe_top1_random_init``,
+    ``probe_top1_raw_pixels``), and the comparison "pre-trained above the control", paired by seed."""
+    runs = _measurements(ctx.quick, ctx.seed)
+    trained = [run["metrics"]["probe_top1"] for run in runs]
+    other = [run["metrics"][control] for run in runs]
+    return trained, other, compare(trained, other, direction="above")
+
+
 @claim(
     id="2.24-mae-probe",
     tags=("mae", "digits", "nn", "probe"),
@@ -412,15 +421,6 @@ _encoder_claim("sparsity", "fraction of non-zero ISTA outputs ‖Z^{ℓ+1}‖₀
     modes=("full",),
     kind="trained", provenance="analysis",
 )
-def _probe_against(ctx, control: str) -> tuple[list[float], list[float], Comparison]:
-    """The pre-trained encoder's probe accuracy per seed, the ``control`` metric's (``probe_top1_random_init``,
-    ``probe_top1_raw_pixels``), and the comparison "pre-trained above the control", paired by seed."""
-    runs = _measurements(ctx.quick, ctx.seed)
-    trained = [run["metrics"]["probe_top1"] for run in runs]
-    other = [run["metrics"][control] for run in runs]
-    return trained, other, compare(trained, other, direction="above")
-
-
 def mae_probe(ctx) -> Result:
     trained, init, beats = _probe_against(ctx, "probe_top1_random_init")
     runs = _measurements(ctx.quick, ctx.seed)
