@@ -5,13 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import checkpoint
+from . import checkpoint, hub
 from .official.classifier import load_official_checkpoint
 
 
 def load_model(path: str, official: bool = False, name: str | None = None) -> tuple:
-    """(model, its training config or {}) of a crate_nn checkpoint, or of the authors' file when ``official``
-    (``name``: the registered size giving its heads); ValueError when the file is missing."""
+    """(model, its training config or {}) of a crate_nn checkpoint — a file, or ``hf-hub:ORG/NAME[@revision]`` in
+    the local Hugging Face cache (`crate_nn.hub`) —, or of the authors' file when ``official`` (``name``: the
+    registered size giving its heads); ValueError when the file is missing."""
+    if hub.is_hub(path):
+        path = hub.resolve(path)
     if not Path(path).is_file():
         raise ValueError(f"checkpoint: {path!r} does not exist")
     if official:

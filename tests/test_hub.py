@@ -126,3 +126,18 @@ def test_the_weights_file_safetensors_first_then_torch_files(tmp_path, monkeypat
 def test_malformed_names_are_refused(spec):
     with pytest.raises(ValueError, match=r"path: expected hf-hub:ORG/NAME or hf-hub:ORG/NAME@revision"):
         crate_nn.load(spec)
+
+
+def test_the_command_lines_load_a_hub_name_too(tmp_path, monkeypatch, resolver):
+    """crate-eval and crate-segment load through `crate_nn.loading.load_model`: a Hub name resolves there as in
+    `crate_nn.load`, and a missing one is refused in one line naming the repository."""
+    from crate_nn.loading import load_model
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    model = tiny(0)
+    snapshot(cache, "org/crate", MAIN, {"model.safetensors": safetensors_bytes(model, tmp_path)}, refs=("main",))
+    loaded, _ = load_model("hf-hub:org/crate")
+    assert same_weights(loaded, model)
+    with pytest.raises(ValueError, match="org/missing"):
+        load_model("hf-hub:org/missing")
