@@ -179,3 +179,15 @@ def brief(comparisons, digits: int = 3) -> str:
     """``mean [low, high]`` of each comparison's difference, ``;``-separated: a per-layer list for the report."""
     return "; ".join(f"{c.difference.mean:+.{digits}g} [{c.difference.low:+.{digits}g}, "
                      f"{c.difference.high:+.{digits}g}]" for c in comparisons)
+
+
+def mean_std(values, *, scale: float = 1.0, digits: int = 3, unit: str = "") -> str:
+    """``values`` × ``scale`` as "mean ± std" (sample std, ddof 1) with ``digits`` decimals and ``unit`` after; the
+    value alone when there is one."""
+    v = scale * np.asarray(values, dtype=float)
+    return f"{v.mean():.{digits}f}" + (f" ± {v.std(ddof=1):.{digits}f}" if v.size > 1 else "") + unit
+
+
+def percent(values) -> str:
+    """Fractions as "mean ± std%" in points with one decimal (`mean_std`)."""
+    return mean_std(values, scale=100, digits=1, unit="%")

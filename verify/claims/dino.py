@@ -37,7 +37,7 @@ from crate_nn.tasks.dino import DINOTask
 from crate_nn.tasks.images import evaluation_data
 from verify import experiments, joint, plots
 from verify.registry import Headline, Result, claim
-from verify.statistics import brief, compare, every, per_column
+from verify.statistics import brief, compare, every, per_column, percent
 
 PROTOCOLS = ("paper", "official")
 QUICK = dict(epochs=1, warmup_epochs=0.5, knn_epochs=(), probe_epochs=(), measure_epochs=())
@@ -133,12 +133,6 @@ MODE_SUFFIX = {"quick": "-short", "full": ""}
 """Claim id suffix per mode: the quick mode's claims measure a 1-epoch run, the full mode's the preset."""
 
 
-def _mean_std(values) -> str:
-    values = np.asarray(values, dtype=float)
-    return f"{100 * values.mean():.1f} ± {100 * values.std(ddof=1):.1f}%" if len(values) > 1 else \
-        f"{100 * values[0]:.1f}%"
-
-
 def _runs_text(mode: str, system: str = "dino") -> str:
     return (f"1-epoch {SYSTEMS[system]} runs ({SEEDS[mode]} seeds)" if mode == "quick"
             else f"the {SYSTEMS[system]} preset ({SEEDS[mode]} seeds)")
@@ -173,7 +167,7 @@ def _knn_claim(mode: str, expected_verdict: str, note: str, system: str = "dino"
         beats = compare(knn["dino"], knn["random init"], direction="above")
         figure = plots.per_seed(ctx.figure_path("knn"), {k: 100 * np.asarray(v) for k, v in knn.items()},
                                 ylabel="k-NN test top-1 (%)", title=f"{name} on digits", ylim=(0, 100))
-        measured = ", ".join(f"{k} {_mean_std(v)}" for k, v in knn.items())
+        measured = ", ".join(f"{k} {percent(v)}" for k, v in knn.items())
         return Result(f"{measured} (dino: the {name} teacher); dino − init {beats.text()}", beats.verdict,
                       {"knn": knn, "comparison": beats.as_dict(), "probe": m["probe"], "monitors": m["train"],
                        "log_k": m["log_k"]}, [figure],
@@ -201,8 +195,8 @@ def _pixels_claim(mode: str, expected_verdict: str, note: str, system: str = "di
         m = _run(ctx, system)
         knn = m["knn"]
         beats = compare(knn["dino"], knn[PIXELS], direction="above")
-        return Result(f"{system} {_mean_std(knn['dino'])} vs raw pixels {_mean_std(knn[PIXELS])} (random init "
-                      f"{_mean_std(knn['random init'])}); {system} − raw pixels {beats.text()}", beats.verdict,
+        return Result(f"{system} {percent(knn['dino'])} vs raw pixels {percent(knn[PIXELS])} (random init "
+                      f"{percent(knn['random init'])}); {system} − raw pixels {beats.text()}", beats.verdict,
                       {"knn": knn, "probe": m["probe"], "monitors": m["train"], "comparison": beats.as_dict()}, [],
                       Headline.of(f"{name} − raw pixels (points)", beats.difference, scale=100))
 
@@ -361,7 +355,7 @@ def _vit_claim(system: str, expected_verdict: str, note: str) -> None:
         crate = _test_knn(config, ctx.seed)
         vit = _test_knn(dataclasses.replace(config, **VIT), ctx.seed)
         beats = compare(vit, crate, direction="above", paired=False)
-        return Result(f"ViT {_mean_std(vit)} vs CRATE {_mean_std(crate)}; ViT − CRATE {beats.text()}", beats.verdict,
+        return Result(f"ViT {percent(vit)} vs CRATE {percent(crate)}; ViT − CRATE {beats.text()}", beats.verdict,
                       {"vit": vit, "crate": crate, "comparison": beats.as_dict()}, [],
                       Headline.of(f"{name} ViT − {name} CRATE (k-NN points)", beats.difference, scale=100))
 
@@ -387,6 +381,6 @@ def simdino_vs_dino(ctx) -> Result:
     simdino = _measurements("full", ctx.seed, "simdino")["knn"]["dino"]
     dino = _measurements("full", ctx.seed, "dino")["knn"]["dino"]
     beats = compare(simdino, dino, direction="above", paired=False)
-    return Result(f"SimDINO {_mean_std(simdino)} vs DINO {_mean_std(dino)}; SimDINO − DINO {beats.text()}",
+    return Result(f"SimDINO {percent(simdino)} vs DINO {percent(dino)}; SimDINO − DINO {beats.text()}",
                   beats.verdict, {"simdino": simdino, "dino": dino, "comparison": beats.as_dict()}, [],
                   Headline.of("SimDINO − DINO (k-NN points)", beats.difference, scale=100))

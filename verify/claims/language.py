@@ -29,7 +29,7 @@ from crate_nn.models.mssa import HeadAttention
 from crate_nn.tasks import get_preset
 from verify import experiments, joint, plots, verdicts
 from verify.registry import Headline, Result, claim
-from verify.statistics import brief, compare, every, per_column
+from verify.statistics import brief, compare, every, mean_std, per_column, percent
 
 # ----------------------------------------------------------------------------------------------------------------
 # Table 10: parameter counts
@@ -167,11 +167,6 @@ def _losses(ctx) -> dict[str, list[float]]:
     return {variant: [run.metrics["val_loss"] for run in _runs(ctx.mode, ctx.seed, variant)] for variant in VARIANTS}
 
 
-def _mean_std(values) -> str:
-    values = np.asarray(values, dtype=float)
-    return f"{values.mean():.3f}" if len(values) == 1 else f"{values.mean():.3f} ± {values.std(ddof=1):.3f}"
-
-
 def _loss_figure(ctx, losses: dict[str, list[float]]) -> str:
     return plots.per_seed(ctx.figure_path("val-loss"), {variant: losses[variant] for variant in VARIANTS},
                           ylabel="validation loss (nats per byte)", title="built-in corpus, same width and recipe")
@@ -195,7 +190,7 @@ _RUNS = (f"quick: tiny runs ({', '.join(f'{n} of {v}' for v, n in QUICK_SEEDS.it
 def table16(ctx) -> Result:
     losses = _losses(ctx)
     lower = compare(losses["CRATE-GPT"], losses["without ISTA"], direction="below", paired=False)
-    return Result(f"with ISTA {_mean_std(losses['CRATE-GPT'])}, without {_mean_std(losses['without ISTA'])}; "
+    return Result(f"with ISTA {mean_std(losses['CRATE-GPT'])}, without {mean_std(losses['without ISTA'])}; "
                   f"{lower.text()}", lower.verdict, {"val_loss": losses, "comparison": lower.as_dict()},
                   [_loss_figure(ctx, losses)], Headline.of("with − without ISTA", lower.difference))
 
@@ -215,7 +210,7 @@ def table16(ctx) -> Result:
 def table6(ctx) -> Result:
     losses = _losses(ctx)
     lower = compare(losses["standard GPT"], losses["CRATE-GPT"], direction="below", paired=False)
-    return Result(f"CRATE-GPT {_mean_std(losses['CRATE-GPT'])}, standard GPT {_mean_std(losses['standard GPT'])}; "
+    return Result(f"CRATE-GPT {mean_std(losses['CRATE-GPT'])}, standard GPT {mean_std(losses['standard GPT'])}; "
                   f"{lower.text()}", lower.verdict, {"val_loss": losses, "comparison": lower.as_dict()}, [],
                   Headline.of("standard GPT − CRATE-GPT", lower.difference))
 
@@ -364,11 +359,6 @@ def _pairs_accuracy(seed: int, variant: str | None) -> list[float]:
             for s, start in zip(seeds, starts)]
 
 
-def _percent(values) -> str:
-    values = 100 * np.asarray(values, dtype=float)
-    return f"{values.mean():.1f} ± {values.std(ddof=1):.1f}%"
-
-
 @claim(
     id="4.1.4-bert-pretraining",
     tags=("language", "bert", "nn"),
@@ -389,7 +379,7 @@ def _percent(values) -> str:
 def bert_pretraining(ctx) -> Result:
     pretrained, scratch = _pairs_accuracy(ctx.seed, "CRATE-BERT"), _pairs_accuracy(ctx.seed, None)
     beats = compare(pretrained, scratch, direction="above")
-    return Result(f"pre-trained {_percent(pretrained)} vs from scratch {_percent(scratch)}; {beats.text()}",
+    return Result(f"pre-trained {percent(pretrained)} vs from scratch {percent(scratch)}; {beats.text()}",
                   beats.verdict, {"pretrained": pretrained, "scratch": scratch, "comparison": beats.as_dict()}, [],
                   Headline.of("pre-trained − scratch (points)", beats.difference, scale=100))
 
@@ -418,9 +408,9 @@ def table5(ctx) -> Result:
     pairs = {v: _pairs_accuracy(ctx.seed, v) for v in ("BERT", "CRATE-BERT")}
     lower = compare(losses["BERT"], losses["CRATE-BERT"], direction="below", paired=False)
     pair_gap = compare(pairs["BERT"], pairs["CRATE-BERT"], direction="above", paired=False)
-    return Result(f"masked-LM loss BERT {_mean_std(losses['BERT'])} vs CRATE-BERT {_mean_std(losses['CRATE-BERT'])}, "
-                  f"{lower.text()}; pairs accuracy BERT {_percent(pairs['BERT'])} vs CRATE-BERT "
-                  f"{_percent(pairs['CRATE-BERT'])}, {pair_gap.text()}", lower.verdict,
+    return Result(f"masked-LM loss BERT {mean_std(losses['BERT'])} vs CRATE-BERT {mean_std(losses['CRATE-BERT'])}, "
+                  f"{lower.text()}; pairs accuracy BERT {percent(pairs['BERT'])} vs CRATE-BERT "
+                  f"{percent(pairs['CRATE-BERT'])}, {pair_gap.text()}", lower.verdict,
                   {"val_loss": losses, "pairs_accuracy": pairs, "comparison": lower.as_dict(),
                    "pairs_comparison": pair_gap.as_dict()}, [],
                   Headline.of("BERT − CRATE-BERT (masked-LM loss)", lower.difference))

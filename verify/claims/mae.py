@@ -41,7 +41,7 @@ from crate_nn.tasks import get_preset
 from crate_nn.tasks.mae import EVAL_STREAM, MAETask
 from verify import experiments, joint, plots, verdicts
 from verify.registry import Headline, Result, claim
-from verify.statistics import Comparison, brief, compare, every, per_column
+from verify.statistics import Comparison, brief, compare, every, mean_std, per_column
 
 QUICK = dict(epochs=20, warmup_epochs=2.0, eval_every=20, probe=False)
 """The quick runs: 20 epochs, no linear probes at the end (only --full's 2.24-mae-probe reads them; ≈ 9 s a run)."""
@@ -143,11 +143,6 @@ def _mean(ctx, model: str, key: str) -> np.ndarray:
 
 def _curve(values) -> str:
     return "→".join(f"{v:.2f}" for v in values)
-
-
-def _spread(values) -> str:
-    values = np.asarray(values, dtype=float)
-    return f"{values.mean():.3f}" + (f" ± {values.std(ddof=1):.3f}" if values.size > 1 else "")
 
 
 def _where(ctx) -> str:
@@ -426,8 +421,8 @@ def mae_probe(ctx) -> Result:
     runs = _measurements(ctx.quick, ctx.seed)
     losses = [run["metrics"]["test_recon_loss"] for run in runs]
     baseline = [run["mean_image_loss"] for run in runs]
-    return Result(f"pre-trained {_spread(trained)} vs random init {_spread(init)}, {beats.text()} (test loss "
-                  f"{_spread(losses)}; the training mean image: {_spread(baseline)})", beats.verdict,
+    return Result(f"pre-trained {mean_std(trained)} vs random init {mean_std(init)}, {beats.text()} (test loss "
+                  f"{mean_std(losses)}; the training mean image: {mean_std(baseline)})", beats.verdict,
                   {"pretrained": trained, "random_init": init, "comparison": beats.as_dict(),
                    "test_recon_loss": losses, "mean_image_loss": baseline,
                    "train_recon_loss": [run["metrics"]["train_recon_loss"] for run in runs],
@@ -455,9 +450,9 @@ def mae_pixels(ctx) -> Result:
     knn = {name: [run["knn"][name] for run in _measurements(ctx.quick, ctx.seed)]
            for name in ("trained", "init", "raw pixels")}
     by_knn = compare(knn["trained"], knn["raw pixels"], direction="above")
-    return Result(f"pre-trained {_spread(trained)} vs raw pixels {_spread(pixels)}, {beats.text()} (test k-NN: "
-                  f"pre-trained {_spread(knn['trained'])}, init {_spread(knn['init'])}, raw pixels "
-                  f"{_spread(knn['raw pixels'])}, pre-trained − raw pixels {by_knn.text()})", beats.verdict,
+    return Result(f"pre-trained {mean_std(trained)} vs raw pixels {mean_std(pixels)}, {beats.text()} (test k-NN: "
+                  f"pre-trained {mean_std(knn['trained'])}, init {mean_std(knn['init'])}, raw pixels "
+                  f"{mean_std(knn['raw pixels'])}, pre-trained − raw pixels {by_knn.text()})", beats.verdict,
                   {"pretrained": trained, "raw_pixels": pixels, "comparison": beats.as_dict(), "knn": knn,
                    "knn_comparison": by_knn.as_dict()}, [],
                   Headline.of("pre-trained − raw pixels (points)", beats.difference, scale=100))
@@ -499,7 +494,7 @@ def table2_vit_mae(ctx) -> Result:
            for run in experiments.runs(vit_config, experiments.seeds(ctx.seed, SEEDS["full"]))]
     beats = compare(crate, vit, direction="above", paired=False)
     sizes = {name: _parameters(c) for name, c in (("crate", config), ("vit", vit_config))}
-    return Result(f"CRATE-MAE {_spread(crate)} ({sizes['crate']:,} parameters) vs ViT-MAE {_spread(vit)} "
+    return Result(f"CRATE-MAE {mean_std(crate)} ({sizes['crate']:,} parameters) vs ViT-MAE {mean_std(vit)} "
                   f"({sizes['vit']:,}); CRATE − ViT {beats.text()}", beats.verdict,
                   {"crate": crate, "vit": vit, "parameters": sizes, "comparison": beats.as_dict()}, [],
                   Headline.of("CRATE-MAE − ViT-MAE (test loss)", beats.difference))
