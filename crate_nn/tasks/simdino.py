@@ -47,6 +47,11 @@ COLLAPSE_RANK = 2.0
 the collapse the expansion term exists to prevent); fixed from that definition, not from any run."""
 
 
+def images(features: torch.Tensor, ctx: Context | None) -> int:
+    """M, the images a covariance of ``features`` (…, m, p) sums over: m in every process."""
+    return features.shape[-2] * (ctx.world_size if ctx is not None else 1)
+
+
 def coding_rate(features: torch.Tensor, eps: float, ctx: Context | None = None) -> torch.Tensor:
     """R_ε of eq. (8) for the rows of ``features`` (…, m, p) gathered over every process: ½ logdet(I + α WᵀW),
     α = p/(M ε²), M = m × processes; float64, shape (…), differentiable (the covariance is summed over processes
@@ -56,12 +61,11 @@ def coding_rate(features: torch.Tensor, eps: float, ctx: Context | None = None) 
     if not eps > 0:
         raise ValueError(f"eps: expected ε > 0, got {eps}")
     w = features.to(torch.float64)
-    count, dim = w.shape[-2], w.shape[-1]
+    dim = w.shape[-1]
     covariance = w.transpose(-2, -1) @ w
-    if ctx is not None and ctx.distributed:
+    if ctx is not None:
         covariance = all_reduce_sum_differentiable(covariance, ctx)
-        count *= ctx.world_size
-    alpha = dim / (count * eps**2)
+    alpha = dim / (images(w, ctx) * eps**2)
     eye = torch.eye(dim, dtype=torch.float64, device=w.device)
     factor, _ = torch.linalg.cholesky_ex(eye + alpha * covariance)  # never raises; NaN in, NaN out
     return factor.diagonal(dim1=-2, dim2=-1).log().sum(-1)  # ½ logdet = Σ log diag(L)
@@ -107,8 +111,7 @@ def simdino_loss(student: torch.Tensor, teacher: torch.Tensor, eps: float, align
         raise ValueError("student, teacher: no pair of different views (one global crop and no local crop)")
     alignment = cosine[pairs].mean()
     coded = student[:groups] if expansion_views == "student" else (student[:groups] + teacher) / 2
-    count = coded.shape[1] * (ctx.world_size if ctx is not None else 1)
-    dim = coded.shape[2]
+    count, dim = images(coded, ctx), coded.shape[2]
     expansion = (dim + count) / (dim * count) * coding_rate(coded, eps, ctx).mean()
     return SimDINOLoss((-alignment_coeff * alignment - expansion).to(dtype), alignment, expansion)
 
