@@ -10,6 +10,8 @@ from typing import TypeVar
 import numpy as np
 
 MODES = ("quick", "full")
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+"""The repository's committed runs (`verify.committed`)."""
 T = TypeVar("T")
 
 

@@ -145,13 +145,45 @@ class Run:
             with os.fdopen(fd, "w") as f:
                 json.dump(value, f)
             os.replace(tmp, path)
-        return json.loads(path.read_text())
+        value = json.loads(path.read_text())
+        _TOUCHED.setdefault(self.folder, (self, {}))[1][name, json.dumps(params, sort_keys=True, default=str)] = (
+            params, value)
+        return value
+
+
+def location(config: TrainConfig) -> Path:
+    """The cache entry of ``config``'s run with the current code: ``root()/runs/<task>-<config hash>-<code hash>``."""
+    return root() / "runs" / f"{config.task}-{config_hash(config)}-{CODE}"
+
+
+_ANSWER: list[Callable[[TrainConfig], Any]] = []
+"""The stand-in `run` answers with while `answered_by` is active (`verify.committed.reading`)."""
+_TOUCHED: dict[Path, tuple[Run, dict]] = {}
+"""Every run `run` returned in this process, with the derived numbers read from it: (name, params text) →
+(params, value). `verify.committed` stores them."""
+
+
+@contextlib.contextmanager
+def answered_by(answer: Callable[[TrainConfig], Any]):
+    """Within the block `run` returns ``answer(config)`` (a run with `Run`'s reading interface) and trains nothing."""
+    _ANSWER.append(answer)
+    try:
+        yield
+    finally:
+        _ANSWER.pop()
+
+
+def touched() -> list[tuple[Run, dict]]:
+    """The runs `run` returned in this process, each with the derived numbers read from it (`_TOUCHED`)."""
+    return list(_TOUCHED.values())
 
 
 def run(config: TrainConfig) -> Run:
-    """The run of ``config`` with the current code: read from the cache, or trained now (once) and stored."""
-    prefix, code = f"{config.task}-{config_hash(config)}", CODE
-    folder = root() / "runs" / f"{prefix}-{code}"
+    """The run of ``config`` with the current code: read from the cache, or trained now (once) and stored; within
+    `answered_by`, the stand-in's answer instead."""
+    if _ANSWER:
+        return _ANSWER[-1](config)
+    prefix, code, folder = f"{config.task}-{config_hash(config)}", CODE, location(config)
     if not folder.is_dir():
         folder.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(folder.parent / f".{prefix}.lock")):
@@ -160,7 +192,7 @@ def run(config: TrainConfig) -> Run:
                 for stale in folder.parent.glob(f"{prefix}-*"):
                     if stale.is_dir() and stale != folder:
                         shutil.rmtree(stale, ignore_errors=True)
-    return Run(config, folder)
+    return _TOUCHED.setdefault(folder, (Run(config, folder), {}))[0]
 
 
 def runs(config: TrainConfig, seeds: Sequence[int]) -> list[Run]:

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from verify.context import MODES
+from verify.context import MODES, RESULTS
 from verify.statistics import Interval, interval
 
 VERDICTS = ("holds", "fails", "loose", "inconclusive")
@@ -167,6 +167,7 @@ class Claim:
     module: str = ""
     modes: tuple[str, ...] = MODES
     full_verdict: str | None = None
+    committed: str | None = None
 
     def __post_init__(self) -> None:
         _check(self.id, "expected_verdict", self.expected_verdict, VERDICTS)
@@ -210,19 +211,29 @@ def claim(
     kind: str,
     provenance: str,
     full_verdict: str | None = None,
+    committed: str | None = None,
 ) -> Callable[[Callable[..., Result]], Callable[..., Result]]:
     """Register the decorated measurement function as a claim (see the module docstring).
 
     ``modes``: the audit modes that measure the claim; ``("full",)`` for a claim whose measurement does not fit
     the quick mode's time budget (it is listed, and named in the quick report as not run). ``kind``: one of
     :data:`KINDS`; ``provenance``: one of :data:`PROVENANCES`; ``full_verdict``: the verdict expected under
-    --full where it differs from the quick mode's ``expected_verdict`` (the ``expected`` text says why). Registration refuses an unknown verdict, mode, kind
-    or provenance (``ValueError``, see :class:`Claim`), and a function that does not take the context alone
-    (``TypeError``).
+    --full where it differs from the quick mode's ``expected_verdict`` (the ``expected`` text says why);
+    ``committed``: the replication (``results/NAME``, `verify.committed`) whose committed runs a ``--full``-only
+    trained claim reads in quick mode — measured in both modes once ``results/NAME/runs.json`` exists, under
+    --full only before. Registration refuses an unknown verdict, mode, kind or provenance (``ValueError``, see
+    :class:`Claim`), and a function that does not take the context alone (``TypeError``).
     """
+    modes = tuple(modes)
+    if committed is not None:
+        if modes != ("full",):
+            raise ValueError(f"claim {id!r}: committed is for a claim that trains under --full only, got modes {modes!r}")
+        modes = MODES if (RESULTS / committed / "runs.json").is_file() else modes
+        measures += (f"; trained under --full, read from the committed runs of results/{committed} in quick mode "
+                     f"(python -m verify.record {committed} records them)")
     spec = dict(id=id, tags=tuple(tags), reference=reference, statement=statement, measures=measures,
                 expected=expected, expected_verdict=expected_verdict, kind=kind, provenance=provenance,
-                modes=tuple(modes), full_verdict=full_verdict)
+                modes=modes, full_verdict=full_verdict, committed=committed)
 
     def register(fn: Callable[..., Result]) -> Callable[..., Result]:
         required = [p for p in inspect.signature(fn).parameters.values() if p.default is p.empty

@@ -13,7 +13,7 @@ import torch
 from threadpoolctl import threadpool_limits  # installed with scikit-learn
 from tqdm.auto import tqdm
 
-from verify import plots
+from verify import committed, plots
 from verify.context import Context
 from verify.registry import Claim, Result
 
@@ -96,7 +96,9 @@ def _run(claims: list[Claim], mode: str, seed: int, output_dir: Path, progress: 
         bar.set_postfix_str(claim.id)
         start = time.perf_counter()
         try:
-            result = claim.measure(Context(mode=mode, seed=seed, claim_id=claim.id, output_dir=output_dir))
+            with _source(claim, mode):
+                result = claim.measure(Context(mode="full" if claim.committed else mode, seed=seed,
+                                               claim_id=claim.id, output_dir=output_dir))
             if not isinstance(result, Result):
                 raise TypeError(f"claim {claim.id} returned {type(result).__name__}, expected verify.registry.Result")
             error = None
@@ -106,6 +108,15 @@ def _run(claims: list[Claim], mode: str, seed: int, output_dir: Path, progress: 
         figures = [_relative(f, output_dir) for f in (result.figures if result else []) if f]
         outcomes.append(Outcome(claim, result, seconds, error, figures, mode))
     return outcomes
+
+
+def _source(claim: Claim, mode: str):
+    """Where a committed claim's runs come from: in quick mode its replication's committed runs
+    (`verify.committed.reading`; the claim still measures the --full recipes, hence its context's mode), under
+    --full the audit's cache."""
+    if claim.committed and mode == "quick":
+        return committed.reading(claim.committed)
+    return contextlib.nullcontext()
 
 
 def _relative(path: str, root: Path) -> str:

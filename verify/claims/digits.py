@@ -189,7 +189,7 @@ def verdict_depends_on(table: dict, joint: dict) -> dict[str, bool]:
              "decay (recorded after measuring): layer 3 is "
              "a collapse at 0.05, 0.5 and 1.0, layer 2 too at 0.05",
     expected_verdict="fails",
-    modes=("full",),
+    modes=("full",), committed="digits",
     kind="trained", provenance="measurement",
 )
 def weight_decay(ctx) -> Result:

@@ -158,7 +158,7 @@ def _knn_claim(mode: str, expected_verdict: str, note: str, system: str = "dino"
                                                         "at 16²" if mode == "full" and system == "dino" else ""),
         expected="`holds` when the 95% interval of teacher − initialisation (paired by seed) lies above 0" + note,
         expected_verdict=expected_verdict,
-        modes=(mode,),
+        modes=(mode,), committed="dino" if mode == "full" else None,
         kind="trained", provenance="analysis" if expected_verdict == "holds" else "measurement",
     )
     def dino_knn(ctx) -> Result:
@@ -188,7 +188,7 @@ def _pixels_claim(mode: str, expected_verdict: str, note: str, system: str = "di
                  "the raw pixels (the images as the network receives them, flattened)",
         expected="`holds` when the 95% interval of teacher − raw pixels (paired by seed) lies above 0" + note,
         expected_verdict=expected_verdict,
-        modes=(mode,),
+        modes=(mode,), committed="dino" if mode == "full" else None,
         kind="trained", provenance="measurement",
     )
     def dino_pixels(ctx) -> Result:
@@ -219,7 +219,7 @@ def _layer_claim(kind: str, protocol: str | None, mode: str, expected_verdict: s
                  "initialisations",
         expected="`holds` when the 95% interval of trained − init (paired by seed) lies below 0 at every layer" + note,
         expected_verdict=expected_verdict,
-        modes=(mode,),
+        modes=(mode,), committed="dino" if mode == "full" else None,
         kind="trained", provenance="analysis" if expected_verdict == "holds" else "measurement",
     )
     def measure(ctx) -> Result:
@@ -250,7 +250,7 @@ def _joint_claim(expected_verdict: str, note: str) -> None:
                  f"layer, paired by seed, on the first {joint.IMAGES} test digits: {_runs_text('full')}",
         expected=joint.TRAINING_RULE + note,
         expected_verdict=expected_verdict,
-        modes=("full",),
+        modes=("full",), committed="dino",
         kind="trained", provenance="measurement",
     )
     def measure(ctx) -> Result:
@@ -347,7 +347,7 @@ def _vit_claim(system: str, expected_verdict: str, note: str) -> None:
         expected=f"`holds` when the 95% interval of ViT − CRATE lies above 0 (Table 4's direction, at one recipe "
                  f"for both){note}",
         expected_verdict=expected_verdict,
-        modes=("full",),
+        modes=("full",), committed="dino",
         kind="trained", provenance="analysis" if expected_verdict == "holds" else "measurement",
     )
     def vit_vs_crate(ctx) -> Result:
@@ -370,11 +370,11 @@ _vit_claim("simdino", *SIMDINO_EXPECTED["vit"])
               "100 epochs each",
     statement="SimDINO's coding-rate objective learns better k-NN features than DINO's at the same recipe",
     measures=f"test k-NN of the simdino_digits and dino_digits presets' teachers (same backbone, crops, teacher, "
-             f"schedule and seeds), {SEEDS['full']} seeds each (Welch); --full only (≈ 30–60 s a run)",
+             f"schedule and seeds), {SEEDS['full']} seeds each (Welch; ≈ 30–60 s a run)",
     expected="`holds` when the 95% interval of SimDINO − DINO lies above 0 (the direction its authors report)"
              + SIMDINO_EXPECTED["dino"][1],
     expected_verdict=SIMDINO_EXPECTED["dino"][0],
-    modes=("full",),
+    modes=("full",), committed="dino",
     kind="trained", provenance="measurement",
 )
 def simdino_vs_dino(ctx) -> Result:

@@ -19,9 +19,9 @@
 
 Every comparison is the audit's rule (`verify.statistics.compare`): a 95% interval over at least three seeds,
 `inconclusive` when it contains its boundary; a per-layer statement needs every layer (`verify.statistics.every`).
-All of these train (≈ 20 s a digits run on one core, ≈ 35 s at depth 12), so they run under ``--full`` only.
-Table 2 (CRATE-MAE against ViT-MAE) is not here: ``crate_nn.models.mae`` has no ViT decoder (its decoder layers
-are MSSA by construction), so no ViT-MAE shares the recipe.
+All of these train (≈ 20 s a digits run on one core, ≈ 35 s at depth 12): ``--full`` trains them, and quick mode
+reads the numbers of the committed runs in ``results/figures`` (`verify.committed`; ``python -m verify.record
+figures`` records them again). Table 2 (CRATE-MAE against ViT-MAE) is `verify.claims.mae`'s ``2.24-table2-vit-mae``.
 """
 from __future__ import annotations
 
@@ -210,9 +210,9 @@ def _progression_claim(transition: str, name: str) -> None:
                   f"{what} is lower after epoch {late} than at {stage}",
         measures=f"epoch {late} − {'init' if early == 0 else f'epoch {early}'} per layer on the 144 validation "
                  f"digits, recorded by the digits preset's measure_epochs {PROGRESSION_EPOCHS}, {digits.SEEDS} seeds "
-                 "paired (--full only: ≈ 2 min of training)",
+                 "paired (≈ 2 min of training under --full)",
         expected=f"`holds` when the 95% interval of the difference lies below 0 at every layer. {note}",
-        expected_verdict=expected_verdict, modes=("full",),
+        expected_verdict=expected_verdict, modes=("full",), committed="figures",
         kind="trained", provenance="measurement",
     )
     def measure(ctx) -> Result:
@@ -275,10 +275,10 @@ def _depth_claim(name: str) -> None:
                   "first layer to the last in a deeper CRATE",
         measures=f"(m_1 − m_L)/m_1 of the trained model minus that of its own initialisation, on the 360 test digits, "
                  f"for the digits preset at depth {', '.join(map(str, DEPTHS))} ({digits.SEEDS} seeds at depth 3, "
-                 f"{TRAINED_SEEDS} at 6 and 12); depth 6 − depth 3 and depth 12 − depth 6, Welch (--full only: ≈ 4 "
-                 "min of training)",
+                 f"{TRAINED_SEEDS} at 6 and 12); depth 6 − depth 3 and depth 12 − depth 6, Welch (≈ 4 min of "
+                 "training)",
         expected=f"`holds` when both 95% intervals lie above 0. {note}",
-        expected_verdict=expected_verdict, modes=("full",),
+        expected_verdict=expected_verdict, modes=("full",), committed="figures",
         kind="trained", provenance="measurement",
     )
     def measure(ctx) -> Result:
@@ -328,13 +328,12 @@ def _vit_figure(ctx) -> str | None:
               "the first layer to the last than a ViT's trained the same way",
     measures=f"the authors' R^c (scale-free: per-head unit codes, so a ViT's value map and CRATE's U compare) on the 360 "
              f"test digits: (R_1 − R_L)/R_1 of the trained model minus that of its own initialisation, CRATE (digits "
-             f"preset, {digits.SEEDS} seeds) − ViT (the preset with ViT's blocks, {TRAINED_SEEDS} seeds), Welch "
-             "(--full only)",
+             f"preset, {digits.SEEDS} seeds) − ViT (the preset with ViT's blocks, {TRAINED_SEEDS} seeds), Welch",
     expected="`holds` when the 95% interval lies above 0. Expected to fail (recorded after measuring; seeds 0–4 for "
              "CRATE, 0–2 for the ViT): the ViT's authors' R^c falls further over its 3 layers than CRATE's, fall "
              "beyond init +0.030 ± 0.004 vs +0.014 ± 0.007, CRATE − ViT −0.015 [−0.025, −0.006]; trained R^c "
              "59.3 → 58.8 → 57.9 (ViT) vs 58.1 → 58.5 → 57.6 (CRATE)",
-    expected_verdict="fails", modes=("full",),
+    expected_verdict="fails", modes=("full",), committed="figures",
     kind="trained", provenance="measurement",
 )
 def vit_compression(ctx) -> Result:
@@ -364,10 +363,10 @@ def _per_layer_versus(ctx, *path: str, transform=lambda x: x):
     statement="A ViT's layer outputs are dense where CRATE's are sparse: at every layer the fraction of non-zero "
               "entries of Z^{ℓ+1} is higher for the ViT than for CRATE",
     measures=f"‖Z^{{ℓ+1}}‖₀/(dn) of the trained models on the 360 test digits, ViT − CRATE per layer ({TRAINED_SEEDS} "
-             f"and {digits.SEEDS} seeds, Welch; --full only)",
+             f"and {digits.SEEDS} seeds, Welch)",
     expected="`holds` when every layer's 95% interval lies above 0: the ViT's Z^{ℓ+1} is a residual stream (dense "
              "almost surely), CRATE's an ISTA output behind a ReLU",
-    expected_verdict="holds", modes=("full",),
+    expected_verdict="holds", modes=("full",), committed="figures",
     kind="trained", provenance="analysis",
 )
 def vit_sparsity(ctx) -> Result:
@@ -387,11 +386,11 @@ def vit_sparsity(ctx) -> Result:
               "at every layer and τ, as the figure plots it",
     measures=f"fraction of entries of the trained models' Z^{{ℓ+1}} with |Z| < τ on the 360 test digits, ViT − "
              f"CRATE per layer and τ ({TRAINED_SEEDS} and {digits.SEEDS} seeds, Welch); the same for the reading "
-             "|Z| ≥ τ reported beside it (--full only)",
+             "|Z| ≥ τ reported beside it",
     expected="`holds` when every interval lies above 0. Expected to fail (paper-notes §7 item 4): CRATE's exact "
              "zeros — about half its entries (2.24-digits-sparsity) — are all below any τ > 0, so as printed its "
              "fraction cannot fall to the plotted 0.05–0.45; the plotted ordering is that of |Z| ≥ τ",
-    expected_verdict="fails", modes=("full",),
+    expected_verdict="fails", modes=("full",), committed="figures",
     kind="trained", provenance="analysis",
 )
 def vit_caption(ctx) -> Result:

@@ -367,13 +367,13 @@ def _pairs_accuracy(seed: int, variant: str | None) -> list[float]:
               "pre-trained weights it classifies a downstream pair task better than the same model trained from "
               "scratch with the same recipe",
     measures=f"held-out accuracy on the 1,000 built-in next-line pairs (pairs_stdlib: 3 epochs) from each of "
-             f"{BERT_SEEDS} bert_stdlib pre-trainings vs from scratch, paired by seed; --full only (≈ 25 CPU min)",
+             f"{BERT_SEEDS} bert_stdlib pre-trainings vs from scratch, paired by seed (≈ 25 CPU min)",
     expected="`holds` when the 95% interval of pre-trained − from scratch lies above 0. Recorded after measuring (it "
              "was `holds`, by analysis): seeds 0–2 give 58.0, 60.8, 59.8% pre-trained against 49.3, 55.6, 56.9% from "
              "scratch, +5.6 [−1.7, +12.9] points — every seed gains, but the from-scratch runs spread (49.3–56.9%, "
              "one at chance) and three seeds do not resolve the gain",
     expected_verdict="inconclusive",
-    modes=("full",),
+    modes=("full",), committed="bert",
     kind="trained", provenance="measurement",
 )
 def bert_pretraining(ctx) -> Result:
@@ -393,14 +393,14 @@ def bert_pretraining(ctx) -> Result:
               "least as well",
     measures=f"the bert_stdlib preset with CRATE's and with BERT's blocks, {BERT_SEEDS} seeds each: masked-byte "
              "validation loss (Welch; the decision) and the pairs accuracy after pairs_stdlib fine-tuning (reported); "
-             "--full only (≈ 40 CPU min with 4.1.4-bert-pretraining's runs)",
+             "(≈ 40 CPU min with 4.1.4-bert-pretraining's runs)",
     expected="`holds` when the 95% interval of BERT − CRATE-BERT masked-LM loss lies below 0. Recorded after "
              "measuring (it was `holds`, by analysis): seeds 0–2 give BERT 2.329, 2.735, 2.479 against CRATE-BERT "
              "2.467, 2.395, 2.437 nats, +0.08 [−0.41, +0.57] — one BERT run ends far above the others; fine-tuned "
              "on the pairs CRATE-BERT is ahead (59.5 ± 1.4% vs 53.0 ± 3.0%, BERT − CRATE-BERT −6.6 [−12.7, −0.4] "
              "points): Table 5's ordering does not replicate at this size",
     expected_verdict="inconclusive",
-    modes=("full",),
+    modes=("full",), committed="bert",
     kind="trained", provenance="measurement",
 )
 def table5(ctx) -> Result:

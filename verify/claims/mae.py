@@ -368,7 +368,7 @@ def _encoder_claim(key: str, what: str, expected_verdict: str, note: str, modes=
         measures=f"{what} per encoder layer on the masked test digits, trained vs initialisation",
         expected=f"`holds` when the 95% interval of trained − init (paired by seed) lies below 0 at every layer{note}",
         expected_verdict=expected_verdict,
-        modes=modes,
+        modes=modes, committed="mae" if modes == ("full",) else None,
         kind="trained", provenance="measurement",
     )
     def measure(ctx) -> Result:
@@ -413,7 +413,7 @@ def _probe_against(ctx, control: str) -> tuple[list[float], list[float], Compari
              f"(measured, seeds 0–4: 86.6 ± 1.2% vs 79.3 ± 3.3%, +7.3 [+4.1, +10.4] points). Under --full only: "
              f"{_UNDERTRAINED}",
     expected_verdict="holds",
-    modes=("full",),
+    modes=("full",), committed="mae",
     kind="trained", provenance="analysis",
 )
 def mae_probe(ctx) -> Result:
@@ -442,7 +442,7 @@ def mae_probe(ctx) -> Result:
              "from a measurement before the claim existed: the encoder's probe 87.7 ± 2.0% against 96.7% for a "
              f"logistic regression on the 8² pixels — expected to fail. Under --full only: {_UNDERTRAINED}",
     expected_verdict="fails",
-    modes=("full",),
+    modes=("full",), committed="mae",
     kind="trained", provenance="measurement",
 )
 def mae_pixels(ctx) -> Result:
@@ -479,11 +479,11 @@ def _parameters(config) -> int:
               "higher), with fewer parameters",
     measures=f"held-out reconstruction loss (75% of the patches masked, the task's evaluation masks) on the 360 "
              f"test digits of the mae_digits preset and of the same preset with ViT layers in encoder and decoder "
-             f"(same d, L, K and recipe), {SEEDS['full']} seeds each (Welch: the initialisations differ); --full only "
-             "(≈ 1.5 min a run)",
+             f"(same d, L, K and recipe), {SEEDS['full']} seeds each (Welch: the initialisations differ; "
+             "≈ 1.5 min a run)",
     expected="`holds` when the 95% interval of CRATE-MAE − ViT-MAE lies above 0 (the paper's ordering)",
     expected_verdict="holds",
-    modes=("full",),
+    modes=("full",), committed="mae",
     kind="trained", provenance="analysis",
 )
 def table2_vit_mae(ctx) -> Result:

@@ -330,11 +330,11 @@ def _digits_claim(other: str, expected_verdict: str, note: str) -> None:
                   f"{other}'s: not more than 1 point below",
         measures=f"test top-1 on the 360 held-out digits of ToST (preset tost_digits), CRATE (digits) and ViT "
                  f"(digits with vit_tiny), d 96, L 3, K 4, the presets' 30 epochs, {TRAINED_SEEDS} seeds paired by data "
-                 "order and initialisation seed (--full only: ≈ 5 min of training on a loaded core)",
+                 "order and initialisation seed (≈ 5 min of training on a loaded core)",
         expected=f"`holds` when the 95% interval of ToST − {other} lies above −1 point (verify.statistics.compare). "
                  + note,
         expected_verdict=expected_verdict,
-        modes=("full",),
+        modes=("full",), committed="tost",
         kind="trained", provenance="measurement",
     )
     def measure(ctx) -> Result:
@@ -374,7 +374,7 @@ def _lm_claim(lower: str, higher: str, statement: str, printed: str, expected_ve
                  f"{TRAINED_SEEDS} seeds paired by seed",
         expected=f"`holds` when the 95% interval of {lower} − {higher} lies below 0. " + note,
         expected_verdict=expected_verdict,
-        modes=("full",),
+        modes=("full",), committed="tost",
         kind="trained", provenance=provenance,
     )
     def measure(ctx) -> Result:
