@@ -1,7 +1,6 @@
 """The ablation-table claims (verify.claims.ablations), fed constructed per-seed accuracies: each verdict must come
-out `holds`, `fails` and `inconclusive` where it must; the committed run's recipe check; the table and figure."""
-import json
-
+out `holds`, `fails` and `inconclusive` where it must, on either data set; the table and figure. (Reading the
+committed runs, and refusing another recipe, is verify.committed's: tests/verify/test_committed.py.)"""
 import numpy as np
 import pytest
 
@@ -13,30 +12,36 @@ CLAIMS = {c.id: c for c in all_claims() if c.id.startswith(("C.5-", "C.6-"))}
 NOISE = np.array([-0.004, 0.002, 0.0, 0.003, -0.001])  # per-seed wiggle; sums to 0
 
 
-def results(**means) -> dict:
-    """Every row at 0.97 ± NOISE unless ``means`` says otherwise (keys: the rows with spaces as in VARIANTS)."""
-    rows = {v: list(means.get(v, 0.97) + NOISE) for v in ablations.VARIANTS}
-    return {"recipe": {}, "seeds": list(range(5)), "test_top1": rows, "seconds": {v: [1.0] * 5 for v in rows}}
+def results(data: str = "digits", **means) -> dict:
+    """Every row of ``data`` at 0.97 ± NOISE unless ``means`` says otherwise (keys: the rows with spaces as in
+    VARIANTS)."""
+    rows = {v: list(means.get(v, 0.97) + NOISE) for v in ablations.DATA[data]}
+    return {"data": data, "seeds": list(range(5)), "test_top1": rows, "seconds": {v: [1.0] * 5 for v in rows}}
 
 
 def verdict(monkeypatch, tmp_path, claim_id: str, data: dict) -> str:
-    monkeypatch.setattr(ablations, "_results", lambda mode, seed: (data, "constructed"))
-    return CLAIMS[claim_id].measure(Context("quick", 0, claim_id, tmp_path)).verdict
+    monkeypatch.setattr(ablations, "measure", lambda name, seed: data if name == data["data"] else None)
+    return CLAIMS[claim_id].measure(Context("full", 0, claim_id, tmp_path)).verdict
 
 
 def test_the_claims_cover_tables_11_12_13_and_15():
-    assert set(CLAIMS) == {"C.5-table11-eta", "C.5-table11-lambda", "C.5-table12-tied-output", "C.5-table12-mm-step",
-                           "C.5-table13-soft-threshold", "C.6-table15-without-ista"}
+    digits = {"C.5-table11-eta", "C.5-table11-lambda", "C.5-table12-tied-output", "C.5-table12-mm-step",
+              "C.5-table13-soft-threshold", "C.6-table15-without-ista"}
+    assert set(CLAIMS) == digits | {f"{c}-mnist5k" for c in digits - {"C.5-table11-lambda", "C.5-table12-tied-output"}}
+    assert all(c.committed == "ablations" for c in CLAIMS.values())
 
 
 @pytest.mark.parametrize("claim_id, row", [("C.5-table11-eta", "η 0.5"), ("C.5-table12-tied-output", "tied output β[U]"),
                                            ("C.5-table12-mm-step", "MM step (123)"),
                                            ("C.5-table13-soft-threshold", "soft threshold, λ 10"),
-                                           ("C.6-table15-without-ista", "without ISTA")])
+                                           ("C.6-table15-without-ista", "without ISTA"),
+                                           ("C.5-table11-eta-mnist5k", "η 0.5"),
+                                           ("C.6-table15-without-ista-mnist5k", "without ISTA")])
 def test_a_worse_row_holds_a_better_one_fails_a_tie_is_inconclusive(monkeypatch, tmp_path, claim_id, row):
-    assert verdict(monkeypatch, tmp_path, claim_id, results(**{row: 0.90})) == "holds"
-    assert verdict(monkeypatch, tmp_path, claim_id, results(**{row: 0.99})) == "fails"
-    assert verdict(monkeypatch, tmp_path, claim_id, results()) == "inconclusive"
+    data = "mnist5k" if claim_id.endswith("mnist5k") else "digits"
+    assert verdict(monkeypatch, tmp_path, claim_id, results(data, **{row: 0.90})) == "holds"
+    assert verdict(monkeypatch, tmp_path, claim_id, results(data, **{row: 0.99})) == "fails"
+    assert verdict(monkeypatch, tmp_path, claim_id, results(data)) == "inconclusive"
 
 
 def test_lambda_insensitivity_holds_inside_the_margin_and_fails_outside(monkeypatch, tmp_path):
@@ -53,19 +58,10 @@ def test_pairing_follows_the_parameters():
     assert not ablations.same_parameters("default", "without ISTA")
 
 
-def test_a_committed_run_of_another_recipe_is_refused(monkeypatch, tmp_path):
-    path = tmp_path / "results.json"
-    path.write_text(json.dumps({**results(), "recipe": {"default": {"lr": 1.0}}}))
-    monkeypatch.setattr(ablations, "RESULTS", path)
-    ablations._results.cache_clear()
-    with pytest.raises(ValueError, match="another recipe"):
-        ablations._results("quick", 0)
-    ablations._results.cache_clear()
-
-
 def test_table_and_figure(tmp_path):
     data = results(**{"without ISTA": 0.90})
     text = ablations.table(data)
     assert text.count("\n|") == len(ablations.VARIANTS) + 1 and "| without ISTA | 61.9 | 90.00 ± 0.27 | +7.00 [+6.60, +7.40] (Welch) | holds |" in text
-    ablations.figure(data, tmp_path / "a.png")
+    assert ablations.table(results("mnist5k")).count("\n|") == len(ablations.DATA["mnist5k"]) + 1
+    ablations.figure([data, results("mnist5k")], tmp_path / "a.png")
     assert (tmp_path / "a.png").stat().st_size > 10_000
