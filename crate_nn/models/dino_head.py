@@ -9,9 +9,9 @@
                 its prototype layer; the b-dimensional unit features are what its coding-rate objective reads
     P(X; θ, τ) = softmax(head(f(X)) / τ)                     eq. (77)
 
-`DINO` holds the student (backbone + head), the teacher (the same architecture and initial weights, updated only
-as an exponential moving average of the student, eq. 79, by the task; no gradients) and the centre c of the teacher's outputs.
-It is a registered family (``"dino"``), so `crate_nn.load` rebuilds a DINO checkpoint with both networks; used as a
+`DINO` holds the student (backbone + head) and the teacher (the same architecture and initial weights, updated only
+as an exponential moving average of the student, eq. 79, by the task; no gradients); the centre c of the teacher's
+outputs is DINO's loss's (`crate_nn.tasks.dino_loss.DINOLoss`). It is a registered family (``"dino"``), so `crate_nn.load` rebuilds a DINO checkpoint with both networks; used as a
 backbone it is the *teacher* (eq. 80: the features are read from f_t): `forward_features`, `forward_intermediates`
 and `encoder` are the teacher backbone's, so `crate_nn.measure_layers`, `crate_nn.trace`, the k-NN and the linear
 probe take a DINO model directly.
@@ -182,11 +182,13 @@ class DINONetwork(nn.Module):
 
 @register_family("dino", DINOConfig)
 class DINO(nn.Module):
-    """Student and teacher (`DINONetwork`s of one architecture) and the centre of the teacher's outputs.
+    """Student and teacher (`DINONetwork`s of one architecture).
 
     Attributes: ``student`` (trained by gradients), ``teacher`` (no gradients, always in eval mode; the DINO task
-    averages the student into it, ``crate_nn.engine.ema.ema_update``), ``center`` (K,) buffer (`update_center`;
-    None with the SimDINO head), ``config``.
+    averages the student into it, ``crate_nn.engine.ema.ema_update``), ``config``. The centre of the teacher's
+    outputs is the loss's (`crate_nn.tasks.dino_loss.DINOLoss`); weights written when it was the model's hold it as
+    ``center``, which loading sets aside as ``legacy_center`` (K,) (the DINO task resumes with it) instead of
+    refusing the file.
     """
 
     def __init__(self, config: DINOConfig) -> None:
@@ -194,8 +196,8 @@ class DINO(nn.Module):
         self.config = config
         self.student = DINONetwork(config)
         self.teacher = copy.deepcopy(self.student).requires_grad_(False).eval()  # θ_t = θ_s at initialisation
-        # SimDINO's objective has no centring: no centre
-        self.register_buffer("center", None if config.projection == "simdino" else torch.zeros(config.prototypes))
+        self.legacy_center: torch.Tensor | None = None
+        self.register_load_state_dict_pre_hook(_set_aside_center)
 
     def train(self, mode: bool = True) -> DINO:
         super().train(mode)
@@ -215,13 +217,6 @@ class DINO(nn.Module):
         crops = (global_crops,) if local_crops is None else (global_crops, local_crops)
         return self.student(*crops), teacher
 
-    @torch.no_grad()
-    def update_center(self, batch_mean: torch.Tensor, momentum: float) -> None:
-        """c ← m c + (1 − m) · mean of the teacher's outputs over the batch (``batch_mean`` (K,))."""
-        if not 0.0 <= momentum <= 1.0:
-            raise ValueError(f"center_momentum: expected a value in [0, 1], got {momentum}")
-        self.center.mul_(momentum).add_(batch_mean.to(self.center.dtype), alpha=1.0 - momentum)
-
     # -- the teacher as a backbone (eq. 80) -------------------------------------------------------------------
     @property
     def backbone(self) -> CRATEClassifier:
@@ -240,3 +235,11 @@ class DINO(nn.Module):
                               return_attention: bool = False) -> tuple[torch.Tensor, list[LayerTrace]]:
         """Z^{L+1} and the `LayerTrace` of the teacher backbone's layers in ``indices`` (default all)."""
         return self.backbone.forward_intermediates(images, indices, return_attention)
+
+
+def _set_aside_center(module: DINO, state_dict: dict, prefix: str, *args) -> None:
+    """Load pre-hook of `DINO`: the centre ``center`` of weights written when the model held it is removed from
+    ``state_dict`` and kept as ``module.legacy_center``."""
+    center = state_dict.pop(prefix + "center", None)
+    if center is not None:
+        module.legacy_center = center.detach().clone()

@@ -14,13 +14,16 @@ One optimizer step on a batch of images X (eqs. 76–79, DINO's recipe for what 
                 student's head receives no update during the first ``freeze_last_layer`` epochs; learning rate,
                 weight decay (cosine, ``weight_decay`` → ``weight_decay_end``) and clipping are the engine's
 
-The student, the teacher and the centre form one `crate_nn.models.dino_head.DINO` model, so checkpoints (and
-``--resume``) carry all three and `crate_nn.load` returns a model whose ``forward_features`` is the teacher's
-backbone (eq. 80). Logged: the collapse monitors every ``log_every`` steps (``train_teacher_entropy``: mean entropy
-of q; ``train_teacher_mean_entropy``: entropy of the batch-mean q; ``train_kl``: mean KL(q_g ‖ p_v) over the loss
-pairs) and at every evaluation on un-augmented held-out images (``teacher_entropy``, ``teacher_mean_entropy``,
-``teacher_student_kl``, same view for both). Collapse to one prototype drives both entropies to 0, collapse to the
-uniform output drives both to log K; both drive the KL to 0. The weighted k-NN (``knn_epochs``, and always at the
+The student and the teacher form one `crate_nn.models.dino_head.DINO` model, so checkpoints carry both and
+`crate_nn.load` returns a model whose ``forward_features`` is the teacher's backbone (eq. 80). The loss, the
+temperatures, the centre and its all-reduce are the objective's (`crate_nn.tasks.dino_loss.DINOLoss`), whose state
+(the centre) the task's state carries in checkpoints (``--resume``); a checkpoint written when the centre was the
+model's (``center`` in its weights) resumes with that centre. Logged: the collapse monitors every ``log_every``
+steps (``train_teacher_entropy``: mean entropy of q; ``train_teacher_mean_entropy``: entropy of the batch-mean q;
+``train_kl``: mean KL(q_g ‖ p_v) over the loss pairs) and at every evaluation on un-augmented held-out images
+(``teacher_entropy``, ``teacher_mean_entropy``, ``teacher_student_kl``, same view for both:
+`crate_nn.evaluation.collapse.CollapseMonitors`). Collapse to one prototype drives both entropies to 0, collapse to
+the uniform output drives both to log K; both drive the KL to 0. The weighted k-NN (``knn_epochs``, and always at the
 end) and the linear probe (``probe_epochs``, solver ``probe_solver``) read the teacher's class token (eq. 80), which
 every process extracts a shard of; both run once, in the main process. White-box measurements (per-layer R^c,
 sparsity) of the teacher at ``measure_epochs`` under ``measurements/``.
@@ -46,10 +49,7 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
-import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..data import DATASETS
@@ -57,43 +57,22 @@ from ..data.batching import Batch, collate
 from ..data.multicrop import MultiCrop
 from ..data.transforms import DeviceTransform
 from ..engine.config import option
-from ..engine.distributed import all_reduce_sum
+from ..engine.distributed import Context
 from ..engine.ema import ema_update
-from ..engine.precision import autocast
 from ..engine.schedule import cosine
 from ..engine.task import LossOutput, Task, preset, register_task
 from ..evaluation.cadence import Cadence, due, final
+from ..evaluation.collapse import CollapseMonitors
 from ..evaluation.frozen import FrozenEvaluator, model_features
 from ..evaluation.knn import KNN_KS, KNN_TEMPERATURE
 from ..evaluation.linear_probe import PROBE_SOLVERS
 from ..models.dino_head import DINO, DINOConfig
 from ..models.registry import list_models, model_config, unwrap_model
+from .dino_loss import DINOLoss
 from .images import DATA_LAYOUTS, ImageDataConfig, image_split, image_splits  # noqa: F401 (crate-train --help)
-from .simdino import EXPANSION_VIEWS, coding_rate, effective_rank, feature_collapse, simdino_loss
+from .simdino import EXPANSION_VIEWS, SimDINOLoss
 
 OBJECTIVES = ("dino", "simdino")
-
-COLLAPSE_KL = 1e-3
-"""Collapse monitor: a teacher–student KL (nats, on held-out images) below this leaves the student almost nothing to
-learn (DINO, Caron et al. 2021, Sec. 5.3: both collapse modes drive the KL to 0; the digits preset reaches 1e-4)."""
-COLLAPSE_ENTROPY = 0.01
-"""Collapse monitor: the teacher's output entropy within this fraction of log K (uniform output) or of 0 (one
-prototype dominates) names the mode."""
-
-
-def collapse(monitors: dict[str, float], prototypes: int) -> str | None:
-    """The collapse the monitors show (`DINOTask.monitors`), as text, or None: the KL below `COLLAPSE_KL` with the
-    teacher's entropy within `COLLAPSE_ENTROPY` of log K (uniform) or of 0 (one-hot). Thresholds fixed from DINO's
-    description of the two modes, not from any run's outcome."""
-    kl, entropy, top = monitors["teacher_student_kl"], monitors["teacher_entropy"], math.log(prototypes)
-    if kl >= COLLAPSE_KL:
-        return None
-    if entropy >= (1 - COLLAPSE_ENTROPY) * top:
-        return f"uniform output: teacher entropy {entropy:.4f} of log K = {top:.4f}, teacher–student KL {kl:.1e}"
-    if entropy <= COLLAPSE_ENTROPY * top:
-        return f"one prototype dominates: teacher entropy {entropy:.4f}, teacher–student KL {kl:.1e}"
-    return None
-
 
 @dataclass
 class DINOTrainConfig(ImageDataConfig):
@@ -262,49 +241,16 @@ class DINOTrainConfig(ImageDataConfig):
                                num_workers=self.num_workers)
 
 
-def teacher_temperature(epoch: int, start: float, end: float, warmup_epochs: int) -> float:
-    """τ_t of ``epoch``: DINO's ``np.linspace(start, end, warmup_epochs)[epoch]`` during the warm-up, then ``end``."""
-    if epoch >= warmup_epochs:
-        return end
-    if warmup_epochs == 1:
-        return start
-    return start + epoch * ((end - start) / (warmup_epochs - 1))
-
-
-class DistillationLoss(NamedTuple):
-    """The loss (76) and the collapse monitors of one batch (scalars)."""
-
-    loss: torch.Tensor
-    teacher_entropy: torch.Tensor  # mean over teacher views and images of H(q)
-    teacher_mean_entropy: torch.Tensor  # H of q averaged over teacher views and images
-    kl: torch.Tensor  # mean over the pairs and images of KL(q_g ‖ p_v) = H(q_g, p_v) − H(q_g)
-
-
-def dino_loss(student: torch.Tensor, teacher: torch.Tensor, center: torch.Tensor, student_temp: float,
-              teacher_temp: float, same_view: bool = False) -> DistillationLoss:
-    """Eqs. (76)–(77) with DINO's centring: student outputs (V, B, K), teacher outputs (G, B, K), centre (K,).
-
-    The pairs are (g, v) with v ≠ g (the student's first G views are the teacher's G views); ``same_view`` pairs
-    each teacher view with the student's same view instead (the monitors on un-augmented images, V = G). The
-    teacher's probabilities carry no gradient.
-    """
-    groups, views = teacher.shape[0], student.shape[0]
-    if teacher.ndim != 3 or student.ndim != 3 or student.shape[1:] != teacher.shape[1:] or groups > views:
-        raise ValueError(f"student, teacher: expected (V, B, K) and (G, B, K) with G ≤ V, got "
-                         f"{tuple(student.shape)} and {tuple(teacher.shape)}")
-    log_q = F.log_softmax((teacher - center).detach() / teacher_temp, dim=-1)
-    q = log_q.exp()
-    log_p = F.log_softmax(student / student_temp, dim=-1)
-    cross = -torch.einsum("gbk,vbk->gvb", q, log_p)  # H(q_g, p_v) for every pair and image, (G, V, B)
-    eye = torch.eye(groups, views, dtype=torch.bool, device=student.device)
-    pairs = eye if same_view else ~eye
-    if not pairs.any():
-        raise ValueError("student, teacher: no pair of different views (one global crop and no local crop)")
-    entropy = -(q * log_q).sum(-1)  # (G, B)
-    mean_q = q.mean(dim=(0, 1))
-    kl = (cross - entropy[:, None, :])[pairs]
-    return DistillationLoss(cross[pairs].mean(), entropy.mean(), -(mean_q * mean_q.clamp_min(1e-30).log()).sum(),
-                            kl.mean())
+def build_objective(config: DINOTrainConfig, prototypes: int, ctx: Context | None = None) -> DINOLoss | SimDINOLoss:
+    """The loss module of ``config.objective`` (`DINOLoss` of K = ``prototypes`` with the config's temperatures and
+    centre momentum, or `SimDINOLoss`), on the CPU, communicating over ``ctx``'s processes (None: one process)."""
+    if config.objective == "simdino":
+        return SimDINOLoss(config.rate_eps, alignment_coeff=config.alignment_coeff,
+                           expansion_views=config.expansion_views, ctx=ctx)
+    return DINOLoss(prototypes, student_temp=config.student_temp, teacher_temp=config.teacher_temp,
+                    warmup_teacher_temp=config.warmup_teacher_temp,
+                    warmup_teacher_temp_epochs=config.warmup_teacher_temp_epochs,
+                    center_momentum=config.center_momentum, ctx=ctx)
 
 
 @register_task(DINOTrainConfig)
@@ -331,22 +277,15 @@ class DINOTask(Task):
             solarize_p=config.solarize_p,
         ).to(ctx.device)
         self.eval_transform = DeviceTransform(config.image_size, config.mean, config.std, train=False).to(ctx.device)
-        self.teacher_sum = torch.zeros(self.model.config.prototypes, dtype=torch.float64, device=ctx.device)
-        self.teacher_count = 0
-        self.monitor_images = collate([self.eval_set[i] for i in range(min(config.monitor_samples,
-                                                                            len(self.eval_set)))]).images
+        self.objective = build_objective(config, self.model.config.prototypes, ctx).to(ctx.device)
+        self.collapse_monitors = CollapseMonitors(self.eval_set, self.eval_transform, ctx.device,
+                                                  samples=config.monitor_samples, precision=config.precision)
         self.measure_images = None
         if ctx.is_main and config.measure_epochs:
             count = min(config.measure_samples, len(self.eval_set))
             self.measure_images = collate([self.eval_set[i] for i in range(count)]).images
 
     # -- training -------------------------------------------------------------------------------------------
-    def temperature(self) -> float:
-        """τ_t of the current epoch."""
-        epoch = self.clock.epoch
-        c = self.config
-        return teacher_temperature(epoch, c.warmup_teacher_temp, c.teacher_temp, c.warmup_teacher_temp_epochs)
-
     def loss(self, model: nn.Module, batch: Batch) -> LossOutput:
         globals_, locals_ = self.multicrop(batch.images.to(self.ctx.device, non_blocking=True))
         student, teacher = model(globals_, locals_)
@@ -354,18 +293,8 @@ class DINOTask(Task):
         # bf16 autocast → the softmaxes in float32
         student = student.float().unflatten(0, (-1, batch_size))
         teacher = teacher.float().unflatten(0, (-1, batch_size))
-        counts = {"skipped_images": len(batch.skipped)}
-        c = self.config
-        if c.objective == "simdino":
-            out = simdino_loss(student, teacher, c.rate_eps, c.alignment_coeff, c.expansion_views, self.ctx)
-            return LossOutput(out.loss, metrics={"alignment": out.alignment.detach(),
-                                                 "expansion": out.expansion.detach()}, counts=counts)
-        out = dino_loss(student, teacher, unwrap_model(model).center, c.student_temp, self.temperature())
-        self.teacher_sum += teacher.detach().sum(dim=(0, 1)).double()
-        self.teacher_count += teacher.shape[0] * teacher.shape[1]
-        return LossOutput(out.loss, metrics={"teacher_entropy": out.teacher_entropy.detach(),
-                                             "teacher_mean_entropy": out.teacher_mean_entropy.detach(),
-                                             "kl": out.kl.detach()}, counts=counts)
+        out = self.objective(student, teacher, self.clock.epoch)
+        return LossOutput(out.loss, metrics=out.logged(), counts={"skipped_images": len(batch.skipped)})
 
     def before_optimizer_step(self, model: nn.Module, step: int, epoch: int) -> None:
         if epoch < self.config.freeze_last_layer:
@@ -376,31 +305,13 @@ class DINOTask(Task):
         c = self.config
         ema_update(model.teacher, model.student, cosine(step, self.plan.total_steps, c.teacher_momentum,
                                                         c.teacher_momentum_end))
-        if c.objective == "simdino":
-            return
-        total = all_reduce_sum(torch.cat([self.teacher_sum, self.teacher_sum.new_tensor([self.teacher_count])]),
-                               self.ctx)
-        model.update_center((total[:-1] / total[-1]).float(), c.center_momentum)
-        self.teacher_sum.zero_()
-        self.teacher_count = 0
+        self.objective.update()  # DINO's centre: the teacher sums of the step over every process
 
     # -- evaluation -----------------------------------------------------------------------------------------
-    @torch.no_grad()
     def monitors(self, model: nn.Module) -> dict[str, float]:
-        """The collapse monitors on un-augmented held-out images (teacher and student see the same image)."""
-        model = unwrap_model(model)
-        images = self.eval_transform(self.monitor_images.to(self.ctx.device))
-        with autocast(self.ctx.device, self.config.precision):
-            student, teacher = model(images)
-        student, teacher = student.float(), teacher.float()
-        if self.config.objective == "simdino":  # features: the rate and effective rank of the teacher's, cosines
-            return {"teacher_rate": coding_rate(teacher, self.config.rate_eps).item(),
-                    "teacher_rank": effective_rank(teacher).item(),
-                    "teacher_student_cos": F.cosine_similarity(teacher, student, dim=-1).mean().item()}
-        out = dino_loss(student[None], teacher[None], model.center, self.config.student_temp, self.temperature(),
-                        same_view=True)
-        return {"teacher_entropy": out.teacher_entropy.item(), "teacher_mean_entropy": out.teacher_mean_entropy.item(),
-                "teacher_student_kl": out.kl.item()}
+        """The collapse monitors on un-augmented held-out images (teacher and student see the same image), by the
+        objective at the current epoch (`CollapseMonitors`)."""
+        return self.collapse_monitors(model, self.objective, self.clock.epoch)
 
     def frozen_evaluator(self) -> FrozenEvaluator:
         """The k-NN and probe of this run (`DINOTrainConfig.frozen_evaluator`) on its training split, extracting
@@ -412,10 +323,7 @@ class DINOTask(Task):
         epoch = epoch if step % self.plan.steps_per_epoch == 0 else None  # the k-NN and probe epochs: at their end
         monitors = self.monitors(model)
         if self.ctx.is_main and not self.collapse_warned:
-            if self.config.objective == "simdino":
-                found = feature_collapse(monitors)
-            else:
-                found = collapse(monitors, unwrap_model(model).config.prototypes)
+            found = self.objective.collapse(monitors)
             if found:
                 print(f"{self.config.objective}: warning: the head has collapsed at step {step} ({found}); the "
                       "backbone's k-NN may stop improving (see the README's CRATE-DINO section)", file=sys.stderr)
@@ -440,8 +348,23 @@ class DINOTask(Task):
             record_layers(model, images, run_dir / "measurements", epoch)
 
     # -- state ----------------------------------------------------------------------------------------------
-    # none besides the model: the teacher and the centre are the model's (checkpointed with it), the step and the
-    # epoch the engine's clock (restored on resume); an older checkpoint's {"step": N} is ignored (Task)
+    # the teacher is the model's (checkpointed with it), the step and the epoch the engine's clock (restored on
+    # resume); the objective's state (DINO's centre) is the task's
+    def state_dict(self) -> dict:
+        """``{"objective": the loss module's state}`` (DINO: the centre; SimDINO: nothing)."""
+        return {"objective": self.objective.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore `state_dict`'s objective. A checkpoint written when the centre was the model's holds none (its
+        task state is ``{}``, or ``{"step": N}`` from when the task counted its steps: the engine's clock replaces
+        it); its centre, ``center`` in the model's weights, was set aside when the engine loaded them
+        (`crate_nn.models.dino_head.DINO.legacy_center`) and becomes the objective's."""
+        if "objective" in state:
+            self.objective.load_state_dict(state["objective"])
+            return
+        legacy = getattr(unwrap_model(self.model), "legacy_center", None)
+        if legacy is not None and isinstance(self.objective, DINOLoss):
+            self.objective.load_state_dict({"center": legacy})
 
 
 # --------------------------------------------------------------------------------------------- presets

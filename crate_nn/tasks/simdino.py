@@ -30,6 +30,9 @@ hardware:
 
 The collapse monitors are the rate R_ε of the teacher's features on held-out images and their effective rank
 (`effective_rank`): complete collapse (every feature equal) gives rank 1.
+
+`SimDINOLoss` is the objective as one module, with the interface of DINO's (`crate_nn.tasks.dino_loss.DINOLoss`:
+``forward(student, teacher, epoch)``, ``update()``, ``monitors``, ``collapse``); it holds no state between steps.
 """
 from __future__ import annotations
 
@@ -37,6 +40,7 @@ from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from ..engine.distributed import Context, all_reduce_sum_differentiable
 
@@ -82,16 +86,20 @@ def effective_rank(features: torch.Tensor) -> torch.Tensor:
     return torch.exp(-(q * q.clamp_min(1e-300).log()).sum())
 
 
-class SimDINOLoss(NamedTuple):
+class SimDINOTerms(NamedTuple):
     """The objective of one batch and its parts (scalars)."""
 
     loss: torch.Tensor  # −c·alignment − expansion
     alignment: torch.Tensor  # mean cosine of the (teacher g, student v ≠ g) pairs
     expansion: torch.Tensor  # γ · mean over the global views of R_ε
 
+    def logged(self) -> dict[str, torch.Tensor]:
+        """The parts logged beside the loss (``train_<name>``), without gradient."""
+        return {"alignment": self.alignment.detach(), "expansion": self.expansion.detach()}
+
 
 def simdino_loss(student: torch.Tensor, teacher: torch.Tensor, eps: float, alignment_coeff: float = 1.0,
-                 expansion_views: str = "average", ctx: Context | None = None) -> SimDINOLoss:
+                 expansion_views: str = "average", ctx: Context | None = None) -> SimDINOTerms:
     """SimDINO's objective (module docstring) of student features (V, m, p) and teacher features (G, m, p), G ≤ V, the
     student's first G views being the teacher's; the teacher carries no gradient. Under torchrun every process must
     call it (the covariances are summed over processes). Computed in float32 at least (the rate in float64), and
@@ -113,7 +121,7 @@ def simdino_loss(student: torch.Tensor, teacher: torch.Tensor, eps: float, align
     coded = student[:groups] if expansion_views == "student" else (student[:groups] + teacher) / 2
     count, dim = images(coded, ctx), coded.shape[2]
     expansion = (dim + count) / (dim * count) * coding_rate(coded, eps, ctx).mean()
-    return SimDINOLoss((-alignment_coeff * alignment - expansion).to(dtype), alignment, expansion)
+    return SimDINOTerms((-alignment_coeff * alignment - expansion).to(dtype), alignment, expansion)
 
 
 def feature_collapse(monitors: dict[str, float]) -> str | None:
@@ -124,3 +132,41 @@ def feature_collapse(monitors: dict[str, float]) -> str | None:
         return None
     return f"features on about one line: effective rank {rank:.3f}, coding rate {monitors['teacher_rate']:.3g}"
 
+
+
+class SimDINOLoss(nn.Module):
+    """SimDINO's objective (module docstring) as the DINO task's objective module.
+
+    ``forward(student (V, m, p), teacher (G, m, p), epoch)`` is `simdino_loss` of a micro-batch (``epoch`` is
+    unused: nothing is scheduled), its covariances summed over the processes of ``ctx`` (every process calls it);
+    ``update()`` does nothing (no state between steps); ``monitors`` and ``collapse`` read the teacher's features.
+    """
+
+    def __init__(self, eps: float, *, alignment_coeff: float = 1.0, expansion_views: str = "average",
+                 ctx: Context | None = None) -> None:
+        super().__init__()
+        if not eps > 0:
+            raise ValueError(f"eps: expected ε > 0, got {eps}")
+        if not alignment_coeff >= 0:
+            raise ValueError(f"alignment_coeff: expected a non-negative weight, got {alignment_coeff}")
+        if expansion_views not in EXPANSION_VIEWS:
+            raise ValueError(f"expansion_views: expected one of {EXPANSION_VIEWS}, got {expansion_views!r}")
+        self.eps, self.alignment_coeff, self.expansion_views, self.ctx = eps, alignment_coeff, expansion_views, ctx
+
+    def forward(self, student: torch.Tensor, teacher: torch.Tensor, epoch: int) -> SimDINOTerms:
+        return simdino_loss(student, teacher, self.eps, self.alignment_coeff, self.expansion_views, self.ctx)
+
+    def update(self) -> None:
+        """Nothing to do after an optimizer step (DINO's centre moves there)."""
+
+    @torch.no_grad()
+    def monitors(self, student: torch.Tensor, teacher: torch.Tensor, epoch: int) -> dict[str, float]:
+        """The collapse monitors of student and teacher features (m, p) of the same images: the coding rate R_ε
+        ``teacher_rate`` and the effective rank ``teacher_rank`` of the teacher's (this process's images), and the
+        mean cosine ``teacher_student_cos`` of each image's two features."""
+        return {"teacher_rate": coding_rate(teacher, self.eps).item(), "teacher_rank": effective_rank(teacher).item(),
+                "teacher_student_cos": F.cosine_similarity(teacher, student, dim=-1).mean().item()}
+
+    def collapse(self, monitors: dict[str, float]) -> str | None:
+        """`feature_collapse` of ``monitors``."""
+        return feature_collapse(monitors)
