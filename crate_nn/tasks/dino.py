@@ -253,6 +253,18 @@ def build_objective(config: DINOTrainConfig, prototypes: int, ctx: Context | Non
                     center_momentum=config.center_momentum, ctx=ctx)
 
 
+def load_objective(objective: DINOLoss | SimDINOLoss, state: dict, model: nn.Module) -> None:
+    """Give ``objective`` its state from a checkpoint's task state ``state`` (`DINOTask.state_dict`). A checkpoint
+    written when the centre was the model's holds none there; its centre, ``center`` in the weights, was set aside
+    when ``model`` loaded them (`crate_nn.models.dino_head.DINO.legacy_center`) and becomes the objective's."""
+    if "objective" in state:
+        objective.load_state_dict(state["objective"])
+        return
+    legacy = getattr(unwrap_model(model), "legacy_center", None)
+    if legacy is not None and isinstance(objective, DINOLoss):
+        objective.load_state_dict({"center": legacy})
+
+
 @register_task(DINOTrainConfig)
 class DINOTask(Task):
     """DINO self-distillation of a CRATE backbone (module docstring)."""
@@ -355,16 +367,9 @@ class DINOTask(Task):
         return {"objective": self.objective.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore `state_dict`'s objective. A checkpoint written when the centre was the model's holds none (its
-        task state is ``{}``, or ``{"step": N}`` from when the task counted its steps: the engine's clock replaces
-        it); its centre, ``center`` in the model's weights, was set aside when the engine loaded them
-        (`crate_nn.models.dino_head.DINO.legacy_center`) and becomes the objective's."""
-        if "objective" in state:
-            self.objective.load_state_dict(state["objective"])
-            return
-        legacy = getattr(unwrap_model(self.model), "legacy_center", None)
-        if legacy is not None and isinstance(self.objective, DINOLoss):
-            self.objective.load_state_dict({"center": legacy})
+        """Restore `state_dict`'s objective (`load_objective`; an older checkpoint's ``{"step": N}`` is ignored: the
+        engine's clock replaces it)."""
+        load_objective(self.objective, state, self.model)
 
 
 # --------------------------------------------------------------------------------------------- presets

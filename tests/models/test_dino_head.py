@@ -1,10 +1,11 @@
 """CRATE-DINO's networks: the heads against their formulas (eq. 75 and DINO's head), the student/teacher pair,
-the centre, the teacher as a backbone (eq. 80) and the checkpoint round trip."""
+the centre of older weights set aside, the teacher as a backbone (eq. 80) and the checkpoint round trip."""
 import pytest
 import torch
 import torch.nn.functional as F
 
 import crate_nn
+from crate_nn import checkpoint
 from crate_nn.models.dino_head import DINO, DINOConfig, DINOHead, PaperHead
 
 TINY = dict(image_size=8, patch_size=4, dim=16, depth=2, heads=2, in_channels=1, dynamic_img_size=True,
@@ -85,23 +86,30 @@ def test_student_and_teacher_start_equal_and_only_the_student_learns():
     assert "student.head.last_layer.weight_g" not in trainable  # norm_last_layer: g frozen at 1
 
 
-def test_center_update_is_its_formula():
+def test_weights_with_the_centre_the_model_held_load_and_keep_it_aside(tmp_path):
+    """Weights written when the model held DINO's centre (``center``, now the loss's) load strictly, the centre set
+    aside as ``legacy_center`` (the DINO task resumes with it); weights without it leave none."""
     model = tiny_dino()
-    model.center.uniform_()
-    before, mean = model.center.clone(), torch.randn(32)
-    model.update_center(mean, 0.9)
-    assert torch.equal(model.center, before.mul(0.9).add(mean, alpha=1 - 0.9))  # the same float operations
-    with pytest.raises(ValueError, match=r"center_momentum: expected a value in \[0, 1\]"):
-        model.update_center(mean, 1.5)
+    state = {**model.state_dict(), "center": torch.randn(32)}
+    fresh = tiny_dino()
+    fresh.load_state_dict(state)
+    assert torch.equal(fresh.legacy_center, state["center"])
+    crate_nn.save(tmp_path / "dino.pt", model)
+    payload = checkpoint.read(tmp_path / "dino.pt")
+    payload["model"]["center"] = state["center"]
+    checkpoint.atomic_save({**payload, "checksum": checkpoint.payload_digest(payload)},
+                                    tmp_path / "old.pt")
+    loaded = crate_nn.load(tmp_path / "old.pt")
+    assert torch.equal(loaded.legacy_center, state["center"]) and crate_nn.load(tmp_path / "dino.pt").legacy_center is None
+    assert "center" not in loaded.state_dict()
 
 
 def test_the_model_is_its_teacher_backbone_and_survives_a_checkpoint(tmp_path):
     """forward_features / forward_intermediates / encoder are the teacher's (eq. 80): measure_layers, trace and
-    pooled_features take the DINO model; crate_nn.load rebuilds student, teacher and centre."""
+    pooled_features take the DINO model; crate_nn.load rebuilds student and teacher."""
     model = tiny_dino().eval()
     with torch.no_grad():
         model.teacher.backbone.cls_token.add_(1.0)  # teacher ≠ student
-        model.center.normal_()
     images = torch.randn(4, 1, 8, 8)
     assert torch.equal(model.forward_features(images), model.teacher.backbone.forward_features(images))
     assert not torch.equal(model.forward_features(images), model.student.backbone.forward_features(images))

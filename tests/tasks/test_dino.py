@@ -23,10 +23,16 @@ from crate_nn.engine.schedule import cosine
 from crate_nn.engine.task import RunPlan
 from crate_nn.models.dino_head import DINO
 from crate_nn.tasks import get_preset
-from crate_nn.tasks.dino import DINOTask, DINOTrainConfig, collapse, dino_loss, teacher_temperature
+from crate_nn.tasks.dino import DINOTask, DINOTrainConfig
+from crate_nn.tasks.dino_loss import DINOLoss, collapse, dino_loss, teacher_temperature
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 from test_engine_toy import same_run  # noqa: E402 (the engine's own definition of "the same run")
+
+from _dino_processes import one_process_centre  # noqa: E402
+from _train_cases import torchrun  # noqa: E402
+
+CENTRE_WORKER = Path(__file__).with_name("_dino_processes.py")
 
 
 def tiny(output_dir, **overrides) -> DINOTrainConfig:
@@ -138,7 +144,7 @@ def test_one_step_stop_gradient_frozen_last_layer_ema_and_centre(tmp_path):
     outputs = []
     model.teacher.register_forward_hook(lambda module, args, out: outputs.append(out.detach().clone()))
     with torch.no_grad():
-        model.center.normal_()
+        task.objective.center.normal_()
     for start in (0, 4):
         task.loss(model, collate([task.train_set[i] for i in range(start, start + 4)])).loss.backward()
     assert all(p.grad is None for p in model.teacher.parameters())
@@ -152,7 +158,7 @@ def test_one_step_stop_gradient_frozen_last_layer_ema_and_centre(tmp_path):
         for p in model.student.parameters():
             p.add_(0.01 * torch.randn_like(p))
     teacher, student = ([p.clone() for p in net.parameters()] for net in (model.teacher, model.student))
-    center = model.center.clone()
+    center = task.objective.center.clone()
     step = 5
     task.after_optimizer_step(model, step)
     m = cosine(step, task.plan.total_steps, config.teacher_momentum, config.teacher_momentum_end)
@@ -161,8 +167,47 @@ def test_one_step_stop_gradient_frozen_last_layer_ema_and_centre(tmp_path):
         assert torch.equal(after, t.mul(m).add(s, alpha=1 - m))  # the formula's float operations
     mean = torch.cat(outputs).double().mean(0)  # 2 micro-batches × 2 global views × 4 images
     expected = center * 0.9 + mean.float() * (1 - 0.9)
-    torch.testing.assert_close(model.center, expected, rtol=1e-6, atol=1e-7)  # float32 centre, float64 sums
-    assert task.teacher_count == 0 and not task.teacher_sum.any()
+    torch.testing.assert_close(task.objective.center, expected, rtol=1e-6, atol=1e-7)  # float32 centre, float64 sums
+    assert task.objective.teacher_count == 0 and not task.objective.teacher_sum.any()
+
+
+def test_centre_update_is_its_formula_and_bad_momentum_is_named():
+    """c ← m c + (1 − m)·(mean of the teacher outputs the loss saw since the last update), by the same float
+    operations; the loss's monitors leave the sums alone."""
+    loss = DINOLoss(6, center_momentum=0.9)
+    with torch.no_grad():
+        loss.center.uniform_()
+    before = loss.center.clone()
+    teachers = [torch.randn(2, 3, 6), torch.randn(2, 5, 6)]
+    for teacher in teachers:
+        loss(torch.randn(3, teacher.shape[1], 6), teacher, epoch=0)
+    loss.monitors(torch.randn(4, 6), torch.randn(4, 6), epoch=0)
+    assert loss.teacher_count == 16
+    mean = (sum(t.double().sum(dim=(0, 1)) for t in teachers) / 16).float()
+    loss.update()
+    assert torch.equal(loss.center, before.mul(0.9).add(mean, alpha=1 - 0.9))
+    assert loss.teacher_count == 0 and not loss.teacher_sum.any()
+    assert list(loss.state_dict()) == ["center"]  # the sums are emptied by every update: not saved
+    with pytest.raises(ValueError, match=r"center_momentum: expected a value in \[0, 1\], got 1.5"):
+        DINOLoss(6, center_momentum=1.5)
+    with pytest.raises(ValueError, match="prototypes: expected a positive integer, got 0"):
+        DINOLoss(0)
+    with pytest.raises(ValueError, match="student_temp: expected a temperature > 0, got 0.0"):
+        DINOLoss(6, student_temp=0.0)
+
+
+def test_two_processes_move_the_centre_as_one_process():
+    """The teacher outputs of one step split over two gloo processes: the all-reduced sums give every process the
+    centre one process computes from all of them."""
+    done = torchrun(str(CENTRE_WORKER), path=(CENTRE_WORKER.parent,))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    centres = [torch.tensor(json.loads(line.split("centre ", 1)[1])) for line in done.stdout.splitlines()
+               if line.startswith("centre ")]
+    assert len(centres) == 2
+    reference = one_process_centre()
+    for centre in centres:
+        # float64 sums of float32 outputs added in another order, then rounded to float32: equal up to one rounding
+        torch.testing.assert_close(centre, reference, rtol=2e-7, atol=1e-7)
 
 
 # ----------------------------------------------------------------------------------------------- runs
@@ -171,7 +216,8 @@ def test_resumed_run_equals_uninterrupted(tmp_path, interrupt_at):
     """Teacher, centre, the engine's clock (the temperature warm-up reads it), frozen last layer, the multi-crop
     RNG, the optimizer and the metrics: the resumed run's checkpoint and metrics.jsonl equal the straight run's
     (same_run ignores the timing fields, <unit>_per_s: images_per_s here). So does a checkpoint as the task wrote
-    it when it counted its own steps (task state {"step": N}): the engine's position replaces it."""
+    it when it counted its own steps (task state {"step": N}) and the centre was the model's (``center`` in its
+    weights): the engine's position replaces the step, and the centre is resumed into the loss."""
     config = tiny(tmp_path / "straight", warmup_teacher_temp=0.02, teacher_temp=0.05, warmup_teacher_temp_epochs=3,
                   max_steps=9)
     train(config)
@@ -180,9 +226,12 @@ def test_resumed_run_equals_uninterrupted(tmp_path, interrupt_at):
     shutil.copytree(tmp_path / "resumed", tmp_path / "older")
     last = tmp_path / "older" / "checkpoints" / "last.pt"
     payload = checkpoint.read(last)
-    assert payload["task"] == {}
+    assert list(payload["task"]) == ["objective"] and list(payload["task"]["objective"]) == ["center"]
+    # as written when the centre was the model's and the task counted its steps
+    payload["model"]["center"] = payload["task"]["objective"]["center"]
     payload["task"] = {"step": interrupt_at}
     checkpoint.atomic_save({**payload, "checksum": checkpoint.payload_digest(payload)}, last)
+    assert torch.equal(crate_nn.load(last).legacy_center, payload["model"]["center"])
     for run in ("resumed", "older"):
         train(dataclasses.replace(first, output_dir=str(tmp_path / run), max_steps=9, resume=True))
         same_run(tmp_path / "straight", tmp_path / run)
