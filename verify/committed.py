@@ -92,6 +92,9 @@ class StoredRun:
     def model(self, which: str) -> None:
         raise self._missing(f"the {which} model (a committed run keeps numbers, not weights)")
 
+    def task_state(self) -> None:
+        raise self._missing("the task's state (a committed run keeps numbers, not tensors)")
+
     @property
     def metrics(self) -> dict:
         return self._entry["metrics"]

@@ -7,7 +7,8 @@ retrains instead of serving a model the current code would not produce. An entry
     runs/<task>-<config hash>-<code hash>/
         init.pt        the model the run starts from (`crate_nn.engine.initial_model`: the engine's own seeding
                        and task construction, the one place a run's initialisation comes from)
-        trained.pt     the model at the end of training (the weights only; no optimizer state)
+        trained.pt     the model at the end of training (the weights only; no optimizer state) and the task's
+                       state then (``"task"``: e.g. DINO's centre, `Run.task_state`)
         metrics.json   the engine's final metrics (its ``TrainResult.metrics``)
         measurements/  the layer-wise measurements the task recorded during training (classification's
                        ``measure_epochs``: one ``epoch_XXXX.json`` per epoch), when the config asks for them
@@ -46,6 +47,7 @@ from filelock import FileLock  # a dependency of torch, always installed with it
 from torch import nn
 
 import crate_nn
+from crate_nn import checkpoint
 from crate_nn.engine import TrainConfig, initial_model, train
 from crate_nn.engine.run_dir import rng_state, set_rng_state
 from verify.context import cache_dir
@@ -116,6 +118,10 @@ class Run:
         if which not in MODELS:
             raise ValueError(f"which: expected one of {MODELS}, got {which!r}")
         return crate_nn.load(self.folder / f"{which}.pt").eval()
+
+    def task_state(self) -> dict:
+        """The task's state at the end of training (`crate_nn.engine.task.Task.state_dict`: e.g. DINO's centre)."""
+        return checkpoint.read(self.folder / "trained.pt").get("task", {})
 
     @property
     def metrics(self) -> dict:
@@ -248,7 +254,9 @@ def _train_into(config: TrainConfig, folder: Path, code: str) -> None:
             result = train(dataclasses.replace(config, **options))
             seconds = time.perf_counter() - started
             crate_nn.save(work / "init.pt", initial_model(dataclasses.replace(config, **options)))
-            crate_nn.save(work / "trained.pt", crate_nn.load(result.checkpoint))  # building a model draws weights
+            task_state = checkpoint.read(result.checkpoint).get("task") or {}
+            crate_nn.save(work / "trained.pt", crate_nn.load(result.checkpoint),  # building a model draws weights
+                          extra={"task": task_state})
         (work / "metrics.json").write_text(json.dumps(result.metrics))
         recorded = sorted((Path(options["output_dir"]) / "measurements").glob("epoch_*.json"))
         if recorded:

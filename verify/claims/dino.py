@@ -33,7 +33,8 @@ from crate_nn.engine.distributed import context
 from crate_nn.engine.task import resolve_batches
 from crate_nn.evaluation import model_features, raw_pixels
 from crate_nn.tasks import get_preset
-from crate_nn.tasks.dino import DINOTask
+from crate_nn.evaluation.collapse import CollapseMonitors
+from crate_nn.tasks.dino import build_objective, load_objective
 from crate_nn.tasks.images import evaluation_data
 from verify import experiments, joint, plots
 from verify.registry import Headline, Result, claim
@@ -96,9 +97,15 @@ def _measure_seed(run: experiments.Run, supervised: experiments.Run | None, quic
             out["sparsity"][name] = [s.mean for s in m.sparsity]
             if not quick:
                 out["joint"][name] = layer_profile(model, images[:joint.IMAGES], draws=joint.DRAWS).all_means()
-        task = DINOTask(config, ctx)  # the collapse monitors are the task's
-        out["train"] = task.monitors(models["dino"])
-    out["log_k"] = float(np.log(task.model.config.prototypes)) if run.config.objective == "dino" else None
+        # the collapse monitors of the run's evaluation (its held-out images), by its objective with its final state
+        trained = models["dino"]
+        objective = build_objective(config, trained.config.prototypes)
+        load_objective(objective, run.task_state(), trained)
+        monitors = CollapseMonitors(data.eval_set, data.transform, ctx.device, samples=config.monitor_samples,
+                                    precision=config.precision)
+        out["train"] = monitors(trained, objective)
+    prototypes = trained.config.prototypes
+    out["log_k"] = float(np.log(prototypes)) if run.config.objective == "dino" else None
     return out
 
 
