@@ -27,10 +27,9 @@ from crate_nn.tasks.dino import DINOTask, DINOTrainConfig
 from crate_nn.tasks.dino_loss import DINOLoss, collapse, dino_loss, teacher_temperature
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
-from test_engine_toy import same_run  # noqa: E402 (the engine's own definition of "the same run")
-
 from _dino_processes import one_process_centre  # noqa: E402
 from _train_cases import torchrun  # noqa: E402
+from test_engine_toy import same_run  # noqa: E402 (the engine's own definition of "the same run")
 
 CENTRE_WORKER = Path(__file__).with_name("_dino_processes.py")
 

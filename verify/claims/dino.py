@@ -32,8 +32,8 @@ from crate_nn.data.batching import collate
 from crate_nn.engine.distributed import context
 from crate_nn.engine.task import resolve_batches
 from crate_nn.evaluation import model_features, raw_pixels
-from crate_nn.tasks import get_preset
 from crate_nn.evaluation.collapse import CollapseMonitors
+from crate_nn.tasks import get_preset
 from crate_nn.tasks.dino import build_objective, load_objective
 from crate_nn.tasks.images import evaluation_data
 from verify import experiments, joint, plots
