@@ -165,3 +165,12 @@ def test_make_clean_deletes_the_audits_folder_and_nothing_above_it(env, folder, 
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert f'rm -rf "{folder}"' in done.stdout.splitlines()
+
+
+def test_the_task_state_is_kept_with_the_trained_model(cache):
+    """DINO's centre is its loss's state, the task's, not the model's: the entry keeps it beside the weights."""
+    dino = get_preset("dino_digits", progress=False, measure_epochs=(), knn_epochs=(), epochs=1, warmup_epochs=0.0,
+                      max_steps=2, pixel_control=False)
+    state = experiments.run(dino).task_state()
+    assert list(state["objective"]) == ["center"] and state["objective"]["center"].abs().sum() > 0  # two updates
+    assert experiments.run(tiny()).task_state() == {}  # classification keeps none
