@@ -49,11 +49,18 @@ def _cache_runs() -> str:
     return str(experiments.root() / "runs")
 
 
+ENTRY = r"([\w]+-[0-9a-f]{16})-[0-9a-f]{16}"
+"""A cache entry's name, ``<task>-<config hash>-<code hash>`` (`verify.experiments.location`); group 1 without the
+code hash."""
+
+
 def portable(value: Any) -> Any:
-    """``value`` (JSON) with every path into the audit's cache runs written as ``<cache>/runs/<task>-<config hash>``:
-    without the cache's location and the code hash, which say where and by which code a run was trained, not what."""
+    """``value`` (JSON) with every path into the audit's cache runs written as ``<cache>/runs/<task>-<config hash>``,
+    and a string that is an entry's name alone as ``<task>-<config hash>``: without the cache's location and the code
+    hash, which say where and by which code a run was trained, not what."""
     if isinstance(value, str):
-        return re.sub(re.escape(_cache_runs()) + r"/([\w]+-[0-9a-f]{16})-[0-9a-f]{16}", CACHE + r"/runs/\1", value)
+        whole = re.fullmatch(ENTRY, value)
+        return whole.group(1) if whole else re.sub(re.escape(_cache_runs()) + "/" + ENTRY, CACHE + r"/runs/\1", value)
     if isinstance(value, dict):
         return {k: portable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -55,6 +55,7 @@ def test_a_path_into_the_cache_is_stored_without_the_cache_and_the_code(cache, r
     assert saved["init_from"] == f"<cache>/runs/{run.folder.name.rsplit('-', 1)[0]}/trained.pt"
     assert saved["other"] == "/elsewhere/x-0123456789abcdef-0123456789abcdef"  # only the audit's cache is rewritten
     assert committed.local(saved)["init_from"] == start
+    assert committed.portable({"supervised": run.folder.name}) == {"supervised": run.folder.name.rsplit("-", 1)[0]}
 
 
 def test_reading_a_missing_replication_names_the_command(results):
