@@ -23,33 +23,38 @@ from tqdm import tqdm
 
 from .. import checkpoint
 from ..data.batching import Batch, collate
-from ..engine.config import option
+from ..engine.config import Section, TrainConfig, option
 from ..engine.task import LossOutput, Task, preset, register_task, require_classes
 from ..evaluation.classification import evaluate
 from ..models.classifier import CRATEClassifier, CRATEConfig
 from ..models.embedding import resample_pos_embed
 from ..models.registry import create_model, list_models, model_config
 from ..official.classifier import load_official_checkpoint
-from .images import DATA_LAYOUTS, AugmentedImageConfig, image_splits, image_transforms  # noqa: F401 (crate-train --help)
+from .images import (DATA_LAYOUTS, AugmentSection, ImageDataSection, MeasureSection,  # noqa: F401 (crate-train --help)
+                     image_splits, image_transforms)
 
 
 @dataclass
-class ClassificationConfig(AugmentedImageConfig):
-    """A classification run: the engine's fields, the data and the model."""
+class ClassifierSection(Section):
+    """The classifier to train and the checkpoint it may start from."""
 
-    task = "classification"
+    title = "model"
 
-    # model
     model: str = option("crate_tiny", "a registered classifier (crate_nn.list_models(family='classifier'))",
                         choices=tuple(list_models(family="classifier")))
     model_args: dict = option(
         factory=dict, help="config overrides KEY=VALUE (image_size, num_classes, in_channels come from the data)")
     init_from: str | None = option(None, "a crate_nn or authors' checkpoint to start from (fine-tuning)")
+
+
+@dataclass
+class ClassificationConfig(ClassifierSection, ImageDataSection, AugmentSection, MeasureSection, TrainConfig):
+    """A classification run: the model, the image data and their augmentation, the layer-wise measurements, the
+    engine's sections; its own field, the loss's label smoothing."""
+
+    task = "classification"
+
     label_smoothing: float = option(0.1, "label smoothing of the cross-entropy", minimum=0.0)
-    measure_epochs: tuple[int, ...] = option((), "epochs after which layer-wise R^c/sparsity are saved (0 = init)",
-                                             minimum=0, span="epochs")
-    measure_samples: int = option(256, "evaluation images used for the layer-wise measurements", minimum=1,
-                                  resume_free=True)
 
     def validate(self) -> None:
         super().validate()
@@ -66,7 +71,7 @@ class ClassificationConfig(AugmentedImageConfig):
                 raise ValueError(f"model_args: {err}") from err
 
     def smoke(self, steps: int = 20, batch_size: int = 32, **overrides) -> ClassificationConfig:
-        """`ImageDataConfig.smoke`, plus: no layer-wise measurements, no ``init_from`` checkpoint."""
+        """`ImageDataSection.smoke`, plus: no layer-wise measurements, no ``init_from`` checkpoint."""
         return super().smoke(steps, batch_size, **{"measure_epochs": (), "init_from": None, **overrides})
 
 

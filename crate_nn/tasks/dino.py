@@ -52,11 +52,10 @@ from pathlib import Path
 
 from torch import nn
 
-from ..data import DATASETS
 from ..data.batching import Batch, collate
 from ..data.multicrop import MultiCrop
 from ..data.transforms import DeviceTransform
-from ..engine.config import option
+from ..engine.config import Section, TrainConfig, option
 from ..engine.distributed import Context
 from ..engine.ema import ema_update
 from ..engine.schedule import cosine
@@ -65,22 +64,20 @@ from ..evaluation.cadence import Cadence, due, final
 from ..evaluation.collapse import CollapseMonitors
 from ..evaluation.frozen import FrozenEvaluator, model_features
 from ..evaluation.knn import KNN_KS, KNN_TEMPERATURE
-from ..evaluation.linear_probe import PROBE_SOLVERS
 from ..models.dino_head import DINO, DINOConfig
 from ..models.registry import list_models, model_config, unwrap_model
 from .dino_loss import DINOLoss
-from .images import DATA_LAYOUTS, ImageDataConfig, image_split, image_splits  # noqa: F401 (crate-train --help)
+from .images import DATA_LAYOUTS, FrozenEvaluationSection, ImageDataSection, MeasureSection, image_split, image_splits  # noqa: F401 (crate-train --help)
 from .simdino import EXPANSION_VIEWS, SimDINOLoss
 
 OBJECTIVES = ("dino", "simdino")
 
 @dataclass
-class DINOTrainConfig(ImageDataConfig):
-    """A CRATE-DINO run: the engine's fields plus the backbone, the head, the crops, DINO's loss and evaluation."""
+class DINOModelSection(Section):
+    """The backbone (a registered classifier, read at its class token: eq. 80) and the projection head."""
 
-    task = "dino"
+    title = "model"
 
-    # backbone and head
     model: str = option("crate_small", "a registered classifier used as backbone (its class token, eq. 80)",
                         choices=tuple(list_models(family="classifier")))
     model_args: dict = option(factory=dict, help="backbone config overrides KEY=VALUE (image_size and in_channels "
@@ -97,17 +94,16 @@ class DINOTrainConfig(ImageDataConfig):
     token_init_std: float | None = option(0.02, "σ of the backbone's class token and position embedding at "
                                                 "initialisation (DINO's ViT: 0.02); None: the classifier's N(0, 1)",
                                           minimum=0.0)
-    # data (the other fields: ImageDataConfig)
-    dataset: str = option("imagenet", "dataset layout", choices=DATASETS)
-    train_split: str = option("train", "training split (also the k-NN / linear-probe training features)")
-    eval_split: str = option("val", "split evaluated at every evaluation (monitors, k-NN, probe)")
-    test_split: str | None = option(None, "split evaluated once at the end of training (k-NN, probe)")
-    image_size: int = option(224, "side of the global crops (and of the evaluation images)", minimum=1)
+
+
+@dataclass
+class CropsSection(Section):
+    """DINO's multi-crop augmentation (`crate_nn.data.multicrop.MultiCrop`): global crops of ``image_size`` (the data
+    section's), local crops, their photometric augmentations."""
+
+    title = "crops"
+
     local_crop_size: int = option(96, "side of the local crops", minimum=1)
-    load_size: int = option(256, "training images: shorter side → load_size, central square, crops drawn from it "
-                                 "(images of another size, e.g. digits, are resized to load_size² on the device)",
-                            minimum=1)
-    # multi-crop
     global_crops: int = option(2, "global crops per image (seen by teacher and student)", minimum=1)
     local_crops: int = option(8, "local crops per image (seen by the student)", minimum=0)
     global_crop_scale: tuple[float, float] = option((0.4, 1.0), "global crops' area range (min max)", above=0.0,
@@ -124,7 +120,24 @@ class DINOTrainConfig(ImageDataConfig):
                                                 "2, local crops", minimum=0.0, maximum=1.0)
     solarize_p: float = option(0.2, "solarisation probability of the second global crop", minimum=0.0,
                                maximum=1.0)
-    # objective
+
+    def validate(self) -> None:
+        super().validate()
+        if self.global_crops + self.local_crops < 2:
+            raise ValueError(f"global_crops, local_crops: the loss compares two crops at least, got "
+                             f"{self.global_crops} global and {self.local_crops} local")
+        for name in ("global_crop_scale", "local_crop_scale", "blur_sigma"):
+            low, high = getattr(self, name)
+            if low > high:
+                raise ValueError(f"{name}: expected min ≤ max, got {(low, high)}")
+
+
+@dataclass
+class DistillationSection(Section):
+    """The objective (DINO's, or SimDINO's coding rate), the temperatures, the centre and the EMA teacher."""
+
+    title = "distillation"
+
     objective: str = option("dino", "dino: DINO's loss (76) with centring and sharpening; simdino: SimDINO's "
                             "coding-rate objective (crate_nn.tasks.simdino: the head without prototypes, cosine "
                             "alignment plus the coding rate R_ε; the DINO-only options below are unused)",
@@ -136,7 +149,6 @@ class DINOTrainConfig(ImageDataConfig):
     expansion_views: str = option("average", "SimDINO: features whose coding rate is expanded: average (student "
                                   "and teacher global views averaged, SimDINO's expa_type 1) or student "
                                   "(expa_type 0)", choices=EXPANSION_VIEWS)
-    # DINO
     student_temp: float = option(0.1, "τ_s, the student's softmax temperature", above=0.0)
     teacher_temp: float = option(0.04, "τ_t after the warm-up", above=0.0)
     warmup_teacher_temp: float = option(0.04, "τ_t at epoch 0", above=0.0)
@@ -147,7 +159,13 @@ class DINOTrainConfig(ImageDataConfig):
     teacher_momentum_end: float = option(1.0, "λ at the end of its cosine schedule", minimum=0.0, maximum=1.0)
     freeze_last_layer: int = option(1, "epochs during which the head's last layer is not updated", minimum=0,
                                     span="epochs")
-    # evaluation
+
+
+@dataclass
+class DINOEvaluationSection(FrozenEvaluationSection):
+    """The teacher's frozen evaluations (the k-NN, the linear probe; its solver: `FrozenEvaluationSection`) and the
+    collapse monitors."""
+
     knn_ks: tuple[int, ...] = option(KNN_KS, "k of the weighted k-NN (the one with the best leave-one-out "
                                              "training accuracy is reported as knn_top1)", minimum=1)
     knn_temperature: float = option(KNN_TEMPERATURE, "T of the k-NN weights exp(s/T)", above=0.0)
@@ -161,16 +179,18 @@ class DINOTrainConfig(ImageDataConfig):
     probe_epochs: tuple[int, ...] = option(
         (), "epochs after which the linear probe (App. C.2) on eval_split is logged (0: the initial model, with "
         "eval_at_start); non-empty: also at the end", minimum=0, span="epochs")
-    probe_solver: str = option(
-        "sklearn", "linear probe: sklearn (C by 3-fold cross-validation, the papers' protocol; small data), or torch "
-        "on the device with lbfgs (full batch) or adam (minibatches: ImageNet scale), its weight decay chosen on a "
-        "held-out 10% of train_split", choices=PROBE_SOLVERS, resume_free=True)
     monitor_samples: int = option(1024, "held-out images of the collapse monitors at every evaluation", minimum=1,
                                   resume_free=True)
-    measure_epochs: tuple[int, ...] = option((), "epochs after which the teacher's layer-wise R^c/sparsity are "
-                                                 "saved (0 = init)", minimum=0, span="epochs")
-    measure_samples: int = option(256, "held-out images of the layer-wise measurements", minimum=1,
-                                  resume_free=True)
+
+
+@dataclass
+class DINOTrainConfig(DINOModelSection, CropsSection, DistillationSection, ImageDataSection, DINOEvaluationSection,
+                      MeasureSection, TrainConfig):
+    """A CRATE-DINO run: the backbone and head, the crops, the distillation, the image data, the frozen evaluations
+    and measurements, the engine's sections (no fields of its own; the checks across sections are its
+    `validate`)."""
+
+    task = "dino"
 
     def validate(self) -> None:
         super().validate()
@@ -186,13 +206,6 @@ class DINOTrainConfig(ImageDataConfig):
         for name in ("knn_epochs", "probe_epochs"):
             if 0 in getattr(self, name) and not self.eval_at_start:
                 raise ValueError(f"{name}: 0 evaluates the initial model, which needs eval_at_start (--eval-at-start)")
-        if self.global_crops + self.local_crops < 2:
-            raise ValueError(f"global_crops, local_crops: the loss compares two crops at least, got "
-                             f"{self.global_crops} global and {self.local_crops} local")
-        for name in ("global_crop_scale", "local_crop_scale", "blur_sigma"):
-            low, high = getattr(self, name)
-            if low > high:
-                raise ValueError(f"{name}: expected min ≤ max, got {(low, high)}")
         from_data = sorted({"image_size", "in_channels", "dynamic_img_size"} & set(self.model_args))
         if from_data:
             raise ValueError(f"model_args: {from_data} are set by the task (--image-size and the dataset; local "
@@ -206,7 +219,7 @@ class DINOTrainConfig(ImageDataConfig):
                              f"patch_size={config.patch_size}")
 
     def smoke(self, steps: int = 20, batch_size: int = 32, **overrides) -> DINOTrainConfig:
-        """`ImageDataConfig.smoke` without the slow extra work: no layer-wise measurements, no intermediate k-NN or
+        """`ImageDataSection.smoke` without the slow extra work: no layer-wise measurements, no intermediate k-NN or
         probe (the final k-NN stays: it checks the evaluation path)."""
         quiet = dict(measure_epochs=(), knn_epochs=(), probe_epochs=())
         return super().smoke(steps, batch_size, **{**quiet, **overrides})

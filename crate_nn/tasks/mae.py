@@ -31,14 +31,15 @@ from tqdm import tqdm
 
 from ..data.batching import Batch, EpochBatches, collate, loader
 from ..engine import distributed
-from ..engine.config import option
+from ..engine.config import Section, TrainConfig, option
 from ..engine.precision import autocast
 from ..engine.task import LossOutput, Task, get_preset, preset, register_task
-from ..evaluation import PROBE_SOLVERS, FrozenEvaluator, model_features, raw_pixels
+from ..evaluation import FrozenEvaluator, model_features, raw_pixels
 from ..models.mae import check_mask_ratio, random_mask
 from ..models.registry import create_model, list_models, model_config, unwrap_model
 from .classification import ClassificationConfig
-from .images import DATA_LAYOUTS, AugmentedImageConfig, image_splits, image_transforms  # noqa: F401 (crate-train --help)
+from .images import (DATA_LAYOUTS, AugmentSection, FrozenEvaluationSection,  # noqa: F401 (crate-train --help)
+                     ImageDataSection, image_splits, image_transforms)
 
 TRAIN_STREAM, EVAL_STREAM = 0, 1
 DIGITS_MODEL = dict(patch_size=2, dim=64, depth=3, heads=4)  # the mae_digits encoder (and its classifier)
@@ -69,26 +70,45 @@ def mask_noise(seed: int, stream: int, epoch: int, indices: torch.Tensor, num_pa
 
 
 @dataclass
-class MAEConfig(AugmentedImageConfig):
-    """A CRATE-MAE pre-training run: the engine's fields, the data, the model, masking, figures and the probe."""
+class MAEModelSection(Section):
+    """The CRATE-MAE to pre-train."""
 
-    task = "mae"
+    title = "model"
 
     model: str = option("crate_mae_base", "a registered CRATE-MAE (crate_nn.list_models(family='mae'))",
                         choices=tuple(list_models(family="mae")))
     model_args: dict = option(factory=dict, help="config overrides KEY=VALUE, e.g. wiring='paper' norm_pix_loss=True "
                                                  "(image_size and in_channels come from the data)")
+
+
+@dataclass
+class MaskingSection(Section):
+    """Which patches the encoder sees (`mask_noise`: keyed per image by seed, epoch and index)."""
+
+    title = "masking"
+
     mask_ratio: float = option(0.75, "fraction of each image's patches masked, in (0, 1)", above=0.0, maximum=1.0)
-    figure_epochs: tuple[int, ...] = option((), "epochs after which a reconstruction figure is saved (0 = init)",
-                                            minimum=0, span="epochs")
-    figure_samples: int = option(8, "held-out images in each reconstruction figure", minimum=1, resume_free=True)
+
+
+@dataclass
+class MAEProbeSection(FrozenEvaluationSection):
+    """The linear probe of the encoder at the end (its solver: `FrozenEvaluationSection`)."""
+
     probe: bool = option(False, "at the end: linear probe (App. C.2) of the encoder and of its initialisation")
     probe_pool: str = option("mean", "probe features: mean over tokens (eq. 72) or the class token",
                              choices=("mean", "cls"))
-    probe_solver: str = option(
-        "sklearn", "linear probe: sklearn (C by 3-fold cross-validation, the papers' protocol; small data), or torch "
-        "on the device with lbfgs (full batch) or adam (minibatches: ImageNet scale), its weight decay chosen on a "
-        "held-out 10% of train_split", choices=PROBE_SOLVERS, resume_free=True)
+
+
+@dataclass
+class MAEConfig(MAEModelSection, MaskingSection, ImageDataSection, AugmentSection, MAEProbeSection, TrainConfig):
+    """A CRATE-MAE pre-training run: the model, the masking, the image data and their augmentation, the probe, the
+    engine's sections; its own fields, the reconstruction figures."""
+
+    task = "mae"
+
+    figure_epochs: tuple[int, ...] = option((), "epochs after which a reconstruction figure is saved (0 = init)",
+                                            minimum=0, span="epochs")
+    figure_samples: int = option(8, "held-out images in each reconstruction figure", minimum=1, resume_free=True)
 
     def validate(self) -> None:
         super().validate()
