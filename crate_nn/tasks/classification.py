@@ -30,8 +30,7 @@ from ..models.classifier import CRATEClassifier, CRATEConfig
 from ..models.embedding import resample_pos_embed
 from ..models.registry import create_model, list_models, model_config
 from ..official.classifier import load_official_checkpoint
-from .images import (DATA_LAYOUTS, AugmentSection, ImageDataSection, MeasureSection,  # noqa: F401 (crate-train --help)
-                     image_splits, image_transforms)
+from .images import DATA_LAYOUTS, AugmentSection, ImageDataSection, MeasureSection, image_splits, image_transforms  # noqa: F401 (crate-train --help)
 
 
 @dataclass
@@ -240,11 +239,7 @@ def digits() -> ClassificationConfig:
     CRATE with image 8, patch 4 (4 patches + [CLS]), d = 96, 3 layers, 4 heads; AdamW lr 2e-3, weight decay 0.5
     (not on norms, biases, embeddings), batch 64, 30 epochs with a 3-epoch warm-up; no augmentation. Trained on the
     1,293-image training split, tuned on the 144-image validation split, tested once on the 360 held-out images.
-    Tuning (validation top-1): patch 2 reached only 92% (the patch embedding's LayerNorm over 4 pixels discards
-    each patch's brightness), patch 4 97.9%. Weight decay is the paper's ImageNet value (App. C.1), because
-    validation cannot tell the candidates apart: over 5 seeds (30 epochs) it gave 97.08 ± 0.91% at 0.05,
-    96.81 ± 1.05% at 0.5 and 96.94 ± 0.79% at 1.0 — differences below one of the 144 images. No value here was
-    chosen for what a measurement of the trained model (e.g. the audit's layer-wise R^c) shows.
+    Tuning history (patch size, weight decay; validation top-1): ``results/presets/digits.md``.
     ``--model vit_tiny --model-args patch_size=4 dim=96 depth=3 heads=4`` (or crate_mlp_s8 / crate_mhsa_s8 with
     the same arguments) trains a baseline of the same size with the same recipe.
 

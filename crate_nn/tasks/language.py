@@ -566,9 +566,7 @@ def bert_stdlib() -> MaskedLMConfig:
     d = 128, K = 4, L = 4, 128-byte windows, batch 32; the BERT recipe scaled down: AdamW β (0.9, 0.98), lr 1e-3
     (App. C.4's peak) with 50 warm-up steps and linear decay to 0 at step 1,500, weight decay 0.01, clipping 1.0; 15%
     masking with the 80/10/10 rule; evaluation every 500 steps on 50 × 16 validation windows with fixed masks.
-    The rate and length were chosen on the validation loss (seed 0): at 600 steps lr 3e-3 stays on the unigram
-    plateau (2.93 nats, 33.7% — always predicting a space scores 32.3%), 5e-4 reaches 2.88 and 1e-3 2.83; 1,500
-    steps at 1e-3 leave the plateau (2.57). Masked LM learns slower than causal LM: 15% of the positions carry a loss.
+    The rate and length were chosen on the validation loss: ``results/presets/bert_stdlib.md``.
 
     Command:  crate-train --preset bert_stdlib
     Expected: see the README section (masked-byte loss and accuracy). Wall time ≈ 6 min on one core.

@@ -38,8 +38,14 @@ from ..evaluation import FrozenEvaluator, model_features, raw_pixels
 from ..models.mae import check_mask_ratio, random_mask
 from ..models.registry import create_model, list_models, model_config, unwrap_model
 from .classification import ClassificationConfig
-from .images import (DATA_LAYOUTS, AugmentSection, FrozenEvaluationSection,  # noqa: F401 (crate-train --help)
-                     ImageDataSection, image_splits, image_transforms)
+from .images import (  # noqa: F401 (crate-train --help)
+    DATA_LAYOUTS,
+    AugmentSection,
+    FrozenEvaluationSection,
+    ImageDataSection,
+    image_splits,
+    image_transforms,
+)
 
 TRAIN_STREAM, EVAL_STREAM = 0, 1
 DIGITS_MODEL = dict(patch_size=2, dim=64, depth=3, heads=4)  # the mae_digits encoder (and its classifier)
@@ -269,17 +275,16 @@ def mae_imagenet() -> MAEConfig:
 def mae_digits() -> MAEConfig:
     """scikit-learn's 8×8 digits: a small CRATE-MAE pre-trained on a CPU in minutes (tests and audit use it).
 
-    CRATE-MAE (official wiring, λ = 0.5) with image 8, patch 2: a 4×4 grid of 2×2 patches of which 12 are masked
-    and 4 stay visible (patch 4 would leave one visible patch of four, patch 1 makes a token of each pixel); d = 64,
-    4 heads, 3 encoder and 3 decoder layers. Pixels normalised with the training split's mean and std (0.305,
-    0.376), so a loss of 1 is the error of predicting the mean. AdamW lr 3e-3, weight decay 0.05 (not on norms,
-    biases, tokens), β = (0.9, 0.95), batch 64, 60 epochs with a 5-epoch warm-up; no augmentation (digits are not
-    flip-invariant). Tuning (validation loss after 60 epochs, seed 0): lr 1e-3 0.443, 3e-3 0.380, 5e-3 0.375 with a
-    loss spike on the way (0.51 → 0.65 → 0.51); 3e-3 was kept. Every run sits near 1.0 (the mean prediction) for
-    its first 4–5 epochs before the loss drops. Trained on the 1,293 training images; held-out loss on the 144 validation images each epoch
-    and on the 360 test images at the end; the linear probe trains on the training split and tests on the test
-    split, for the trained encoder and for the same model at its initialisation. Reconstruction figures of 8
-    validation images after epochs 0, 10 and 60.
+    CRATE-MAE (official wiring, λ = 0.5) with image 8, patch 2: a 4×4 grid of 2×2 patches of which 12 are masked and
+    4 stay visible (patch 4 would leave one visible patch of four, patch 1 makes a token of each pixel); d = 64, 4
+    heads, 3 encoder and 3 decoder layers. Pixels normalised with the training split's mean and std (0.305, 0.376),
+    so a loss of 1 is the error of predicting the mean. AdamW lr 3e-3, weight decay 0.05 (not on norms, biases,
+    tokens), β = (0.9, 0.95), batch 64, 60 epochs with a 5-epoch warm-up; no augmentation (digits are not
+    flip-invariant). Trained on the 1,293 training images; held-out loss on the 144 validation images each epoch and
+    on the 360 test images at the end; the linear probe trains on the training split and tests on the test split,
+    for the trained encoder and for the same model at its initialisation. Reconstruction figures of 8 validation
+    images after epochs 0, 10 and 60. Source: the learning rate chosen here on the validation loss
+    (``results/presets/mae_digits.md``).
 
     Command:  crate-train --preset mae_digits
     Expected (seeds 0–2, mean ± std): held-out test loss 0.395 ± 0.004 (predicting the training mean image gives
