@@ -11,8 +11,10 @@ Two nodes, 8 GPUs each (run on both nodes; HOST:PORT reachable from both):
 Resume an interrupted or preempted run (same command plus --resume); start over in the same directory:
     crate-train --preset imagenet --data-dir /data/imagenet --resume
     crate-train --preset digits --overwrite
-List the presets of every task, then the fields of one preset with its values (without --preset, crate-train
-lists the presets on stderr and exits with status 2: there is no default experiment to start by accident):
+List the presets of every task, then the fields of one preset with its values, one group per section of its config
+(run, optimiser, schedule, evaluation, data, and the system's own: model, crops, distillation, masking …). Without
+--preset, crate-train lists the presets on stderr and exits with status 2: there is no default experiment to start
+by accident:
     crate-train --list-presets
     crate-train --preset digits --help
 Shorten a preset: --epochs or --total-steps keep its warm-up and its measurement, k-NN, probe and figure epochs in
