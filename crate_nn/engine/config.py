@@ -276,8 +276,18 @@ class TrainConfig(RunSection, OptimSection, ScheduleSection, EvaluationSection):
         """Fields that may differ between an interrupted run and its ``--resume`` without changing the result."""
         return {f.name for f in dataclasses.fields(cls) if f.metadata.get("resume_free")}
 
+    @classmethod
+    def field_order(cls) -> list[str]:
+        """The field names in the order ``to_dict`` (and so config.json) lists them: the engine's sections (run,
+        optimiser, schedule, evaluation), then the config's own fields and its other sections as `sections` lists
+        them (the dataclass's own order follows the bases from the last)."""
+        engine = [s for s in cls.sections() if issubclass(TrainConfig, s)]
+        return [name for s in engine + [s for s in cls.sections() if s not in engine] for name in own_fields(s)]
+
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """Every field by name (tuples and dicts as they are; `json` writes tuples as lists), in `field_order`."""
+        values = dataclasses.asdict(self)
+        return {name: values[name] for name in self.field_order()}
 
     def differences(self, saved: Mapping, ignore: Collection[str] = ()) -> list[str]:
         """The fields (outside ``ignore``) on which this config differs from ``saved``, a config of the same class as

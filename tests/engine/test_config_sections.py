@@ -67,6 +67,9 @@ def test_every_field_is_declared_by_exactly_one_section(config_class):
     assert len(declared) == len(set(declared))
     for name in declared:
         assert name in own_fields(config_class.section_of(name))
+    # config.json lists the engine's sections first (the run, from "preset"), then the task's
+    assert list(config_class().to_dict()) == config_class.field_order()
+    assert config_class.field_order()[:2] == ["preset", "device"]
     titles = [config_class.section_title(s) for s in config_class.sections()]
     assert {"run", "optimiser", "schedule", "evaluation", "data"} <= set(titles)
 
