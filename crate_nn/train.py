@@ -11,8 +11,10 @@ Two nodes, 8 GPUs each (run on both nodes; HOST:PORT reachable from both):
 Resume an interrupted or preempted run (same command plus --resume); start over in the same directory:
     crate-train --preset imagenet --data-dir /data/imagenet --resume
     crate-train --preset digits --overwrite
-List the presets of every task, then the fields of one preset with its values (without --preset, crate-train
-lists the presets on stderr and exits with status 2: there is no default experiment to start by accident):
+List the presets of every task, then the fields of one preset with its values, one group per section of its config
+(run, optimiser, schedule, evaluation, data, and the system's own: model, crops, distillation, masking …). Without
+--preset, crate-train lists the presets on stderr and exits with status 2: there is no default experiment to start
+by accident:
     crate-train --list-presets
     crate-train --preset digits --help
 Shorten a preset: --epochs or --total-steps keep its warm-up and its measurement, k-NN, probe and figure epochs in
@@ -93,6 +95,15 @@ def _presets_text() -> str:
     return "\n".join(lines)
 
 
+def _flag_groups(config_class: type[TrainConfig]) -> dict[str, list[type]]:
+    """The config's sections (`TrainConfig.sections`) grouped by title, in the order they are listed: the groups of
+    flags ``--help`` shows (sections with one title, such as an image data section and `DataSection`, share one)."""
+    groups: dict[str, list[type]] = {}
+    for section in config_class.sections():
+        groups.setdefault(config_class.section_title(section), []).append(section)
+    return groups
+
+
 def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
     """``--preset NAME`` then any ``--field-name VALUE`` of that preset's config (tuples: several values;
     dicts: KEY=VALUE). The result is validated; errors exit with status 2 and one line naming the flag."""
@@ -125,17 +136,20 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
     if getattr(module, "DATA_LAYOUTS", None):
         parser.epilog += "\n\n" + module.DATA_LAYOUTS
     hints = typing.get_type_hints(config_class)
-    group = parser.add_argument_group(f"{config_class.task} fields ({config_class.__name__}; values of preset "
-                                      f"{known.preset!r})")
-    for f in dataclasses.fields(config_class):
-        if f.name == "preset":
-            continue
-        choices = f.metadata.get("choices")
-        text = f.metadata.get("help", "")
-        text += f" [{known.preset}: {getattr(defaults, f.name)!r}" + (f"; one of {', '.join(map(str, choices))}]"
-                                                                       if choices else "]")
-        group.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=argparse.SUPPRESS,
-                           help=text.replace("%", "%%"), **_field_parser(hints[f.name]))
+    parser.description += (f"\n\nThe flags of {config_class.__name__} ({config_class.task}), one group per section of "
+                           f"the config; in brackets, the values of preset {known.preset}.")
+    for title, sections in _flag_groups(config_class).items():
+        names = ", ".join(section.__name__ for section in sections)
+        group = parser.add_argument_group(f"{title} ({names})")
+        for f in dataclasses.fields(config_class):
+            if f.name == "preset" or config_class.section_of(f.name) not in sections:
+                continue
+            choices = f.metadata.get("choices")
+            text = f.metadata.get("help", "")
+            text += f" [{known.preset}: {getattr(defaults, f.name)!r}" + (
+                f"; one of {', '.join(map(str, choices))}]" if choices else "]")
+            group.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=argparse.SUPPRESS,
+                               help=text.replace("%", "%%"), **_field_parser(hints[f.name]))
     overrides = vars(parser.parse_args(argv))
     preset = overrides.pop("preset")
     overrides.pop("list_presets")

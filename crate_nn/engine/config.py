@@ -1,5 +1,12 @@
 """`TrainConfig`: what every training run needs from the engine, whatever the task; each task's config extends it.
 
+A config is composed of sections (`Section`: dataclass mixins, each declaring its fields once): the engine's are
+`RunSection`, `OptimSection`, `ScheduleSection` and `EvaluationSection` (`TrainConfig` is these four), and
+`DataSection` owns the ``data_dir`` every system's data section extends; a task's config lists its sections (its
+model, its data, what its system adds: crops, distillation, masking …) and may declare fields of its own.
+``Config.sections()`` lists them; ``crate-train --help`` shows one group of flags per section. The fields stay flat:
+a field's name is its flag and its key in ``to_dict()``, whatever section declares it.
+
 Every field is declared with `option`, which records in the field itself what the command line and the checks
 need: its help text, its allowed values, its bounds and whether it may change when a run is resumed
 (``resume_free``: bookkeeping such as the output directory or the number of workers, never anything that changes
@@ -14,6 +21,7 @@ which something is measured, an evaluation cadence): `validate` refuses a value 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import math
 import re
@@ -50,14 +58,102 @@ def option(default: Any = _MISSING, help: str = "", *, factory: Any = _MISSING, 
     return dataclasses.field(default=default, metadata=metadata)
 
 
-@dataclass
-class TrainConfig:
-    """The engine's fields: optimisation, schedules, precision, checkpoints, logging. Tasks add their own."""
+def own_fields(cls: type) -> list[str]:
+    """The dataclass fields ``cls`` itself declares (not those it inherits), in declaration order."""
+    fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+    return [name for name in inspect.get_annotations(cls) if name in fields]
 
-    task: ClassVar[str] = ""
+
+def check_sections(cls: type) -> None:
+    """ValueError naming each field of config class ``cls`` that more than one of its sections (or the class itself)
+    declares: a field is declared once, by one section (`Section`)."""
+    owners: dict[str, list[str]] = {}
+    for c in cls.__mro__:
+        for name in own_fields(c):
+            owners.setdefault(name, []).append(c.__name__)
+    twice = {name: classes for name, classes in owners.items() if len(classes) > 1}
+    if twice:
+        listed = "; ".join(f"{name} by {', '.join(classes)}" for name, classes in twice.items())
+        raise ValueError(f"{cls.__name__}: fields declared more than once ({listed}); declare each in one section")
+
+
+@dataclass
+class Section:
+    """A group of config fields that belong together (the run, the optimiser, the data, DINO's crops …): a dataclass
+    mixin declaring each of its fields once, with `option`. A config is composed of sections (its bases) plus the
+    fields it declares itself; `sections` lists them, ``crate-train --help`` shows one group of flags per section
+    ``title`` (sections with the same title share a group: an image data section extends `DataSection`, the section
+    that owns ``data_dir``). The flat field names are the flags and the keys of ``to_dict()``, so no two sections of
+    one config may declare the same name (``tests/engine/test_config_sections.py``).
+
+    A section may check its own fields in ``validate`` (call ``super().validate()`` first: `TrainConfig`'s type,
+    choice and bound checks then run before any section's) and adjust a smoke run in ``smoke`` (call
+    ``super().smoke``). A field is declared once: a config that wants another default than its section's sets it
+    in its presets (DINO's ``dataset="imagenet"`` is ``dino_imagenet``'s), never by re-declaring the field.
+    """
+
+    title: ClassVar[str] = ""
+
+    def validate(self) -> None:
+        """The checks of this section's fields beyond their declarations (the root: none)."""
+
+    @classmethod
+    def sections(cls) -> list[type]:
+        """The classes this config's fields are declared in, in the order ``--help`` shows them: the config's own
+        fields first (when it declares any), then each section of its bases (method resolution order)."""
+        return [c for c in cls.__mro__ if dataclasses.is_dataclass(c) and own_fields(c)]
+
+    @classmethod
+    def section_title(cls, section: type) -> str:
+        """The group ``section``'s fields are shown under: its ``title`` (a section extending another without a title
+        of its own shares its parent's); for a config's own fields, its task."""
+        return section.__dict__.get("task") or getattr(section, "title", "") or section.__name__
+
+    @classmethod
+    def section_of(cls, name: str) -> type:
+        """The section (or config class) that declares field ``name``."""
+        for section in cls.sections():
+            if name in own_fields(section):
+                return section
+        raise ValueError(f"{name}: not a field of {cls.__name__}")
+
+
+@dataclass
+class RunSection(Section):
+    """Where and how the run executes and what it writes: none of these changes the numbers, except the seed and
+    the precision."""
+
+    title = "run"
 
     preset: str = option("", "the preset these values started from", resume_free=True)
-    # optimisation
+    device: str = option("auto", "auto (cuda if available, else cpu), cpu, cuda, cuda:N", resume_free=True)
+    seed: int = option(0, "seed of initialisation, data order and augmentation", minimum=0)
+    precision: str = option("auto", f"auto: bf16 autocast on CUDA, float32 on CPU; {MEASURED}: bf16 also on a CPU "
+                            "whose bf16 matrix products are measured faster (crate_nn.engine.precision)",
+                            choices=PRECISIONS)
+    compile: bool = option(False, "torch.compile the model", resume_free=True)
+    output_dir: str = option("runs/run", "the run directory", resume_free=True)
+    resume: bool = option(False, "continue the run in output_dir from checkpoints/last.pt", resume_free=True)
+    overwrite: bool = option(False, "delete the run already in output_dir and start over", resume_free=True)
+    num_workers: int = option(8, "DataLoader worker processes", minimum=0, resume_free=True)
+    checkpoint_every: int = option(
+        1000, "optimizer steps between checkpoints (also at every epoch end); 0 = epoch ends only", minimum=0,
+        resume_free=True)
+    keep_checkpoints: int = option(3, "newest step_*.pt files kept (last.pt always); 0 = keep all", minimum=0,
+                                   resume_free=True)
+    log_every: int = option(20, "optimizer steps between metrics.jsonl lines", minimum=1, resume_free=True)
+    tensorboard: bool = option(False, "also write TensorBoard scalars", resume_free=True)
+    progress: bool = option(True, "tqdm progress bar", resume_free=True)
+    curves: bool = option(True, "draw figures/curves.png at the end (summary.json is always written)",
+                          resume_free=True)
+
+
+@dataclass
+class OptimSection(Section):
+    """The optimiser, its weight decay, clipping and the moving average of the weights."""
+
+    title = "optimiser"
+
     optimizer: str = option("lion", "optimizer", choices=OPTIMIZERS)
     lr: float = option(2.4e-4, "peak learning rate (after warm-up)", above=0.0)
     weight_decay: float = option(0.5, "weight decay (decoupled) at the start of training", minimum=0.0)
@@ -65,6 +161,22 @@ class TrainConfig:
         None, "weight decay at the end of a cosine schedule from weight_decay (DINO); None = constant", minimum=0.0)
     betas: tuple[float, float] = option((0.9, 0.99), "the optimizer's β1 β2", minimum=0.0, maximum=1.0)
     weight_decay_all: bool = option(False, "decay every parameter; default: no decay on norms, biases, embeddings")
+    grad_clip: float | None = option(None, "max global gradient norm; None = no clipping", above=0.0)
+    grad_clip_mode: str = option("global", "grad_clip bounds the norm of all gradients together (global) or of "
+                                 "each parameter's gradient (per_tensor, DINO)", choices=GRAD_CLIP_MODES)
+    ema: bool = option(False, "keep an exponential moving average of the weights (evaluated as ema_*)")
+    ema_momentum: float = option(0.9999, "EMA momentum m: ema ← m·ema + (1 − m)·weights", minimum=0.0, maximum=1.0)
+    ema_momentum_end: float | None = option(
+        None, "EMA momentum at the end of a cosine schedule from ema_momentum; None = constant",
+        minimum=0.0, maximum=1.0)
+
+
+@dataclass
+class ScheduleSection(Section):
+    """The batch, the run's length, the warm-up and the learning rate's decay."""
+
+    title = "schedule"
+
     batch_size: int = option(2048, "global batch per optimizer step, over all processes and accumulation steps",
                              minimum=1)
     micro_batch_size: int | None = option(
@@ -79,46 +191,62 @@ class TrainConfig:
                                       "`warmup_epochs`", minimum=0, span="steps")
     lr_schedule: str = option("cosine", "learning-rate decay after the warm-up", choices=LR_SCHEDULES)
     min_lr_ratio: float = option(0.0, "final learning rate / lr of the decay", minimum=0.0, maximum=1.0)
-    grad_clip: float | None = option(None, "max global gradient norm; None = no clipping", above=0.0)
-    grad_clip_mode: str = option("global", "grad_clip bounds the norm of all gradients together (global) or of "
-                                 "each parameter's gradient (per_tensor, DINO)", choices=GRAD_CLIP_MODES)
     max_steps: int | None = option(
         None, "stop after this many optimizer steps (the schedules still span `epochs`)", minimum=1,
         resume_free=True)
-    precision: str = option("auto", f"auto: bf16 autocast on CUDA, float32 on CPU; {MEASURED}: bf16 also on a CPU "
-                            "whose bf16 matrix products are measured faster (crate_nn.engine.precision)",
-                            choices=PRECISIONS)
-    compile: bool = option(False, "torch.compile the model", resume_free=True)
-    ema: bool = option(False, "keep an exponential moving average of the weights (evaluated as ema_*)")
-    ema_momentum: float = option(0.9999, "EMA momentum m: ema ← m·ema + (1 − m)·weights", minimum=0.0, maximum=1.0)
-    ema_momentum_end: float | None = option(
-        None, "EMA momentum at the end of a cosine schedule from ema_momentum; None = constant",
-        minimum=0.0, maximum=1.0)
-    # bookkeeping
-    device: str = option("auto", "auto (cuda if available, else cpu), cpu, cuda, cuda:N", resume_free=True)
-    seed: int = option(0, "seed of initialisation, data order and augmentation", minimum=0)
-    output_dir: str = option("runs/run", "the run directory", resume_free=True)
-    resume: bool = option(False, "continue the run in output_dir from checkpoints/last.pt", resume_free=True)
-    overwrite: bool = option(False, "delete the run already in output_dir and start over", resume_free=True)
-    num_workers: int = option(8, "DataLoader worker processes", minimum=0, resume_free=True)
+
+    def run_length(self, span: str) -> int | None:
+        """The run's length in ``span`` ("epochs", or "steps": ``total_steps``, None for a run stated in epochs)."""
+        return self.epochs if span == "epochs" else self.total_steps
+
+    def run_steps(self, steps_per_epoch: int) -> tuple[int, int]:
+        """(optimizer steps the schedules span, warm-up steps) of this run when an epoch is ``steps_per_epoch``
+        steps: ``total_steps`` or ``epochs`` epochs; ``warmup_steps`` or ``warmup_epochs`` epochs. The engine's
+        schedules and a task's own (e.g. DINO's teacher momentum) read the run's length here."""
+        total = self.total_steps or self.epochs * steps_per_epoch
+        warmup = self.warmup_steps if self.warmup_steps is not None else round(self.warmup_epochs * steps_per_epoch)
+        if warmup > total:
+            raise ValueError(f"warmup_epochs: {self.warmup_epochs} epochs are {warmup} optimizer steps, more than the "
+                             f"run's {total}; pass a smaller --warmup-epochs or --warmup-steps")
+        return total, warmup
+
+
+@dataclass
+class EvaluationSection(Section):
+    """When the task's evaluation runs (what it measures is the task's: its own evaluation sections)."""
+
+    title = "evaluation"
+
     eval_every: int = option(1, "epochs between evaluations (and always at the end)", minimum=1, resume_free=True)
     eval_every_steps: int | None = option(None, "also evaluate every this many optimizer steps", minimum=1,
                                           resume_free=True, span="steps")
     eval_at_start: bool = option(False, "also evaluate the initial model (logged at step 0: the baseline the run's "
                                  "summary shows beside the final metrics)", resume_free=True)
-    checkpoint_every: int = option(
-        1000, "optimizer steps between checkpoints (also at every epoch end); 0 = epoch ends only", minimum=0,
-        resume_free=True)
-    keep_checkpoints: int = option(3, "newest step_*.pt files kept (last.pt always); 0 = keep all", minimum=0,
-                                   resume_free=True)
-    log_every: int = option(20, "optimizer steps between metrics.jsonl lines", minimum=1, resume_free=True)
-    tensorboard: bool = option(False, "also write TensorBoard scalars", resume_free=True)
-    progress: bool = option(True, "tqdm progress bar", resume_free=True)
-    curves: bool = option(True, "draw figures/curves.png at the end (summary.json is always written)",
-                          resume_free=True)
+
+
+@dataclass
+class DataSection(Section):
+    """What every system's data section shares: the local folder its data are read from. Image and text data
+    sections extend it, so one config can hold both (one ``data_dir``; `crate_nn.tasks.images.ImageDataSection`,
+    `crate_nn.tasks.language.CorpusSection`)."""
+
+    title = "data"
+
+    data_dir: str | None = option(None, "local folder of the data (what it holds: the dataset layout, a corpus "
+                                  "prepared by crate-prepare-text, GLUE TSV files); None = the built-in data where "
+                                  "the task has them", resume_free=True)
+
+
+@dataclass
+class TrainConfig(RunSection, OptimSection, ScheduleSection, EvaluationSection):
+    """The engine's fields, in four sections: the run, the optimiser, the schedule, the evaluation cadence. A task's
+    config extends it with its own sections (its model, its data, what its system adds) and its own fields."""
+
+    task: ClassVar[str] = ""
 
     def validate(self) -> None:
         """Raise ValueError (TypeError for a wrong type) naming the first field with an unusable value."""
+        super().validate()
         hints = typing.get_type_hints(type(self))
         for f in dataclasses.fields(self):
             check_field(f.name, getattr(self, f.name), hints[f.name], f.metadata)
@@ -128,10 +256,6 @@ class TrainConfig:
             raise ValueError(f"device: expected auto, cpu, cuda, cuda:N or mps, got {self.device!r}")
         if self.resume and self.overwrite:
             raise ValueError("resume, overwrite: choose one (continue the run, or delete it and start over)")
-
-    def run_length(self, span: str) -> int | None:
-        """The run's length in ``span`` ("epochs", or "steps": ``total_steps``, None for a run stated in epochs)."""
-        return self.epochs if span == "epochs" else self.total_steps
 
     def _check_span(self, name: str, span: str) -> None:
         """ValueError, saying what to pass instead, when field ``name`` (a share of the run) falls past its end."""
@@ -147,24 +271,23 @@ class TrainConfig:
         elif value > end:
             raise ValueError(f"{name}: {value} exceeds the run's {end} {span}; pass a value ≤ {end} or a larger {flag}")
 
-    def run_steps(self, steps_per_epoch: int) -> tuple[int, int]:
-        """(optimizer steps the schedules span, warm-up steps) of this run when an epoch is ``steps_per_epoch``
-        steps: ``total_steps`` or ``epochs`` epochs; ``warmup_steps`` or ``warmup_epochs`` epochs. The engine's
-        schedules and a task's own (e.g. DINO's teacher momentum) read the run's length here."""
-        total = self.total_steps or self.epochs * steps_per_epoch
-        warmup = self.warmup_steps if self.warmup_steps is not None else round(self.warmup_epochs * steps_per_epoch)
-        if warmup > total:
-            raise ValueError(f"warmup_epochs: {self.warmup_epochs} epochs are {warmup} optimizer steps, more than the "
-                             f"run's {total}; pass a smaller --warmup-epochs or --warmup-steps")
-        return total, warmup
-
     @classmethod
     def resume_free_fields(cls) -> set[str]:
         """Fields that may differ between an interrupted run and its ``--resume`` without changing the result."""
         return {f.name for f in dataclasses.fields(cls) if f.metadata.get("resume_free")}
 
+    @classmethod
+    def field_order(cls) -> list[str]:
+        """The field names in the order ``to_dict`` (and so config.json) lists them: the engine's sections (run,
+        optimiser, schedule, evaluation), then the config's own fields and its other sections as `sections` lists
+        them (the dataclass's own order follows the bases from the last)."""
+        engine = [s for s in cls.sections() if issubclass(TrainConfig, s)]
+        return [name for s in engine + [s for s in cls.sections() if s not in engine] for name in own_fields(s)]
+
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """Every field by name (tuples and dicts as they are; `json` writes tuples as lists), in `field_order`."""
+        values = dataclasses.asdict(self)
+        return {name: values[name] for name in self.field_order()}
 
     def differences(self, saved: Mapping, ignore: Collection[str] = ()) -> list[str]:
         """The fields (outside ``ignore``) on which this config differs from ``saved``, a config of the same class as

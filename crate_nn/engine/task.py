@@ -30,7 +30,7 @@ from torch.utils.data import Dataset
 
 from ..data.batching import collate
 from ..preprocessing import Preprocessing, from_training
-from .config import TrainConfig, fit_to_run
+from .config import TrainConfig, check_sections, fit_to_run
 from .distributed import Context
 
 
@@ -209,11 +209,13 @@ PRESETS: dict[str, Callable[[], TrainConfig]] = {}
 
 
 def register_task(config_class: type[TrainConfig]) -> Callable[[type[Task]], type[Task]]:
-    """Class decorator: ``config_class`` configures this task (``train(config)`` dispatches on it)."""
+    """Class decorator: ``config_class`` configures this task (``train(config)`` dispatches on it). ValueError when
+    the config does not name its task, or declares a field in more than one of its sections (`check_sections`)."""
 
     def wrap(cls: type[Task]) -> type[Task]:
         if not config_class.task:
             raise ValueError(f"{config_class.__name__}.task must name the task")
+        check_sections(config_class)
         cls.config_class = config_class
         TASKS[config_class] = cls
         return cls

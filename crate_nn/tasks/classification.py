@@ -23,33 +23,37 @@ from tqdm import tqdm
 
 from .. import checkpoint
 from ..data.batching import Batch, collate
-from ..engine.config import option
+from ..engine.config import Section, TrainConfig, option
 from ..engine.task import LossOutput, Task, preset, register_task, require_classes
 from ..evaluation.classification import evaluate
 from ..models.classifier import CRATEClassifier, CRATEConfig
 from ..models.embedding import resample_pos_embed
 from ..models.registry import create_model, list_models, model_config
 from ..official.classifier import load_official_checkpoint
-from .images import DATA_LAYOUTS, AugmentedImageConfig, image_splits, image_transforms  # noqa: F401 (crate-train --help)
+from .images import DATA_LAYOUTS, AugmentSection, ImageDataSection, MeasureSection, image_splits, image_transforms  # noqa: F401 (crate-train --help)
 
 
 @dataclass
-class ClassificationConfig(AugmentedImageConfig):
-    """A classification run: the engine's fields, the data and the model."""
+class ClassifierSection(Section):
+    """The classifier to train and the checkpoint it may start from."""
 
-    task = "classification"
+    title = "model"
 
-    # model
     model: str = option("crate_tiny", "a registered classifier (crate_nn.list_models(family='classifier'))",
                         choices=tuple(list_models(family="classifier")))
     model_args: dict = option(
         factory=dict, help="config overrides KEY=VALUE (image_size, num_classes, in_channels come from the data)")
     init_from: str | None = option(None, "a crate_nn or authors' checkpoint to start from (fine-tuning)")
+
+
+@dataclass
+class ClassificationConfig(ClassifierSection, ImageDataSection, AugmentSection, MeasureSection, TrainConfig):
+    """A classification run: the model, the image data and their augmentation, the layer-wise measurements, the
+    engine's sections; its own field, the loss's label smoothing."""
+
+    task = "classification"
+
     label_smoothing: float = option(0.1, "label smoothing of the cross-entropy", minimum=0.0)
-    measure_epochs: tuple[int, ...] = option((), "epochs after which layer-wise R^c/sparsity are saved (0 = init)",
-                                             minimum=0, span="epochs")
-    measure_samples: int = option(256, "evaluation images used for the layer-wise measurements", minimum=1,
-                                  resume_free=True)
 
     def validate(self) -> None:
         super().validate()
@@ -66,7 +70,7 @@ class ClassificationConfig(AugmentedImageConfig):
                 raise ValueError(f"model_args: {err}") from err
 
     def smoke(self, steps: int = 20, batch_size: int = 32, **overrides) -> ClassificationConfig:
-        """`ImageDataConfig.smoke`, plus: no layer-wise measurements, no ``init_from`` checkpoint."""
+        """`ImageDataSection.smoke`, plus: no layer-wise measurements, no ``init_from`` checkpoint."""
         return super().smoke(steps, batch_size, **{"measure_epochs": (), "init_from": None, **overrides})
 
 
@@ -235,11 +239,7 @@ def digits() -> ClassificationConfig:
     CRATE with image 8, patch 4 (4 patches + [CLS]), d = 96, 3 layers, 4 heads; AdamW lr 2e-3, weight decay 0.5
     (not on norms, biases, embeddings), batch 64, 30 epochs with a 3-epoch warm-up; no augmentation. Trained on the
     1,293-image training split, tuned on the 144-image validation split, tested once on the 360 held-out images.
-    Tuning (validation top-1): patch 2 reached only 92% (the patch embedding's LayerNorm over 4 pixels discards
-    each patch's brightness), patch 4 97.9%. Weight decay is the paper's ImageNet value (App. C.1), because
-    validation cannot tell the candidates apart: over 5 seeds (30 epochs) it gave 97.08 ± 0.91% at 0.05,
-    96.81 ± 1.05% at 0.5 and 96.94 ± 0.79% at 1.0 — differences below one of the 144 images. No value here was
-    chosen for what a measurement of the trained model (e.g. the audit's layer-wise R^c) shows.
+    Tuning history (patch size, weight decay; validation top-1): ``results/presets/digits.md``.
     ``--model vit_tiny --model-args patch_size=4 dim=96 depth=3 heads=4`` (or crate_mlp_s8 / crate_mhsa_s8 with
     the same arguments) trains a baseline of the same size with the same recipe.
 

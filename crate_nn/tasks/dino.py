@@ -52,11 +52,10 @@ from pathlib import Path
 
 from torch import nn
 
-from ..data import DATASETS
 from ..data.batching import Batch, collate
 from ..data.multicrop import MultiCrop
 from ..data.transforms import DeviceTransform
-from ..engine.config import option
+from ..engine.config import Section, TrainConfig, option
 from ..engine.distributed import Context
 from ..engine.ema import ema_update
 from ..engine.schedule import cosine
@@ -65,22 +64,20 @@ from ..evaluation.cadence import Cadence, due, final
 from ..evaluation.collapse import CollapseMonitors
 from ..evaluation.frozen import FrozenEvaluator, model_features
 from ..evaluation.knn import KNN_KS, KNN_TEMPERATURE
-from ..evaluation.linear_probe import PROBE_SOLVERS
 from ..models.dino_head import DINO, DINOConfig
 from ..models.registry import list_models, model_config, unwrap_model
 from .dino_loss import DINOLoss
-from .images import DATA_LAYOUTS, ImageDataConfig, image_split, image_splits  # noqa: F401 (crate-train --help)
+from .images import DATA_LAYOUTS, FrozenEvaluationSection, ImageDataSection, MeasureSection, image_split, image_splits  # noqa: F401 (crate-train --help)
 from .simdino import EXPANSION_VIEWS, SimDINOLoss
 
 OBJECTIVES = ("dino", "simdino")
 
 @dataclass
-class DINOTrainConfig(ImageDataConfig):
-    """A CRATE-DINO run: the engine's fields plus the backbone, the head, the crops, DINO's loss and evaluation."""
+class DINOModelSection(Section):
+    """The backbone (a registered classifier, read at its class token: eq. 80) and the projection head."""
 
-    task = "dino"
+    title = "model"
 
-    # backbone and head
     model: str = option("crate_small", "a registered classifier used as backbone (its class token, eq. 80)",
                         choices=tuple(list_models(family="classifier")))
     model_args: dict = option(factory=dict, help="backbone config overrides KEY=VALUE (image_size and in_channels "
@@ -97,17 +94,16 @@ class DINOTrainConfig(ImageDataConfig):
     token_init_std: float | None = option(0.02, "σ of the backbone's class token and position embedding at "
                                                 "initialisation (DINO's ViT: 0.02); None: the classifier's N(0, 1)",
                                           minimum=0.0)
-    # data (the other fields: ImageDataConfig)
-    dataset: str = option("imagenet", "dataset layout", choices=DATASETS)
-    train_split: str = option("train", "training split (also the k-NN / linear-probe training features)")
-    eval_split: str = option("val", "split evaluated at every evaluation (monitors, k-NN, probe)")
-    test_split: str | None = option(None, "split evaluated once at the end of training (k-NN, probe)")
-    image_size: int = option(224, "side of the global crops (and of the evaluation images)", minimum=1)
+
+
+@dataclass
+class CropsSection(Section):
+    """DINO's multi-crop augmentation (`crate_nn.data.multicrop.MultiCrop`): global crops of ``image_size`` (the data
+    section's), local crops, their photometric augmentations."""
+
+    title = "crops"
+
     local_crop_size: int = option(96, "side of the local crops", minimum=1)
-    load_size: int = option(256, "training images: shorter side → load_size, central square, crops drawn from it "
-                                 "(images of another size, e.g. digits, are resized to load_size² on the device)",
-                            minimum=1)
-    # multi-crop
     global_crops: int = option(2, "global crops per image (seen by teacher and student)", minimum=1)
     local_crops: int = option(8, "local crops per image (seen by the student)", minimum=0)
     global_crop_scale: tuple[float, float] = option((0.4, 1.0), "global crops' area range (min max)", above=0.0,
@@ -124,7 +120,24 @@ class DINOTrainConfig(ImageDataConfig):
                                                 "2, local crops", minimum=0.0, maximum=1.0)
     solarize_p: float = option(0.2, "solarisation probability of the second global crop", minimum=0.0,
                                maximum=1.0)
-    # objective
+
+    def validate(self) -> None:
+        super().validate()
+        if self.global_crops + self.local_crops < 2:
+            raise ValueError(f"global_crops, local_crops: the loss compares two crops at least, got "
+                             f"{self.global_crops} global and {self.local_crops} local")
+        for name in ("global_crop_scale", "local_crop_scale", "blur_sigma"):
+            low, high = getattr(self, name)
+            if low > high:
+                raise ValueError(f"{name}: expected min ≤ max, got {(low, high)}")
+
+
+@dataclass
+class DistillationSection(Section):
+    """The objective (DINO's, or SimDINO's coding rate), the temperatures, the centre and the EMA teacher."""
+
+    title = "distillation"
+
     objective: str = option("dino", "dino: DINO's loss (76) with centring and sharpening; simdino: SimDINO's "
                             "coding-rate objective (crate_nn.tasks.simdino: the head without prototypes, cosine "
                             "alignment plus the coding rate R_ε; the DINO-only options below are unused)",
@@ -136,7 +149,6 @@ class DINOTrainConfig(ImageDataConfig):
     expansion_views: str = option("average", "SimDINO: features whose coding rate is expanded: average (student "
                                   "and teacher global views averaged, SimDINO's expa_type 1) or student "
                                   "(expa_type 0)", choices=EXPANSION_VIEWS)
-    # DINO
     student_temp: float = option(0.1, "τ_s, the student's softmax temperature", above=0.0)
     teacher_temp: float = option(0.04, "τ_t after the warm-up", above=0.0)
     warmup_teacher_temp: float = option(0.04, "τ_t at epoch 0", above=0.0)
@@ -147,7 +159,13 @@ class DINOTrainConfig(ImageDataConfig):
     teacher_momentum_end: float = option(1.0, "λ at the end of its cosine schedule", minimum=0.0, maximum=1.0)
     freeze_last_layer: int = option(1, "epochs during which the head's last layer is not updated", minimum=0,
                                     span="epochs")
-    # evaluation
+
+
+@dataclass
+class DINOEvaluationSection(FrozenEvaluationSection):
+    """The teacher's frozen evaluations (the k-NN, the linear probe; its solver: `FrozenEvaluationSection`) and the
+    collapse monitors."""
+
     knn_ks: tuple[int, ...] = option(KNN_KS, "k of the weighted k-NN (the one with the best leave-one-out "
                                              "training accuracy is reported as knn_top1)", minimum=1)
     knn_temperature: float = option(KNN_TEMPERATURE, "T of the k-NN weights exp(s/T)", above=0.0)
@@ -161,16 +179,18 @@ class DINOTrainConfig(ImageDataConfig):
     probe_epochs: tuple[int, ...] = option(
         (), "epochs after which the linear probe (App. C.2) on eval_split is logged (0: the initial model, with "
         "eval_at_start); non-empty: also at the end", minimum=0, span="epochs")
-    probe_solver: str = option(
-        "sklearn", "linear probe: sklearn (C by 3-fold cross-validation, the papers' protocol; small data), or torch "
-        "on the device with lbfgs (full batch) or adam (minibatches: ImageNet scale), its weight decay chosen on a "
-        "held-out 10% of train_split", choices=PROBE_SOLVERS, resume_free=True)
     monitor_samples: int = option(1024, "held-out images of the collapse monitors at every evaluation", minimum=1,
                                   resume_free=True)
-    measure_epochs: tuple[int, ...] = option((), "epochs after which the teacher's layer-wise R^c/sparsity are "
-                                                 "saved (0 = init)", minimum=0, span="epochs")
-    measure_samples: int = option(256, "held-out images of the layer-wise measurements", minimum=1,
-                                  resume_free=True)
+
+
+@dataclass
+class DINOTrainConfig(DINOModelSection, CropsSection, DistillationSection, ImageDataSection, DINOEvaluationSection,
+                      MeasureSection, TrainConfig):
+    """A CRATE-DINO run: the backbone and head, the crops, the distillation, the image data, the frozen evaluations
+    and measurements, the engine's sections (no fields of its own; the checks across sections are its
+    `validate`)."""
+
+    task = "dino"
 
     def validate(self) -> None:
         super().validate()
@@ -186,13 +206,6 @@ class DINOTrainConfig(ImageDataConfig):
         for name in ("knn_epochs", "probe_epochs"):
             if 0 in getattr(self, name) and not self.eval_at_start:
                 raise ValueError(f"{name}: 0 evaluates the initial model, which needs eval_at_start (--eval-at-start)")
-        if self.global_crops + self.local_crops < 2:
-            raise ValueError(f"global_crops, local_crops: the loss compares two crops at least, got "
-                             f"{self.global_crops} global and {self.local_crops} local")
-        for name in ("global_crop_scale", "local_crop_scale", "blur_sigma"):
-            low, high = getattr(self, name)
-            if low > high:
-                raise ValueError(f"{name}: expected min ≤ max, got {(low, high)}")
         from_data = sorted({"image_size", "in_channels", "dynamic_img_size"} & set(self.model_args))
         if from_data:
             raise ValueError(f"model_args: {from_data} are set by the task (--image-size and the dataset; local "
@@ -206,7 +219,7 @@ class DINOTrainConfig(ImageDataConfig):
                              f"patch_size={config.patch_size}")
 
     def smoke(self, steps: int = 20, batch_size: int = 32, **overrides) -> DINOTrainConfig:
-        """`ImageDataConfig.smoke` without the slow extra work: no layer-wise measurements, no intermediate k-NN or
+        """`ImageDataSection.smoke` without the slow extra work: no layer-wise measurements, no intermediate k-NN or
         probe (the final k-NN stays: it checks the evaluation path)."""
         quiet = dict(measure_epochs=(), knn_epochs=(), probe_epochs=())
         return super().smoke(steps, batch_size, **{**quiet, **overrides})
@@ -413,26 +426,18 @@ def dino_imagenet() -> DINOTrainConfig:
 def dino_digits() -> DINOTrainConfig:
     """CRATE-DINO on scikit-learn's 8×8 digits: a small CRATE pre-trained without labels on a CPU (tests, audit).
 
-    Backbone as the ``digits`` classification preset (CRATE, patch 4, d = 96, 3 layers, 4 heads) on digits upsampled
-    to 16² (bilinear, antialiased) before cropping: global crops 16² (4×4 patches + [CLS]; at 8² a crop would be 2×2
-    patches), local crops 8² (2×2 patches; 4 of them instead of DINO's 8, for CPU time), DINO's crop scales for the
-    global crops and (0.1, 0.4) for the local ones (DINO's 0.05 of 16² is a 3.6-pixel box). No flip (digits are not
-    flip-invariant); colour jitter, blur and solarisation off: with them (DINO's values on the gray image, σ in
-    (0.1, 1) px) validation k-NN after 15 epochs was 77.1% vs 78.5% without — 2 of the 144 validation images, so the
-    simpler, cheaper crops-only pipeline was kept. Head: DINO's 3-layer MLP 256 → bottleneck 64 → K = 1024 normalised
-    prototypes (65,536 for 1,293 images is pointless on a CPU). τ_s = 0.1, τ_t = 0.04, centre momentum 0.9, last
-    layer frozen for 1 epoch, AdamW β = (0.9, 0.999), weight decay cosine 0.04 → 0.4 (DINO's defaults), clipping 3.0
-    per tensor, batch 64, 15 epochs (≈ 300 steps) with a 2-epoch warm-up. Chosen on validation k-NN (144 images,
-    seed 0, 15 epochs; the initialisation scores 69.4%): lr 1e-3 72–74% whatever else changed (τ_t 0.02 + lr 2e-3,
-    K = 256, batch 32, crops only), τ_t 0.01 65%, lr 5e-3 78.5%, lr 1e-2 77.1%; teacher momentum 0.99 rather than
-    DINO's 0.996, whose averaging time 1/(1 − λ) = 250 steps is most of a 300-step run (validation cannot tell them
-    apart: 0.996 72.9%, 0.99 72.2% at lr 1e-3, 20 epochs — one image). No value was
-    chosen for what the audit's measurements of the trained model show. Collapse monitors: at lr ≥ 1e-3 the
-    teacher's output entropy climbs to log K (6.93) — the head's output goes uniform (the known DINO failure mode,
-    here on a tiny dataset and schedule) while the backbone's k-NN is still above its initialisation's; ``teacher_entropy``
-    in metrics.jsonl shows it, and the run warns once (`collapse`) when the monitors cross their thresholds. The
-    initial model is evaluated too (k-NN at epoch 0: the baseline the run's summary prints beside the final k-NN,
-    with the raw pixels' k-NN, ``test_raw_pixels_knn_top1``, the strongest trivial control).
+    The diff from DINO's recipe (the sections' defaults): backbone as the ``digits`` classification preset (CRATE,
+    patch 4, d = 96, 3 layers, 4 heads) on digits upsampled to 16² (bilinear, antialiased) before cropping: global
+    crops 16² (4×4 patches + [CLS]; at 8² a crop would be 2×2 patches), local crops 8² (2×2 patches; 4 of them
+    instead of DINO's 8, for CPU time), local crop scales (0.1, 0.4) (DINO's 0.05 of 16² is a 3.6-pixel box). No
+    flip (digits are not flip-invariant); colour jitter, blur and solarisation off. Head: DINO's 3-layer MLP 256 →
+    bottleneck 64 → K = 1024 normalised prototypes (65,536 for 1,293 images is pointless on a CPU). AdamW β = (0.9,
+    0.999), lr 5e-3, weight decay cosine 0.04 → 0.4 (DINO's defaults), clipping 3.0 per tensor, batch 64, 15 epochs
+    (≈ 300 steps) with a 2-epoch warm-up, teacher momentum 0.99. The initial model is evaluated too (k-NN at epoch
+    0: the baseline the run's summary prints beside the final k-NN, with the raw pixels' k-NN,
+    ``test_raw_pixels_knn_top1``, the strongest trivial control). Source: chosen here on validation k-NN (photometric
+    augmentations, learning rate, τ_t, K, batch, teacher momentum), with what the collapse monitors showed:
+    ``results/presets/dino_digits.md``; the run warns once (`collapse`) when the monitors cross their thresholds.
 
     Command:  crate-train --preset dino_digits
     Expected (seeds 0–2, mean ± std; ``python -m verify --only dino --full`` re-measures): k-NN top-1 of the
@@ -443,16 +448,17 @@ def dino_digits() -> DINOTrainConfig:
     and 10.
     """
     return DINOTrainConfig(
-        model="crate_tiny", model_args=dict(patch_size=4, dim=96, depth=3, heads=4), dataset="digits",
-        image_size=16, local_crop_size=8, load_size=16, eval_resize=16, test_split="test", mean=(0.5,), std=(0.5,),
-        pixel_control=True, global_crops=2, local_crops=4, global_crop_scale=(0.4, 1.0), local_crop_scale=(0.1, 0.4), flip_p=0.0,
-        color_jitter_p=0.0, blur_p=(0.0, 0.0, 0.0), solarize_p=0.0, out_dim=1024, hidden_dim=256, bottleneck_dim=64,
-        teacher_temp=0.04, warmup_teacher_temp=0.04, optimizer="adamw", lr=5e-3, betas=(0.9, 0.999),
-        weight_decay=0.04, weight_decay_end=0.4, batch_size=64, epochs=15, warmup_epochs=2.0, grad_clip=3.0,
-        grad_clip_mode="per_tensor", teacher_momentum=0.99, eval_at_start=True, knn_epochs=(0, 5, 10),
-        measure_epochs=(0, 15),
-        measure_samples=144, monitor_samples=144, num_workers=0,
-        checkpoint_every=0, log_every=10, output_dir="runs/dino_digits", precision="fp32",
+        model="crate_tiny", model_args=dict(patch_size=4, dim=96, depth=3, heads=4), out_dim=1024, hidden_dim=256,
+        bottleneck_dim=64,
+        dataset="digits", image_size=16, load_size=16, eval_resize=16, test_split="test", mean=(0.5,), std=(0.5,),
+        local_crop_size=8, local_crops=4, local_crop_scale=(0.1, 0.4), flip_p=0.0, color_jitter_p=0.0,
+        blur_p=(0.0, 0.0, 0.0), solarize_p=0.0,
+        teacher_momentum=0.99,
+        optimizer="adamw", lr=5e-3, betas=(0.9, 0.999), weight_decay=0.04, weight_decay_end=0.4, grad_clip=3.0,
+        grad_clip_mode="per_tensor", batch_size=64, epochs=15, warmup_epochs=2.0,
+        eval_at_start=True, knn_epochs=(0, 5, 10), pixel_control=True, monitor_samples=144, measure_epochs=(0, 15),
+        measure_samples=144,
+        num_workers=0, checkpoint_every=0, log_every=10, output_dir="runs/dino_digits", precision="fp32",
     )
 
 
@@ -493,15 +499,9 @@ def simdino_digits() -> DINOTrainConfig:
     teacher momentum 0.99, lr 5e-3, 15 epochs) with SimDINO's objective in place of DINO's, ε = √0.05 (the public
     ViT-B/16 command's ``--eps 0.05``), the head's MLP 256 → bottleneck 64 as the coded features.
 
-    Tuning (seed 0, validation k-NN on the 144 validation digits, where the raw pixels score 96.5% by k-NN and 95.8%
-    by the probe; one image is 0.7 points): at 15 epochs ε = √0.5 (SimDINO's default) 72.9% (probe 76.4%), √0.05
-    76.4%, 0.1 74.3%; lr 1e-3 75.7%, lr 1e-2 61.8% (features collapsed to rank 1.0: the run warned); expansion of
-    the student's views alone 72.2%; alignment weight c = 3 72.2%, c = 10 75.7% (rank 10.5). Longer: 60 epochs 77.8% (lr 5e-3, ε = √0.5), 75.7% (lr 2e-3, √0.05), 77.1%
-    (lr 1e-3, √0.05), 77.8% with gentler crops (scales 0.6–1 and 0.2–0.6), 79.2% at width d = 192 (4 min of
-    CPU); 150 epochs (lr 1e-3, √0.05, 4 min of CPU) 79.2%. On the real 28×28 digits (``mnist5k``, patch 7, 15
-    epochs, lr 1e-3) 54.2% against the pixels' 91.8% (probe 55.3% vs 89.5%). No recipe comes near the pixels; the
-    preset keeps DINO's schedule so that the two objectives are compared at one recipe (``4.1.3-simdino-vs-dino``),
-    with the ε validation preferred.
+    Tuning history (ε, learning rate, expansion, alignment weight, longer runs, mnist5k; validation k-NN):
+    ``results/presets/simdino_digits.md``. The preset keeps DINO's schedule so that the two objectives are compared at
+    one recipe (``4.1.3-simdino-vs-dino``).
 
     Command:  crate-train --preset simdino_digits
     Expected: see the README's self-supervision table (``python -m verify --full --only simdino`` re-measures);

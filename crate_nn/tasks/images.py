@@ -1,9 +1,10 @@
 """What the image tasks share: the data fields of their configs, their datasets and their on-device transforms.
 
-`ImageDataConfig` extends the engine's `TrainConfig` with the dataset, its splits, image sizes and normalisation;
-`AugmentedImageConfig` adds the one-view training augmentation of `DeviceTransform`. A task's config extends one
-of them with its model and loss (`ClassificationConfig`, `MAEConfig`: augmented; `DINOTrainConfig`: its own
-multi-crop). `image_splits` builds the training, evaluation and (optional) test splits, `image_split` any split
+The config sections (`crate_nn.engine.config.Section`) of the image tasks: `ImageDataSection` (the dataset, its splits,
+image sizes and normalisation; ``data_dir`` is `DataSection`'s), `AugmentSection` (the one-view training augmentation
+of `DeviceTransform`), `MeasureSection` (layer-wise measurements) and `FrozenEvaluationSection` (the probe's solver).
+A task's config lists those it uses with its own (`ClassificationConfig` and `MAEConfig`: data, augmentation;
+`DINOTrainConfig`: data and its own multi-crop). `image_splits` builds the training, evaluation and (optional) test splits, `image_split` any split
 as evaluation data, `image_transforms` the training and evaluation `DeviceTransform`, `evaluation_data` what
 evaluating a trained model needs without its training task (the splits without augmentation, the evaluation
 transform).
@@ -19,7 +20,8 @@ from ..data import DATASETS, build_dataset
 from ..data.batching import CorruptImageError
 from ..data.images import IMAGENET_MEAN, IMAGENET_STD, ImageFiles
 from ..data.transforms import AUGMENTATIONS, DeviceTransform
-from ..engine.config import TrainConfig, option
+from ..engine.config import DataSection, Section, TrainConfig, option
+from ..evaluation.linear_probe import PROBE_SOLVERS
 
 DATA_LAYOUTS = """Data layouts (--data-dir): imagenet/imagefolder: <dir>/<split>/<class>/<image> (ImageNet's val/ must be
 in class folders too); cifar10: data_batch_1..5, test_batch, batches.meta (or the folder holding
@@ -29,17 +31,20 @@ or <split>/<class>/ folders; shards: <dir>/<split>/ written by crate-pack; digit
 
 
 @dataclass
-class ImageDataConfig(TrainConfig):
-    """The engine's fields plus an image dataset, its splits, sizes and normalisation."""
+class ImageDataSection(DataSection):
+    """An image dataset (``data_dir`` is `DataSection`'s), its splits, sizes and normalisation."""
+
+    title = "data"
 
     dataset: str = option("synthetic", "dataset layout", choices=DATASETS)
-    data_dir: str | None = option(None, "local folder of the dataset", resume_free=True)
-    train_split: str = option("train", "training split")
-    eval_split: str = option("val", "split evaluated every eval_every epochs")
+    train_split: str = option("train", "training split (also the frozen evaluations' training features: k-NN, probe)")
+    eval_split: str = option("val", "split evaluated every eval_every epochs (DINO: monitors, k-NN, probe)")
     test_split: str | None = option(None, "split evaluated once at the end of training")
-    image_size: int = option(224, "side of the model's input images", minimum=1)
-    load_size: int = option(256, "training images: shorter side → load_size, central square, then augmentation",
-                            minimum=1)
+    image_size: int = option(224, "side of the model's input images (DINO: of the global crops and of the evaluation "
+                             "images)", minimum=1)
+    load_size: int = option(256, "training images: shorter side → load_size, central square, then augmentation or "
+                            "crops (DINO: images of another size, e.g. digits, are resized to load_size² on the "
+                            "device)", minimum=1)
     eval_resize: int = option(256, "evaluation images: shorter side → eval_resize, central image_size crop",
                               minimum=1)
     mean: tuple[float, ...] = option(IMAGENET_MEAN, "per-channel normalisation mean (one value per channel)")
@@ -58,7 +63,7 @@ class ImageDataConfig(TrainConfig):
             raise ValueError(f"mean, std: expected one value per channel in each, got {len(self.mean)} means "
                              f"{self.mean} and {len(self.std)} stds {self.std}")
 
-    def smoke(self, steps: int = 20, batch_size: int = 32, **overrides) -> ImageDataConfig:
+    def smoke(self, steps: int = 20, batch_size: int = 32, **overrides) -> TrainConfig:
         """`TrainConfig.smoke`, plus: a dataset read from a folder becomes the built-in synthetic images of the same
         size, one batch of them (every step sees the same images, so the loss must fall)."""
         changes: dict = {}
@@ -72,8 +77,10 @@ class ImageDataConfig(TrainConfig):
 
 
 @dataclass
-class AugmentedImageConfig(ImageDataConfig):
-    """`ImageDataConfig` plus the training augmentation of one view per image (`DeviceTransform`)."""
+class AugmentSection(Section):
+    """The training augmentation of one view per image (`DeviceTransform`; DINO's multi-crop is its own section)."""
+
+    title = "augmentation"
 
     augment: str = option("rrc_flip", "training augmentation", choices=AUGMENTATIONS)
     crop_scale: tuple[float, float] = option((0.08, 1.0), "RandomResizedCrop area range (min max)", above=0.0,
@@ -89,19 +96,44 @@ class AugmentedImageConfig(ImageDataConfig):
             raise ValueError(f"crop_scale: expected min ≤ max, got {self.crop_scale}")
 
 
-def dataset_args(config: ImageDataConfig) -> dict:
+@dataclass
+class MeasureSection(Section):
+    """Layer-wise white-box measurements (R^c, sparsity; `crate_nn.analysis.snapshots`) saved during training."""
+
+    title = "measurements"
+
+    measure_epochs: tuple[int, ...] = option((), "epochs after which the layer-wise R^c/sparsity are saved (0 = init; "
+                                             "DINO: of the teacher)", minimum=0, span="epochs")
+    measure_samples: int = option(256, "held-out images of the layer-wise measurements", minimum=1,
+                                  resume_free=True)
+
+
+@dataclass
+class FrozenEvaluationSection(Section):
+    """What every frozen evaluation of an image task's features shares (`crate_nn.evaluation.frozen`): the linear
+    probe's solver. DINO's k-NN and MAE's probe extend it."""
+
+    title = "frozen evaluation"
+
+    probe_solver: str = option(
+        "sklearn", "linear probe: sklearn (C by 3-fold cross-validation, the papers' protocol; small data), or torch "
+        "on the device with lbfgs (full batch) or adam (minibatches: ImageNet scale), its weight decay chosen on a "
+        "held-out 10% of train_split", choices=PROBE_SOLVERS, resume_free=True)
+
+
+def dataset_args(config: ImageDataSection) -> dict:
     """The keyword arguments of `crate_nn.data.build_dataset` that ``config`` fixes (all but the split)."""
     return dict(data_dir=config.data_dir, image_size=config.image_size, load_size=config.load_size,
                 eval_resize=config.eval_resize, seed=config.seed, strict=config.strict,
                 synthetic_samples=config.synthetic_samples, synthetic_classes=config.synthetic_classes)
 
 
-def image_split(config: ImageDataConfig, split: str, classes):
+def image_split(config: ImageDataSection, split: str, classes):
     """Split ``split`` of ``config``'s dataset as evaluation data (no augmentation), labelled by ``classes``."""
     return build_dataset(config.dataset, split, train=False, classes=classes, **dataset_args(config))
 
 
-def image_splits(config: ImageDataConfig):
+def image_splits(config: ImageDataSection):
     """(training, evaluation, test or None) datasets of ``config``; the evaluation splits are labelled by the
     training split's class names. ValueError when ``mean``/``std`` do not have one value per image channel; under
     ``strict``, `CorruptImageError` naming every unreadable file of the splits (`check_readable`)."""
@@ -127,7 +159,7 @@ class EvaluationData(NamedTuple):
     """The evaluation transform (central crop, normalisation), on the device."""
 
 
-def evaluation_data(config: ImageDataConfig, device: torch.device | str = "cpu") -> EvaluationData:
+def evaluation_data(config: ImageDataSection, device: torch.device | str = "cpu") -> EvaluationData:
     """The splits of ``config``'s dataset as evaluation data (labelled by the training split's class names) and its
     evaluation `DeviceTransform` on ``device``: a checkpoint is evaluated as its training run evaluated it, without
     building the training task."""
@@ -155,8 +187,8 @@ def check_readable(datasets) -> None:
         raise CorruptImageError(f"{len(bad)} unreadable image(s): {listed}{more}")
 
 
-def image_transforms(config: AugmentedImageConfig, device: torch.device) -> tuple[DeviceTransform, DeviceTransform]:
-    """(training, evaluation) `DeviceTransform` of ``config`` on ``device``."""
+def image_transforms(config: ImageDataSection, device: torch.device) -> tuple[DeviceTransform, DeviceTransform]:
+    """(training, evaluation) `DeviceTransform` of ``config`` (a config with an `AugmentSection`) on ``device``."""
     train = DeviceTransform(
         config.image_size, config.mean, config.std, train=True, augment=config.augment,
         crop_scale=config.crop_scale, randaugment_n=config.randaugment_n, randaugment_m=config.randaugment_m,

@@ -39,7 +39,7 @@ from ..data.glue import TextPairs, read_glue_tsv, stdlib_next_lines
 from ..data.masking import IGNORE, Masking
 from ..data.tokenizers import get_tokenizer
 from ..engine import distributed
-from ..engine.config import TrainConfig, option
+from ..engine.config import DataSection, Section, TrainConfig, option
 from ..engine.precision import autocast
 from ..engine.task import LossOutput, Task, preset, register_task, require_classes
 from ..evaluation.language import as_float, classification_metrics, lm_loss, mlm_metrics, sequence_losses, spread
@@ -86,20 +86,76 @@ def initialise_from(model: nn.Module, path: str) -> list[str]:
 
 # --------------------------------------------------------------------------------------------- LM configs
 @dataclass
-class LanguageModelConfig(TrainConfig):
-    """The fields the causal and the masked LM share: the model, the corpus, the evaluation, the measurements."""
+class LanguageModelSection(Section):
+    """What the causal and the masked LM's model sections share: the config overrides and the starting checkpoint
+    (each extends it with its ``model``: `GPTModelSection`, `BERTModelSection`)."""
+
+    title = "model"
 
     model_args: dict = option(factory=dict, help="config overrides KEY=VALUE (vocab_size defaults to the corpus "
                                                   "tokenizer's, block_size to --block-size)")
     init_from: str | None = option(None, "a crate_nn, crate-lm or nanoGPT checkpoint to start from")
-    data_dir: str | None = option(None, "a corpus prepared by crate-prepare-text; None = the built-in corpus",
-                                  resume_free=True)
+
+
+@dataclass
+class GPTModelSection(LanguageModelSection):
+    """A causal LM: CRATE-GPT or the GPT-2 baseline."""
+
+    model: str = option("crate_gpt_base", "a registered GPT-family model", choices=tuple(list_models(family="gpt")))
+
+
+@dataclass
+class BERTModelSection(LanguageModelSection):
+    """A masked LM: CRATE-BERT or the BERT baseline."""
+
+    model: str = option("crate_bert_base", "a registered BERT-family model", choices=tuple(list_models(family="bert")))
+
+
+@dataclass
+class CorpusSection(DataSection):
+    """A token corpus (``data_dir``, `DataSection`'s: one prepared by crate-prepare-text; None = the built-in
+    corpus) cut into training windows."""
+
     block_size: int = option(1024, "tokens per training sequence", minimum=1)
+
+
+@dataclass
+class LMEvaluationSection(Section):
+    """The held-out loss and the layer-wise measurements of a language model."""
+
+    title = "evaluation"
+
     eval_batch_size: int = option(4, "windows per evaluation batch (Table 6: 4)", minimum=1)
     val_batches: int = option(1000, "evaluation batches (Table 6: 1,000)", minimum=1)
     measure_sequences: int = option(8, "validation windows of the layer-wise R^c/sparsity measurements (0 = none; "
                                        "a model without MSSA layers, e.g. the GPT baseline, is not measured)",
                                     minimum=0, resume_free=True)
+
+
+@dataclass
+class TokenMaskingSection(Section):
+    """BERT's masking of the input tokens (`crate_nn.data.masking.Masking`)."""
+
+    title = "masking"
+
+    mask_probability: float = option(0.15, "share of non-special tokens selected for prediction", above=0.0,
+                                     maximum=1.0)
+    mask_fraction: float = option(0.8, "share of the selected tokens replaced by <mask>", minimum=0.0, maximum=1.0)
+    random_fraction: float = option(0.1, "share of the selected tokens replaced by a random token", minimum=0.0,
+                                    maximum=1.0)
+
+    def validate(self) -> None:
+        super().validate()
+        if self.mask_fraction + self.random_fraction > 1:
+            raise ValueError(f"mask_fraction, random_fraction: their sum {self.mask_fraction + self.random_fraction} "
+                             "exceeds 1")
+
+
+@dataclass
+class LanguageModelConfig(CorpusSection, LMEvaluationSection, TrainConfig):
+    """What the causal and the masked LM's configs share (the corpus, the evaluation, the engine's sections) and
+    check (the model against the block size); `CausalLMConfig` and `MaskedLMConfig` add their model section (the
+    ``model`` this class's checks read)."""
 
     def validate(self) -> None:
         super().validate()
@@ -115,30 +171,17 @@ class LanguageModelConfig(TrainConfig):
 
 
 @dataclass
-class CausalLMConfig(LanguageModelConfig):
+class CausalLMConfig(GPTModelSection, LanguageModelConfig):
     """A causal-LM run (CRATE-GPT or the GPT-2 baseline)."""
 
     task = "causal_lm"
-    model: str = option("crate_gpt_base", "a registered GPT-family model", choices=tuple(list_models(family="gpt")))
 
 
 @dataclass
-class MaskedLMConfig(LanguageModelConfig):
+class MaskedLMConfig(BERTModelSection, TokenMaskingSection, LanguageModelConfig):
     """A masked-LM run (CRATE-BERT or the BERT baseline)."""
 
     task = "masked_lm"
-    model: str = option("crate_bert_base", "a registered BERT-family model", choices=tuple(list_models(family="bert")))
-    mask_probability: float = option(0.15, "share of non-special tokens selected for prediction", above=0.0,
-                                     maximum=1.0)
-    mask_fraction: float = option(0.8, "share of the selected tokens replaced by <mask>", minimum=0.0, maximum=1.0)
-    random_fraction: float = option(0.1, "share of the selected tokens replaced by a random token", minimum=0.0,
-                                    maximum=1.0)
-
-    def validate(self) -> None:
-        super().validate()
-        if self.mask_fraction + self.random_fraction > 1:
-            raise ValueError(f"mask_fraction, random_fraction: their sum {self.mask_fraction + self.random_fraction} "
-                             "exceeds 1")
 
 
 # --------------------------------------------------------------------------------------------- LM tasks
@@ -250,18 +293,23 @@ class MaskedLMTask(LanguageModelTask):
 
 # --------------------------------------------------------------------------------------------- fine-tuning
 @dataclass
-class SequenceClassificationConfig(TrainConfig):
-    """Fine-tuning a CRATE-BERT encoder for sequence classification (GLUE)."""
+class EncoderSection(Section):
+    """The CRATE-BERT encoder to fine-tune: a pre-trained checkpoint, or an architecture trained from scratch."""
 
-    task = "sequence_classification"
+    title = "model"
 
     init_from: str | None = option(None, "the pre-trained CRATE-BERT checkpoint (its architecture is used); None = "
                                          "train `model` from scratch")
     model: str = option("crate_bert_base", "the architecture when init_from is None", choices=tuple(list_models(family="bert")))
     model_args: dict = option(factory=dict, help="config overrides KEY=VALUE when init_from is None")
+
+
+@dataclass
+class GlueDataSection(DataSection):
+    """Labelled texts: GLUE-format TSV files in ``data_dir`` (`DataSection`'s; None = the built-in next-line pairs),
+    tokenized as in pre-training."""
+
     tokenizer: str = option("bytes", "the pre-training tokenizer: bytes | tiktoken:<encoding> | hf:<name or path>")
-    data_dir: str | None = option(None, "a folder with train.tsv and dev.tsv (GLUE format); None = the built-in "
-                                        "next-line pairs", resume_free=True)
     train_file: str = option("train.tsv", "training TSV inside data_dir")
     eval_file: str = option("dev.tsv", "evaluation TSV inside data_dir")
     text_columns: tuple[str, ...] = option(("sentence",), "one column (SST-2: sentence) or two (MRPC: '#1 String' "
@@ -275,6 +323,17 @@ class SequenceClassificationConfig(TrainConfig):
         super().validate()
         if not 1 <= len(self.text_columns) <= 2:
             raise ValueError(f"text_columns: expected one or two column names, got {list(self.text_columns)}")
+
+
+@dataclass
+class SequenceClassificationConfig(EncoderSection, GlueDataSection, TrainConfig):
+    """Fine-tuning a CRATE-BERT encoder for sequence classification (GLUE): the encoder, the labelled texts, the
+    engine's sections."""
+
+    task = "sequence_classification"
+
+    def validate(self) -> None:
+        super().validate()
         if self.init_from is None:
             try:
                 model_config(self.model, **self.model_args)
@@ -507,9 +566,7 @@ def bert_stdlib() -> MaskedLMConfig:
     d = 128, K = 4, L = 4, 128-byte windows, batch 32; the BERT recipe scaled down: AdamW β (0.9, 0.98), lr 1e-3
     (App. C.4's peak) with 50 warm-up steps and linear decay to 0 at step 1,500, weight decay 0.01, clipping 1.0; 15%
     masking with the 80/10/10 rule; evaluation every 500 steps on 50 × 16 validation windows with fixed masks.
-    The rate and length were chosen on the validation loss (seed 0): at 600 steps lr 3e-3 stays on the unigram
-    plateau (2.93 nats, 33.7% — always predicting a space scores 32.3%), 5e-4 reaches 2.88 and 1e-3 2.83; 1,500
-    steps at 1e-3 leave the plateau (2.57). Masked LM learns slower than causal LM: 15% of the positions carry a loss.
+    The rate and length were chosen on the validation loss: ``results/presets/bert_stdlib.md``.
 
     Command:  crate-train --preset bert_stdlib
     Expected: see the README section (masked-byte loss and accuracy). Wall time ≈ 6 min on one core.

@@ -31,14 +31,21 @@ from tqdm import tqdm
 
 from ..data.batching import Batch, EpochBatches, collate, loader
 from ..engine import distributed
-from ..engine.config import option
+from ..engine.config import Section, TrainConfig, option
 from ..engine.precision import autocast
 from ..engine.task import LossOutput, Task, get_preset, preset, register_task
-from ..evaluation import PROBE_SOLVERS, FrozenEvaluator, model_features, raw_pixels
+from ..evaluation import FrozenEvaluator, model_features, raw_pixels
 from ..models.mae import check_mask_ratio, random_mask
 from ..models.registry import create_model, list_models, model_config, unwrap_model
 from .classification import ClassificationConfig
-from .images import DATA_LAYOUTS, AugmentedImageConfig, image_splits, image_transforms  # noqa: F401 (crate-train --help)
+from .images import (  # noqa: F401 (crate-train --help)
+    DATA_LAYOUTS,
+    AugmentSection,
+    FrozenEvaluationSection,
+    ImageDataSection,
+    image_splits,
+    image_transforms,
+)
 
 TRAIN_STREAM, EVAL_STREAM = 0, 1
 DIGITS_MODEL = dict(patch_size=2, dim=64, depth=3, heads=4)  # the mae_digits encoder (and its classifier)
@@ -69,26 +76,45 @@ def mask_noise(seed: int, stream: int, epoch: int, indices: torch.Tensor, num_pa
 
 
 @dataclass
-class MAEConfig(AugmentedImageConfig):
-    """A CRATE-MAE pre-training run: the engine's fields, the data, the model, masking, figures and the probe."""
+class MAEModelSection(Section):
+    """The CRATE-MAE to pre-train."""
 
-    task = "mae"
+    title = "model"
 
     model: str = option("crate_mae_base", "a registered CRATE-MAE (crate_nn.list_models(family='mae'))",
                         choices=tuple(list_models(family="mae")))
     model_args: dict = option(factory=dict, help="config overrides KEY=VALUE, e.g. wiring='paper' norm_pix_loss=True "
                                                  "(image_size and in_channels come from the data)")
+
+
+@dataclass
+class MaskingSection(Section):
+    """Which patches the encoder sees (`mask_noise`: keyed per image by seed, epoch and index)."""
+
+    title = "masking"
+
     mask_ratio: float = option(0.75, "fraction of each image's patches masked, in (0, 1)", above=0.0, maximum=1.0)
-    figure_epochs: tuple[int, ...] = option((), "epochs after which a reconstruction figure is saved (0 = init)",
-                                            minimum=0, span="epochs")
-    figure_samples: int = option(8, "held-out images in each reconstruction figure", minimum=1, resume_free=True)
+
+
+@dataclass
+class MAEProbeSection(FrozenEvaluationSection):
+    """The linear probe of the encoder at the end (its solver: `FrozenEvaluationSection`)."""
+
     probe: bool = option(False, "at the end: linear probe (App. C.2) of the encoder and of its initialisation")
     probe_pool: str = option("mean", "probe features: mean over tokens (eq. 72) or the class token",
                              choices=("mean", "cls"))
-    probe_solver: str = option(
-        "sklearn", "linear probe: sklearn (C by 3-fold cross-validation, the papers' protocol; small data), or torch "
-        "on the device with lbfgs (full batch) or adam (minibatches: ImageNet scale), its weight decay chosen on a "
-        "held-out 10% of train_split", choices=PROBE_SOLVERS, resume_free=True)
+
+
+@dataclass
+class MAEConfig(MAEModelSection, MaskingSection, ImageDataSection, AugmentSection, MAEProbeSection, TrainConfig):
+    """A CRATE-MAE pre-training run: the model, the masking, the image data and their augmentation, the probe, the
+    engine's sections; its own fields, the reconstruction figures."""
+
+    task = "mae"
+
+    figure_epochs: tuple[int, ...] = option((), "epochs after which a reconstruction figure is saved (0 = init)",
+                                            minimum=0, span="epochs")
+    figure_samples: int = option(8, "held-out images in each reconstruction figure", minimum=1, resume_free=True)
 
     def validate(self) -> None:
         super().validate()
@@ -249,17 +275,16 @@ def mae_imagenet() -> MAEConfig:
 def mae_digits() -> MAEConfig:
     """scikit-learn's 8×8 digits: a small CRATE-MAE pre-trained on a CPU in minutes (tests and audit use it).
 
-    CRATE-MAE (official wiring, λ = 0.5) with image 8, patch 2: a 4×4 grid of 2×2 patches of which 12 are masked
-    and 4 stay visible (patch 4 would leave one visible patch of four, patch 1 makes a token of each pixel); d = 64,
-    4 heads, 3 encoder and 3 decoder layers. Pixels normalised with the training split's mean and std (0.305,
-    0.376), so a loss of 1 is the error of predicting the mean. AdamW lr 3e-3, weight decay 0.05 (not on norms,
-    biases, tokens), β = (0.9, 0.95), batch 64, 60 epochs with a 5-epoch warm-up; no augmentation (digits are not
-    flip-invariant). Tuning (validation loss after 60 epochs, seed 0): lr 1e-3 0.443, 3e-3 0.380, 5e-3 0.375 with a
-    loss spike on the way (0.51 → 0.65 → 0.51); 3e-3 was kept. Every run sits near 1.0 (the mean prediction) for
-    its first 4–5 epochs before the loss drops. Trained on the 1,293 training images; held-out loss on the 144 validation images each epoch
-    and on the 360 test images at the end; the linear probe trains on the training split and tests on the test
-    split, for the trained encoder and for the same model at its initialisation. Reconstruction figures of 8
-    validation images after epochs 0, 10 and 60.
+    CRATE-MAE (official wiring, λ = 0.5) with image 8, patch 2: a 4×4 grid of 2×2 patches of which 12 are masked and
+    4 stay visible (patch 4 would leave one visible patch of four, patch 1 makes a token of each pixel); d = 64, 4
+    heads, 3 encoder and 3 decoder layers. Pixels normalised with the training split's mean and std (0.305, 0.376),
+    so a loss of 1 is the error of predicting the mean. AdamW lr 3e-3, weight decay 0.05 (not on norms, biases,
+    tokens), β = (0.9, 0.95), batch 64, 60 epochs with a 5-epoch warm-up; no augmentation (digits are not
+    flip-invariant). Trained on the 1,293 training images; held-out loss on the 144 validation images each epoch and
+    on the 360 test images at the end; the linear probe trains on the training split and tests on the test split,
+    for the trained encoder and for the same model at its initialisation. Reconstruction figures of 8 validation
+    images after epochs 0, 10 and 60. Source: the learning rate chosen here on the validation loss
+    (``results/presets/mae_digits.md``).
 
     Command:  crate-train --preset mae_digits
     Expected (seeds 0–2, mean ± std): held-out test loss 0.395 ± 0.004 (predicting the training mean image gives

@@ -78,11 +78,8 @@ PRESET_DOC = """{label} on the built-in ``objects`` dataset: its row of the lapt
     images, 4² patches (8×8 grid + [CLS]), d = 48, 3 layers, 4 heads. Recipe: AdamW lr 3e-3, betas (0.9, 0.999),
     weight decay 0.05 (not on norms, biases, embeddings), batch 32, 10 epochs of the 10,344 training images
     (3,230 steps) with a 1-epoch warm-up then cosine, no augmentation (positions, scales and colours are already
-    random), no label smoothing, float32. Not from the paper (its S/8 models train on ImageNet-21K): chosen so that
-    every architecture learns the task within minutes on one CPU core, by classification accuracy on the
-    validation split only — no segmentation number was looked at: constant learning rates 1e-3, 2e-3, 3e-3 at
-    batch 32 and 64 were compared over 500–3,000 steps (3e-3 at batch 32 learned fastest for CRATE and ViT), and
-    the dataset's difficulty was lowered once (see `crate_nn.data.objects`).
+    random), no label smoothing, float32. Source: not the paper's (its S/8 models train on ImageNet-21K); chosen
+    here on validation accuracy only: ``results/presets/objects.md``.
 
     Command:  crate-train --preset objects_{variant}        (the whole table: crate-segment experiment)
     Expected and wall time: ``results/segmentation/table.md`` (README, "Emergent segmentation").
