@@ -22,10 +22,12 @@ from torch import nn
 from tqdm import tqdm
 
 from .. import checkpoint
-from ..data.batching import Batch, collate
+from ..data.batching import Batch
 from ..engine.config import Section, TrainConfig, option
 from ..engine.task import LossOutput, Task, preset, register_task, require_classes
+from ..evaluation.cadence import due
 from ..evaluation.classification import evaluate
+from ..evaluation.layers import LayerMeasurements
 from ..models.classifier import CRATEClassifier, CRATEConfig
 from ..models.embedding import resample_pos_embed
 from ..models.registry import create_model, list_models, model_config
@@ -150,10 +152,9 @@ class ClassificationTask(Task):
                                                "in_channels": info.in_channels})
         self.reinitialised = initialise_from(self.model, config.init_from) if config.init_from else []
         self.train_transform, self.eval_transform = image_transforms(config, ctx.device)
-        self.measure_images = None
-        if ctx.is_main and config.measure_epochs:
-            count = min(config.measure_samples, len(self.eval_set))
-            self.measure_images = collate([self.eval_set[i] for i in range(count)]).images
+        self.layers = (LayerMeasurements(self.eval_set, self.eval_transform, ctx.device,
+                                         samples=config.measure_samples)
+                       if ctx.is_main and config.measure_epochs else None)
 
     def loss(self, model: nn.Module, batch: Batch) -> LossOutput:
         for path in batch.skipped:
@@ -177,11 +178,8 @@ class ClassificationTask(Task):
         return self._evaluate(model, self.test_set, "test") if self.test_set is not None else {}
 
     def epoch_end(self, model: nn.Module, epoch: int, run_dir: Path) -> None:
-        if self.measure_images is not None and epoch in self.config.measure_epochs:
-            from ..analysis.snapshots import record_layers
-
-            images = self.eval_transform(self.measure_images.to(self.ctx.device))
-            record_layers(model, images, run_dir / "measurements", epoch)
+        if self.layers is not None and "layers" in due(self.config.evals, epoch):
+            self.layers(model, epoch, run_dir / "measurements")
 
     def resolved(self) -> dict:
         return {**super().resolved(), "reinitialised_from_init": self.reinitialised}

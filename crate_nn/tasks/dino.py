@@ -52,7 +52,7 @@ from pathlib import Path
 
 from torch import nn
 
-from ..data.batching import Batch, collate
+from ..data.batching import Batch
 from ..data.multicrop import MultiCrop
 from ..data.transforms import DeviceTransform
 from ..engine.config import Section, TrainConfig, option
@@ -64,6 +64,7 @@ from ..evaluation.cadence import Cadence, due, final
 from ..evaluation.collapse import CollapseMonitors
 from ..evaluation.frozen import FrozenEvaluator, model_features
 from ..evaluation.knn import KNN_KS, KNN_TEMPERATURE
+from ..evaluation.layers import LayerMeasurements
 from ..models.dino_head import DINO, DINOConfig
 from ..models.registry import list_models, model_config, unwrap_model
 from .dino_loss import DINOLoss
@@ -238,7 +239,7 @@ class DINOTrainConfig(DINOModelSection, CropsSection, DistillationSection, Image
     def evals(self) -> dict[str, Cadence]:
         """The run's frozen evaluators named with their cadence: ``knn`` after ``knn_epochs`` and at the end,
         ``probe`` after ``probe_epochs`` and, when they name any, at the end."""
-        return {"knn": Cadence(self.knn_epochs, final=True),
+        return {**super().evals, "knn": Cadence(self.knn_epochs, final=True),
                 "probe": Cadence(self.probe_epochs, final=bool(self.probe_epochs))}
 
     def frozen_evaluator(self, memory, transform, device, batch_size: int) -> FrozenEvaluator:
@@ -305,10 +306,9 @@ class DINOTask(Task):
         self.objective = build_objective(config, self.model.config.prototypes, ctx).to(ctx.device)
         self.collapse_monitors = CollapseMonitors(self.eval_set, self.eval_transform, ctx.device,
                                                   samples=config.monitor_samples, precision=config.precision)
-        self.measure_images = None
-        if ctx.is_main and config.measure_epochs:
-            count = min(config.measure_samples, len(self.eval_set))
-            self.measure_images = collate([self.eval_set[i] for i in range(count)]).images
+        self.layers = (LayerMeasurements(self.eval_set, self.eval_transform, ctx.device,
+                                         samples=config.measure_samples)
+                       if ctx.is_main and config.measure_epochs else None)
 
     # -- training -------------------------------------------------------------------------------------------
     def loss(self, model: nn.Module, batch: Batch) -> LossOutput:
@@ -366,11 +366,8 @@ class DINOTask(Task):
         return self.frozen_evaluator()(model_features(model, precision=self.config.precision), dataset, prefix)
 
     def epoch_end(self, model: nn.Module, epoch: int, run_dir: Path) -> None:
-        if self.measure_images is not None and epoch in self.config.measure_epochs:
-            from ..analysis.snapshots import record_layers
-
-            images = self.eval_transform(self.measure_images.to(self.ctx.device))
-            record_layers(model, images, run_dir / "measurements", epoch)
+        if self.layers is not None and "layers" in due(self.config.evals, epoch):
+            self.layers(model, epoch, run_dir / "measurements")
 
     # -- state ----------------------------------------------------------------------------------------------
     # the teacher is the model's (checkpointed with it), the step and the epoch the engine's clock (restored on

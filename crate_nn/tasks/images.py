@@ -21,6 +21,7 @@ from ..data.batching import CorruptImageError
 from ..data.images import IMAGENET_MEAN, IMAGENET_STD, ImageFiles
 from ..data.transforms import AUGMENTATIONS, DeviceTransform
 from ..engine.config import DataSection, Section, TrainConfig, option
+from ..evaluation.cadence import Cadence
 from ..evaluation.linear_probe import PROBE_SOLVERS
 
 DATA_LAYOUTS = """Data layouts (--data-dir): imagenet/imagefolder: <dir>/<split>/<class>/<image> (ImageNet's val/ must be
@@ -106,6 +107,12 @@ class MeasureSection(Section):
                                              "DINO: of the teacher)", minimum=0, span="epochs")
     measure_samples: int = option(256, "held-out images of the layer-wise measurements", minimum=1,
                                   resume_free=True)
+
+    @property
+    def evals(self) -> dict[str, Cadence]:
+        """The run's evaluators named with their cadence (`crate_nn.evaluation.cadence`): ``layers``
+        (`crate_nn.evaluation.layers.LayerMeasurements`) after ``measure_epochs``."""
+        return {"layers": Cadence(self.measure_epochs)}
 
 
 @dataclass

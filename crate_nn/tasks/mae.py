@@ -35,6 +35,7 @@ from ..engine.config import Section, TrainConfig, option
 from ..engine.precision import autocast
 from ..engine.task import LossOutput, Task, get_preset, preset, register_task
 from ..evaluation import FrozenEvaluator, model_features, raw_pixels
+from ..evaluation.cadence import Cadence, due, final
 from ..models.mae import check_mask_ratio, random_mask
 from ..models.registry import create_model, list_models, model_config, unwrap_model
 from .classification import ClassificationConfig
@@ -116,6 +117,12 @@ class MAEConfig(MAEModelSection, MaskingSection, ImageDataSection, AugmentSectio
                                             minimum=0, span="epochs")
     figure_samples: int = option(8, "held-out images in each reconstruction figure", minimum=1, resume_free=True)
 
+    @property
+    def evals(self) -> dict[str, Cadence]:
+        """The run's evaluators named with their cadence (`crate_nn.evaluation.cadence`): ``reconstructions`` after
+        ``figure_epochs``, the ``probe`` at the end when asked for."""
+        return {"reconstructions": Cadence(self.figure_epochs), "probe": Cadence(final=self.probe)}
+
     def validate(self) -> None:
         super().validate()
         from_data = sorted({"image_size", "in_channels"} & set(self.model_args))
@@ -195,7 +202,7 @@ class MAETask(Task):
         metrics = {"train_recon_loss": self.reconstruction_loss(model, self.train_set)}
         if self.test_set is not None:
             metrics["test_recon_loss"] = self.reconstruction_loss(model, self.test_set)
-        if self.config.probe:
+        if "probe" in final(self.config.evals):
             metrics.update(self.probe(model))
         return metrics
 
@@ -222,7 +229,7 @@ class MAETask(Task):
         return metrics
 
     def epoch_end(self, model: nn.Module, epoch: int, run_dir: Path) -> None:
-        if epoch not in self.config.figure_epochs:
+        if "reconstructions" not in due(self.config.evals, epoch):
             return
         from ..analysis.reconstruction import reconstruct, reconstruction_figure
 

@@ -5,8 +5,9 @@ section.
 ``data/preset_configs.json`` holds every registered preset's ``to_dict()`` and every task config's defaults as they
 were before configs were composed of sections (written by `snapshot` on the code of that time). Committed results
 (recipes compared by ``verify.experiments.recipe_differences``), checkpoints (``--resume`` checks) and the audit's
-run-cache keys read these flat dicts, so a refactor of the configs must leave them equal. Regenerate the file only for
-an intended change of a preset or a default, and say so in the commit.
+run-cache keys read these flat dicts, so a refactor of the configs must leave them equal. A new preset or task config
+is added to it by ``python -m tests.engine.test_config_sections`` (which writes the entries missing, never changing
+one); change an entry only for an intended change of a preset or a default, and say so in the commit.
 """
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ from crate_nn.train import parse_args
 
 CONFIGS = sorted((c for c in TASKS if c.__module__.startswith("crate_nn.")), key=lambda c: c.__name__)
 """The task configs crate_nn registers (tests register toy tasks of their own)."""
-SNAPSHOT = json.loads((Path(__file__).parent / "data" / "preset_configs.json").read_text(encoding="utf-8"))
+SNAPSHOT_FILE = Path(__file__).parent / "data" / "preset_configs.json"
+SNAPSHOT = json.loads(SNAPSHOT_FILE.read_text(encoding="utf-8"))
 
 DEFAULT_CHANGES = {"DINOTrainConfig": {"dataset": ("imagenet", "synthetic")}}
 """Class defaults deliberately changed by the composition: DINO re-declared ``dataset`` only to default to imagenet;
@@ -137,3 +139,20 @@ def test_help_groups_flags_by_section(preset, capsys):
         expected.setdefault(config_class.section_title(section), set()).update(own_fields(section))
     expected["run"].discard("preset")  # --preset is the parser's own flag
     assert _help_groups(preset, capsys) == expected
+
+
+def add_missing() -> list[str]:
+    """Write the snapshot entries of the presets and task configs registered since it was written (never changing an
+    entry); return their names."""
+    added = [name for name in sorted(PRESETS) if name not in SNAPSHOT["presets"]]
+    added += [c.__name__ for c in CONFIGS if c.__name__ not in SNAPSHOT["defaults"]]
+    for name in sorted(PRESETS):
+        SNAPSHOT["presets"].setdefault(name, snapshot(PRESETS[name]()))
+    for config in CONFIGS:
+        SNAPSHOT["defaults"].setdefault(config.__name__, snapshot(config()))
+    SNAPSHOT_FILE.write_text(json.dumps(SNAPSHOT, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return added
+
+
+if __name__ == "__main__":
+    print("added:", ", ".join(add_missing()) or "nothing")
