@@ -116,11 +116,25 @@ def all_reduce_sum_differentiable(tensor: torch.Tensor, ctx: Context) -> torch.T
     processes too (the tensor itself in one process). A loss of a sum over processes, f(Σ_r x_r), then gets in each
     process the gradient f′(Σ_r x_r)·∂x_r/∂θ summed over every process's f′: N copies, which DDP's gradient average
     brings back to f′'s one — the gradient of one process holding the whole batch."""
-    if not ctx.distributed:
-        return tensor
-    from torch.distributed.nn.functional import all_reduce
+    return _SumOverProcesses.apply(tensor) if ctx.distributed else tensor
 
-    return all_reduce(tensor, op=dist.ReduceOp.SUM)
+
+class _SumOverProcesses(torch.autograd.Function):
+    """y = Σ_r x_r on every process; its vector-Jacobian product is ∂L/∂x_r = Σ_r' ∂L_r'/∂y (every process's y
+    feeds that process's loss, so the incoming gradients are summed over the processes too). Both directions are one
+    blocking all-reduce on a copy, in the calling thread (no asynchronous work left at exit)."""
+
+    @staticmethod
+    def forward(ctx, tensor: torch.Tensor) -> torch.Tensor:
+        out = tensor.clone()
+        dist.all_reduce(out, op=dist.ReduceOp.SUM)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        out = grad.contiguous().clone()
+        dist.all_reduce(out, op=dist.ReduceOp.SUM)
+        return out
 
 
 def all_gather_objects(obj, ctx: Context) -> list:
