@@ -37,7 +37,8 @@ def record(name: str, progress: bool = True) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     known = replications()
-    parser = argparse.ArgumentParser(prog="python -m verify.record", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m verify.record", description="Measure each replication's claims "
+                                     "under --full and commit what they read into results/NAME (verify.committed).")
     parser.add_argument("names", nargs="+", choices=sorted(known), metavar="NAME",
                         help=f"replications to record: {', '.join(sorted(known))}")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
