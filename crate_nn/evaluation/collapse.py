@@ -24,10 +24,10 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from ..data.batching import collate
 from ..data.transforms import DeviceTransform
 from ..engine.precision import autocast
 from ..models.registry import unwrap_model
+from .features import first_images
 
 
 class Objective(Protocol):
@@ -43,11 +43,7 @@ class CollapseMonitors:
 
     def __init__(self, dataset: Dataset, transform: DeviceTransform, device: torch.device | str, *,
                  samples: int = 1024, precision: str | torch.dtype | None = None) -> None:
-        if not isinstance(samples, int) or samples < 1:
-            raise ValueError(f"samples: expected a positive integer, got {samples!r}")
-        if len(dataset) == 0:
-            raise ValueError("dataset: no images to monitor")
-        self.images = collate([dataset[i] for i in range(min(samples, len(dataset)))]).images
+        self.images = first_images(dataset, samples, "to monitor")
         self.transform, self.device, self.precision = transform, torch.device(device), precision
 
     @torch.no_grad()

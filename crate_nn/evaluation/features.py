@@ -31,6 +31,17 @@ def pooled_features(model: nn.Module, pool: str = "cls") -> Callable[[torch.Tens
     return features
 
 
+def first_images(dataset: Dataset, samples: int, purpose: str) -> torch.Tensor:
+    """The first ``samples`` images of ``dataset`` (all when it holds fewer), collated un-transformed: the fixed
+    held-out images an evaluator measures at every call. ValueError naming the argument for a non-positive
+    ``samples`` or an empty ``dataset`` (``purpose`` says what the images are for)."""
+    if not isinstance(samples, int) or samples < 1:
+        raise ValueError(f"samples: expected a positive integer, got {samples!r}")
+    if len(dataset) == 0:
+        raise ValueError(f"dataset: no images {purpose}")
+    return collate([dataset[i] for i in range(min(samples, len(dataset)))]).images
+
+
 def raw_pixels(images: torch.Tensor) -> torch.Tensor:
     """The raw-pixel control's feature function: the (B, C, H, W) images as the network receives them (after the
     evaluation transform), flattened to (B, C·H·W). A frozen evaluation of pre-trained features names it as its

@@ -16,8 +16,8 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from ..data.batching import collate
 from ..data.transforms import DeviceTransform
+from .features import first_images
 
 
 class LayerMeasurements:
@@ -26,11 +26,7 @@ class LayerMeasurements:
 
     def __init__(self, dataset: Dataset, transform: DeviceTransform, device: torch.device | str, *,
                  samples: int = 256) -> None:
-        if not isinstance(samples, int) or samples < 1:
-            raise ValueError(f"samples: expected a positive integer, got {samples!r}")
-        if len(dataset) == 0:
-            raise ValueError("dataset: no images to measure the layers on")
-        self.images = collate([dataset[i] for i in range(min(samples, len(dataset)))]).images
+        self.images = first_images(dataset, samples, "to measure the layers on")
         self.transform, self.device = transform, torch.device(device)
 
     def __call__(self, model: nn.Module, epoch: int, directory: Path) -> dict:
