@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         for c in claims:
             modes = "both" if len(c.modes) > 1 else c.modes[0]
             expected = c.expected_verdict + (f"/{c.full_verdict}" if c.full_verdict else "")
-            line = f"{c.id:36s} {expected:6s} {c.kind:8s} {c.provenance:11s} {modes:5s} {c.reference}"
+            line = f"{c.id:36s} {expected:6s} {c.kind:8s} {c.provenance:11s} {modes:5s} {c.location}"
             print(line if len(line) <= 120 else line[:119] + "…")
         return 0
     argv_list = sys.argv[1:] if argv is None else argv

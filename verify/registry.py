@@ -6,7 +6,7 @@ function::
     @claim(
         id="2.4-lemma11",
         tags=("calculus", "hessian"),
-        reference="004 eq. (136), Lemma 11",
+        location="004 eq. (136), Lemma 11",
         statement="sup over ‖Δ‖_F ≤ 1 of ‖∇²R(Z)[Δ]‖_F / α is at most 9/4, for every Z",
         measures="sup of ‖∇²R(Z)‖/α over random and optimised Z",
         expected="≤ 9/4 (the lemma); `loose` when the supremum is below 2/3 of it",
@@ -30,6 +30,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
+import sys
 import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -56,6 +57,33 @@ KINDS = {
 }
 """What sort of check a claim is: kind → (short name, description); the report counts verdicts per kind, in this
 order."""
+
+SCOPES = {
+    "paper": ("the papers' statements", "the papers' statement as printed: an identity, a formula, a printed number, "
+              "a theorem's conclusion under its hypotheses; a `fails` here is an error of the papers"),
+    "replication": ("replications at laptop scale", "the papers' statement at their protocol, replicated at the "
+                    "scale the claim's setting names (data, d, L, epochs); a `fails` here does not replicate at "
+                    "that scale"),
+    "probe": ("the audit's own probes", "a construct, a control, a stricter reading or a baseline of the audit's "
+              "own, which the papers do not state; a `fails` here is a finding of the audit"),
+}
+"""What a claim tests: scope → (heading, description). The headline counts verdicts per scope, the papers'
+statements first; only a ``paper`` ``fails`` is called an error of the papers."""
+
+SOURCES = {
+    "long version": "White-Box Transformers via Sparse Rate Reduction: Compression Is All There Is? (Yu, Buchanan, "
+                    "Pai, Chu, Wu, Tong, Bai, Zhai, Haeffele, Ma; JMLR 2024, arXiv 2311.13110)",
+    "NeurIPS 2023": "White-Box Transformers via Sparse Rate Reduction (Yu, Buchanan, Pai, Chu, Wu, Tong, Haeffele, "
+                    "Ma; NeurIPS 2023, arXiv 2306.01129)",
+    "ToST": "Token Statistics Transformer: Linear-Time Attention via Variational Rate Reduction (Wu, Ding, Tong, Lee, "
+            "Zhang, Zhai, Ma, et al.; ICLR 2025, arXiv 2412.17810), and its code (github.com/RobinWu218/ToST)",
+    "SimDINO": "Simplifying DINO via Coding Rate Regularization (Wu, Zhang, Pai, Wang, Ma, et al.; ICML 2025, "
+               "arXiv 2502.10385), and its code (github.com/RobinWu218/SimDINO)",
+}
+"""The sources a claim's ``location`` starts with (label → the work); docs/papers.md lists them."""
+
+QUOTE_CHARS = 240
+"""The longest ``quote`` (≈ 2 lines): the statement as the source prints it, math restored where the text lost it."""
 
 PROVENANCES = {
     "analysis": "set before measuring, from an analysis: the paper's derivation or statement, an identity, a closed "
@@ -156,7 +184,7 @@ class Claim:
 
     id: str
     tags: tuple[str, ...]
-    reference: str
+    location: str
     statement: str
     measures: str
     expected: str
@@ -168,9 +196,20 @@ class Claim:
     modes: tuple[str, ...] = MODES
     full_verdict: str | None = None
     committed: str | None = None
+    scope: str | None = None
+    quote: str | None = None
+    setting: str | None = None
+    formerly: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _check(self.id, "expected_verdict", self.expected_verdict, VERDICTS)
+        if self.scope is not None:
+            _check(self.id, "scope", self.scope, SCOPES)
+            if self.scope != "paper" and not self.setting:
+                raise ValueError(f"claim {self.id!r}: a {self.scope} claim names its setting (the scale or the "
+                                 "construct it measures)")
+        if self.quote is not None and not 0 < len(self.quote) <= QUOTE_CHARS:
+            raise ValueError(f"quote of {self.id!r}: expected 1 to {QUOTE_CHARS} characters, got {len(self.quote)}")
         if self.full_verdict is not None:
             _check(self.id, "full_verdict", self.full_verdict, VERDICTS)
             if self.modes != MODES:
@@ -189,8 +228,9 @@ class Claim:
         return self.full_verdict if mode == "full" and self.full_verdict is not None else self.expected_verdict
 
     def matches(self, selector: str) -> bool:
-        """True when ``selector`` is this claim's id, an id prefix ending at a dash/dot (``2.11``), or a tag."""
-        if selector == self.id or selector in self.tags or selector == self.module:
+        """True when ``selector`` is this claim's id or a former id of it, an id prefix ending at a dash/dot
+        (``fig15``), a tag, or the claim module's name."""
+        if selector == self.id or selector in self.formerly or selector in self.tags or selector == self.module:
             return True
         return self.id.startswith(selector) and self.id[len(selector)] in "-."
 
@@ -202,7 +242,7 @@ def claim(
     *,
     id: str,
     tags: Iterable[str],
-    reference: str,
+    location: str,
     statement: str,
     measures: str,
     expected: str,
@@ -212,6 +252,10 @@ def claim(
     provenance: str,
     full_verdict: str | None = None,
     committed: str | None = None,
+    scope: str | None = None,
+    quote: str | None = None,
+    setting: str | None = None,
+    formerly: str | Iterable[str] = (),
 ) -> Callable[[Callable[..., Result]], Callable[..., Result]]:
     """Register the decorated measurement function as a claim (see the module docstring).
 
@@ -231,9 +275,10 @@ def claim(
         modes = MODES if (RESULTS / committed / "runs.json").is_file() else modes
         measures += (f"; trained under --full, read from the committed runs of results/{committed} in quick mode "
                      f"(python -m verify.record {committed} records them)")
-    spec = dict(id=id, tags=tuple(tags), reference=reference, statement=statement, measures=measures,
+    spec = dict(id=id, tags=tuple(tags), location=location, statement=statement, measures=measures,
                 expected=expected, expected_verdict=expected_verdict, kind=kind, provenance=provenance,
-                modes=modes, full_verdict=full_verdict, committed=committed)
+                modes=modes, full_verdict=full_verdict, committed=committed, scope=scope, quote=quote,
+                setting=setting, formerly=(formerly,) if isinstance(formerly, str) else tuple(formerly))
 
     def register(fn: Callable[..., Result]) -> Callable[..., Result]:
         required = [p for p in inspect.signature(fn).parameters.values() if p.default is p.empty
@@ -268,22 +313,29 @@ def _broken_module_claim(module: str, trace: str) -> Claim:
     def measure(ctx):
         raise ImportError(f"claim module verify.claims.{module} failed to import:\n{trace}")
 
-    return Claim(id=f"0-import-{module}", tags=("import",), reference="—", statement=f"verify.claims.{module} imports",
+    return Claim(id=f"0-import-{module}", tags=("import",), location="—", statement=f"verify.claims.{module} imports",
                  measures="import of the claim module", expected="imports", expected_verdict="holds",
                  kind="identity", provenance="analysis", measure=measure, module=module)
 
 
-def _id_key(claim_id: str) -> tuple:
-    """Sort ``2.9-x`` before ``2.11-y`` by the numeric section (registration order within a section)."""
-    head = claim_id.partition("-")[0]
-    return tuple(int(p) if p.isdigit() else 10**6 for p in head.split("."))
+MODULE_ORDER = ("calculus", "compression", "sparsification", "cross_implementation", "denoising", "theorem16",
+                "diffusion", "decoder", "params", "layers", "digits", "figures", "mae", "dino", "language",
+                "segmentation", "ablations", "tssa")
+"""The claim modules in the order of the papers: the long version's Sec. 2 (coding rates, MSSA, ISTA, the layer),
+Sec. 3 (denoising, Theorem 16, diffusion, the decoder), Sec. 4 and App. C (the models and their experiments),
+then ToST. A claim module not listed comes last."""
+
+
+def _order(claim: Claim) -> int:
+    return MODULE_ORDER.index(claim.module) if claim.module in MODULE_ORDER else len(MODULE_ORDER)
 
 
 def all_claims() -> list[Claim]:
-    """Every registered claim, ordered by its paper-notes §2 number (a stable sort keeps registration order)."""
+    """Every registered claim, in the papers' order (`MODULE_ORDER`; within a module, as registered); a claim module
+    that fails to import comes first, as a claim that raises."""
     _load_claim_modules()
     broken = [_broken_module_claim(m, t) for m, t in _BROKEN.items()]
-    return broken + sorted(_REGISTRY.values(), key=lambda c: _id_key(c.id))
+    return broken + sorted(_REGISTRY.values(), key=_order)
 
 
 def select(claims: list[Claim], only: Iterable[str] | None) -> list[Claim]:
@@ -297,4 +349,8 @@ def select(claims: list[Claim], only: Iterable[str] | None) -> list[Claim]:
     unknown = [s for s in selectors if not any(c.matches(s) for c in claims)]
     if unknown:
         raise ValueError(f"--only: no claim id, prefix or tag matches {unknown}; use --list to see them")
+    for s in selectors:
+        for c in claims:
+            if s in c.formerly and s != c.id:
+                print(f"note: claim {s} is now {c.id}", file=sys.stderr)
     return [c for c in claims if any(c.matches(s) for s in selectors)]

@@ -53,7 +53,7 @@ measure it under different ids)."""
 
 SUMMARY_WIDTHS = (38, 12, 52, 7, 3)
 """Console widths of the summary's columns (statement, verdict, number, kind, seeds): 120 columns in all."""
-COLUMNS = ("id", "kind", "reference", "measured quantity", "measured", "expected", "verdict")
+COLUMNS = ("id", "kind", "location", "measured quantity", "measured", "expected", "verdict")
 
 
 def summary(outcomes: list[Outcome]) -> dict[str, Any]:
@@ -188,7 +188,7 @@ def format_table(outcomes: list[Outcome], widths: tuple[int, ...] = (22, 8, 26, 
 def _row(o: Outcome) -> tuple[str, ...]:
     measured = o.result.measured if o.result else (o.error or "").strip().splitlines()[-1]
     c = o.claim
-    return (c.id, c.kind, c.reference, c.measures, measured, c.expected, _verdict_cell(o))
+    return (c.id, c.kind, c.location, c.measures, measured, c.expected, _verdict_cell(o))
 
 
 def _md_escape(text: str) -> str:
@@ -269,7 +269,7 @@ def write_markdown(path: Path, outcomes: list[Outcome], meta: dict[str, Any]) ->
         lines += [
             f"## {c.id} — {_verdict_cell(o)}",
             "",
-            f"*{c.reference}* · {KINDS[c.kind][0]} · tags: {', '.join(c.tags)} · {o.seconds:.2f} s",
+            f"*{c.location}* · {KINDS[c.kind][0]} · tags: {', '.join(c.tags)} · {o.seconds:.2f} s",
             "",
             f"**Statement.** {c.statement}",
             "",

@@ -48,7 +48,7 @@ class Outcome:
         return {
             "id": c.id,
             "tags": list(c.tags),
-            "reference": c.reference,
+            "location": c.location,
             "statement": c.statement,
             "measures": c.measures,
             "measured": self.result.measured if self.result else None,

@@ -20,7 +20,7 @@ def test_registry_is_large_and_well_formed():
     missing = {f"2.{i}" for i in range(1, 25)} - sections
     assert not missing, f"paper-notes §2 checks without a claim: {sorted(missing)}"
     for c in CLAIMS:
-        assert c.reference and c.statement and c.measures and c.expected, c.id
+        assert c.location and c.statement and c.measures and c.expected, c.id
         assert c.expected_verdict in VERDICTS
         assert c.kind in KINDS and c.provenance in PROVENANCES, c.id
 
@@ -54,7 +54,7 @@ def test_cli_end_to_end(quick_audit):
     assert [c["id"] for c in report["claims"]] == [c.id for c in QUICK]
     assert report["meta"]["not_run_in_this_mode"] == [c.id for c in CLAIMS if "quick" not in c.modes]
     for entry in report["claims"]:
-        for key in ("id", "reference", "statement", "measured", "expected", "verdict", "expected_verdict"):
+        for key in ("id", "location", "statement", "measured", "expected", "verdict", "expected_verdict"):
             assert entry[key] is not None, (entry["id"], key)
         for figure in entry["figures"]:
             path = quick_audit.output_dir / figure

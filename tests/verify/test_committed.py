@@ -66,7 +66,7 @@ def test_reading_a_missing_replication_names_the_command(results):
 def test_a_committed_claim_is_full_only_until_its_runs_are_committed(tmp_path, monkeypatch):
     monkeypatch.setattr(registry, "_REGISTRY", {})
     monkeypatch.setattr(registry, "RESULTS", tmp_path)
-    spec = dict(tags=(), reference="r", statement="s", measures="m", expected="e", expected_verdict="holds",
+    spec = dict(tags=(), location="r", statement="s", measures="m", expected="e", expected_verdict="holds",
                 kind="trained", provenance="analysis", modes=("full",), committed="toy")
     registry.claim(id="a", **spec)(lambda ctx: None)
     (tmp_path / "toy").mkdir()

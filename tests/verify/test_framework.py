@@ -14,7 +14,7 @@ from verify.report import PAPER_CLAIMS, summary
 
 def _claim(id, expected_verdict, measure, tags=("demo",), kind="theory", provenance="analysis",
            modes=("quick", "full")):
-    return Claim(id=id, tags=tags, reference="000 eq. (0)", statement="a statement", measures="a figure",
+    return Claim(id=id, tags=tags, location="000 eq. (0)", statement="a statement", measures="a figure",
                  expected="a threshold, with its reason", expected_verdict=expected_verdict, kind=kind,
                  provenance=provenance, measure=measure, modes=modes)
 
@@ -65,7 +65,7 @@ def test_context_streams_depend_on_seed_and_claim_only(tmp_path):
 def test_a_claim_decorator_on_a_function_that_does_not_take_the_context_alone_is_refused():
     from verify.registry import claim
 
-    spec = dict(id="test-helper-decorated", tags=(), reference="r", statement="s", measures="m", expected="e",
+    spec = dict(id="test-helper-decorated", tags=(), location="r", statement="s", measures="m", expected="e",
                 expected_verdict="holds", kind="theory", provenance="analysis")
     with pytest.raises(TypeError, match=r"claim 'test-helper-decorated': .*helper must take the context alone, got "
                                         r"parameters \['ctx', 'control'\]"):
@@ -175,7 +175,7 @@ def test_full_only_claims_are_skipped_in_quick_mode_and_named(tmp_path):
 
 
 def _register(**fields):
-    spec = dict(id="x", tags=(), reference="r", statement="s", measures="m", expected="e", expected_verdict="holds",
+    spec = dict(id="x", tags=(), location="r", statement="s", measures="m", expected="e", expected_verdict="holds",
                 kind="theory", provenance="analysis") | fields
     return claim(**spec)(_holds)
 
@@ -195,7 +195,7 @@ def test_a_printed_number_can_only_hold_or_fail():
 
 def test_kind_and_provenance_are_required():
     with pytest.raises(TypeError, match="kind"):
-        claim(id="x", tags=(), reference="r", statement="s", measures="m", expected="e", expected_verdict="holds",
+        claim(id="x", tags=(), location="r", statement="s", measures="m", expected="e", expected_verdict="holds",
               provenance="analysis")
 
 
@@ -250,7 +250,7 @@ def test_summary_and_console_are_short(tmp_path, capsys):
     lines = out.rstrip("\n").split("\n")
     assert len(lines) <= 40 and max(len(line) for line in lines[:-1]) <= 120, out  # the last names the folder
     assert lines[-1].startswith("wall time")
-    assert "as expected: 3 by analysis, 2 by measurement" in out and "| reference" not in out
+    assert "as expected: 3 by analysis, 2 by measurement" in out and "| location" not in out
     md = (tmp_path / "r" / "report.md").read_text()
     summary_section = md[md.index("## Summary"):md.index("## Detail")].rstrip("\n").split("\n")
     assert len(summary_section) <= 25 and "arXiv 2311.13110" in md and "paper-notes.md" in md
@@ -261,7 +261,7 @@ def test_summary_and_console_are_short(tmp_path, capsys):
     assert all("erratum check" in b for b in bullets if "**2.2-c**" in b or "**2.3-c**" in b)
     assert "criterion: a threshold" in detail  # the criterion is named as such, not shown as a reason
     assert audit(claims, output_dir=tmp_path / "t", progress=False, table=True) == 1
-    assert "| reference" in capsys.readouterr().out  # --table: the full table as well
+    assert "| location" in capsys.readouterr().out  # --table: the full table as well
 
 
 @pytest.fixture
@@ -307,7 +307,7 @@ def test_a_slope_guide_follows_its_series_and_keeps_to_the_data(figures, tmp_pat
 
 
 def test_a_full_verdict_is_expected_under_full_only(tmp_path):
-    claim = Claim(id="demo-modes", tags=("demo",), reference="000", statement="s", measures="m", expected="e",
+    claim = Claim(id="demo-modes", tags=("demo",), location="000", statement="s", measures="m", expected="e",
                   expected_verdict="fails", kind="trained", provenance="measurement", measure=_holds,
                   full_verdict="holds")
     assert claim.expected_in("quick") == "fails" and claim.expected_in("full") == "holds"

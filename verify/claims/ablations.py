@@ -113,7 +113,7 @@ def _table_claim(id: str, table: str, statement: str, rows: tuple[str, ...], exp
     rule = ("the 95% interval of each row − default lies inside ±1 point (`MARGIN`): above −1 point and below +1"
             if insensitive else "the 95% interval of default − row lies above 0")
 
-    @claim(id=id, tags=("ablation", data, "nn"), reference=f"004 {table}", statement=statement,
+    @claim(id=id, tags=("ablation", data, "nn"), location=f"004 {table}", statement=statement,
            measures=f"test top-1 on the {TEST_IMAGES[data]} held-out images of the {data} preset (30 epochs) with "
                     f"each row's change, {SEEDS} seeds (paired by seed when the rows share their parameters, Welch "
                     f"otherwise; ≈ {3 if data == 'digits' else 15} CPU min a row)",

@@ -45,7 +45,7 @@ def _naive_rate(Z: np.ndarray, eps: float, gram: str) -> float:
 @claim(
     id="2.1-sylvester",
     tags=("calculus", "coding-rate"),
-    reference="004 eq. (8)",
+    location="004 eq. (8)",
     statement="R(Z) = ½ logdet(I_n + αZ*Z) = ½ logdet(I_d + αZZ*), α = d/(nε²)",
     measures="max relative gap between coding_rate and both literal log-determinants, scales 1e-3…30, n<d and n>d",
     expected="≤ 1e-10 relative (float64 log-determinants of well-conditioned SPD matrices agree to ~1e-13)",
@@ -68,7 +68,7 @@ def sylvester(ctx) -> Result:
 @claim(
     id="2.1-rc-sum",
     tags=("calculus", "coding-rate"),
-    reference="004 eqs. (12)–(13)",
+    location="004 eqs. (12)–(13)",
     statement="R^c(Z | U_[K]) = Σ_k R(U_k*Z) with β = p/(nε²) the α of the p×n matrix U_k*Z",
     measures="relative gap between compression_rate and Σ_k of the literal log-determinants ½logdet(I + β G_k)",
     expected="≤ 1e-10 relative (an identity; float64 log-determinants agree to ~1e-13)",
@@ -90,7 +90,7 @@ def rc_sum(ctx) -> Result:
 @claim(
     id="2.1-rotation-invariance",
     tags=("calculus", "coding-rate", "symmetry"),
-    reference="004 Sec. 2.1, Fig. 5, eq. (14)",
+    location="004 Sec. 2.1, Fig. 5, eq. (14)",
     statement="ΔR(Z | U_[K]) is invariant under a joint rotation Z → QZ, U_k → QU_k; ‖Z‖_1 is not (hence the sparsity term)",
     measures="relative change of ΔR under a random joint rotation; relative change of ‖Z‖_1 of sparse (axis-aligned) Z",
     expected="ΔR change ≤ 1e-10 (exact invariance, float64 rounding) and ‖Z‖_1 change ≥ 1e-2 (it is not invariant)",
@@ -130,7 +130,7 @@ FD_TOL = 1e-6
 @claim(
     id="2.2-grad-R",
     tags=("calculus", "gradient"),
-    reference="004 eq. (109), Lemma 10",
+    location="004 eq. (109), Lemma 10",
     statement="∇_Z R(Z) = αZ(I + αZ*Z)^{-1}",
     measures="max relative error of coding_rate_grad vs central finite differences of coding_rate, scales 0.1…30",
     expected=f"≤ {FD_TOL:g} (finite-difference truncation and rounding level)",
@@ -145,7 +145,7 @@ def grad_R(ctx) -> Result:
 @claim(
     id="2.2-grad-Rc",
     tags=("calculus", "gradient"),
-    reference="004 eqs. (31)=(96), (235)",
+    location="004 eqs. (31)=(96), (235)",
     statement="∇_Z R^c(Z | U_[K]) = β Σ_k U_k(U_k*Z)(I + β(U_k*Z)*(U_k*Z))^{-1}",
     measures="max relative error of compression_rate_grad vs central finite differences of compression_rate",
     expected=f"≤ {FD_TOL:g} (finite-difference truncation and rounding level)",
@@ -162,7 +162,7 @@ def grad_Rc(ctx) -> Result:
 @claim(
     id="2.3-hessian",
     tags=("calculus", "hessian"),
-    reference="004 eqs. (126)–(127)",
+    location="004 eqs. (126)–(127)",
     statement="∇²R(Z)[Δ] = αΔ(I+αZ*Z)^{-1} − α²Z(I+αZ*Z)^{-1}(Z*Δ + Δ*Z)(I+αZ*Z)^{-1}",
     measures="max relative error of coding_rate_hvp vs central differences of coding_rate_grad along Δ",
     expected=f"≤ {FD_TOL:g} (finite-difference truncation and rounding level)",
@@ -191,7 +191,7 @@ def _hessian_ratio(Z: np.ndarray, eps: float) -> float:
 @claim(
     id="2.4-lemma11",
     tags=("calculus", "hessian", "lemma11", "mm"),
-    reference="004 eq. (136), Lemma 11; (150)",
+    location="004 eq. (136), Lemma 11; (150)",
     statement="sup_{‖Δ‖_F ≤ 1} ‖∇²R(Z)[Δ]‖_F ≤ 9α/4 for every Z (so ∇R is L-Lipschitz with L = 9α/4)",
     measures="sup of ‖∇²R(Z)‖/α (top |eigenvalue| of the dense Hessian) over random Z, scales 1e-4…1e2, "
              "and Nelder–Mead maximisation",
@@ -221,7 +221,7 @@ def lemma11(ctx) -> Result:
 @claim(
     id="2.5-equivariance",
     tags=("calculus", "gradient", "symmetry"),
-    reference="004 eq. (120); (121) in its natural form",
+    location="004 eq. (120); (121) in its natural form",
     statement="For orthogonal D: R(DZ) = R(Z), D∇R(Z) = ∇R(DZ), and ⟨DΔ, ∇²R(DZ)DΔ⟩ = ⟨Δ, ∇²R(Z)Δ⟩",
     measures="max relative gap of the three identities for a random orthogonal D",
     expected="≤ 1e-10 (exact identities, float64 rounding)",
@@ -245,7 +245,7 @@ def equivariance(ctx) -> Result:
 @claim(
     id="2.5-eq121-as-printed",
     tags=("calculus", "hessian", "symmetry", "erratum"),
-    reference="004 eq. (121) as printed; paper-notes §7.11",
+    location="004 eq. (121) as printed; paper-notes §7.11",
     statement="⟨DΔ, ∇²R(Z)(DΔ)⟩ = ⟨Δ, ∇²R(DZ)(Δ)⟩ for orthogonal D (as printed)",
     measures="relative gap of the printed identity over random orthogonal D (max over 5 draws)",
     expected="an identity would give ≤ 1e-10; `fails` beyond — the arguments are swapped (D vs D* unless D is symmetric)",
@@ -274,7 +274,7 @@ def beta_gap(Z: np.ndarray, U: np.ndarray, eps: float) -> float:
 @claim(
     id="2.1-beta-N-vs-n",
     tags=("calculus", "versions"),
-    reference="NeurIPS 2023 (000) eqs. (7)–(8) (β = p/(Nε²), N tokens) vs 004 eq. (12) (β = p/(nε²), n = N + 1 "
+    location="NeurIPS 2023 (000) eqs. (7)–(8) (β = p/(Nε²), N tokens) vs 004 eq. (12) (β = p/(nε²), n = N + 1 "
               "with [CLS])",
     statement="The NeurIPS and long versions define the same compression term: counting the N patch tokens or the "
               "n = N + 1 tokens (with [CLS]) in β changes R^c negligibly at the papers' sizes",

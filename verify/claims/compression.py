@@ -54,7 +54,7 @@ def _neumann_sweep(ctx, rhos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 @claim(
     id="2.6-neumann-rate",
     tags=("compression", "neumann", "rate"),
-    reference="004 eqs. (32)–(33)=(98)–(99)",
+    location="004 eqs. (32)–(33)=(98)–(99)",
     statement="(I + βG_k)^{-1} ≈ I − βG_k gives ∇R^c up to an error of second order in ρ = β‖U_k*Z‖² (for ρ < 1)",
     measures="fitted log-log slope of ‖∇̂R^c − ∇R^c‖/‖∇R^c‖ against ρ = β max_k‖U_k*Z‖², ρ ∈ [0.01, 0.5]",
     expected="slope 2 ± 0.3 (the first neglected Neumann term is (βG_k)²)",
@@ -75,7 +75,7 @@ def neumann_rate(ctx) -> Result:
 @claim(
     id="2.6-neumann-beyond-1",
     tags=("compression", "neumann"),
-    reference="004 eqs. (32)–(33); paper-notes §7.8",
+    location="004 eqs. (32)–(33); paper-notes §7.8",
     statement="The Neumann gradient (33) approximates ∇R^c — stated without a range of validity",
     measures="min over ρ ∈ [1, 10] of cos(∇̂R^c, ∇R^c); relative error at ρ = 1",
     expected="`holds` only if it stays a descent-compatible direction (cos > 0) for all ρ ≤ 10; the series "
@@ -128,7 +128,7 @@ def _mssa_directions(ctx):
 @claim(
     id="2.7-approx9-cosine",
     tags=("compression", "mssa", "approx9"),
-    reference="004 Approximation 9, eqs. (91), (100)–(107)",
+    location="004 Approximation 9, eqs. (91), (100)–(107)",
     statement="Z − κ∇R^c(Z | U) ≈ (1 − κβ)Z + κβ MSSA(Z | U): the MSSA step points along −∇R^c",
     measures=f"cos(βZ − βMSSA(Z), ∇R^c(Z)) for β ∈ {BETAS} on unit-norm union-of-subspace tokens",
     expected="cos > 0 at every β (a descent-compatible direction); the paper gives no rate, it is a heuristic. "
@@ -154,7 +154,7 @@ def approx9_cosine(ctx) -> Result:
 @claim(
     id="2.7-approx9-descent",
     tags=("compression", "mssa", "approx9"),
-    reference="004 Approximation 9, eq. (27)=(34)",
+    location="004 Approximation 9, eq. (27)=(34)",
     statement="For small κ the MSSA step decreases R^c(Z | U): R^c((1 − κβ)Z + κβMSSA(Z)) < R^c(Z)",
     measures="R^c decrease of the MSSA step with κβ = 0.01, relative to that of the exact gradient step of equal length",
     expected="decrease > 0 at every β (descent); the ratio shows how much of the exact step's decrease it achieves. "
@@ -179,7 +179,7 @@ def approx9_descent(ctx) -> Result:
 @claim(
     id="2.7-approx9-second-order",
     tags=("compression", "mssa", "approx9"),
-    reference="004 Approximation 9, eqs. (100)–(106)",
+    location="004 Approximation 9, eqs. (100)–(106)",
     statement="The attention term −β²Σ_k U_k SSA(Z | U_k) stands in for the second-order part of ∇R^c "
               "(replacing the Gram matrix (U_k*Z)*(U_k*Z) by its softmax, (101))",
     measures="r = ‖attention term − (∇R^c − βZ)‖ / ‖∇R^c − βZ‖ per β (r = 1: the term explains nothing of the "
@@ -199,7 +199,7 @@ def approx9_second_order(ctx) -> Result:
 @claim(
     id="2.8-free-output-contains-paper",
     tags=("compression", "mssa"),
-    reference="004 eqs. (36)–(37)",
+    location="004 eqs. (36)–(37)",
     statement="The implemented MSSA with a free output map W (37) reduces to the paper's (36) when "
               "W = β[U_1 … U_K], b = 0 and the softmax temperature is 1",
     measures="relative difference of mssa_free(Z, U, β[U_1…U_K], temperature=1) and mssa(Z, U, ε)",
@@ -217,7 +217,7 @@ def free_output_contains_paper(ctx) -> Result:
 @claim(
     id="2.7-approx9-attention-term",
     tags=("compression", "mssa", "approx9"),
-    reference="004 Approximation 9, eqs. (100)–(107)",
+    location="004 Approximation 9, eqs. (100)–(107)",
     statement="The attention term carries Approximation 9: the MSSA step βZ − βMSSA(Z) points along ∇R^c better "
               "than its first-order part βZ alone (the shrink (1 − κβ)Z of eq. 27, without attention)",
     measures=f"cos(βZ − βMSSA(Z), ∇R^c) − cos(βZ, ∇R^c) for β ∈ {BETAS}; size ‖βMSSA(Z)‖/‖βZ‖ and cos(−βMSSA(Z), "
@@ -242,7 +242,7 @@ def approx9_attention_term(ctx) -> Result:
 @claim(
     id="2.7-sum-projectors",
     tags=("compression", "approx9", "nn", "digits"),
-    reference="004 Approximation 9, the step (104) → (105); paper-notes §7.8",
+    location="004 Approximation 9, the step (104) → (105); paper-notes §7.8",
     statement="Σ_k U_kU_k* ≈ I_d (the hypothesis that turns β(Σ_k U_kU_k*)Z into βZ in (105)) holds for CRATE's "
               "subspaces",
     measures=f"‖Y(S/s − I)‖_F/‖Y‖_F with S = Σ_k U_kU_k* (= WᵀW of the qkv weight), s = tr S/d and Y = LN1(Z^ℓ) the "

@@ -80,7 +80,7 @@ def _tokens(ctx) -> tuple[np.ndarray, torch.Tensor]:
 @claim(
     id="2.8-nn-mssa",
     tags=("cross-implementation", "nn", "mssa"),
-    reference="004 eqs. (35)–(37), (86)–(87); Alg. 2",
+    location="004 eqs. (35)–(37), (86)–(87); Alg. 2",
     statement="crate_nn.MSSA (rows, softmax over the last axis) equals crate_theory's MSSA (columns, column "
               "softmax): free W with bias and temperature √p, tied β[U] with temperature 1, causal mask; "
               "fused (SDPA) and explicit paths",
@@ -112,7 +112,7 @@ def nn_mssa(ctx) -> Result:
 @claim(
     id="2.9-nn-ista",
     tags=("cross-implementation", "nn", "ista"),
-    reference="004 eq. (44); Alg. 3",
+    location="004 eq. (44); Alg. 3",
     statement="crate_nn.ISTA (two products in row form) equals crate_theory.ista, eq. (44)",
     measures="max abs difference for (η, λ) ∈ {(0.1, 0.1), (0.5, 0.3)} (float64)",
     expected=f"≤ {TOL:g} (float64 rounding with a wide margin)",
@@ -150,7 +150,7 @@ def _theory_kwargs(config: crate_nn.BlockConfig) -> dict:
 @claim(
     id="2.8-nn-encoder",
     tags=("cross-implementation", "nn", "layer"),
-    reference="004 eq. (45), Fig. 10, Alg. 4; official-implementation.md",
+    location="004 eq. (45), Fig. 10, Alg. 4; official-implementation.md",
     statement="crate_nn's encoder (3 layers) equals crate_theory.crate_forward, every Z^{ℓ+1/2} and Z^{ℓ+1}, for "
               "both skip wirings, the ISTA / soft-threshold / MM blocks, the tied output map and the causal mask",
     measures=f"max abs difference over {len(_LAYER_VARIANTS)} variants × 3 layers × (half, full) steps (float64)",
@@ -180,7 +180,7 @@ def nn_encoder(ctx) -> Result:
 @claim(
     id="2.22-nn-decoder",
     tags=("cross-implementation", "nn", "decoder"),
-    reference="004 eq. (64), Alg. 5; official-implementation.md",
+    location="004 eq. (64), Alg. 5; official-implementation.md",
     statement="crate_nn.CRATEDecoderLayer equals crate_theory.decoder.decoder_layer for both skip wirings and "
               "both output maps",
     measures="max abs difference over 4 variants (float64)",

@@ -44,7 +44,7 @@ def _round_trip_errors(ctx, preset: str, eta: float = 1.0) -> np.ndarray:
 @claim(
     id="2.22-decoder-inverse",
     tags=("decoder", "rate"),
-    reference="004 eqs. (62)–(64), Remark 7 with E = D (paper-notes §7.10)",
+    location="004 eqs. (62)–(64), Remark 7 with E = D (paper-notes §7.10)",
     statement="A decoder layer with V = U and E = D inverts an encoder layer up to O(κ²) in the MSSA step size κ",
     measures="fitted log-log slope of ‖g(f(Z)) − Z‖/‖Z‖ vs κ ∈ [1e-3, 1e-1]",
     expected="slope 2 ± 0.3 (Z + MSSA(Z) − MSSA(Z + MSSA(Z)) = Z + O(κ²))",
@@ -66,7 +66,7 @@ def decoder_inverse(ctx) -> Result:
 @claim(
     id="2.22-decoder-remark7-printed",
     tags=("decoder", "erratum"),
-    reference="004 Remark 7 (E^ℓ = (D^ℓ)* as printed); paper-notes §7.10",
+    location="004 Remark 7 (E^ℓ = (D^ℓ)* as printed); paper-notes §7.10",
     statement="With Remark 7's printed preset E = D*, the decoder layer inverts the encoder layer up to O(κ²)",
     measures="fitted slope and smallest relative round-trip error over κ ∈ [1e-3, 1e-1] with E = D*",
     expected="slope 2 ± 0.3 as for E = D; expected to fail: D*·D*(…) ≠ identity for a non-symmetric orthogonal D, "
@@ -94,7 +94,7 @@ def remark7_verdict(slopes: dict[str, float]) -> str:
 @claim(
     id="2.22-decoder-remark7-eta",
     tags=("decoder", "erratum", "rate"),
-    reference="004 Remark 7 with the default ISTA step η = 0.1 (Table 11)",
+    location="004 Remark 7 with the default ISTA step η = 0.1 (Table 11)",
     statement="At the ISTA step the models use, η = 0.1, a Remark 7 preset (E = D* as printed, or E = D) makes the "
               "decoder layer invert the encoder layer up to O(κ²)",
     measures="fitted slope and smallest round-trip error over κ ∈ [1e-3, 1e-1] at η = 0.1 for E = D*, E = D, the "

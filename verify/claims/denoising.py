@@ -49,7 +49,7 @@ def _score_errors(ctx, mix, sigma: float = 0.5, tokens: int = 6) -> dict[str, fl
 @claim(
     id="2.12-prop14",
     tags=("denoising", "prop14"),
-    reference="004 Proposition 14, eqs. (212)–(215)",
+    location="004 Proposition 14, eqs. (212)–(215)",
     statement="Under π_i det(M_i) = π_j det(M_j) (213), ∇log q(x) = −Σ_k softmax_k(−½‖M_j*x‖²) M_kM_k*x",
     measures="relative error of score_normalised (215) vs central differences of log q (uniform π, one Λ)",
     expected=f"≤ {FD_TOL:g} (exact formula; finite-difference level)",
@@ -65,7 +65,7 @@ def prop14(ctx) -> Result:
 @claim(
     id="2.12-prop14-unnormalised",
     tags=("denoising", "prop14"),
-    reference="004 Proposition 14, hypothesis (213)",
+    location="004 Proposition 14, hypothesis (213)",
     statement="The normalised score (215) without its hypothesis (213) (here Λ_k differs between components)",
     measures="relative error of (215) and of the general weighted form (225) vs finite differences of log q",
     expected=f"(215) ≤ {FD_TOL:g} would mean (213) is not needed; expected to fail (the dropped weights π_k det M_k "
@@ -87,7 +87,7 @@ def prop14_unnormalised(ctx) -> Result:
 @claim(
     id="2.13-tweedie",
     tags=("denoising", "tweedie"),
-    reference="004 eqs. (46), (183)",
+    location="004 eqs. (46), (183)",
     statement="E[z | x] = x + σ²∇log q(x) (Tweedie), for x = z + σw",
     measures="relative gap between the closed-form posterior mean and Tweedie with the exact score; Monte-Carlo "
              "orthogonality E⟨z − E[z|x], x⟩ (t-statistic)",
@@ -124,7 +124,7 @@ def _rates(ctx):
 @claim(
     id="2.14-approx12-rate",
     tags=("denoising", "approx12", "rate"),
-    reference="004 Approximation 12, eqs. (187)=(210), Remark 13",
+    location="004 Approximation 12, eqs. (187)=(210), Remark 13",
     statement="E[z | x] ≈ Σ_k softmax_k(‖U_j*x‖²/(2σ²)) U_kU_k*x, accurate as σ → 0",
     measures="fitted log-log slope of mean ‖E[z|x] − approximation‖ vs σ ∈ {0.3 … 0.003}",
     expected="slope 2 ± 0.3 — O(σ²), one order better than the O(σ) denoising error itself (paper-notes 2.14)",
@@ -145,7 +145,7 @@ def approx12_rate(ctx) -> Result:
 @claim(
     id="2.14-denoising-rate",
     tags=("denoising", "approx12", "rate"),
-    reference="004 eq. (46), Sec. 3.1",
+    location="004 eq. (46), Sec. 3.1",
     statement="The Bayes denoising error ‖E[z|x] − z‖ is O(σ)",
     measures="fitted log-log slope of mean ‖E[z|x] − z‖ vs σ ∈ {0.3 … 0.003}",
     expected="slope 1 ± 0.15 (noise within the p-dimensional subspace cannot be removed: error ≈ σ√p)",
@@ -161,7 +161,7 @@ def denoising_rate(ctx) -> Result:
 @claim(
     id="2.14-softmax-one-hot",
     tags=("denoising", "approx12"),
-    reference="004 Remark 13",
+    location="004 Remark 13",
     statement="As σ → 0 the softmax over subspaces concentrates on the token's own subspace",
     measures="mean posterior weight of the true component, per σ",
     expected="≥ 0.99 at σ = 0.003 (one-hot up to the rare tokens near an intersection)",
@@ -177,7 +177,7 @@ def softmax_one_hot(ctx) -> Result:
 @claim(
     id="2.15-pk-limit",
     tags=("denoising", "approx12", "rate"),
-    reference="004 eqs. (192)–(200)",
+    location="004 eqs. (192)–(200)",
     statement="P_k = I − σM_k → U_kU_k* as σ → 0, with ‖P_k − U_kU_k*‖ = (1 + λ_min(Λ)/σ²)^{-1/2} = O(σ)",
     measures="‖P_k − U_kU_k*‖ vs the closed form (max relative gap) and its log-log slope in σ",
     expected="gap ≤ 1e-8 (eigendecomposition rounding, amplified by 1/σ at σ = 0.003) and slope 1 ± 0.05",
@@ -200,7 +200,7 @@ def pk_limit(ctx) -> Result:
 @claim(
     id="2.12-neurips-prop1",
     tags=("denoising", "prop14", "versions"),
-    reference="NeurIPS 2023 (000) App. A Proposition 1, eqs. (19)–(20), vs the long version's Prop. 14 (004)",
+    location="NeurIPS 2023 (000) App. A Proposition 1, eqs. (19)–(20), vs the long version's Prop. 14 (004)",
     statement="NeurIPS Proposition 1 states the softmax score formula for any Gaussian mixture with full "
               "covariances Σ_k ⪰ 0 (given π_i det M_i = π_j det M_j), where the long version's Proposition 14 "
               "restricts it to z = U_sα with one Λ: the general statement is true",

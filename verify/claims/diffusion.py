@@ -56,7 +56,7 @@ def _log_density_z(mix, X: np.ndarray, Y: np.ndarray, sigma: float) -> float:
 @claim(
     id="2.19-ve-sde-marginals",
     tags=("diffusion",),
-    reference="004 eqs. (176)–(178), (182)",
+    location="004 eqs. (176)–(178), (182)",
     statement="Under dz = √2 dw, z(t) ~ N(z(0), 2tI): the marginal is the data law convolved with N(0, 2tI)",
     measures="Euler–Maruyama paths from mixture samples: covariance at t = 0.1, 0.5 vs Σ + 2tI (max t-statistic), "
              "and mean log q_{2t} vs fresh samples of the convolved law (z-score)",
@@ -82,7 +82,7 @@ def ve_sde_marginals(ctx) -> Result:
 @claim(
     id="2.19-pf-ode",
     tags=("diffusion",),
-    reference="004 eqs. (163)–(165), (180)–(181)",
+    location="004 eqs. (163)–(165), (180)–(181)",
     statement="The probability-flow ODE dz̄ = −s(z̄, t)dt transports q_{t0} to q_{t1}, and run backwards "
               "(181) returns q_{t1} to q_{t0} — same marginals as the SDE, deterministically",
     measures="RK4 on the exact mixture score between t0 = 0.02 and t1 = 0.5: covariance t-statistic and mean-log-density "
@@ -116,7 +116,7 @@ def off_subspace_energy(Z: np.ndarray, U: np.ndarray, labels: np.ndarray) -> flo
 @claim(
     id="2.20-structured-denoising-ode",
     tags=("diffusion", "structured"),
-    reference="004 eqs. (51), (53), (432)",
+    location="004 eqs. (51), (53), (432)",
     statement="Along dZ = −∇R^c(Z | U)/(2(T − t)) dt, noisy union-of-subspace tokens are compressed: R^c is "
               "non-increasing and the energy outside each token's own subspace decreases",
     measures="largest relative increase of R^c between grid points; off-subspace energy Σ_i‖(I − U_{s_i}U_{s_i}*)z_i‖² "
@@ -148,7 +148,7 @@ def structured_denoising(ctx) -> Result:
 @claim(
     id="2.21-geometric-grid",
     tags=("diffusion", "structured", "rate"),
-    reference="004 eqs. (433)–(436)",
+    location="004 eqs. (433)–(436)",
     statement="On the grid t_{ℓ+1} = (1 + 2κ)t_ℓ every first-order step (434) has the same coefficient κ, and the "
               "Euler scheme of the structured diffusion ODE (52) converges at rate O(κ)",
     measures="max |coefficient − κ|/κ; fitted slope of ‖Euler − reference‖/‖reference‖ vs κ on [T/e, T] "
@@ -197,7 +197,7 @@ def encoder_grid(T: float, m: int, span: float = 1.0) -> np.ndarray:
 @claim(
     id="2.21-encoder-euler",
     tags=("diffusion", "structured", "rate"),
-    reference="004 eqs. (53), (55)–(56), (26)",
+    location="004 eqs. (53), (55)–(56), (26)",
     statement="The encoder's compression steps Z^{ℓ+1/2} = Z^ℓ − κ∇R^c(Z^ℓ | U) are the Euler discretisation of the "
               "structured denoising ODE (53) on the grid T − t_{ℓ+1} = (1 − 2κ)(T − t_ℓ), with global error O(κ)",
     measures="max relative gap between an Euler step of (53) and compression_step(κ, exact); fitted slope of "
@@ -251,7 +251,7 @@ def _score_sweep(mode: str, seed: int) -> dict[str, np.ndarray]:
 @claim(
     id="2.20-rc-as-score",
     tags=("diffusion", "structured", "theorem16"),
-    reference="004 eq. (432), Sec. 3.2 (−∇R^c/σ² as a drop-in score)",
+    location="004 eq. (432), Sec. 3.2 (−∇R^c/σ² as a drop-in score)",
     statement="−∇R^c(Z_t | U)/σ_t² can stand in for the score ∇log q_t(Z_t) of the noisy mixture: their directions "
               "agree (their sizes: 2.20-score-scale)",
     measures=f"cos(−∇R^c/σ², exact score) over all tokens, for σ ∈ {SCORE_SIGMAS.tolist()}, mixture (10)–(11) with "
@@ -276,7 +276,7 @@ def rc_as_score(ctx) -> Result:
 @claim(
     id="2.20-score-scale",
     tags=("diffusion", "structured", "theorem16", "rate"),
-    reference="004 App. B.4, eq. (432) and the scaling drawn from it; Sec. 3.2",
+    location="004 App. B.4, eq. (432) and the scaling drawn from it; Sec. 3.2",
     statement="The score of the noisy mixture has size ‖∇log q_t(Z_t)‖ ∝ 1/σ_t², so that −∇R^c(Z_t), whose size "
               "does not depend on σ_t, divided by σ_t² matches it in size (App. B.4's reading of (432))",
     measures=f"fitted log-log slopes of ‖score‖ and ‖∇R^c‖ against σ ∈ {SCORE_SIGMAS.tolist()} (the sweep of "
@@ -308,7 +308,7 @@ def score_scale(ctx) -> Result:
 @claim(
     id="2.21-t1-as-printed",
     tags=("diffusion", "erratum"),
-    reference="004 App. B.4 after (436); paper-notes §7.11",
+    location="004 App. B.4 after (436); paper-notes §7.11",
     statement="With times t_1 < … < t_L = T on the geometric grid, t_1 = T/(1 + 2κ)^L (as printed)",
     measures="relative gap between the printed t_1 and the first time of a grid with t_L = T and constant ratio 1 + 2κ "
              "(whose coefficients are checked to equal κ)",
@@ -373,7 +373,7 @@ def _round_trips(mode: str, seed: int) -> dict[str, np.ndarray]:
 @claim(
     id="2.20-denoising-flow",
     tags=("diffusion", "structured"),
-    reference="004 eq. (51), Sec. 3.2",
+    location="004 eq. (51), Sec. 3.2",
     statement="Integrating the structured denoising ODE (51) dZ = −∇R^c(Z | U)/(2(T − t)) dt from noisy tokens "
               "denoises them: R^c falls and the tokens approach their subspaces",
     measures="log of R^c(end)/R^c(start) and of the off-subspace energy Σ_i‖(I − U_{s_i}U_{s_i}*)z_i‖² end/start "
@@ -399,7 +399,7 @@ def denoising_flow(ctx) -> Result:
 @claim(
     id="2.20-round-trip",
     tags=("diffusion", "structured"),
-    reference="004 eqs. (51)–(52), Sec. 3.2 (\"These two processes are inverses of one another\")",
+    location="004 eqs. (51)–(52), Sec. 3.2 (\"These two processes are inverses of one another\")",
     statement="The structured diffusion ODE (52) dZ̃ = ∇R^c(Z̃ | U)/(2t) dt is the time reversal of the denoising ODE "
               "(51): integrated from the denoised tokens back to time T it returns to the noisy start",
     measures="round-trip error ‖Z̃(T) − Z_0‖/‖Z_0‖ after (51) over T − t ∈ [Te^{−5}, T] and (52) back (RK4, 64 "
@@ -429,7 +429,7 @@ def round_trip(ctx) -> Result:
 @claim(
     id="2.20-direction-as-printed",
     tags=("diffusion", "structured", "erratum"),
-    reference="004 Sec. 3.2 after (51); paper-notes §7.17",
+    location="004 Sec. 3.2 after (51); paper-notes §7.17",
     statement="(51) \"interpolates between the signal model (10), at t = 0, to a noisy version of the signal model at "
               "t = T\" (as printed)",
     measures="along (51) over T − t ∈ [Te^{−5}, T]: the off-subspace energy end/start from noisy tokens, and the "

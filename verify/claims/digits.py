@@ -71,7 +71,7 @@ def _protocol_claim(name: str) -> None:
     @claim(
         id=f"2.24-digits-{name}",
         tags=("layers", "digits", "nn", "protocol"),
-        reference="004 Sec. 4.2, Fig. 15 (trained vs random initialisation)",
+        location="004 Sec. 4.2, Fig. 15 (trained vs random initialisation)",
         statement="Training compresses the representations: at every layer the trained CRATE's tokens are more "
                   f"compressed than its random initialisation's — measured by {what}",
         measures=f"trained − init per layer on the test digits, digits preset (weight decay 0.5), {digits.SEEDS} "
@@ -129,7 +129,7 @@ for _name in PROTOCOLS:
 @claim(
     id="2.24-digits-joint",
     tags=("layers", "digits", "nn", "protocol"),
-    reference="004 Sec. 4.2, Fig. 15 (trained vs random initialisation)",
+    location="004 Sec. 4.2, Fig. 15 (trained vs random initialisation)",
     statement="Training compresses the representations: at every layer the trained CRATE's tokens are more "
               "compressed than its random initialisation's — compression, not collapse",
     measures=f"joint judgement (verify.joint) of trained against init at Z^{{ℓ+1/2}} per layer, paired over "
@@ -177,7 +177,7 @@ def verdict_depends_on(table: dict, joint: dict) -> dict[str, bool]:
 @claim(
     id="2.24-digits-weight-decay",
     tags=("layers", "digits", "nn", "protocol", "recipe"),
-    reference="004 Fig. 15; Table 11 (weight decay 0.05 / 0.5 / 1.0)",
+    location="004 Fig. 15; Table 11 (weight decay 0.05 / 0.5 / 1.0)",
     statement="The trained-vs-initialisation comparison of Fig. 15 measures training, not the recipe's weight "
               "decay: its verdict is the same at weight decay 0.05, 0.5 and 1.0, under each protocol",
     measures=f"trained − init per layer for weight decay {WEIGHT_DECAYS}, {digits.SEEDS} seeds each, 30 epochs, "
@@ -216,7 +216,7 @@ def weight_decay(ctx) -> Result:
 @claim(
     id="2.24-digits-depth",
     tags=("layers", "digits", "nn", "protocol"),
-    reference="004 Sec. 4.2, Figs. 14–15",
+    location="004 Sec. 4.2, Figs. 14–15",
     statement="After training, R^c decreases with depth, layer by layer",
     measures=f"from layer 2 on (layer 1 → 2 apart): consecutive-layer differences of the trained model's "
              f"authors'-protocol R^c, and the joint judgement of its last layer against layer 2, {digits.SEEDS} "
@@ -251,7 +251,7 @@ def digits_depth(ctx) -> Result:
 @claim(
     id="2.24-digits-sparsity",
     tags=("layers", "digits", "nn"),
-    reference="004 Sec. 4.2, Fig. 15 (right); Fig. 14 and its footnote 17 (the last layer)",
+    location="004 Sec. 4.2, Fig. 15 (right); Fig. 14 and its footnote 17 (the last layer)",
     statement="Training sparsifies the representations: the trained CRATE's ‖Z^{ℓ+1}‖₀/(dn) lies below its random "
               "initialisation's at every layer (footnote 17 expects this measure to rise at the last layer, whose "
               "features are mixed for the classifier; the claim counts that layer too)",
@@ -271,7 +271,7 @@ def digits_sparsity(ctx) -> Result:
 @claim(
     id="2.24-digits-incoherence",
     tags=("layers", "digits", "nn", "fig17"),
-    reference="004 Fig. 17 (CRATE-Tiny): subspaces approximately incoherent, more so in deeper layers",
+    location="004 Fig. 17 (CRATE-Tiny): subspaces approximately incoherent, more so in deeper layers",
     statement="After training, the subspaces U^ℓ_[K] become more incoherent with depth: the mean |cosine| between "
               "basis vectors of different heads decreases from layer to layer",
     measures=f"mean |[U_1 … U_K]*[U_1 … U_K]| over different-head pairs (columns normalised) per layer, trained and "
@@ -297,7 +297,7 @@ def digits_incoherence(ctx) -> Result:
 @claim(
     id="2.24-digits-low-rank",
     tags=("layers", "digits", "nn", "fig16"),
-    reference="004 Fig. 16 (CRATE-Tiny): ISTA outputs sparser and more low-rank in deeper layers",
+    location="004 Fig. 16 (CRATE-Tiny): ISTA outputs sparser and more low-rank in deeper layers",
     statement="After training, the ISTA outputs Z^{ℓ+1} are of lower rank than at initialisation, and lower in "
               "deeper layers",
     measures=f"entropy effective rank of Z^{{ℓ+1}} over min(n, d) per image, trained − init per layer and the trained "
@@ -349,7 +349,7 @@ def relative_trend(curves: np.ndarray):
 @claim(
     id="2.24-random-init-flat",
     tags=("layers", "nn", "fig15"),
-    reference="004 Fig. 15 (\"random initialisation\" curve), Sec. 4.2",
+    location="004 Fig. 15 (\"random initialisation\" curve), Sec. 4.2",
     statement="At random initialisation the layer-wise R^c is flat: the untrained architecture does not compress",
     measures=f"relative depth trend (fitted slope × (L − 1) / mean) of the per-layer R^c of random CRATEs with 12 "
              f"layers (d 96, 4 heads, 65 tokens: digits resized to 32²), paper and authors' protocols, "

@@ -155,7 +155,7 @@ def _knn_claim(mode: str, expected_verdict: str, note: str, system: str = "dino"
     @claim(
         id=f"4.1.3-{system}-knn{MODE_SUFFIX[mode]}",
         tags=("dino", "nn") + ((system,) if system != "dino" else ()),
-        reference="004 Sec. 4.1.3, Table 4 (k-NN 53.02% for CRATE-S/16 on IN-1K), App. C.3"
+        location="004 Sec. 4.1.3, Table 4 (k-NN 53.02% for CRATE-S/16 on IN-1K), App. C.3"
                   + (SIMDINO_REFERENCE if system == "simdino" else ""),
         statement=f"{name} pre-training without labels gives a CRATE backbone features for k-NN classification: the "
                   f"{name}-trained teacher's class token classifies held-out images better than its random "
@@ -187,7 +187,7 @@ def _pixels_claim(mode: str, expected_verdict: str, note: str, system: str = "di
     @claim(
         id=f"4.1.3-{system}-pixels{MODE_SUFFIX[mode]}",
         tags=("dino", "nn", "control") + ((system,) if system != "dino" else ()),
-        reference="004 Sec. 4.1.3, Table 4; the raw-pixel control (no pre-training at all)"
+        location="004 Sec. 4.1.3, Table 4; the raw-pixel control (no pre-training at all)"
                   + (SIMDINO_REFERENCE if system == "simdino" else ""),
         statement=f"{name} pre-training learns features worth having on the built-in data: the {name}-trained "
                   "teacher's class token classifies held-out digits by k-NN better than the raw pixels do",
@@ -216,7 +216,7 @@ def _layer_claim(kind: str, protocol: str | None, mode: str, expected_verdict: s
     @claim(
         id=f"4.1.3-dino-{name}{MODE_SUFFIX[mode]}",
         tags=("dino", "layers", "nn"),
-        reference="004 Sec. 4.2 (Figs. 14–15) applied to Sec. 4.1.3's DINO-trained teacher"
+        location="004 Sec. 4.2 (Figs. 14–15) applied to Sec. 4.1.3's DINO-trained teacher"
                   + ("; Fig. 14's footnote 17 (the last layer)" if kind == "sparsity" else ""),
         statement=f"Self-supervised (DINO) training also {'sparsifies' if kind == 'sparsity' else 'compresses'}: "
                   f"the trained teacher's {quantity} lies below its random initialisation's at every layer"
@@ -249,7 +249,7 @@ def _joint_claim(expected_verdict: str, note: str) -> None:
     @claim(
         id="4.1.3-dino-joint",
         tags=("dino", "layers", "nn", "protocol"),
-        reference="004 Sec. 4.2 (Figs. 14–15, trained vs random initialisation) applied to Sec. 4.1.3's DINO-trained "
+        location="004 Sec. 4.2 (Figs. 14–15, trained vs random initialisation) applied to Sec. 4.1.3's DINO-trained "
                   "teacher",
         statement="Self-supervised (DINO) training compresses the representations: at every layer the trained "
                   "teacher's tokens are more compressed than its random initialisation's — compression, not collapse",
@@ -344,7 +344,7 @@ def _vit_claim(system: str, expected_verdict: str, note: str) -> None:
     @claim(
         id=f"4.1.3-{system}-vit-vs-crate",
         tags=("dino", "nn", "table4") + ((system,) if system != "dino" else ()),
-        reference="004 Sec. 4.1.3, Table 4 (k-NN: ViT-S/16 69.36% vs CRATE-S/16 53.02%)"
+        location="004 Sec. 4.1.3, Table 4 (k-NN: ViT-S/16 69.36% vs CRATE-S/16 53.02%)"
                   + (SIMDINO_REFERENCE if system == "simdino" else ""),
         statement=f"Under {name} a ViT learns better k-NN features than CRATE: the {name} ViT's teacher classifies "
                   f"held-out images by k-NN better than the {name} CRATE's",
@@ -373,7 +373,7 @@ _vit_claim("simdino", *SIMDINO_EXPECTED["vit"])
 @claim(
     id="4.1.3-simdino-vs-dino",
     tags=("dino", "simdino", "nn"),
-    reference="SimDINO (Wu et al. 2025), its README: k-NN 74.9% (SimDINO) vs 72.9% (DINO) for ViT-B/16 on IN-1K, "
+    location="SimDINO (Wu et al. 2025), its README: k-NN 74.9% (SimDINO) vs 72.9% (DINO) for ViT-B/16 on IN-1K, "
               "100 epochs each",
     statement="SimDINO's coding-rate objective learns better k-NN features than DINO's at the same recipe",
     measures=f"test k-NN of the simdino_digits and dino_digits presets' teachers (same backbone, crops, teacher, "

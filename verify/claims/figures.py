@@ -204,7 +204,7 @@ def _progression_claim(transition: str, name: str) -> None:
     @claim(
         id=f"2.24-fig15-{transition}-{name}",
         tags=("layers", "digits", "nn", "fig15"),
-        reference="004 Sec. 4.2, Fig. 15 (random init, epochs 1, 20, 150 of CRATE-Base; R^c 800–1600, sparsity "
+        location="004 Sec. 4.2, Fig. 15 (random init, epochs 1, 20, 150 of CRATE-Base; R^c 800–1600, sparsity "
                   "0.15–0.50)",
         statement="The layers optimise the objective increasingly with training: at every layer "
                   f"{what} is lower after epoch {late} than at {stage}",
@@ -269,7 +269,7 @@ def _depth_claim(name: str) -> None:
     @claim(
         id=f"2.24-fig21-depth-{name}",
         tags=("layers", "digits", "nn", "fig21"),
-        reference="004 Sec. 4.2 and App. C.8, Fig. 21 (CRATE-T, -B: 12 layers, R^c 400–700 and 600–1400; CRATE-L: 24 "
+        location="004 Sec. 4.2 and App. C.8, Fig. 21 (CRATE-T, -B: 12 layers, R^c 400–700 and 600–1400; CRATE-L: 24 "
                   "layers, R^c 1000–2000)",
         statement=f"Models with more layers optimise the objective more effectively: {what} falls further from the "
                   "first layer to the last in a deeper CRATE",
@@ -323,7 +323,7 @@ def _vit_figure(ctx) -> str | None:
 @claim(
     id="2.24-fig26-compression",
     tags=("layers", "digits", "nn", "fig26", "vit"),
-    reference="004 App. C.9, Fig. 26 (ViT-S R^c 350–650, ViT-B 600–1100, CRATE-S 600–1100)",
+    location="004 App. C.9, Fig. 26 (ViT-S R^c 350–650, ViT-B 600–1100, CRATE-S 600–1100)",
     statement="A ViT does not optimise the compression term layer-wise, CRATE does: CRATE's R^c falls further from "
               "the first layer to the last than a ViT's trained the same way",
     measures=f"the authors' R^c (scale-free: per-head unit codes, so a ViT's value map and CRATE's U compare) on the 360 "
@@ -359,7 +359,7 @@ def _per_layer_versus(ctx, *path: str, transform=lambda x: x):
 @claim(
     id="2.24-fig26-sparsity",
     tags=("layers", "digits", "nn", "fig26", "vit"),
-    reference="004 App. C.9, Fig. 26 middle (ViT's MLP outputs ≈ dense on a 0–1 axis; CRATE-S 0.20–0.50)",
+    location="004 App. C.9, Fig. 26 middle (ViT's MLP outputs ≈ dense on a 0–1 axis; CRATE-S 0.20–0.50)",
     statement="A ViT's layer outputs are dense where CRATE's are sparse: at every layer the fraction of non-zero "
               "entries of Z^{ℓ+1} is higher for the ViT than for CRATE",
     measures=f"‖Z^{{ℓ+1}}‖₀/(dn) of the trained models on the 360 test digits, ViT − CRATE per layer ({TRAINED_SEEDS} "
@@ -380,7 +380,7 @@ def vit_sparsity(ctx) -> Result:
 @claim(
     id="2.24-fig26-caption",
     tags=("layers", "digits", "nn", "fig26", "vit", "erratum"),
-    reference="004 App. C.9, Fig. 26 right and caption: Σ_ij 1{|Z^{ℓ+1}_ij| < τ}/(d·N), τ ∈ {1, 0.5, 0.1} (ViT-S "
+    location="004 App. C.9, Fig. 26 right and caption: Σ_ij 1{|Z^{ℓ+1}_ij| < τ}/(d·N), τ ∈ {1, 0.5, 0.1} (ViT-S "
               "0.75–1.0, ViT-B 0.84–1.0, CRATE-S 0.05–0.45); paper-notes §7 item 4",
     statement="The caption's measure, the fraction of entries with |Z^{ℓ+1}| < τ, is higher for a ViT than for CRATE "
               "at every layer and τ, as the figure plots it",

@@ -55,7 +55,7 @@ def _params_claim(group: str, sizes: dict[str, tuple[float, float]], expected_ve
     @claim(
         id=f"2.23-params-{group}",
         tags=("params", "nn", "language"),
-        reference="004 Table 10, Sec. 4.1.4",
+        location="004 Table 10, Sec. 4.1.4",
         statement=f"Table 10's parameter counts: {printed}",
         measures="parameters of crate_nn.create_model(name) (tied weights once), built on the meta device",
         expected=f"each within the printed rounding (|Δ| ≤ half a unit of the last printed digit). {note}",
@@ -112,7 +112,7 @@ def _causal_mask_errors(attention: str, seed: int) -> dict[str, float]:
 @claim(
     id="2.8-causal-mask",
     tags=("mssa", "nn", "language"),
-    reference="004 eqs. (86)–(87)",
+    location="004 eqs. (86)–(87)",
     statement="CRATE-GPT's attention is softmax(CausalMask((U_k*Z)*(U_k*Z))) with CausalMask(A)_ij = A_ij for "
               "i ≤ j and −∞ otherwise, column j being query j",
     measures="MSSA and MHSA with causal=True, both paths (fused SDPA and explicit), against eq. (87) built in the "
@@ -179,7 +179,7 @@ _RUNS = (f"quick: tiny runs ({', '.join(f'{n} of {v}' for v, n in QUICK_SEEDS.it
 @claim(
     id="4.1.4-table16-without-ista",
     tags=("language", "nn", "ablation"),
-    reference="004 Table 16, App. C.6 (OWT: 3.37 with ISTA, 3.68 without)",
+    location="004 Table 16, App. C.6 (OWT: 3.37 with ISTA, 3.68 without)",
     statement="Removing the ISTA block from CRATE-GPT raises its validation loss",
     measures="validation cross-entropy (Table 6's protocol) of CRATE-GPT and CRATE-GPT without ISTA "
              f"(feedforward='none': Z^{{ℓ+1}} = Z^{{ℓ+1/2}}) trained on the built-in corpus with one recipe; {_RUNS}",
@@ -198,7 +198,7 @@ def table16(ctx) -> Result:
 @claim(
     id="4.1.4-table6-crate-vs-gpt",
     tags=("language", "nn", "baseline"),
-    reference="004 Table 6 (OWT: CRATE-GPT2-Base 3.37, GPT2-Small 3.04, GPT2-Base 2.85), Sec. 4.1.4",
+    location="004 Table 6 (OWT: CRATE-GPT2-Base 3.37, GPT2-Small 3.04, GPT2-Base 2.85), Sec. 4.1.4",
     statement="At the same width a standard GPT (MHSA + MLP: 3.4 times the parameters at the gpt_stdlib size, "
               "0.84M vs 0.25M; 2.4 times at the quick mode's d = 48) reaches a lower validation loss than CRATE-GPT",
     measures="validation cross-entropy of CRATE-GPT and the standard GPT of the same d, K, L, data and recipe; "
@@ -265,7 +265,7 @@ def _compression_claim(protocol: str, expected_verdict: str, note: str) -> None:
     @claim(
         id=f"2.24-gpt-{protocol}",
         tags=("layers", "language", "nn"),
-        reference="004 Sec. 4.2, Figs. 14–15 (layer-wise R^c), applied to CRATE-GPT; " + (
+        location="004 Sec. 4.2, Figs. 14–15 (layer-wise R^c), applied to CRATE-GPT; " + (
             "R^c on Z^{ℓ+1/2} as the paper states" if protocol == "paper"
             else "the authors' hook protocol (official-implementation.md)"),
         statement="Training lowers CRATE-GPT's layer-wise compression term: below its random initialisation's at "
@@ -295,7 +295,7 @@ _compression_claim("official", "holds", "The scale-free protocol (unit-norm code
 @claim(
     id="2.24-gpt-sparsity",
     tags=("layers", "language", "nn"),
-    reference="004 Sec. 4.2, Fig. 15 (right), applied to CRATE-GPT; Fig. 14's footnote 17 (the last layer)",
+    location="004 Sec. 4.2, Fig. 15 (right), applied to CRATE-GPT; Fig. 14's footnote 17 (the last layer)",
     statement="Training sparsifies CRATE-GPT's representations: ‖Z^{ℓ+1}‖₀/(dn) below its random initialisation's "
               "at every layer (footnote 17 expects a rise at the last layer, whose features are mixed for the "
               "output head; the claim counts that layer too)",
@@ -315,7 +315,7 @@ def gpt_sparsity(ctx) -> Result:
 @claim(
     id="2.24-gpt-joint",
     tags=("layers", "language", "nn", "protocol"),
-    reference="004 Sec. 4.2, Figs. 14–15 (trained vs random initialisation), applied to CRATE-GPT",
+    location="004 Sec. 4.2, Figs. 14–15 (trained vs random initialisation), applied to CRATE-GPT",
     statement="Training compresses CRATE-GPT's representations: at every layer the trained model's tokens are more "
               "compressed than its random initialisation's — compression, not collapse",
     measures="joint judgement (verify.joint) of trained against init at Z^{ℓ+1/2} per layer, paired by seed, on 16 "
@@ -362,7 +362,7 @@ def _pairs_accuracy(seed: int, variant: str | None) -> list[float]:
 @claim(
     id="4.1.4-bert-pretraining",
     tags=("language", "bert", "nn"),
-    reference="004 Sec. 4.1.4, Table 5 (CRATE-BERT-Base pre-trained, then fine-tuned on GLUE: average 74.4)",
+    location="004 Sec. 4.1.4, Table 5 (CRATE-BERT-Base pre-trained, then fine-tuned on GLUE: average 74.4)",
     statement="Masked-language-model pre-training gives CRATE-BERT something to fine-tune: fine-tuned from its "
               "pre-trained weights it classifies a downstream pair task better than the same model trained from "
               "scratch with the same recipe",
@@ -387,7 +387,7 @@ def bert_pretraining(ctx) -> Result:
 @claim(
     id="4.1.4-table5-crate-vs-bert",
     tags=("language", "bert", "nn", "baseline"),
-    reference="004 Table 5 (GLUE average: BERT-Medium 77.5, CRATE-BERT-Base 74.4), Sec. 4.1.4",
+    location="004 Table 5 (GLUE average: BERT-Medium 77.5, CRATE-BERT-Base 74.4), Sec. 4.1.4",
     statement="At the same width a standard BERT (MHSA + MLP) is the better masked language model: its validation "
               "masked-LM loss is lower than CRATE-BERT's, and fine-tuned the same way it classifies the pairs at "
               "least as well",

@@ -255,7 +255,7 @@ def _curve(values) -> str:
 @claim(
     id="2.24-ideal-compression",
     tags=("layers", "ideal", "protocol"),
-    reference="004 Sec. 2.5, eq. (45), Fig. 14 (the unrolled-optimisation claim)",
+    location="004 Sec. 2.5, eq. (45), Fig. 14 (the unrolled-optimisation claim)",
     statement="An ideal unrolled CRATE — every layer with the data's true subspaces (MSSA (35)–(36)) and a "
               "subspace-aligned ISTA dictionary — compresses its tokens layer by layer: R^c(Z^{ℓ+1/2} | U) decreases",
     measures=f"the joint measure of Z^{{ℓ+1/2}} (subspace-specific R^c, own-subspace energy, spread; unit tokens, "
@@ -295,7 +295,7 @@ def _mssa_steps(values: np.ndarray) -> list[Judgement]:
 @claim(
     id="2.24-ideal-half-steps",
     tags=("layers", "ideal", "protocol"),
-    reference="004 eqs. (24)–(26), (45)",
+    location="004 eqs. (24)–(26), (45)",
     statement="In the implemented layer (45), the MSSA half-step is the compression step (24): it compresses the "
               "tokens, Z^{ℓ+1/2} against Z^ℓ",
     measures=f"per layer, the joint judgement of the MSSA half-step (Z^ℓ → Z^{{ℓ+1/2}}); raw ΔR^c (ε = 1) over the "
@@ -324,7 +324,7 @@ def ideal_half_steps(ctx) -> Result:
 @claim(
     id="2.24-ideal-shrink",
     tags=("layers", "ideal", "protocol"),
-    reference="004 eq. (27)=(34) vs eq. (45)",
+    location="004 eq. (27)=(34) vs eq. (45)",
     statement="With eq. (27)'s shrink (1 − κβ)Z^ℓ, which the implemented layer lacks (κβ = 1, the step the tied "
               "attention term implies), each MSSA half-step compresses the tokens towards their subspaces",
     measures=f"per layer, the joint judgement of the MSSA half-step in the stack with the shrink; raw ΔR^c (ε = 1) "
@@ -364,7 +364,7 @@ CREDIT_VARIANTS = {"T = 1": ("CRATE", "ISTA only"), "T = √p": ("CRATE, T = √
 @claim(
     id="2.24-ideal-attention-credit",
     tags=("layers", "ideal", "protocol", "control"),
-    reference="004 Sec. 2.3, eq. (45); the ISTA-only control",
+    location="004 Sec. 2.3, eq. (45); the ISTA-only control",
     statement="The attention (MSSA) block compresses: at every layer the full ideal CRATE's tokens are more "
               "compressed than those of the same stack without its MSSA term (ISTA only) — with temperature 1 "
               "(35) or √p (Alg. 2), randomly oriented or axis-aligned subspaces",
@@ -394,7 +394,7 @@ def ideal_attention_credit(ctx) -> Result:
 @claim(
     id="2.24-ideal-random-layers",
     tags=("layers", "ideal", "protocol", "control"),
-    reference="004 Sec. 2.5 (layers built from the data's subspaces U^ℓ); Fig. 15 (random initialisation)",
+    location="004 Sec. 2.5 (layers built from the data's subspaces U^ℓ); Fig. 15 (random initialisation)",
     statement="Layers built from the data's own subspaces compress the tokens more than random layers (random U^ℓ, "
               "random orthogonal D^ℓ) do",
     measures=f"joint judgement of Z^{{L+1}}, CRATE against random layers, paired over {SEEDS} seeds; every layer in "
@@ -425,7 +425,7 @@ it to about ± 0.0025, under half the effect. Each data set costs about 0.04 s (
 @claim(
     id="2.24-ideal-orientation",
     tags=("layers", "ideal", "protocol", "control"),
-    reference="004 Sec. 2.1 (desiderata: incoherent *and axis-aligned* subspaces), Fig. 5, eq. (44)",
+    location="004 Sec. 2.1 (desiderata: incoherent *and axis-aligned* subspaces), Fig. 5, eq. (44)",
     statement="ISTA's ReLU preserves the subspace structure only when the subspaces are axis-aligned: with "
               "axis-aligned subspaces the ideal stack keeps its tokens on their subspaces and compresses them, with "
               "randomly oriented ones it does not",
@@ -467,7 +467,7 @@ def ideal_orientation(ctx) -> Result:
 @claim(
     id="2.24-ideal-sparsity",
     tags=("layers", "ideal"),
-    reference="004 Sec. 2.4, eq. (44), Fig. 14 (right) and its footnote 17",
+    location="004 Sec. 2.4, eq. (44), Fig. 14 (right) and its footnote 17",
     statement="The same ideal unrolled CRATE makes the tokens sparser layer by layer (‖Z^{ℓ+1}‖₀/(dn) decreases; "
               "footnote 17's rise at the last layer comes from a classifier, which this stack lacks)",
     measures=f"fraction of non-zero entries of the ISTA output per layer, {SEEDS} seeds",
@@ -489,7 +489,7 @@ equivalent: 5 points of own-subspace energy."""
 @claim(
     id="2.8-temperature",
     tags=("compression", "mssa", "erratum", "protocol"),
-    reference="004 eq. (35) vs Alg. 2 (scale p^-1/2); paper-notes §7.15",
+    location="004 eq. (35) vs Alg. 2 (scale p^-1/2); paper-notes §7.15",
     statement="The implemented softmax temperature √p (Alg. 2) is immaterial: inside a stack of attention "
               "half-steps, eq. (35)'s temperature 1 and √p both keep the tokens in their subspaces",
     measures=f"own-subspace energy of Z^{{L+1}} in the ideal attention-only stack, temperature 1 − √p, paired over "

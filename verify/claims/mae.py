@@ -157,7 +157,7 @@ def _params_claim(size: str, printed: float, expected_verdict: str, note: str) -
     @claim(
         id=f"2.23-params-mae-{size}",
         tags=("params", "mae", "nn"),
-        reference="004 Table 9",
+        location="004 Table 9",
         statement=f"CRATE-MAE-{size.capitalize()} (224² images, patch 16, encoder and decoder of L = 12) has "
                   f"{printed}M parameters",
         measures=f"parameters of the authors' module structure for crate_mae_{size}: crate_nn's CRATEMAE plus the "
@@ -188,7 +188,7 @@ def _roundtrip_claim(suffix: str, key: str, how: str, expected_verdict: str, not
     @claim(
         id=f"2.22-mae-roundtrip{suffix}",
         tags=("decoder", "mae", "digits", "nn"),
-        reference="004 Sec. 3.3, Fig. 10 (g^{L−ℓ} partially inverts f^ℓ)",
+        location="004 Sec. 3.3, Fig. 10 (g^{L−ℓ} partially inverts f^ℓ)",
         statement="In a trained CRATE-MAE every decoder layer g^{L−ℓ} approximately inverts its encoder layer f^ℓ"
                   + how,
         measures="‖g^{L−ℓ}(f^ℓ(Z^ℓ)) − Z^ℓ‖_F/‖Z^ℓ‖_F per layer on the masked test digits (Z^ℓ the encoder's "
@@ -240,7 +240,7 @@ _roundtrip_claim("-standardised", "round_trip_standardised", ", up to each token
 @claim(
     id="2.22-mae-roundtrip-training",
     tags=("decoder", "mae", "digits", "nn"),
-    reference="004 Sec. 3.3, Fig. 10",
+    location="004 Sec. 3.3, Fig. 10",
     statement="Training moves each decoder layer toward an inverse of its encoder layer: the trained round-trip "
               "error lies below the random initialisation's at every layer",
     measures="the per-layer round-trip errors of 2.22-mae-roundtrip, trained vs initialisation",
@@ -278,7 +278,7 @@ def _step_claim(part: str, equation: str, expected_verdict: str, note: str) -> N
     @claim(
         id=f"2.22-mae-{part}-step" if part == "decoder" else f"2.24-mae-{part}-step",
         tags=("mae", "digits", "nn", "protocol", "decoder" if part == "decoder" else "layers"),
-        reference=f"004 eq. ({equation})",
+        location=f"004 eq. ({equation})",
         statement=f"In a trained CRATE-MAE every {part} layer's MSSA step {goal[:-3]}es the tokens with respect "
                   f"to its own subspaces",
         measures="the joint measure (verify.joint; unit tokens, ε = 0.1) of "
@@ -325,7 +325,7 @@ _step_claim("decoder", "62", "fails", ". Expected to fail (recorded after measur
 @claim(
     id="2.24-mae-joint",
     tags=("layers", "mae", "digits", "nn", "protocol"),
-    reference="004 Sec. 4.2, Fig. 15 (trained vs random initialisation), for the CRATE-MAE encoder",
+    location="004 Sec. 4.2, Fig. 15 (trained vs random initialisation), for the CRATE-MAE encoder",
     statement="MAE training compresses the encoder's representations: at every layer the trained encoder's tokens "
               "are more compressed than its random initialisation's — compression, not collapse",
     measures="joint judgement (verify.joint) of trained against init at the encoder's Z^{ℓ+1/2} per layer, paired "
@@ -359,7 +359,7 @@ def _encoder_claim(key: str, what: str, expected_verdict: str, note: str, modes=
     @claim(
         id=f"2.24-mae-{key.replace('_', '-')}",
         tags=("layers", "mae", "digits", "nn"),
-        reference="004 Sec. 4.2, Fig. 15, for the CRATE-MAE encoder"
+        location="004 Sec. 4.2, Fig. 15, for the CRATE-MAE encoder"
                   + ("; Fig. 14's footnote 17 (the last layer)" if key == "sparsity" else ""),
         statement=f"MAE training lowers the encoder's {what}: the trained value lies below the random "
                   "initialisation's at every layer"
@@ -404,7 +404,7 @@ def _probe_against(ctx, control: str) -> tuple[list[float], list[float], Compari
 @claim(
     id="2.24-mae-probe",
     tags=("mae", "digits", "nn", "probe"),
-    reference="004 Sec. 4.1.2, App. C.2, Table 3",
+    location="004 Sec. 4.1.2, App. C.2, Table 3",
     statement="Masked-autoencoding pre-training gives the encoder linearly separable features: a linear probe on "
               "the pre-trained encoder beats the same probe on its random initialisation",
     measures="held-out accuracy of the App. C.2 probe (ℓ2 logistic regression, C by 3-fold CV over 1e-3 … 1e3) on "
@@ -433,7 +433,7 @@ def mae_probe(ctx) -> Result:
 @claim(
     id="2.24-mae-pixels",
     tags=("mae", "digits", "nn", "probe", "control"),
-    reference="004 Sec. 4.1.2, App. C.2, Table 3; the raw-pixel control (no pre-training at all)",
+    location="004 Sec. 4.1.2, App. C.2, Table 3; the raw-pixel control (no pre-training at all)",
     statement="Masked-autoencoding pre-training learns features worth having on the built-in data: a linear probe "
               "on the pre-trained encoder beats the same probe on the raw pixels",
     measures="the probe of 2.24-mae-probe on the pre-trained encoder vs on the raw pixels (the images as the "
@@ -473,7 +473,7 @@ def _parameters(config) -> int:
 @claim(
     id="2.24-table2-vit-mae",
     tags=("mae", "nn", "table2"),
-    reference="004 Sec. 4.1.2, Table 2 (reconstruction loss, IN-1K: CRATE-MAE-Base train 0.266 / val 0.303, "
+    location="004 Sec. 4.1.2, Table 2 (reconstruction loss, IN-1K: CRATE-MAE-Base train 0.266 / val 0.303, "
               "MAE-Base 0.240 / 0.267, with about 3× CRATE's parameters)",
     statement="CRATE-MAE reconstructs masked images less well than a ViT-MAE (its held-out reconstruction loss is "
               "higher), with fewer parameters",

@@ -22,7 +22,7 @@ def _register(name: str, printed: float) -> None:
     @claim(
         id=f"2.23-params-{name.removeprefix('crate_')}",
         tags=("params", "nn"),
-        reference="004 Table 1, Table 8",
+        location="004 Table 1, Table 8",
         statement=f"{name} (224² images, patch 16, 1000 classes) has {printed:.2f}M parameters",
         measures=f"parameter count of crate_nn.create_model('{name}')",
         expected=f"{printed:.2f}M within the table's rounding (|Δ| ≤ 0.005M)",
@@ -57,7 +57,7 @@ def same_results(printed: dict) -> bool:
 @claim(
     id="2.23-in21k-figures",
     tags=("params", "nn", "versions"),
-    reference="NeurIPS 2023 (000) App. B.6, Table 5 vs 004 Table 14, App. C.5",
+    location="NeurIPS 2023 (000) App. B.6, Table 5 vs 004 Table 14, App. C.5",
     statement="The NeurIPS and long versions report the same ImageNet-21K-pre-trained CRATE-Base: 22.80M "
               "parameters, 80.2% on ImageNet-1K (NeurIPS) vs 38.83M, 79.5% (long)",
     measures="parameter counts of crate_base with 8×8 patches and a 1,000- or 21,841-class head (crate_nn); the "

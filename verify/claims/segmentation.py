@@ -43,7 +43,7 @@ RESULTS = Path(__file__).resolve().parents[2] / "results" / "segmentation" / "re
 @claim(
     id="4.3-eq437",
     tags=("segmentation", "attention", "nn"),
-    reference="004 eq. (437), App. C.10; paper-notes erratum 15",
+    location="004 eq. (437), App. C.10; paper-notes erratum 15",
     statement="The [CLS] attention map of CRATE's head k at layer ℓ is A_{k,i} = exp(⟨U_k*z_i, U_k*z_[CLS]⟩) / "
               "Σ_j exp(⟨U_k*z_j, U_k*z_[CLS]⟩) over the N patches (eq. 437 as printed)",
     measures="crate_nn class-token maps of a random CRATE (float64) vs crate_theory's column-softmax SSA attention "
@@ -102,7 +102,7 @@ def _scene(ctx):
 @claim(
     id="4.3-maskcut-subspaces",
     tags=("segmentation", "maskcut", "nn"),
-    reference="004 App. C.10, Algorithm 1 (MaskCut, Wang et al. 2023)",
+    location="004 App. C.10, Algorithm 1 (MaskCut, Wang et al. 2023)",
     statement="MaskCut — normalised cuts on the patch affinity with the found objects masked out — segments the "
               "objects of an image whose tokens lie on their own subspaces",
     measures="crate_nn.analysis.maskcut.maskcut (S = 2) on tokens of a background and two objects drawn from three "
@@ -125,7 +125,7 @@ def maskcut_subspaces(ctx) -> Result:
 @claim(
     id="4.3-maskcut-printed",
     tags=("segmentation", "maskcut", "nn"),
-    reference="004 Algorithm 1 line 4 (M ← M ⊙ mask); paper-notes erratum 16",
+    location="004 Algorithm 1 line 4 (M ← M ⊙ mask); paper-notes erratum 16",
     statement="Algorithm 1 as printed — NCut, then M ← M ⊙ mask — segments S different objects",
     measures="on the scene of 4.3-maskcut-subspaces: the second cut after M ← M ⊙ (m mᵀ) (entries outside the found "
              "mask floored at MaskCut's ε) vs after masking the found patches out (the original MaskCut)",
@@ -205,7 +205,7 @@ def _table_claim(id: str, statement: str, reference: str, a: str, b: str, key: s
     paired = b == f"{a} init"
     test = "paired by seed" if paired else "Welch"
 
-    @claim(id=id, tags=("segmentation", "table17", "nn"), reference=reference, statement=statement,
+    @claim(id=id, tags=("segmentation", "table17", "nn"), location=reference, statement=statement,
            measures=f"the laptop-scale Table 17 (crate_nn.tasks.segmentation, objects data): {key} on the test split "
                     f"at the layer chosen on the validation split, {a} − {b} over seeds ({test}); quick mode reads "
                     "the committed run (results/segmentation), and without one the claim is measured only under "

@@ -39,7 +39,7 @@ def _prox_kkt_violation(P: np.ndarray, V: np.ndarray, t: float, nonneg: bool) ->
 @claim(
     id="2.9-ista-prox-step",
     tags=("sparsification", "ista"),
-    reference="004 eqs. (42), (44), (118)",
+    location="004 eqs. (42), (44), (118)",
     statement="ISTA(Z | D) = ReLU(Z − ηD*(DZ − Z) − ηλ1) is one proximal-gradient step on the non-negative LASSO "
               "(42) with signal Z, started at Z' = Z",
     measures="max violation of the prox optimality (KKT) conditions by ista(Z, D) for V = Z − ηD*(DZ − Z), threshold ηλ",
@@ -60,7 +60,7 @@ def ista_prox_step(ctx) -> Result:
 @claim(
     id="2.9-ista-converges",
     tags=("sparsification", "ista"),
-    reference="004 eqs. (42)–(44)",
+    location="004 eqs. (42)–(44)",
     statement="Unrolling ISTA from Z' = Z with η ≤ 1/‖D‖² decreases the non-negative LASSO objective (42) "
               "monotonically and converges to its minimiser",
     measures="largest objective increase along ista_solve; relative distance of its limit to "
@@ -87,7 +87,7 @@ def ista_converges(ctx) -> Result:
 @claim(
     id="2.10-ista-orthogonal",
     tags=("sparsification", "ista"),
-    reference="004 eq. (44), special case (paper-notes §1.8)",
+    location="004 eq. (44), special case (paper-notes §1.8)",
     statement="For orthogonal D and η = 1, ISTA(Z | D) = ReLU(D*Z − λ1)",
     measures="max abs difference of ista(Z, D, eta=1) and ReLU(D*Z − λ)",
     expected="≤ 1e-12 (exact up to rounding: Z − D*(DZ − Z) = D*Z when D*D = I)",
@@ -103,7 +103,7 @@ def ista_orthogonal(ctx) -> Result:
 @claim(
     id="2.10-soft-threshold",
     tags=("sparsification", "ista"),
-    reference="004 Table 13, eq. (41)",
+    location="004 Table 13, eq. (41)",
     statement="S_t(v) = sgn(v)(|v| − t)_+ is the proximal map of t‖·‖_1 (the plain-LASSO variant of the ISTA block)",
     measures="max violation of the optimality conditions of argmin_P t‖P‖_1 + ½‖P − V‖² by soft_threshold(V, t)",
     expected="≤ 1e-12 (exact up to rounding)",
@@ -126,7 +126,7 @@ def _orthonormal_tokens(ctx, d: int, n: int) -> np.ndarray:
 @claim(
     id="2.11-mm-gradient",
     tags=("sparsification", "mm"),
-    reference="004 eq. (116)",
+    location="004 eq. (116)",
     statement="If Z*Z = I then ∇R(Z) = (α/(1+α)) Z",
     measures="relative error of coding_rate_grad(Z) vs α/(1+α)·Z for orthonormal columns, several ε",
     expected="≤ 1e-12 (exact identity)",
@@ -154,7 +154,7 @@ def _majoriser_gap(ctx, Z0: np.ndarray, radius: float, eps: float, L=None) -> fl
 @claim(
     id="2.11-mm-majoriser",
     tags=("sparsification", "mm"),
-    reference="004 eqs. (110)–(115)",
+    location="004 eqs. (110)–(115)",
     statement="−R(Z) ≤ −R(Z0) − ⟨∇R(Z0), Z − Z0⟩ + (9α/8)‖Z − Z0‖_F² for all Z, Z0 (quadratic majoriser, L = 9α/4)",
     measures="min of majoriser − (−R) over random Z0 and Z at distances 1e-3…1e2",
     expected="≥ −1e-10 (a valid upper bound; the slack is float64 rounding of R at these sizes)",
@@ -170,7 +170,7 @@ def mm_majoriser(ctx) -> Result:
 @claim(
     id="2.11-mm-lipschitz",
     tags=("sparsification", "mm", "lemma11"),
-    reference="004 eqs. (113)–(115), L = 9α/4",
+    location="004 eqs. (113)–(115), L = 9α/4",
     statement="The curvature constant L = 9α/4 is what the majoriser (115) needs",
     measures="smallest L/α that majorises: sup over Z of the top eigenvalue of −∇²R(Z), over α, from the closed-form "
              "spectrum (crate_theory.coding_rate_hessian_eigenvalues) of random Z, each maximised over its scale; "
@@ -236,7 +236,7 @@ def _numerical_prox_argmin(Z0: np.ndarray, eps: float, lam: float) -> np.ndarray
 @claim(
     id="2.11-mm-step",
     tags=("sparsification", "mm"),
-    reference="004 eqs. (117)–(119), (122)–(123)",
+    location="004 eqs. (117)–(119), (122)–(123)",
     statement="Under Z*Z = I, ReLU((1 + 4/(9(1+α)))D*Z − 4λ/(9α)) minimises the majoriser (115) at D*Z plus "
               "λ‖·‖_1 + χ_{≥0} (D = I: eq. 119; orthogonal D: eq. 123)",
     measures="relative distance of mm_step(form='closed') to an L-BFGS-B minimiser, for D = I and a random orthogonal D",
@@ -259,7 +259,7 @@ def mm_step_argmin(ctx) -> Result:
 @claim(
     id="2.11-mm-descent",
     tags=("sparsification", "mm"),
-    reference="004 eqs. (108), (111), (119)",
+    location="004 eqs. (108), (111), (119)",
     statement="The MM step decreases φ(Z) = λ‖Z‖_1 + χ_{Z≥0} − R(Z)",
     measures="largest φ(Z⁺) − φ(Z) over random non-negative Z (scales 0.1…10) and its count of increases",
     expected="≤ 1e-12 (a majorise–minimise step never increases φ; slack for rounding)",
@@ -287,7 +287,7 @@ def tight_step_verdict(paper_changes, tight_changes, slack: float = 1e-12) -> st
 @claim(
     id="2.11-mm-tight-step",
     tags=("sparsification", "mm", "lemma11"),
-    reference="004 eqs. (111)–(119); 2.11-mm-lipschitz",
+    location="004 eqs. (111)–(119); 2.11-mm-lipschitz",
     statement="The MM step (111) with the tight curvature constant L = α/8 (−∇²R ⪯ (α/8)I) instead of the paper's "
               "9α/4 is still a majorise–minimise step and a better one: under Z*Z = I it reads "
               "ReLU((1 + 8/(1+α))Z − 8λ/α) against (119)'s ReLU((1 + 4/(9(1+α)))Z − 4λ/(9α))",

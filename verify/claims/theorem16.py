@@ -48,7 +48,7 @@ def _sample(ctx, sigma: float):
 @claim(
     id="2.16-good-event",
     tags=("theorem16",),
-    reference="004 eqs. (257)–(258), Props. 22–24",
+    location="004 eqs. (257)–(258), Props. 22–24",
     statement="On the good event E⋆: ‖Δ‖ ≲ σ(1 + √(n/d)), ‖A_k‖ ≲ 1 + √(K_k/p), ‖A_k*A_k − I‖ ≲ √(K_k/p) "
               "(the constants of order one)",
     measures="ratios of the measured norms to σ(1 + √(n/d)), 1 + √(K_k/p) and 2√(K_k/p) + K_k/p "
@@ -108,7 +108,7 @@ def _floors(mode: str, seed: int, sizes: tuple[int, int, int, int]) -> tuple[np.
 @claim(
     id="2.16-nominal-floor",
     tags=("theorem16", "rate"),
-    reference="004 Theorem 16, eqs. (237)–(238), (315)–(318); Lemma 20",
+    location="004 Theorem 16, eqs. (237)–(238), (315)–(318); Lemma 20",
     statement="The gradient step on R^c matches the nominal denoising step (237) up to the bound (238): an O(σ) "
               "part and a σ-independent part of order √(n/d) (Lemma 20's A_k/(1 + β^{-1}) replacement) — so as "
               "σ → 0 the residual levels off at a floor that scales as √(n/d)",
@@ -146,7 +146,7 @@ def nominal_floor(ctx) -> Result:
 @claim(
     id="2.16-exact-a-nominal",
     tags=("theorem16", "rate"),
-    reference="004 Theorem 16 proof, (264)–(311); paper-notes §2.16 (c)",
+    location="004 Theorem 16 proof, (264)–(311); paper-notes §2.16 (c)",
     statement="Keeping the signal term exactly (U_kA_k(β^{-1}I + A_k*A_k)^{-1}), the remaining error of the "
               "proof's expansion is O(σ): the noise part P_{U[K]}(βΔΠ*)Π is right to first order",
     measures="fitted log-log slope of ‖∇R^c − exact-A nominal‖ vs σ ∈ {0.1 … 0.003} (ε = 1)",
@@ -165,7 +165,7 @@ def exact_a_nominal(ctx) -> Result:
 @claim(
     id="2.16-noise-retention",
     tags=("theorem16", "remark17"),
-    reference="004 Remark 17, eqs. (239)–(241), (248)–(249)",
+    location="004 Remark 17, eqs. (239)–(241), (248)–(249)",
     statement="With η = β^{-1} and ε → 0, one step keeps the fraction (p + (K−1)n/K)/d of the noise energy: the "
               "own-subspace part and, in the other subspaces, the part inside the span of their tokens",
     measures="‖Z⁺(X_♮+Δ) − Z⁺(X_♮)‖_F²/‖Δ‖_F² at ε = 0.05, σ = 0.01, vs (p + (K−1)n/K)/d",
@@ -186,7 +186,7 @@ def noise_retention(ctx) -> Result:
 @claim(
     id="2.17-projection-limit",
     tags=("theorem16", "remark17", "rate"),
-    reference="004 Remark 17, eqs. (248)–(249)",
+    location="004 Remark 17, eqs. (248)–(249)",
     statement="As β^{-1} → 0, I − A(β^{-1}I + A*A)^{-1}A* → the orthogonal projection onto im(A)^⊥, so P_k → "
               "Σ_{k'≠k} U_{k'} proj_{im(A_{k'})^⊥} U_{k'}*, at rate O(β^{-1}/σ_min(A)²)",
     measures="‖P_k(β) − P_k(∞)‖ for β^{-1} ∈ 1e-6 … 1e-2: fitted slope, and the ratio to β^{-1}/min_k σ_min(A_k)²",
@@ -214,7 +214,7 @@ def projection_limit(ctx) -> Result:
 @claim(
     id="2.18-beta-at-least-1",
     tags=("theorem16", "erratum"),
-    reference="004 Theorem 16 proof after (293); paper-notes §7.6",
+    location="004 Theorem 16 proof after (293); paper-notes §7.6",
     statement="\"ε ≤ 1 and the rest of Assumption 15 imply β ≥ 1\", at the CRATE-Base sizes the theorem cites",
     measures="β = p/(nε²) at ε = 1 for crate_base (d, K, p from the registry; n = 196 patches), after checking "
              "Assumption 15's explicit inequalities d ≥ n ≥ p ≥ K ≥ 2, Kp = d",
@@ -296,7 +296,7 @@ def _slope_claim(ctx, key: str, predicted_key: str, name: str) -> Result:
 @claim(
     id="2.17-remark17-optimal-eps",
     tags=("theorem16", "remark17", "rate"),
-    reference="004 Remark 17, eqs. (239)–(243), (245)",
+    location="004 Remark 17, eqs. (239)–(243), (245)",
     statement="Minimising the bound (239)–(241) over ε gives the optimal precision ε² = σd/(nK√(σ + √(n/d))) "
               "(242)–(243), i.e. β^{-1} = σ/√(σ + √(n/d)) (245): the best ε² grows about linearly in σ for "
               "σ ≪ √(n/d)",
@@ -320,7 +320,7 @@ def remark17_optimal_eps(ctx) -> Result:
 @claim(
     id="2.17-remark17-residual",
     tags=("theorem16", "remark17", "rate"),
-    reference="004 Remark 17, eq. (244)",
+    location="004 Remark 17, eq. (244)",
     statement="At the optimal ε the residual of Theorem 16's step is at most a constant times "
               "Kσ(√K σ + √(σ + √(n/d))) (244): about linear in σ for σ ≪ √(n/d)",
     measures="the parabola-refined minimum over ε² of the measured residual (the sweep of "
@@ -357,7 +357,7 @@ def _shrinkage_sweep(mode: str, seed: int, sizes: tuple[int, int, int, int]) -> 
 @claim(
     id="2.17-delta-r-zero-shrinkage",
     tags=("theorem16", "remark17"),
-    reference="004 Remark 17, after (249); paper-notes §1.12",
+    location="004 Remark 17, after (249); paper-notes §1.12",
     statement="A gradient step on R^c shrinks the signal by the noise-dependent factor 1/(1 + β^{-1}); a step on the "
               "full ΔR = R − R^c instead gives zero shrinkage (stated, not proved)",
     measures="signal shrinkage 1 − ⟨Z⁺, X_♮⟩/‖X_♮‖_F² of one step η = β^{-1} at Remark 17's ε (243), on tokens of "
@@ -429,7 +429,7 @@ def coherence_exponents(errors: np.ndarray) -> np.ndarray:
 @claim(
     id="2.17-remark18-coherence",
     tags=("theorem16", "remark18", "rate"),
-    reference="004 Remark 18",
+    location="004 Remark 18",
     statement="Relaxing orthogonality to ‖U_k*U_{k'} − 1_{k=k'}I‖ ≤ ν adds error terms polynomial in ν to "
               "Theorem 16 / Remark 17: the denoising degrades with ν and continuously from ν = 0",
     measures=f"Remark 17's residual ‖Z⁺ − [Δ − P(ΔΠ*)Π + X_♮/(1 + β^{{-1}})]‖ (η = β^{{-1}} of (245), σ = "

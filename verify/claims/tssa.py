@@ -51,7 +51,7 @@ FD_STEP = 1e-4
 @claim(
     id="tost-gradient-step",
     tags=("tost", "tssa", "theory", "nn"),
-    reference="ToST (arXiv 2412.17810), Sec. 3: TSSA as unrolled gradient descent on the variational compression "
+    location="ToST (arXiv 2412.17810), Sec. 3: TSSA as unrolled gradient descent on the variational compression "
               "term; crate_theory.tssa items 3–5",
     statement="TSSA is one gradient-descent step on the variational compression term with Π held fixed: "
               "TSSA(Z) = −τ∇_Z R^c_var(Z, Π | U_[K]); its causal form is, at each position t, the step of the prefix's "
@@ -97,7 +97,7 @@ def gradient_step(ctx) -> Result:
 @claim(
     id="tost-variational-bound",
     tags=("tost", "theory"),
-    reference="ToST (arXiv 2412.17810), Sec. 3: the variational form of the MCR² compression term; "
+    location="ToST (arXiv 2412.17810), Sec. 3: the variational form of the MCR² compression term; "
               "crate_theory.tssa item 2",
     statement="The variational compression term upper-bounds the coding rate it replaces, "
               "R^c_var(Z, Π | U_[K]) ≥ ½ Σ_k (n_k/n) logdet(I + (d/ε²) U_k*Z diag(π_k) Z*U_k / n_k), with equality when "
@@ -164,7 +164,7 @@ def _layer_changes(ctx) -> dict[str, np.ndarray]:
 @claim(
     id="tost-layer-compresses",
     tags=("tost", "theory", "ideal"),
-    reference="ToST (arXiv 2412.17810), Sec. 3: each layer is a descent step on the variational compression term",
+    location="ToST (arXiv 2412.17810), Sec. 3: each layer is a descent step on the variational compression term",
     statement="One ToST layer with the data's subspaces lowers the variational compression term of its tokens, also "
               "with the membership re-estimated from its output and after the LayerNorm that precedes the next "
               "layer (so not by shrinking the tokens alone)",
@@ -202,7 +202,7 @@ def layer_compresses(ctx) -> Result:
 @claim(
     id="tost-which-tssa",
     tags=("tost", "tssa", "theory", "code"),
-    reference="RobinWu218/ToST issue #4 (which of the vision and language TSSA is right); tost_vision/tost.py "
+    location="RobinWu218/ToST issue #4 (which of the vision and language TSSA is right); tost_vision/tost.py "
               "AttentionTSSA, tost_lang/model_TSSA.py CausalSelfAttention_TSSA; crate_theory.tssa",
     statement="Both public TSSA variants compute the derived step for their own membership Π: the vision one is the "
               "bidirectional step −π_k ⊙ D_k U_k*Z with c = 1 and Π normalised over all tokens; the language one is "
@@ -258,7 +258,7 @@ def which_tssa(ctx) -> Result:
 @claim(
     id="tost-params-lm",
     tags=("tost", "params", "nn", "language"),
-    reference="RobinWu218/ToST tost_lang/README.md (ToST-Base / Medium / Large 110M / 304M / 655M); its train.py "
+    location="RobinWu218/ToST tost_lang/README.md (ToST-Base / Medium / Large 110M / 304M / 655M); its train.py "
               "(bias=False) and model_TSSA.py",
     statement="ToST's language models have 110M / 304M / 655M parameters (Base d 768 L 12, Medium d 1024 L 24, "
               "Large d 1280 L 36)",
@@ -324,7 +324,7 @@ def _digits_claim(other: str, expected_verdict: str, note: str) -> None:
     @claim(
         id=f"tost-digits-vs-{other.lower()}",
         tags=("tost", "digits", "nn", "trained"),
-        reference="ToST (arXiv 2412.17810), abstract: ToST 'achieves competitive performance with conventional "
+        location="ToST (arXiv 2412.17810), abstract: ToST 'achieves competitive performance with conventional "
                   "transformers' (its ImageNet table was not available to this project)",
         statement=f"At the same size, data and recipe, ToST's test accuracy on the built-in digits is competitive with "
                   f"{other}'s: not more than 1 point below",
@@ -367,7 +367,7 @@ def _lm_claim(lower: str, higher: str, statement: str, printed: str, expected_ve
     @claim(
         id=f"tost-stdlib-{'vs-crate' if 'CRATE' in (lower + higher) else 'vs-gpt'}",
         tags=("tost", "language", "nn", "trained"),
-        reference=f"RobinWu218/ToST tost_lang/README.md and CRATE's Table 6 (OpenWebText validation loss: {printed})",
+        location=f"RobinWu218/ToST tost_lang/README.md and CRATE's Table 6 (OpenWebText validation loss: {printed})",
         statement=statement,
         measures=f"validation cross-entropy (nats per byte) on the built-in corpus of ToST (preset tost_stdlib), "
                  "CRATE-GPT (gpt_stdlib) and the standard GPT of the same d 128, K 4, L 4 and recipe, "
