@@ -1,10 +1,15 @@
 """The audit's outputs: the console summary, the full table, ``report.md`` and ``report.json``.
 
-``report.md`` opens with the headline (verdict counts, per kind of check, and how many claims came out as
-expected, split by where the expectation comes from), then the summary a reader of the papers takes in at a glance
-(`PAPER_CLAIMS`: one row per substantive statement of the papers, answered by one claim), then the detail (every
-claim as one bullet with its verdict, grouped by kind), the full table and one section per claim. The console gets
-the headline and the summary; ``python -m verify --table`` adds the full table.
+Every claim says what it tests (its scope, `verify.registry.SCOPES`): the papers' statement as printed, the papers'
+statement at their protocol replicated at laptop scale, or a probe of the audit's own. The headline counts verdicts
+per scope, the papers' statements first: only a `fails` of the papers' statements is an error of the papers; a
+replication's `fails` does not replicate at its scale, a probe's `fails` is a finding of the audit.
+
+``report.md`` opens with the headline, then the summary a reader of the papers takes in at a glance: the central
+question "do CRATE layers compress?" under each protocol (`LAYERS_COMPRESS`) and one row per substantive statement
+of the papers (`PAPER_CLAIMS`), then the detail (every claim as one bullet with its verdict, grouped by scope), the
+full table and one section per claim. The console gets the headline and the summary; ``python -m verify --table``
+adds the full table.
 """
 from __future__ import annotations
 
@@ -15,18 +20,34 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from verify.registry import KINDS, PROVENANCES, VERDICTS
+from verify.registry import KINDS, PROVENANCES, SCOPES, SOURCES, VERDICTS
 from verify.runner import Outcome
 
 COUNTED = (*VERDICTS, "error")
 """The verdicts the report counts: the claims' own, and ``error`` for a measurement that raised."""
 PLURAL = {"holds": "hold", "fails": "fail", "loose": "loose", "inconclusive": "inconclusive", "error": "raised"}
 DETAIL_ORDER = ("fails", "inconclusive", "loose", "error", "holds")
-"""Order of the bullets within each kind in the detail: what contradicts the papers first."""
+"""Order of the bullets within each scope in the detail: what contradicts the statement first."""
+FAILS_READ = {"paper": "errors of the papers", "replication": "do not replicate at their scale",
+              "probe": "findings of the audit"}
+"""What a ``fails`` means in each scope (plural, for the headline)."""
+FAIL_READ = {"paper": "error of the papers", "replication": "does not replicate at this scale",
+             "probe": "finding of the audit"}
+"""The same for one claim (the detail's bullets)."""
 
-PAPERS = ('"004" is the long CRATE paper (arXiv 2311.13110), "000" its NeurIPS 2023 version (arXiv 2306.01129). Claim '
-          'ids 2.x number the checks of the paper notes (§2 of docs/paper-notes.md in the shared docs), 4.x the '
-          "papers' sections.")
+PAPERS = ("Sources: " + "; ".join(f"*{label}*: {work}" for label, work in SOURCES.items())
+          + ". Each claim quotes the statement it tests and gives its location; docs/papers.md indexes them.")
+
+LAYERS_COMPRESS = (
+    ("digits CRATE (Fig. 15)", ("2.24-digits-official", "2.24-digits-paper", "2.24-digits-joint")),
+    ("Fig. 15, end of training", ("2.24-fig15-end-official", "2.24-fig15-end-paper", None)),
+    ("Fig. 21, depth", ("2.24-fig21-depth-official", "2.24-fig21-depth-paper", None)),
+    ("CRATE-GPT", ("2.24-gpt-official", "2.24-gpt-paper", "2.24-gpt-joint")),
+)
+"""The central question, "do CRATE layers compress?", for each model: the claims that answer it under the authors'
+per-head-normalised protocol, under the paper's formula (eq. (13) as printed, unnormalised) and under the joint rule
+(`verify.joint`, compression told apart from collapse; None where the model has no joint claim)."""
+PROTOCOLS = ("authors' protocol", "paper's formula", "joint rule")
 
 PAPER_CLAIMS = (
     ("MSSA step descends R^c (Approx. 9)", ("2.7-approx9-cosine",)),
@@ -38,8 +59,6 @@ PAPER_CLAIMS = (
     ("… in a trained CRATE-MAE (Fig. 10)", ("2.22-mae-roundtrip",)),
     ("ideal CRATE compresses layer by layer", ("2.24-ideal-compression",)),
     ("… crediting attention over ISTA alone", ("2.24-ideal-attention-credit",)),
-    ("trained R^c < init's, paper (Fig. 15)", ("2.24-digits-paper",)),
-    ("training compresses (Fig. 15), jointly", ("2.24-digits-joint",)),
     ("trained sparser than init (Fig. 15)", ("2.24-digits-sparsity",)),
     ("random init is flat (Fig. 15)", ("2.24-random-init-flat",)),
     ("DINO k-NN beats its init (Table 4)", ("4.1.3-dino-knn", "4.1.3-dino-knn-short")),
@@ -49,51 +68,80 @@ PAPER_CLAIMS = (
 )
 """The summary's rows: a substantive statement of the papers (not an identity or a printed number) and the claims
 that test it most directly — the first one measured in this run answers the row (the quick and the full mode may
-measure it under different ids)."""
+measure it under different ids). The layer-wise compression rows are `LAYERS_COMPRESS`."""
 
 SUMMARY_WIDTHS = (38, 12, 52, 7, 3)
-"""Console widths of the summary's columns (statement, verdict, number, kind, seeds): 120 columns in all."""
-COLUMNS = ("id", "kind", "location", "measured quantity", "measured", "expected", "verdict")
+"""Console widths of the summary's columns (statement, verdict, number, scope, seeds): 120 columns in all."""
+COLUMNS = ("id", "scope", "location", "measured quantity", "measured", "expected", "verdict")
+SCOPE_SHORT = {"paper": "paper", "replication": "repl.", "probe": "probe", None: "—"}
+
+
+def _find(outcomes: list[Outcome], claim_id: str | None) -> Outcome | None:
+    """The outcome of the claim named ``claim_id`` (its id or a former one), if it was measured."""
+    if claim_id is None:
+        return None
+    return next((o for o in outcomes if claim_id == o.claim.id or claim_id in o.claim.formerly), None)
 
 
 def summary(outcomes: list[Outcome]) -> dict[str, Any]:
-    """Counts of verdicts (all, and per kind), the as-expected counts per provenance, and the ids whose measured
-    verdict differs from the expected one."""
-    counts = Counter(o.verdict for o in outcomes)
-    by_kind = {}
-    for kind in KINDS:
-        group = [o for o in outcomes if o.claim.kind == kind]
+    """Counts of verdicts (all, per scope and per kind), the as-expected counts per provenance, and the ids whose
+    measured verdict differs from the expected one."""
+    def tally(group: list[Outcome]) -> dict[str, Any]:
         per = Counter(o.verdict for o in group)
-        by_kind[kind] = {"claims": len(group), **{v: per.get(v, 0) for v in COUNTED},
-                         "as_expected": {p: sum(o.matches and o.claim.provenance == p for o in group)
-                                         for p in PROVENANCES}}
+        return {"claims": len(group), **{v: per.get(v, 0) for v in COUNTED},
+                "as_expected": {p: sum(o.matches and o.claim.provenance == p for o in group) for p in PROVENANCES}}
+
+    by_kind = {kind: tally([o for o in outcomes if o.claim.kind == kind]) for kind in KINDS}
     return {
         "claims": len(outcomes),
-        "verdicts": {v: counts.get(v, 0) for v in COUNTED},
+        "verdicts": {v: sum(k[v] for k in by_kind.values()) for v in COUNTED},
+        "by_scope": {scope: tally([o for o in outcomes if o.claim.scope == scope]) for scope in SCOPES},
         "by_kind": by_kind,
         "as_expected": {p: sum(k["as_expected"][p] for k in by_kind.values()) for p in PROVENANCES},
         "mismatches": [o.claim.id for o in outcomes if not o.matches],
+        "errors_of_the_papers": [o.claim.id for o in outcomes if o.claim.scope == "paper" and o.verdict == "fails"],
         "seconds": round(sum(o.seconds for o in outcomes), 2),
     }
 
 
-def _counts(verdicts: dict[str, int]) -> str:
-    return ", ".join(f"{verdicts[v]} {PLURAL[v]}" for v in COUNTED)
+def _counts(verdicts: dict[str, int], scope: str | None = None) -> str:
+    parts = []
+    for v in COUNTED:
+        if v == "fails" and scope in FAILS_READ:
+            parts.append(f"{verdicts[v]} fail ({FAILS_READ[scope]})")
+        elif verdicts[v] or v in ("holds", "fails"):
+            parts.append(f"{verdicts[v]} {PLURAL[v]}")
+    return ", ".join(parts)
 
 
 def format_summary(outcomes: list[Outcome]) -> str:
-    """The headline: verdict counts, and how many came out as expected by analysis and by measurement."""
+    """The headline: the verdicts of each scope, the papers' statements first, then how many came out as expected
+    by analysis and by measurement."""
     s = summary(outcomes)
+    lines = [f"{SCOPES[scope][0][0].upper() + SCOPES[scope][0][1:]} ({k['claims']}): {_counts(k, scope)}"
+             for scope, k in s["by_scope"].items() if k["claims"]]
     matched = s["claims"] - len(s["mismatches"])
-    text = (
-        f"{s['claims']} claims: {_counts(s['verdicts'])} ({s['seconds']:.1f} s measuring)\n"
-        f"{matched}/{s['claims']} as expected: {s['as_expected']['analysis']} by analysis, "
-        f"{s['as_expected']['measurement']} by measurement (for those a regression check only)"
-    )
+    lines.append(f"{matched}/{s['claims']} claims as expected: {s['as_expected']['analysis']} by analysis, "
+                 f"{s['as_expected']['measurement']} by measurement (for those a regression check only); "
+                 f"{s['seconds']:.1f} s measuring")
+    text = "\n".join(lines)
     if s["mismatches"]:
         text += "\n" + textwrap.fill("verdict differs from its expectation (or raised): " + ", ".join(s["mismatches"]),
                                      120, break_on_hyphens=False)
     return text
+
+
+def _scope_rows(outcomes: list[Outcome]) -> list[tuple[str, ...]]:
+    rows = []
+    for scope, k in summary(outcomes)["by_scope"].items():
+        if k["claims"]:
+            rows.append((SCOPES[scope][0], str(k["claims"]), *(str(k[v]) for v in COUNTED),
+                         f"{k['as_expected']['analysis']} / {k['as_expected']['measurement']}"))
+    return rows
+
+
+SCOPE_HEADER = ("scope", "claims", *(PLURAL[v] for v in COUNTED), "as expected: analysis / measurement")
+SCOPE_WIDTHS = (28, 6, 4, 4, 5, 12, 6, 35)
 
 
 def _kind_rows(outcomes: list[Outcome]) -> list[tuple[str, ...]]:
@@ -105,8 +153,7 @@ def _kind_rows(outcomes: list[Outcome]) -> list[tuple[str, ...]]:
     return rows
 
 
-KIND_HEADER = ("kind", "claims", *(PLURAL[v] for v in COUNTED), "as expected: analysis / measurement")
-KIND_WIDTHS = (26, 6, 4, 4, 5, 12, 6, 35)
+KIND_HEADER = ("kind of check", "claims", *(PLURAL[v] for v in COUNTED), "as expected: analysis / measurement")
 
 
 def _verdict_cell(o: Outcome, expected: str = "expected ") -> str:
@@ -120,25 +167,53 @@ def _shorten(text: str, width: int) -> str:
 
 def paper_rows(outcomes: list[Outcome]) -> list[tuple[str, Outcome]]:
     """The summary's rows measured in this run: (the papers' statement, the outcome of the claim that answers it)."""
-    by_id = {o.claim.id: o for o in outcomes}
     rows = []
     for said, ids in PAPER_CLAIMS:
-        measured = [by_id[i] for i in ids if i in by_id]
+        measured = [o for o in (_find(outcomes, i) for i in ids) if o is not None]
         if measured:
             rows.append((said, measured[0]))
     return rows
 
 
-def _summary_cells(said: str, o: Outcome, width: int, expected: str = "expected ") -> tuple[str, ...]:
-    """(statement, verdict, number, kind, seeds) of a summary row; the number is the claim's headline, or its
-    measured line shortened to ``width`` where the claim sets none; ``expected`` introduces a differing
-    expectation."""
+def _number(o: Outcome) -> tuple[str, str]:
+    """(the claim's headline as text, or its measured line where it sets none; its number of seeds or "—")."""
     headline = o.result.headline if o.result else None
     if headline is not None:
-        number, seeds = headline.text(), str(headline.seeds or "—")
-    else:
-        number, seeds = (o.result.measured if o.result else "raised"), "—"
-    return said, _verdict_cell(o, expected), _shorten(number, width), o.claim.kind, seeds
+        return headline.text(), str(headline.seeds or "—")
+    return (o.result.measured if o.result else "raised"), "—"
+
+
+def _summary_cells(said: str, o: Outcome, width: int, expected: str = "expected ") -> tuple[str, ...]:
+    """(statement, verdict, number, scope, seeds) of a summary row; the number is the claim's headline, or its
+    measured line shortened to ``width`` where the claim sets none; ``expected`` introduces a differing
+    expectation."""
+    number, seeds = _number(o)
+    return said, _verdict_cell(o, expected), _shorten(number, width), SCOPE_SHORT[o.claim.scope], seeds
+
+
+def _joint_cell(o: Outcome) -> str:
+    """A joint claim's verdict and the label of its deciding layer (`verify.joint`), e.g. ``fails: collapse``."""
+    label = o.result.headline.label.split(",")[0].split(" ", 2)[-1] if o.result and o.result.headline else ""
+    return f"{_verdict_cell(o, '≠')}" + (f": {label}" if label else "")
+
+
+def layers_compress_rows(outcomes: list[Outcome]) -> list[tuple[str, ...]]:
+    """The central question's rows measured in this run: (model, scope and setting, then per protocol the verdict
+    of the claim that answers it, "—" where none was measured)."""
+    rows = []
+    for model, ids in LAYERS_COMPRESS:
+        found = [_find(outcomes, i) for i in ids]
+        if not any(found):
+            continue
+        first = next(o for o in found if o is not None)
+        where = SCOPE_SHORT[first.claim.scope] + (f", {first.claim.setting}" if first.claim.setting else "")
+        cells = ["—" if o is None else (_joint_cell(o) if i == 2 else _verdict_cell(o, "≠")) for i, o in enumerate(found)]
+        rows.append((model, where, *cells))
+    return rows
+
+
+LAYERS_HEADER = ("do layers compress?", "scope, scale", *PROTOCOLS)
+LAYERS_WIDTHS = (22, 32, 17, 17, 24)
 
 
 def _text_table(header: tuple[str, ...], rows: list[tuple[str, ...]], widths: tuple[int, ...]) -> list[str]:
@@ -154,13 +229,21 @@ def _md_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]
             + ["| " + " | ".join(_md_escape(c) for c in r) + " |" for r in rows])
 
 
-SUMMARY_HEADER = ("the papers say", "verdict", "number [95% interval]", "kind", "n")
+SUMMARY_HEADER = ("the papers say", "verdict", "number [95% interval]", "scope", "n")
 
 
 def format_console(outcomes: list[Outcome]) -> str:
-    """What ``python -m verify`` prints: the headline, the counts per kind and the summary (≤ 120 columns)."""
+    """What ``python -m verify`` prints: the headline, the counts per scope, the papers' errors, the central
+    question and the summary (≤ 40 lines of ≤ 120 columns)."""
     lines = [format_summary(outcomes), ""]
-    lines += _text_table(KIND_HEADER, _kind_rows(outcomes), KIND_WIDTHS)
+    lines += _text_table(SCOPE_HEADER, _scope_rows(outcomes), SCOPE_WIDTHS)
+    errors = summary(outcomes)["errors_of_the_papers"]
+    if errors:
+        lines += [""] + textwrap.wrap("Errors of the papers (their statements that fail): " + ", ".join(errors), 120,
+                                      break_on_hyphens=False)
+    layers = layers_compress_rows(outcomes)
+    if layers:
+        lines += [""] + _text_table(LAYERS_HEADER, layers, LAYERS_WIDTHS)
     rows = [_summary_cells(said, o, SUMMARY_WIDTHS[2], "≠") for said, o in paper_rows(outcomes)]
     if rows:
         lines += ["", "The papers' substantive statements (the detail is in report.md):"]
@@ -188,7 +271,7 @@ def format_table(outcomes: list[Outcome], widths: tuple[int, ...] = (22, 8, 26, 
 def _row(o: Outcome) -> tuple[str, ...]:
     measured = o.result.measured if o.result else (o.error or "").strip().splitlines()[-1]
     c = o.claim
-    return (c.id, c.kind, c.location, c.measures, measured, c.expected, _verdict_cell(o))
+    return (c.id, SCOPE_SHORT[c.scope], c.location, c.measures, measured, c.expected, _verdict_cell(o))
 
 
 def _md_escape(text: str) -> str:
@@ -204,24 +287,31 @@ def _reason(claim) -> str:
 
 
 def _bullet(o: Outcome) -> str:
-    """One claim in the detail: verdict first, then the statement and the measured figure, and for a verdict other
-    than ``holds`` the reason; a printed-number check and an expectation set by measurement say so."""
+    """One claim in the detail: verdict first (a ``fails`` read in its scope: an error of the papers, does not
+    replicate at this scale, a finding of the audit — with its setting), then the statement and the measured
+    figure, and for a verdict other than ``holds`` the reason; a printed-number check and an expectation set by
+    measurement say so."""
     c = o.claim
     figure = f" ([figure]({o.figures[0]}))" if o.figures else ""
     measured = o.result.measured if o.result else "raised"
     labels = [note for note, on in (("erratum check", c.kind == "printed"),
                                     ("expected by measurement", c.provenance == "measurement")) if on]
-    label = f" ({', '.join(labels)})" if labels else ""
+    if o.verdict == "fails" and c.scope in FAIL_READ:
+        labels.insert(0, FAIL_READ[c.scope] + (f": {c.setting}" if c.setting else ""))
+    label = f" ({'; '.join(labels)})" if labels else ""
     said = "" if o.verdict == "holds" and c.kind == "identity" else f" {_md_escape(c.statement)} →"
     reason = "" if o.verdict == "holds" else f" — {_md_escape(_reason(c))}"
-    return f"- **{c.id}** — **{_verdict_cell(o)}**{label}:{said} {_md_escape(measured)}{figure}{reason}"
+    return f"- **{c.id}** — **{_verdict_cell(o)}**{_md_escape(label)}:{said} {_md_escape(measured)}{figure}{reason}"
 
 
 def summary_page(outcomes: list[Outcome], meta: dict[str, Any]) -> list[str]:
-    """The summary (≤ 25 lines: the papers, then `PAPER_CLAIMS` as a table) and the detail (every claim, grouped by
-    kind, each bullet with its verdict)."""
+    """The summary (≤ 25 lines: the sources, the central question `LAYERS_COMPRESS` and `PAPER_CLAIMS` as tables)
+    and the detail (every claim, grouped by scope, each bullet with its verdict)."""
+    layers = layers_compress_rows(outcomes)
     rows = [_summary_cells(said, o, 60) + (o.claim.id,) for said, o in paper_rows(outcomes)]
     lines = ["## Summary", "", PAPERS, ""]
+    if layers:
+        lines += _md_table(LAYERS_HEADER, layers) + [""]
     lines += _md_table(SUMMARY_HEADER + ("claim",), rows) if rows else ["(none of the summary's claims was measured)"]
     lines += [
         "", "## Detail", "",
@@ -231,8 +321,8 @@ def summary_page(outcomes: list[Outcome], meta: dict[str, Any]) -> list[str]:
         f"expectation is set by *analysis* ({PROVENANCES['analysis']}) or by *measurement*",
         f"({PROVENANCES['measurement']}).",
     ]
-    for kind, (name, description) in KINDS.items():
-        group = sorted((o for o in outcomes if o.claim.kind == kind), key=lambda o: DETAIL_ORDER.index(o.verdict))
+    for scope, (name, description) in SCOPES.items():
+        group = sorted((o for o in outcomes if o.claim.scope == scope), key=lambda o: DETAIL_ORDER.index(o.verdict))
         if group:
             counts = Counter(o.verdict for o in group)
             tally = ", ".join(f"{counts[v]} {PLURAL[v]}" for v in COUNTED if counts[v])
@@ -246,15 +336,17 @@ def summary_page(outcomes: list[Outcome], meta: dict[str, Any]) -> list[str]:
 
 
 def write_markdown(path: Path, outcomes: list[Outcome], meta: dict[str, Any]) -> None:
-    """``report.md``: the headline, the summary and the detail, the full table, then one section per claim with its
-    statement and figures."""
+    """``report.md``: the headline, the counts per scope and per kind of check, the summary and the detail, the full
+    table, then one section per claim with its quoted statement, location and figures."""
     headline = format_summary(outcomes).split("\n")
     lines = [
         "# CRATE derivation audit",
         "",
         f"Mode `{meta['mode']}`, seed {meta['seed']}, {meta['started']} — `{meta['command']}`.",
         "",
-        f"**{headline[0]}.** {' '.join(headline[1:])}.",
+        *[f"**{line}.**" if i < len(headline) - 1 else f"{line}." for i, line in enumerate(headline)],
+        "",
+        *_md_table(SCOPE_HEADER, _scope_rows(outcomes)),
         "",
         *_md_table(KIND_HEADER, _kind_rows(outcomes)),
         "",
@@ -266,11 +358,18 @@ def write_markdown(path: Path, outcomes: list[Outcome], meta: dict[str, Any]) ->
     ]
     for o in outcomes:
         c = o.claim
+        scope = SCOPES[c.scope][0] if c.scope in SCOPES else "no scope"
         lines += [
             f"## {c.id} — {_verdict_cell(o)}",
             "",
-            f"*{c.location}* · {KINDS[c.kind][0]} · tags: {', '.join(c.tags)} · {o.seconds:.2f} s",
+            f"*{c.location}* · {scope}" + (f" ({c.setting})" if c.setting else "") + f" · {KINDS[c.kind][0]} · "
+            f"tags: {', '.join(c.tags)}" + (f" · formerly {', '.join(c.formerly)}" if c.formerly else "")
+            + f" · {o.seconds:.2f} s",
             "",
+        ]
+        if c.quote:
+            lines += [f"> {c.quote}", ""]
+        lines += [
             f"**Statement.** {c.statement}",
             "",
             f"**Measured.** {c.measures}: {o.result.measured if o.result else '—'}",

@@ -8,15 +8,16 @@ from verify import verdicts
 from verify.__main__ import audit
 from verify.context import Context
 from verify.numerics import loglog_slope
-from verify.registry import KINDS, PROVENANCES, Claim, Headline, Result, claim, select
+from verify.registry import KINDS, PROVENANCES, SCOPES, Claim, Headline, Result, claim, select
 from verify.report import PAPER_CLAIMS, summary
 
 
 def _claim(id, expected_verdict, measure, tags=("demo",), kind="theory", provenance="analysis",
-           modes=("quick", "full")):
-    return Claim(id=id, tags=tags, location="000 eq. (0)", statement="a statement", measures="a figure",
+           modes=("quick", "full"), scope="paper"):
+    return Claim(id=id, tags=tags, location="long version, eq. (0)", statement="a statement", measures="a figure",
                  expected="a threshold, with its reason", expected_verdict=expected_verdict, kind=kind,
-                 provenance=provenance, measure=measure, modes=modes)
+                 provenance=provenance, measure=measure, modes=modes, scope=scope, quote="a quote",
+                 setting=None if scope == "paper" else "a setting")
 
 
 def _holds(ctx):
@@ -90,7 +91,7 @@ def test_audit_exit_status_and_reports(tmp_path, capsys):
     assert report["claims"][0]["data"] == {"err": 0.0, "xs": [0, 1, 2]}
     assert report["summary"]["mismatches"] == []
     assert "2.2-b" in (tmp_path / "ok" / "report.md").read_text()
-    assert "2/2 as expected" in capsys.readouterr().out
+    assert "2/2 claims as expected" in capsys.readouterr().out
     assert (report["claims"][0]["kind"], report["claims"][0]["provenance"]) == ("theory", "analysis")
 
     # a verdict that differs from its expectation, and a measurement that raises: exit 1, report still written
@@ -181,11 +182,26 @@ def _register(**fields):
 
 
 @pytest.mark.parametrize("field, value", [("modes", ("medium",)), ("kind", "proof"), ("provenance", "hunch"),
-                                          ("expected_verdict", "maybe")])
+                                          ("expected_verdict", "maybe"), ("scope", "hearsay")])
 def test_registration_refuses_unknown_values_with_one_line(field, value):
     with pytest.raises(ValueError, match=f"{field} of 'x' must be") as raised:
         _register(**{field: value})
     assert "\n" not in str(raised.value)
+
+
+def test_a_replication_or_probe_names_its_setting_and_a_quote_is_short():
+    with pytest.raises(ValueError, match="names its setting"):
+        _register(scope="probe", quote="q")
+    assert _register(id="x-probe", scope="probe", quote="q", setting="a construct")
+    with pytest.raises(ValueError, match="quote of 'x'"):
+        _register(scope="paper", quote="x" * 241)
+
+
+def test_an_old_id_selects_its_claim_and_names_the_new_one(capsys):
+    new = _claim("eq8-new", "holds", _holds)
+    new = Claim(**{**new.__dict__, "formerly": ("2.1-old",)})
+    assert select([new], ["2.1-old"]) == [new]
+    assert "claim 2.1-old is now eq8-new" in capsys.readouterr().err
 
 
 def test_a_printed_number_can_only_hold_or_fail():
@@ -208,7 +224,7 @@ def test_headline_text():
 
 
 def _mixed_outcomes(tmp_path):
-    """Every kind and provenance, every verdict (and a raise), some as expected and some not."""
+    """Every kind, scope and provenance, every verdict (and a raise), some as expected and some not."""
     from verify.runner import run_claims
 
     def verdict(v):
@@ -222,15 +238,22 @@ def _mixed_outcomes(tmp_path):
         ("trained", "measurement", "inconclusive", "inconclusive"), ("trained", "analysis", "error", "holds"),
     ]):
         measure = _raises if measured == "error" else verdict(measured)
-        claims.append(_claim(f"2.{i + 1}-c", expected, measure, kind=kind, provenance=provenance))
+        scope = ("paper", "replication", "probe")[i % 3]
+        claims.append(_claim(f"2.{i + 1}-c", expected, measure, kind=kind, provenance=provenance, scope=scope))
     claims += [_claim(ids[0], "holds", verdict("fails"), kind="trained") for _, ids in PAPER_CLAIMS]
     return run_claims(claims, mode="quick", seed=0, output_dir=tmp_path, progress=False)
 
 
-def test_headline_counts_by_kind_and_provenance_add_up(tmp_path):
+def test_headline_counts_by_scope_kind_and_provenance_add_up(tmp_path):
     outcomes = _mixed_outcomes(tmp_path)
     s = summary(outcomes)
     assert sum(s["verdicts"].values()) == s["claims"] == len(outcomes)
+    assert set(s["by_scope"]) == set(SCOPES) and sum(k["claims"] for k in s["by_scope"].values()) == s["claims"]
+    for verdict, count in s["verdicts"].items():
+        assert sum(k[verdict] for k in s["by_scope"].values()) == count
+    # the papers' statements that fail, and only those, are errors of the papers
+    assert s["errors_of_the_papers"] == [o.claim.id for o in outcomes
+                                         if o.claim.scope == "paper" and o.verdict == "fails"]
     assert set(s["by_kind"]) == set(KINDS) and set(s["as_expected"]) == set(PROVENANCES)
     for verdict, count in s["verdicts"].items():
         assert sum(k[verdict] for k in s["by_kind"].values()) == count
@@ -251,9 +274,11 @@ def test_summary_and_console_are_short(tmp_path, capsys):
     assert len(lines) <= 40 and max(len(line) for line in lines[:-1]) <= 120, out  # the last names the folder
     assert lines[-1].startswith("wall time")
     assert "as expected: 3 by analysis, 2 by measurement" in out and "| location" not in out
+    assert lines[0].startswith("The papers' statements (")  # the first line counts the papers' statements
+    assert "errors of the papers" in lines[0] and "do not replicate" in lines[1] and "findings of the audit" in lines[2]
     md = (tmp_path / "r" / "report.md").read_text()
     summary_section = md[md.index("## Summary"):md.index("## Detail")].rstrip("\n").split("\n")
-    assert len(summary_section) <= 25 and "arXiv 2311.13110" in md and "paper-notes.md" in md
+    assert len(summary_section) <= 25 and "arXiv 2311.13110" in md and "arXiv 2306.01129" in md
     detail = md[md.index("## Detail"):md.index("## All claims")]
     bullets = [line for line in detail.split("\n") if line.startswith("- **")]
     assert len(bullets) == len(outcomes)
