@@ -34,6 +34,8 @@ settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHES
 
 SLOW = {
     "tests/verify/test_claims.py": "runs the whole quick audit from an empty cache (≈ 2.5 min)",
+    "tests/verify/test_documents.py::test_each_generated_part_says_what_the_quick_audit_says":
+        "reads the whole quick audit (test_claims.py runs it)",
     "tests/verify/test_seed_independence.py": "the fast claims again at two other base seeds (≈ 1 min)",
     "tests/test_readme.py": "every README command and snippet (≈ 100 s)",
     "tests/notebooks": "executes every notebook in a kernel (≈ 140 s)",

@@ -10,7 +10,9 @@ from typing import TypeVar
 import numpy as np
 
 MODES = ("quick", "full")
-RESULTS = Path(__file__).resolve().parents[1] / "results"
+ROOT = Path(__file__).resolve().parents[1]
+"""The repository (the documents `verify.documents` writes parts of)."""
+RESULTS = ROOT / "results"
 """The repository's committed runs (`verify.committed`)."""
 T = TypeVar("T")
 

@@ -72,13 +72,13 @@ statements first; only a ``paper`` ``fails`` is called an error of the papers.""
 
 SOURCES = {
     "long version": "White-Box Transformers via Sparse Rate Reduction: Compression Is All There Is? (Yu, Buchanan, "
-                    "Pai, Chu, Wu, Tong, Bai, Zhai, Haeffele, Ma; JMLR 2024, arXiv 2311.13110)",
+                    "Pai, Chu, Wu, Tong, Bai, Zhai, Haeffele, Ma; JMLR 2024, arXiv 2311.13110 v4)",
     "NeurIPS 2023": "White-Box Transformers via Sparse Rate Reduction (Yu, Buchanan, Pai, Chu, Wu, Tong, Haeffele, "
                     "Ma; NeurIPS 2023, arXiv 2306.01129)",
-    "ToST": "Token Statistics Transformer: Linear-Time Attention via Variational Rate Reduction (Wu, Ding, Tong, Lee, "
-            "Zhang, Zhai, Ma, et al.; ICLR 2025, arXiv 2412.17810), and its code (github.com/RobinWu218/ToST)",
-    "SimDINO": "Simplifying DINO via Coding Rate Regularization (Wu, Zhang, Pai, Wang, Ma, et al.; ICML 2025, "
-               "arXiv 2502.10385), and its code (github.com/RobinWu218/SimDINO)",
+    "ToST": "Token Statistics Transformer: Linear-Time Attention via Variational Rate Reduction (Wu, Ding, Lu, Pai, "
+            "Zhang, Wang, Yu, Ma, Haeffele; ICLR 2025, arXiv 2412.17810), and its code (github.com/RobinWu218/ToST)",
+    "SimDINO": "Simplifying DINO via Coding Rate Regularization (Wu, Zhang, Pai, Wang, Singh, Yang, Gao, Ma; ICML "
+               "2025, arXiv 2502.10385), and its code (github.com/RobinWu218/SimDINO)",
 }
 """The sources a claim's ``location`` starts with (label → the work); docs/papers.md lists them."""
 
