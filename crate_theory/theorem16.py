@@ -37,6 +37,7 @@ __all__ = [
     "exact_a_nominal_gradient",
     "Theorem16Residuals",
     "theorem16_residuals",
+    "remark17_bound",
     "remark17_eps",
     "remark17_beta_inv",
     "remark17_residual_bound",
@@ -300,6 +301,14 @@ def _check_sizes(sigma, n, d):
     check_int(n, "n", minimum=1)
     check_int(d, "d", minimum=1)
     return check_positive(sigma, "sigma")
+
+
+def remark17_bound(sigma: float, eps: float, n: int, d: int, K: int) -> float:
+    """Remark 17's bound (241) on the residual (239) of one step with η = β^{-1}, up to an absolute constant:
+    K^{3/2}σ² + σ²d/(nε²) + (nK²/d)(σ + √(n/d))ε² (from (238) with Kp = d and n ≤ d)."""
+    sigma, eps = _check_sizes(sigma, n, d), check_positive(eps, "eps")
+    check_int(K, "K", minimum=1)
+    return float(K**1.5 * sigma**2 + sigma**2 * d / (n * eps**2) + n * K**2 / d * (sigma + np.sqrt(n / d)) * eps**2)
 
 
 def remark17_eps(sigma: float, n: int, d: int, K: int) -> float:

@@ -1,4 +1,5 @@
-"""Verdict rules: turn measured numbers into ``holds`` / ``fails`` / ``loose``.
+"""Verdict rules: turn measured numbers into ``holds`` / ``fails`` / ``loose`` (and ``inconclusive`` where a rule
+reads seeds through `verify.statistics.compare`).
 
 Every rule takes the measured figure and a threshold whose reason the claim states; none looks at the
 expected verdict.
@@ -6,6 +7,10 @@ expected verdict.
 from __future__ import annotations
 
 import math
+
+import numpy as np
+
+from verify.statistics import Comparison, compare
 
 
 def _finite(value: float, name: str) -> float:
@@ -42,8 +47,40 @@ def slope(measured: float, expected: float, tol: float) -> str:
     return "holds" if abs(_finite(measured, "slope") - expected) <= tol else "fails"
 
 
-def all_hold(*verdicts: str) -> str:
-    """Combine sub-checks of one claim: ``fails`` if any fails, else ``loose`` if any is loose, else ``holds``."""
-    if "fails" in verdicts:
+def rate_bound(exponent: float, bound_exponent: float, tol: float) -> str:
+    """A claimed bound y ≲ x^b as x → 0, with an unspecified constant, read through the fitted log-log exponent a
+    of the measured y against the bound's b (fitted over the same x).
+
+    ``fails`` when a < b − ``tol`` (y falls more slowly than the bound: no constant keeps it below as x → 0);
+    ``loose`` when a > b + ``tol`` (y falls faster: the bound holds but its rate is not attained); ``holds``
+    otherwise. ``tol`` allows the order-one factors a bound leaves out, drifting across the grid.
+    """
+    gap = _finite(exponent, "exponent") - _finite(bound_exponent, "bound_exponent")
+    if gap < -tol:
         return "fails"
-    return "loose" if "loose" in verdicts else "holds"
+    return "loose" if gap > tol else "holds"
+
+
+def rate_bound_over_seeds(exponents, bound_exponent: float, tol: float) -> tuple[str, list[Comparison]]:
+    """`rate_bound` with one fitted exponent per seed: the 95% interval over seeds of a − b
+    (`verify.statistics.compare`) against −``tol`` and +``tol``.
+
+    ``fails`` when the interval lies below −tol, ``loose`` when it lies above +tol, ``holds`` when it lies between
+    them, ``inconclusive`` when it contains either boundary. Returns the verdict and the two comparisons (against
+    −tol: "the bound is met"; against +tol: "the bound is beaten").
+    """
+    gaps = np.asarray(exponents, dtype=float) - _finite(bound_exponent, "bound_exponent")
+    met = compare(gaps, direction="above", boundary=-tol)
+    beaten = compare(gaps, direction="above", boundary=tol)
+    if met.verdict != "holds":
+        return met.verdict, [met, beaten]
+    return {"holds": "loose", "fails": "holds"}.get(beaten.verdict, "inconclusive"), [met, beaten]
+
+
+def all_hold(*verdicts: str) -> str:
+    """Combine sub-checks of one claim: ``fails`` if any fails, else ``inconclusive`` if any is (a comparison over
+    seeds that cannot tell), else ``loose`` if any is loose, else ``holds``."""
+    for verdict in ("fails", "inconclusive", "loose"):
+        if verdict in verdicts:
+            return verdict
+    return "holds"

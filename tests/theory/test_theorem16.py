@@ -19,6 +19,7 @@ from crate_theory.theorem16 import (
     permutation_matrix,
     projection_operators,
     remark17_beta_inv,
+    remark17_bound,
     remark17_eps,
     remark17_residual_bound,
     sample_theorem16,
@@ -162,14 +163,14 @@ def test_remark17_optimal_beta_matches_245(sigma, K, p, n):
 def test_remark17_residual_is_the_bound_241_at_the_optimal_eps_without_its_2(sigma, K, p, n):
     """(241) at (243)'s ε is K^{3/2}σ² + 2Kσ√(σ + √(n/d)); (244) keeps its form up to that factor 2."""
     d = K * p
-    eps2 = remark17_eps(sigma, n, d, K) ** 2
-    bound = K**1.5 * sigma**2 + sigma**2 * d / (n * eps2) + n * K**2 / d * (sigma + np.sqrt(n / d)) * eps2
+    eps = remark17_eps(sigma, n, d, K)
+    bound = remark17_bound(sigma, eps, n, d, K)
+    naive = K**1.5 * sigma**2 + sigma**2 * d / (n * eps**2) + n * K**2 / d * (sigma + np.sqrt(n / d)) * eps**2
+    np.testing.assert_allclose(bound, naive, rtol=1e-12)  # (241) term by term
     expected = bound - K * sigma * np.sqrt(sigma + np.sqrt(n / d))  # the two balanced terms are equal at (243)
     np.testing.assert_allclose(remark17_residual_bound(sigma, n, d, K), expected, rtol=1e-12)
     for factor in (0.5, 2.0):  # (243) minimises (241) over ε²
-        e2 = factor * eps2
-        other = K**1.5 * sigma**2 + sigma**2 * d / (n * e2) + n * K**2 / d * (sigma + np.sqrt(n / d)) * e2
-        assert other > bound
+        assert remark17_bound(sigma, eps * np.sqrt(factor), n, d, K) > bound
 
 
 @given(samples(sigma=0.5), st.sampled_from([0.0, 0.1, 0.4]), SEEDS)
@@ -231,5 +232,7 @@ def test_bad_input_raises_named_errors():
         theorem16_residuals(sample_theorem16(12, 5, 3, 4, 0.0, rng), 1.0)
     with pytest.raises(ValueError, match="sigma"):
         remark17_eps(0.0, 196, 768, 12)
+    with pytest.raises(ValueError, match="eps"):
+        remark17_bound(0.01, -1.0, 196, 768, 12)
     with pytest.raises(ValueError, match="order"):
         permutation_matrix([0, 0, 1])

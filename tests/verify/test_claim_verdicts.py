@@ -227,8 +227,6 @@ def test_approx9_attention_term_flips(monkeypatch, tmp_path):
 
 
 def test_verdict_rules_of_the_theory_claims():
-    assert decoder.remark7_verdict({"printed": 0.0, "inverse": 2.05}) == "holds"
-    assert decoder.remark7_verdict({"printed": 0.0, "inverse": 0.04}) == "fails"
     assert sparsification.tight_step_verdict([-0.1, -0.2], [-1.0, -2.0]) == "holds"
     assert sparsification.tight_step_verdict([-0.1, -0.2], [-1.0, 0.5]) == "fails"  # an increase of φ
     assert sparsification.tight_step_verdict([-0.1, -0.2], [-1.0, -0.1]) == "fails"  # a smaller decrease
@@ -249,17 +247,19 @@ def test_mm_lipschitz_reaches_the_closed_form_supremum(tmp_path):
 
 
 def test_score_claims_flip(monkeypatch, tmp_path):
-    """2.20-rc-as-score reads the direction only, 2.20-score-scale the score's σ-exponent only."""
-    sigmas = diffusion.SCORE_SIGMAS
+    """eq432-rc-as-score reads the direction only, eq432-score-scale the sizes only; each reads its best ε."""
+    sigmas, eps = diffusion.SCORE_SIGMAS, diffusion.SCORE_EPS
 
-    def sweep(cosines, power):
-        return {"d": 8, "n": 4, "p": 2, "cosine": np.asarray(cosines), "score_norm": 3 * sigmas**power,
-                "grad_norm": np.ones_like(sigmas)}
+    def sweep(cosines, power, best=2):
+        """``cosines`` and a σ-independent ‖∇R^c‖ at ε number ``best``; far worse at every other ε."""
+        cos, grad = np.full((len(eps), len(sigmas)), 0.05), np.outer(np.ones(len(eps)), sigmas**-0.5)
+        cos[best], grad[best] = cosines, 1.0
+        return {"d": 8, "n": 4, "p": 2, "cosine": cos, "score_norm": 3 * sigmas**power, "grad_norm": grad}
 
     monkeypatch.setattr(diffusion, "_score_sweep", lambda mode, seed: sweep([0.99, 0.97, 0.95, 0.92], -2.0))
-    assert measure("2.20-rc-as-score", tmp_path) == "holds" and measure("2.20-score-scale", tmp_path) == "holds"
+    assert measure("eq432-rc-as-score", tmp_path) == "holds" and measure("eq432-score-scale", tmp_path) == "holds"
     monkeypatch.setattr(diffusion, "_score_sweep", lambda mode, seed: sweep([0.95, 0.59, 0.21, 0.07], -1.0))
-    assert measure("2.20-rc-as-score", tmp_path) == "fails" and measure("2.20-score-scale", tmp_path) == "fails"
+    assert measure("eq432-rc-as-score", tmp_path) == "fails" and measure("eq432-score-scale", tmp_path) == "fails"
 
 
 def test_beta_convention_gap_is_small_only_with_many_tokens():
@@ -273,22 +273,51 @@ def test_nominal_floor_flips(monkeypatch, tmp_path):
     ratios = np.geomspace(0.1, 1, 7)
     rows = [SimpleNamespace(residual_nominal=0.15, residual_exact_a=0.01 * s) for s in theorem16.SIGMAS]
     monkeypatch.setattr(theorem16, "_residual_sweep", lambda ctx: rows)
-    monkeypatch.setattr(theorem16, "_floors", lambda mode, seed, sizes: (ratios, 0.3 * ratios**0.5, 0.5))
-    assert measure("2.16-nominal-floor", tmp_path) == "holds"
-    monkeypatch.setattr(theorem16, "_floors", lambda mode, seed, sizes: (ratios, 0.3 * ratios, 0.5))
-    assert measure("2.16-nominal-floor", tmp_path) == "fails"
+    for power, verdict in ((0.5, "holds"), (1.0, "loose"), (0.2, "fails")):  # (238)'s √(n/d) read as a bound
+        monkeypatch.setattr(theorem16, "_floors", lambda mode, seed, sizes, a=power: (ratios, 0.3 * ratios**a, 0.5))
+        assert measure("thm16-nominal-floor", tmp_path) == verdict, power
+
+
+@pytest.mark.parametrize("power, verdict", [(1.0, "holds"), (2.0, "loose"), (0.5, "fails")])
+def test_exact_a_residual_is_read_as_an_order_sigma_bound(monkeypatch, tmp_path, power, verdict):
+    rows = [SimpleNamespace(residual_nominal=0.15, residual_exact_a=0.01 * s**power) for s in theorem16.SIGMAS]
+    monkeypatch.setattr(theorem16, "_residual_sweep", lambda ctx: rows)
+    assert measure("thm16-exact-a-residual", tmp_path) == verdict
+
+
+@pytest.mark.parametrize("errors, verdict", [
+    ({"normalised (215)": 0.2, "general (225)": 1e-10}, "holds"),  # (215) off, (225) exact: (213) is needed
+    ({"normalised (215)": 1e-10, "general (225)": 1e-10}, "fails"),  # (215) exact without (213)
+    ({"normalised (215)": 0.2, "general (225)": 1e-3}, "fails"),  # the general form broken too
+])
+def test_prop14_without_213_flips(monkeypatch, tmp_path, errors, verdict):
+    monkeypatch.setattr(denoising, "_score_errors", lambda ctx, mix, **kwargs: errors)
+    assert measure("prop14-without-213", tmp_path) == verdict
+
+
+def test_remark7_presets_are_read_against_the_identity_control(monkeypatch, tmp_path):
+    control = 0.1 * np.ones_like(decoder.KAPPAS)
+
+    def errors(printed, inverse):
+        table = {"printed": printed * control, "inverse": inverse * control, decoder.CONTROL: control}
+        return lambda ctx, preset, eta=1.0: table.get(preset, control)
+
+    monkeypatch.setattr(decoder, "_round_trip_errors", errors(printed=9.0, inverse=0.5))  # E = D beats E = I
+    assert measure("remark7-presets-at-eta-0.1", tmp_path) == "holds"
+    monkeypatch.setattr(decoder, "_round_trip_errors", errors(printed=9.0, inverse=1.5))  # neither does
+    assert measure("remark7-presets-at-eta-0.1", tmp_path) == "fails"
 
 
 def test_neurips_prop1_fails_without_its_normalisation(monkeypatch, tmp_path):
-    assert measure("2.12-neurips-prop1", tmp_path) == "holds"
+    assert measure("neurips-prop1-full-covariance", tmp_path) == "holds"
     real = denoising.LowRankGaussianMixture
     monkeypatch.setattr(denoising, "LowRankGaussianMixture", lambda U, lam, weights: real(U, lam))  # uniform π
-    assert measure("2.12-neurips-prop1", tmp_path) == "fails"
+    assert measure("neurips-prop1-full-covariance", tmp_path) == "fails"
 
 
 def test_encoder_euler_fails_for_a_scheme_that_is_not_the_layer(monkeypatch, tmp_path):
-    assert measure("2.21-encoder-euler", tmp_path) == "holds"
+    assert measure("eqs55-56-encoder-euler", tmp_path) == "holds"
     real = diffusion.structured_denoising_ode
     monkeypatch.setattr(diffusion, "structured_denoising_ode",
                         lambda Z0, U, eps, T, times, method: real(Z0, U, eps, T, times, method="rk4"))
-    assert measure("2.21-encoder-euler", tmp_path) == "fails"
+    assert measure("eqs55-56-encoder-euler", tmp_path) == "fails"

@@ -43,6 +43,22 @@ def test_verdict_rules():
         verdicts.at_most(float("nan"), 1.0)
 
 
+def test_rate_bound_rules():
+    """A bound y ≲ x^b as x → 0: slower than the bound fails, its rate holds, faster is loose; over seeds through the
+    95% interval, inconclusive where it contains a boundary; and all_hold passes an inconclusive sub-check on."""
+    assert [verdicts.rate_bound(a, 1.0, 0.25) for a in (0.7, 0.9, 1.2, 1.3)] == ["fails", "holds", "holds", "loose"]
+    spread = np.array([-0.01, 0.0, 0.01])
+    for centre, expected in ((1.0, "holds"), (1.5, "loose"), (0.5, "fails"), (0.75, "inconclusive"),
+                             (1.25, "inconclusive")):
+        verdict, comparisons = verdicts.rate_bound_over_seeds(centre + spread, 1.0, 0.25)
+        assert verdict == expected, centre
+        assert [c.boundary for c in comparisons] == [-0.25, 0.25]
+    with pytest.raises(ValueError, match="NaN"):
+        verdicts.rate_bound(float("nan"), 1.0, 0.25)
+    assert verdicts.all_hold("holds", "inconclusive", "loose") == "inconclusive"
+    assert verdicts.all_hold("inconclusive", "fails") == "fails" and verdicts.all_hold("holds") == "holds"
+
+
 def test_result_rejects_unknown_verdict():
     with pytest.raises(ValueError, match="verdict must be one of"):
         Result(measured="x", verdict="maybe")

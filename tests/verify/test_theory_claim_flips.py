@@ -1,4 +1,4 @@
-"""The Remark 17/18 and round-trip claims of issue 25, fed constructed numbers (their measurement functions
+"""The Remark 17/18 and round-trip claims, fed constructed numbers (their measurement functions
 monkeypatched) for which each verdict must come out one way, then the other."""
 import numpy as np
 import pytest
@@ -25,26 +25,40 @@ def test_loglog_argmin_finds_the_vertex_of_a_log_parabola_and_flags_the_ends():
         loglog_argmin(x[::-1], y)
 
 
-def remark17(power: float, key: str, predicted_key: str):
-    """A sweep whose ``key`` grows as σ^power (a little seed-to-seed noise) beside the real predictions."""
+def seeds_of(sigma, power: float) -> np.ndarray:
+    """(seeds, σ): 0.1 σ^power with a little seed-to-seed noise."""
     rng = np.random.default_rng(0)
+    return 0.1 * sigma**power * np.exp(0.01 * rng.standard_normal((theorem16.R17_SEEDS, len(sigma))))
+
+
+def remark17(power: float):
+    """A sweep whose optimal ε² grows as σ^power beside (243)'s, which grows about as σ."""
     sigma = theorem16.R17_SIGMAS
-    seeds = theorem16.R17_SEEDS
-    predicted = {"eps2_predicted": sigma / np.sqrt(sigma + 0.5), "residual_predicted": sigma * np.sqrt(sigma + 0.5)}
-    sweep = {"sigma": sigma, "at_edge": np.zeros((seeds, len(sigma)), dtype=bool), **predicted}
-    sweep[key] = 0.1 * sigma**power * np.exp(0.01 * rng.standard_normal((seeds, len(sigma))))
-    return lambda mode, seed, sizes: sweep
+    return lambda mode, seed, sizes: {
+        "sigma": sigma, "eps2_predicted": sigma / np.sqrt(sigma + 0.5), "eps2_opt": seeds_of(sigma, power),
+        "residual_min": seeds_of(sigma, 1.5), "at_edge": np.zeros((theorem16.R17_SEEDS, len(sigma)), dtype=bool)}
 
 
-@pytest.mark.parametrize("claim_id, key, predicted_key", [
-    ("2.17-remark17-optimal-eps", "eps2_opt", "eps2_predicted"),
-    ("2.17-remark17-residual", "residual_min", "residual_predicted"),
-])
-def test_remark17_slope_claims_flip(monkeypatch, tmp_path, claim_id, key, predicted_key):
-    monkeypatch.setattr(theorem16, "_remark17_sweep", remark17(1.0, key, predicted_key))
-    assert measure(claim_id, tmp_path) == "holds"
-    monkeypatch.setattr(theorem16, "_remark17_sweep", remark17(1.5, key, predicted_key))
-    assert measure(claim_id, tmp_path) == "fails"
+def test_remark17_measured_optimal_eps_flips(monkeypatch, tmp_path):
+    monkeypatch.setattr(theorem16, "_remark17_sweep", remark17(1.0))
+    assert measure("remark17-measured-optimal-eps", tmp_path) == "holds"
+    monkeypatch.setattr(theorem16, "_remark17_sweep", remark17(1.5))
+    assert measure("remark17-measured-optimal-eps", tmp_path) == "fails"
+
+
+@pytest.mark.parametrize("power, verdict", [(1.0, "holds"), (1.5, "loose"), (0.5, "fails")])
+def test_remark17_residual_is_read_as_a_bound_as_sigma_falls(monkeypatch, tmp_path, power, verdict):
+    """(244) is linear in σ on the grid: a residual falling as fast holds, faster is loose, slower fails."""
+    residuals = seeds_of(theorem16.R17_LIMIT_SIGMAS, power)
+    monkeypatch.setattr(theorem16, "_remark17_residuals", lambda mode, seed, sizes: residuals)
+    assert measure("remark17-residual", tmp_path) == verdict
+
+
+def test_remark17_optimal_eps_fails_for_another_formula(monkeypatch, tmp_path):
+    assert measure("remark17-optimal-eps", tmp_path) == "holds"
+    real = theorem16.remark17_eps
+    monkeypatch.setattr(theorem16, "remark17_eps", lambda sigma, n, d, K: real(sigma, n, d, K) * 1.01)  # ε² off 2%
+    assert measure("remark17-optimal-eps", tmp_path) == "fails"
 
 
 def test_delta_r_zero_shrinkage_flips(monkeypatch, tmp_path):
@@ -56,10 +70,13 @@ def test_delta_r_zero_shrinkage_flips(monkeypatch, tmp_path):
         return lambda mode, seed, sizes: {"sigma": theorem16.R17_SIGMAS, "beta_inv": theorem16.R17_SIGMAS * 1.4,
                                           "R^c": r_c, "ΔR": delta_r}
 
-    monkeypatch.setattr(theorem16, "_shrinkage_sweep", sweep(1e-6 * rng.standard_normal(shape)))  # zero ± scatter
-    assert measure("2.17-delta-r-zero-shrinkage", tmp_path) == "holds"
-    monkeypatch.setattr(theorem16, "_shrinkage_sweep", sweep(-0.1 * r_c**2 + 1e-6 * rng.standard_normal(shape)))
-    assert measure("2.17-delta-r-zero-shrinkage", tmp_path) == "fails"
+    scatter = np.exp(0.05 * rng.standard_normal(shape))
+    monkeypatch.setattr(theorem16, "_shrinkage_sweep", sweep(-0.1 * r_c**2 * scatter))  # second order: vanishes
+    assert measure("remark17-delta-r-zero-shrinkage", tmp_path) == "holds"
+    monkeypatch.setattr(theorem16, "_shrinkage_sweep", sweep(0.5 * r_c * scatter))  # first order, as R^c's
+    assert measure("remark17-delta-r-zero-shrinkage", tmp_path) == "inconclusive"
+    monkeypatch.setattr(theorem16, "_shrinkage_sweep", sweep(0.1 * r_c**0.5 * scatter))  # lower order than R^c's
+    assert measure("remark17-delta-r-zero-shrinkage", tmp_path) == "fails"
 
 
 def test_remark18_coherence_flips(monkeypatch, tmp_path):
@@ -67,9 +84,9 @@ def test_remark18_coherence_flips(monkeypatch, tmp_path):
     nus = theorem16.R18_NUS
     noise = 1e-3 * rng.standard_normal((theorem16.R18_SEEDS, 1))
     monkeypatch.setattr(theorem16, "_coherence_sweep", lambda ctx: 0.03 + 0.5 * nus**1.2 + noise * nus)
-    assert measure("2.17-remark18-coherence", tmp_path) == "holds"
+    assert measure("remark18-coherence", tmp_path) == "holds"
     monkeypatch.setattr(theorem16, "_coherence_sweep", lambda ctx: 0.03 + 0.01 * nus[::-1] + noise * nus)  # falls
-    assert measure("2.17-remark18-coherence", tmp_path) == "fails"
+    assert measure("remark18-coherence", tmp_path) == "fails"
     assert np.all(theorem16.coherence_exponents(np.tile(0.03 - nus, (3, 1))) == 0.0)  # no positive extra: no growth
 
 
@@ -84,12 +101,12 @@ def trips(error=1e-10, tolerance=1e-8, off_end=0.4, clean_end=1e-16, rate_end=0.
 
 def test_round_trip_claims_flip(monkeypatch, tmp_path):
     monkeypatch.setattr(diffusion, "_round_trips", trips())
-    assert [measure(i, tmp_path) for i in ("2.20-denoising-flow", "2.20-round-trip", "2.20-direction-as-printed")] \
+    assert [measure(i, tmp_path) for i in ("eq51-denoising-flow", "eqs51-52-round-trip", "eq51-direction-as-printed")] \
         == ["holds", "holds", "fails"]
     # a drift that is not the time reversal: an error of the displacement's order that refining does not remove
     monkeypatch.setattr(diffusion, "_round_trips", trips(error=0.1, tolerance=1e-8))
-    assert measure("2.20-round-trip", tmp_path) == "fails"
+    assert measure("eqs51-52-round-trip", tmp_path) == "fails"
     # a flow that adds noise, as the text after (51) says
     monkeypatch.setattr(diffusion, "_round_trips", trips(off_end=2.0, clean_end=1e-3, rate_end=1.3))
-    assert measure("2.20-denoising-flow", tmp_path) == "fails"
-    assert measure("2.20-direction-as-printed", tmp_path) == "holds"
+    assert measure("eq51-denoising-flow", tmp_path) == "fails"
+    assert measure("eq51-direction-as-printed", tmp_path) == "holds"
