@@ -8,7 +8,7 @@ from verify.claims import ablations
 from verify.context import Context
 from verify.registry import all_claims
 
-CLAIMS = {c.id: c for c in all_claims() if c.id.startswith(("C.5-", "C.6-"))}
+CLAIMS = {c.id: c for c in all_claims() if c.module == "ablations"}
 NOISE = np.array([-0.004, 0.002, 0.0, 0.003, -0.001])  # per-seed wiggle; sums to 0
 
 
@@ -25,18 +25,20 @@ def verdict(monkeypatch, tmp_path, claim_id: str, data: dict) -> str:
 
 
 def test_the_claims_cover_tables_11_12_13_and_15():
-    digits = {"C.5-table11-eta", "C.5-table11-lambda", "C.5-table12-tied-output", "C.5-table12-mm-step",
-              "C.5-table13-soft-threshold", "C.6-table15-without-ista"}
-    assert set(CLAIMS) == digits | {f"{c}-mnist5k" for c in digits - {"C.5-table11-lambda", "C.5-table12-tied-output"}}
+    tables = {"table11-eta", "table11-lambda", "table12-tied-output", "table12-mm-step", "table13-soft-threshold",
+              "table15-without-ista"}
+    assert set(CLAIMS) == ({f"{t}-digits" for t in tables}
+                           | {f"{t}-mnist5k" for t in tables - {"table11-lambda", "table12-tied-output"}})
     assert all(c.committed == "ablations" for c in CLAIMS.values())
 
 
-@pytest.mark.parametrize("claim_id, row", [("C.5-table11-eta", "η 0.5"), ("C.5-table12-tied-output", "tied output β[U]"),
-                                           ("C.5-table12-mm-step", "MM step (123)"),
-                                           ("C.5-table13-soft-threshold", "soft threshold, λ 10"),
-                                           ("C.6-table15-without-ista", "without ISTA"),
-                                           ("C.5-table11-eta-mnist5k", "η 0.5"),
-                                           ("C.6-table15-without-ista-mnist5k", "without ISTA")])
+@pytest.mark.parametrize("claim_id, row", [("table11-eta-digits", "η 0.5"),
+                                           ("table12-tied-output-digits", "tied output β[U]"),
+                                           ("table12-mm-step-digits", "MM step (123)"),
+                                           ("table13-soft-threshold-digits", "soft threshold, λ 10"),
+                                           ("table15-without-ista-digits", "without ISTA"),
+                                           ("table11-eta-mnist5k", "η 0.5"),
+                                           ("table15-without-ista-mnist5k", "without ISTA")])
 def test_a_worse_row_holds_a_better_one_fails_a_tie_is_inconclusive(monkeypatch, tmp_path, claim_id, row):
     data = "mnist5k" if claim_id.endswith("mnist5k") else "digits"
     assert verdict(monkeypatch, tmp_path, claim_id, results(data, **{row: 0.90})) == "holds"
@@ -45,7 +47,7 @@ def test_a_worse_row_holds_a_better_one_fails_a_tie_is_inconclusive(monkeypatch,
 
 
 def test_lambda_insensitivity_holds_inside_the_margin_and_fails_outside(monkeypatch, tmp_path):
-    claim_id = "C.5-table11-lambda"
+    claim_id = "table11-lambda-digits"
     assert verdict(monkeypatch, tmp_path, claim_id, results(**{"λ 0.02": 0.972, "λ 0.5": 0.968})) == "holds"
     assert verdict(monkeypatch, tmp_path, claim_id, results(**{"λ 0.5": 0.93})) == "fails"  # 4 points worse
     at_margin = 0.961 + NOISE[::-1] - NOISE  # paired difference −0.009 with a spread: its interval straddles −0.01

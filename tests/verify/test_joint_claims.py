@@ -104,7 +104,7 @@ def test_mae_joint_flips(monkeypatch, tmp_path):
 
 # ------------------------------------------------------------------------------------------------ DINO and GPT
 def test_dino_joint_flips(monkeypatch, tmp_path):
-    mode, claim_id = "full", "4.1.3-dino-joint"
+    mode, claim_id = "full", "fig15-dino-joint"
     def install(trained):
         profiles = {"dino": [profile(s, half=trained) for s in range(SEEDS)],
                     "random init": [profile(s + 1000) for s in range(SEEDS)]}
@@ -121,6 +121,6 @@ def test_gpt_joint_flips(monkeypatch, tmp_path):
                     "init": [profile(s + 1000) for s in range(SEEDS)]}
         monkeypatch.setattr(language, "_layers", lambda mode, seed: {"joint": profiles})
     install(COMPRESSED)
-    assert verdict("2.24-gpt-joint", tmp_path).verdict == "holds"
+    assert verdict("fig15-gpt-joint", tmp_path).verdict == "holds"
     install(COLLAPSED)
-    assert verdict("2.24-gpt-joint", tmp_path).verdict == "fails"
+    assert verdict("fig15-gpt-joint", tmp_path).verdict == "fails"

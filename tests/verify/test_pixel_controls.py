@@ -1,5 +1,5 @@
-"""The raw-pixel control claims (4.1.3-dino-pixels, 2.24-mae-pixels) and Table 4's ViT-vs-CRATE ordering under DINO
-(4.1.3-dino-vit-vs-crate): fed constructed per-seed accuracies, each verdict must come out `holds` when the first
+"""The raw-pixel control claims (table4-dino-pixels, 2.24-mae-pixels) and Table 4's ViT-vs-CRATE ordering under DINO
+(table4-dino-vit-vs-crate): fed constructed per-seed accuracies, each verdict must come out `holds` when the first
 side wins, `fails` when the other does and `inconclusive` when the seeds cannot tell."""
 import numpy as np
 import pytest
@@ -23,7 +23,7 @@ def test_dino_pixels_flips(monkeypatch, tmp_path, mode, system):
         knn = {"random init": [0.6] * SEEDS, "dino": list(dino_mean + NOISE), dino.PIXELS: [0.9] * SEEDS}
         measured = {"knn": knn, "probe": {}, "train": {}}
         monkeypatch.setattr(dino, "_measurements", lambda mode, seed, system="dino": measured)
-    claim_id = f"4.1.3-{system}-pixels" + dino.MODE_SUFFIX[mode]
+    claim_id = f"{dino.SOURCES[system]['object']}-pixels" + dino.MODE_SUFFIX[mode]
     install(0.95)
     assert verdict(claim_id, mode, tmp_path) == "holds"
     install(0.7)
@@ -50,8 +50,8 @@ def test_dino_vit_vs_crate_flips(monkeypatch, tmp_path):
         monkeypatch.setattr(dino, "_test_knn", lambda config, seed: list(
             (vit_mean if config.model == "vit_tiny" else 0.7) + NOISE[:3] * (2 if config.model == "vit_tiny" else 1)))
     install(0.8)
-    assert verdict("4.1.3-dino-vit-vs-crate", "full", tmp_path) == "holds"
+    assert verdict("table4-dino-vit-vs-crate", "full", tmp_path) == "holds"
     install(0.6)
-    assert verdict("4.1.3-dino-vit-vs-crate", "full", tmp_path) == "fails"
+    assert verdict("table4-dino-vit-vs-crate", "full", tmp_path) == "fails"
     install(0.7)
-    assert verdict("4.1.3-dino-vit-vs-crate", "full", tmp_path) == "inconclusive"
+    assert verdict("table4-dino-vit-vs-crate", "full", tmp_path) == "inconclusive"

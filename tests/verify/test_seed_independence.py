@@ -9,7 +9,7 @@ seeds 1 and 2 and must give the same (the expected) verdicts. The selection, and
   needs for it: `verify.claims.layers.ORIENTATION_SEEDS`), the random CRATEs of 2.24-random-init-flat, parameter counts,
   cross-implementation checks, eq. (437) and MaskCut: they draw all their data from the base seed and take seconds
   together;
-* one claim on trained models, 2.24-gpt-official: its five tiny CRATE-GPT runs per base seed train in ≈ 10 s.
+* one claim on trained models, fig15-gpt-compression-official: its five tiny CRATE-GPT runs per base seed train in ≈ 10 s.
 
 The other trained-model claims (digits, MAE, DINO, the GPT comparisons) would each train their five or three runs
 again for every base seed: minutes of CI per seed, so they are checked by hand (``python -m verify --seed S``) and
@@ -25,13 +25,13 @@ from verify.runner import run_claims
 TRAINED = {"digits", "mae", "dino", "language", "table17"}
 """Tags of the claims that read trained models."""
 SELECTED = [c for c in all_claims() if "quick" in c.modes and not TRAINED & set(c.tags) and not c.committed]
-SELECTED += [c for c in all_claims() if c.id == "2.24-gpt-official"]
+SELECTED += [c for c in all_claims() if c.id == "fig15-gpt-compression-official"]
 
 
 def test_the_selection_is_large_and_holds_the_claims_the_docstring_names():
     ids = {c.id for c in SELECTED}
     assert len(ids) >= 50 and {"2.24-ideal-random-layers", "2.24-ideal-orientation", "2.24-random-init-flat",
-                                "2.24-gpt-official"} <= ids
+                                "fig15-gpt-compression-official"} <= ids
 
 
 @pytest.mark.parametrize("seed", [1, 2])

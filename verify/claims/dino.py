@@ -145,18 +145,36 @@ def _runs_text(mode: str, system: str = "dino") -> str:
             else f"the {SYSTEMS[system]} preset ({SEEDS[mode]} seeds)")
 
 
-SIMDINO_REFERENCE = ("; SimDINO (Wu et al. 2025, public code RobinWu218/SimDINO: k-NN 74.9% for ViT-B/16 on IN-1K, "
-                     "its DINO 72.9%)")
+def _scale(mode: str) -> str:
+    """The laptop scale of a mode's runs, for a claim's ``setting``."""
+    epochs = "1 epoch (21 steps)" if mode == "quick" else "15 epochs"
+    return f"8×8 digits at 16², CRATE d 96, L 3, K 4, {epochs}, {SEEDS[mode]} seeds"
+
+
+SOURCES = {
+    "dino": dict(object="table4-dino", scope="replication",
+                 location="long version, Sec. 4.1.3, Table 4 (k-NN 53.02% for CRATE-S/16 on IN-1K), App. C.3",
+                 quote="These results show that, with only minimal changes of hyper-parameter settings, the proposed "
+                       "crate architecture can learn meaningful and informative features via self-supervised learning."),
+    "simdino": dict(object="simdino-readme-crate", scope="probe",
+                    location="SimDINO, its README (k-NN 74.9% for ViT-B/16 on IN-1K, its DINO 72.9%); with a CRATE "
+                             "backbone as in the long version, Sec. 4.1.3",
+                    quote="ViT-B/16 | 86 M | SimDINO | 74.9% | 77.3% … ViT-B/16 | 86 M | DINO | 72.9% | 76.3%"),
+}
+"""Per objective: the object its k-NN claims test (the id's start), their scope, location and quote. SimDINO's
+README reports ViTs only, so its objective with a CRATE backbone is the audit's own probe."""
 
 
 def _knn_claim(mode: str, expected_verdict: str, note: str, system: str = "dino") -> None:
     run, name = _runs_text(mode, system), NAMES[system]
 
+    source = SOURCES[system]
+
     @claim(
-        id=f"4.1.3-{system}-knn{MODE_SUFFIX[mode]}",
+        id=f"{source['object']}-knn{MODE_SUFFIX[mode]}", formerly=f"4.1.3-{system}-knn{MODE_SUFFIX[mode]}",
         tags=("dino", "nn") + ((system,) if system != "dino" else ()),
-        location="004 Sec. 4.1.3, Table 4 (k-NN 53.02% for CRATE-S/16 on IN-1K), App. C.3"
-                  + (SIMDINO_REFERENCE if system == "simdino" else ""),
+        location=source["location"], scope=source["scope"], quote=source["quote"],
+        setting=_scale(mode) if system == "dino" else f"SimDINO's objective on a CRATE backbone: {_scale(mode)}",
         statement=f"{name} pre-training without labels gives a CRATE backbone features for k-NN classification: the "
                   f"{name}-trained teacher's class token classifies held-out images better than its random "
                   "initialisation",
@@ -184,15 +202,18 @@ def _knn_claim(mode: str, expected_verdict: str, note: str, system: str = "dino"
 def _pixels_claim(mode: str, expected_verdict: str, note: str, system: str = "dino") -> None:
     run, name = _runs_text(mode, system), NAMES[system]
 
+    source = SOURCES[system]
+
     @claim(
-        id=f"4.1.3-{system}-pixels{MODE_SUFFIX[mode]}",
+        id=f"{source['object']}-pixels{MODE_SUFFIX[mode]}", formerly=f"4.1.3-{system}-pixels{MODE_SUFFIX[mode]}",
         tags=("dino", "nn", "control") + ((system,) if system != "dino" else ()),
-        location="004 Sec. 4.1.3, Table 4; the raw-pixel control (no pre-training at all)"
-                  + (SIMDINO_REFERENCE if system == "simdino" else ""),
+        location=source["location"], scope="probe", quote=source["quote"],
+        setting="a raw-pixel k-NN control (the test digits' 16² pixels, flattened), which no paper uses: "
+                + _scale(mode),
         statement=f"{name} pre-training learns features worth having on the built-in data: the {name}-trained "
                   "teacher's class token classifies held-out digits by k-NN better than the raw pixels do",
-        measures=f"the k-NN of 4.1.3-{system}-knn on the 360 test digits: the teachers of {run} vs the same k-NN on "
-                 "the raw pixels (the images as the network receives them, flattened)",
+        measures=f"the k-NN of {source['object']}-knn on the 360 test digits: the teachers of {run} vs the same k-NN "
+                 "on the raw pixels (the images as the network receives them, flattened)",
         expected="`holds` when the 95% interval of teacher − raw pixels (paired by seed) lies above 0" + note,
         expected_verdict=expected_verdict,
         modes=(mode,), committed="dino" if mode == "full" else None,
@@ -208,23 +229,45 @@ def _pixels_claim(mode: str, expected_verdict: str, note: str, system: str = "di
                       Headline.of(f"{name} − raw pixels (points)", beats.difference, scale=100))
 
 
+FIG15_QUOTE = ("When the model is not trained enough (e.g. untrained), the architecture does not optimize the objectives "
+               "effectively. However, during training … the designed blocks start to optimize the objectives much more "
+               "effectively.")
+"""The long version's Sec. 4.2 on Fig. 15, the statement the layer-wise probes of the DINO teacher bear on."""
+FOOTNOTE17_QUOTE = ("However, during training … the designed blocks start to optimize the objectives much more "
+                    "effectively. … ¹⁷Note that the learned sparse (tokens) features need to be mixed in the last layer "
+                    "for predicting the class.")
+FIG15_LOCATION = ("long version, Sec. 4.2, Fig. 15 (trained vs random initialisation; NeurIPS 2023, Sec. 3.1, Fig. 4), "
+                  "applied to Sec. 4.1.3's DINO-trained teacher")
+PROBE = "the papers measure supervised CRATE only"
+SETTINGS = {
+    "paper": "R^c of Sec. 4.2's text, unnormalised, which follows ‖U‖ (a stricter reading than Fig. 15's "
+             "per-head-normalised protocol), of a DINO teacher vs its initialisation; " + PROBE,
+    "official": "R^c by the authors' per-head-normalised protocol of a DINO teacher vs its initialisation; " + PROBE,
+    "sparsity": "‖Z^{ℓ+1}‖₀/(dn) of a DINO teacher vs its initialisation, the last layer exempt (footnote 17); " + PROBE,
+}
+"""What each layer-wise probe of the DINO teacher measures, for its ``setting``."""
+
+
 def _layer_claim(kind: str, protocol: str | None, mode: str, expected_verdict: str, note: str) -> None:
     name = "sparsity" if kind == "sparsity" else f"compression-{protocol}"
     run = _runs_text(mode)
     quantity = "‖Z^{ℓ+1}‖₀/(dn)" if kind == "sparsity" else f"R^c ({protocol} protocol)"
+    exempt = kind == "sparsity"  # footnote 17: the last layer's features are mixed for the head
 
     @claim(
-        id=f"4.1.3-dino-{name}{MODE_SUFFIX[mode]}",
+        id=f"fig15-dino-{name}{MODE_SUFFIX[mode]}", formerly=f"4.1.3-dino-{name}{MODE_SUFFIX[mode]}",
         tags=("dino", "layers", "nn"),
-        location="004 Sec. 4.2 (Figs. 14–15) applied to Sec. 4.1.3's DINO-trained teacher"
-                  + ("; Fig. 14's footnote 17 (the last layer)" if kind == "sparsity" else ""),
-        statement=f"Self-supervised (DINO) training also {'sparsifies' if kind == 'sparsity' else 'compresses'}: "
-                  f"the trained teacher's {quantity} lies below its random initialisation's at every layer"
-                  + (" (footnote 17 expects a rise at the last layer, whose features are mixed for the head; the "
-                     "claim counts that layer too)" if kind == "sparsity" else ""),
+        location=FIG15_LOCATION + ("; footnote 17 (NeurIPS 2023, footnote 8)" if exempt else ""),
+        scope="probe", quote=FOOTNOTE17_QUOTE if exempt else FIG15_QUOTE,
+        setting=f"{SETTINGS[protocol or kind]}: {_scale(mode)}",
+        statement=f"Self-supervised (DINO) training also {'sparsifies' if exempt else 'compresses'}: the trained "
+                  f"teacher's {quantity} lies below its random initialisation's at every layer"
+                  + (" but the last, whose features footnote 17 expects to be mixed for the head (reported apart)"
+                     if exempt else ""),
         measures=f"crate_nn.measure_layers on the 360 test digits ({quantity}): the teachers of {run} vs their "
                  "initialisations",
-        expected="`holds` when the 95% interval of trained − init (paired by seed) lies below 0 at every layer" + note,
+        expected="`holds` when the 95% interval of trained − init (paired by seed) lies below 0 at every layer"
+                 + (" 1 … L − 1" if exempt else "") + note,
         expected_verdict=expected_verdict,
         modes=(mode,), committed="dino" if mode == "full" else None,
         kind="trained", provenance="analysis" if expected_verdict == "holds" else "measurement",
@@ -234,23 +277,27 @@ def _layer_claim(kind: str, protocol: str | None, mode: str, expected_verdict: s
         curves = m["sparsity"] if kind == "sparsity" else m["compression"][protocol]
         mean = {label: np.mean(values, axis=0).tolist() for label, values in curves.items()}
         below = per_column(curves["dino"], curves["random init"], direction="below")
+        decided = below[:-1] if exempt else below
         figure = plots.per_layer(ctx.figure_path("per-layer"), {quantity: mean},
                                  title=f"DINO teacher vs its initialisation ({len(curves['dino'])} seeds)")
         fmt = (lambda v: f"{v:.3f}") if kind == "sparsity" else (lambda v: f"{v:.1f}")
         return Result(f"dino {'→'.join(map(fmt, mean['dino']))} vs init {'→'.join(map(fmt, mean['random init']))}; "
-                      f"dino − init {brief(below)}", every(below),
-                      {"per_seed": curves, "mean": mean, "difference": [c.as_dict() for c in below]}, [figure],
-                      Headline.of_layers("DINO − init", below))
+                      f"dino − init {brief(below)}" + (" (the last layer exempt, footnote 17)" if exempt else ""),
+                      every(decided),
+                      {"per_seed": curves, "mean": mean, "difference": [c.as_dict() for c in below],
+                       "exempt_last_layer": exempt}, [figure],
+                      Headline.of_layers("DINO − init", decided))
 
 
 def _joint_claim(expected_verdict: str, note: str) -> None:
     """Under --full only: after the quick mode's one epoch the teacher moves by ≈ 1e-4 of each measure, below any
     seed spread (base seeds 0 and 1 gave inconclusive and fails)."""
     @claim(
-        id="4.1.3-dino-joint",
+        id="fig15-dino-joint", formerly="4.1.3-dino-joint",
         tags=("dino", "layers", "nn", "protocol"),
-        location="004 Sec. 4.2 (Figs. 14–15, trained vs random initialisation) applied to Sec. 4.1.3's DINO-trained "
-                  "teacher",
+        location=FIG15_LOCATION, scope="probe", quote=FIG15_QUOTE,
+        setting="the joint measure (compression told from collapse) of a DINO teacher vs its initialisation; "
+                f"{PROBE}: {_scale('full')}",
         statement="Self-supervised (DINO) training compresses the representations: at every layer the trained "
                   "teacher's tokens are more compressed than its random initialisation's — compression, not collapse",
         measures="joint judgement (verify.joint) of the trained teacher against its initialisation at Z^{ℓ+1/2} per "
@@ -277,7 +324,8 @@ EXPECTED = {
                              + _ONE_EPOCH),
         pixels=("fails", ". Recorded after measuring: a 1-epoch teacher's k-NN is its initialisation's, far below "
                          "the pixels'"),
-        paper=("fails", ""),
+        paper=("fails", ". Recorded after measuring: layers 1–2 lie above their initialisation (base seed 0: +0.20 "
+                        "[+0.10, +0.29], +0.16 [+0.05, +0.26]; likewise at base seeds 1, 2)" + _ONE_EPOCH),
         official=("fails", ". Measured: layer 1 lies above its initialisation (base seed 0: +0.11 [+0.07, +0.15]; "
                            "+0.08 [−0.01, +0.16] and +0.01 [−0.09, +0.11] at layers 2–3); the effect is near what ten "
                            "runs resolve: base seed 1 gives inconclusive (+0.04 [−0.01, +0.10] at layer 1)"
@@ -290,13 +338,15 @@ EXPECTED = {
         pixels=("fails", ". Recorded from a measurement before the claim existed (teacher 72.8 ± 1.7% over seeds 0–2; "
                          "the same k-NN on the pixels 97.8% at 8², 96.9% at the network's 16² inputs): at this scale DINO's "
                          "features are worth less than the pixels they start from"),
-        paper=("fails", ""),
+        paper=("fails", ". Recorded after measuring (seeds 0–2): 139.7→137.4→146.9 vs 137.2→138.6→152.6, layer 1 "
+                        "above its initialisation, +2.5 [+1.6, +3.4]"),
         official=("inconclusive", ". Recorded after measuring (it was `holds` on the means of three seeds with a "
                                   "strict <): 92.1→115.4→112.0 vs 92.7→117.4→119.7, but every layer's interval "
                                   "contains 0 (−0.6 [−2.9, +1.7], −2.1 [−7.3, +3.2], −7.7 [−20.8, +5.3])"),
-        sparsity=("inconclusive", ". Recorded after measuring (it was `fails` on the means of three seeds: the last "
-                                  "layer denser, 0.364 vs 0.342): every layer's interval contains 0 (−0.005 [−0.011, "
-                                  "+0.001], −0.001 [−0.022, +0.021], +0.022 [−0.019, +0.063])"),
+        sparsity=("inconclusive", ". Recorded after measuring (it was `fails` on the means of three seeds, counting "
+                                  "the last layer: 0.364 vs 0.342): the intervals of layers 1–2 contain 0 (−0.005 "
+                                  "[−0.011, +0.001], −0.001 [−0.022, +0.021]); the exempt last layer +0.022 [−0.019, "
+                                  "+0.063]"),
         joint=("inconclusive", ". Recorded after measuring (seeds 0–2): undecided at every layer — specific R^c "
                                "−0.003 [−0.028, +0.022], −0.003, −0.002, own-subspace energy and spread within the "
                                "seed spread (layer 3's spread −0.064 [−0.163, +0.035])"))
@@ -342,10 +392,16 @@ def _vit_claim(system: str, expected_verdict: str, note: str) -> None:
     name = NAMES[system]
 
     @claim(
-        id=f"4.1.3-{system}-vit-vs-crate",
+        id=f"table4-{system}-vit-vs-crate", formerly=f"4.1.3-{system}-vit-vs-crate",
         tags=("dino", "nn", "table4") + ((system,) if system != "dino" else ()),
-        location="004 Sec. 4.1.3, Table 4 (k-NN: ViT-S/16 69.36% vs CRATE-S/16 53.02%)"
-                  + (SIMDINO_REFERENCE if system == "simdino" else ""),
+        location="long version, Sec. 4.1.3, Table 4 (k-NN: ViT-S/16 69.36% vs CRATE-S/16 53.02%)"
+                  + ("; under SimDINO's objective (SimDINO, arXiv 2502.10385), which no paper pairs with CRATE"
+                     if system == "simdino" else ""),
+        scope="replication" if system == "dino" else "probe",
+        quote="Table 4: Top-1 classification accuracy on ImageNet-1K of crate-Small, crate-Base, and ViT-Small when "
+              "pre-trained using the DINO objective. … crate-Small/16 13.12M 53.02% … ViT-Small/16 22.05M 69.36%",
+        setting=(f"ViT (vit_tiny) vs CRATE, one recipe for both: {_scale('full')}" if system == "dino" else
+                 f"Table 4's ordering under SimDINO's objective, ViT (vit_tiny) vs CRATE: {_scale('full')}"),
         statement=f"Under {name} a ViT learns better k-NN features than CRATE: the {name} ViT's teacher classifies "
                   f"held-out images by k-NN better than the {name} CRATE's",
         measures=f"test k-NN of the {SYSTEMS[system]} preset's teacher with ViT blocks (vit_tiny, same d, L, K) "
@@ -370,11 +426,13 @@ def _vit_claim(system: str, expected_verdict: str, note: str) -> None:
 _vit_claim("dino", "holds", "")
 _vit_claim("simdino", *SIMDINO_EXPECTED["vit"])
 
+
 @claim(
-    id="4.1.3-simdino-vs-dino",
+    id="simdino-readme-vs-dino", formerly="4.1.3-simdino-vs-dino",
     tags=("dino", "simdino", "nn"),
-    location="SimDINO (Wu et al. 2025), its README: k-NN 74.9% (SimDINO) vs 72.9% (DINO) for ViT-B/16 on IN-1K, "
-              "100 epochs each",
+    location="SimDINO, its README: k-NN 74.9% (SimDINO) vs 72.9% (DINO) for ViT-B/16 on IN-1K, 100 epochs each",
+    scope="probe", quote=SOURCES["simdino"]["quote"],
+    setting=f"the two objectives with one CRATE backbone, where SimDINO's README reports ViTs: {_scale('full')}",
     statement="SimDINO's coding-rate objective learns better k-NN features than DINO's at the same recipe",
     measures=f"test k-NN of the simdino_digits and dino_digits presets' teachers (same backbone, crops, teacher, "
              f"schedule and seeds), {SEEDS['full']} seeds each (Welch; ≈ 30–60 s a run)",
