@@ -29,8 +29,8 @@ PAPERS = ('"004" is the long CRATE paper (arXiv 2311.13110), "000" its NeurIPS 2
           "papers' sections.")
 
 PAPER_CLAIMS = (
-    ("MSSA step descends R^c (Approx. 9)", ("2.7-approx9-cosine",)),
-    ("… through its attention term, not βZ", ("2.7-approx9-attention-term",)),
+    ("MSSA step descends R^c (Approx. 9)", ("approx9-cosine",)),
+    ("… through its attention term, not βZ", ("approx9-attention-term",)),
     ("R^c gradient step ≈ denoising (Th. 16)", ("2.16-nominal-floor",)),
     ("−∇R^c/σ² points along the score (432)", ("2.20-rc-as-score",)),
     ("the score's size scales as 1/σ² (432)", ("2.20-score-scale",)),

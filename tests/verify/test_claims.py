@@ -76,12 +76,13 @@ def test_cli_end_to_end(quick_audit):
 def test_console_entry_point_runs_a_selection(tmp_path):
     """``python -m verify`` as a user runs it: a cheap selection, with exit status and files."""
     out = tmp_path / "report"
-    proc = subprocess.run([sys.executable, "-m", "verify", "--only", "2.1", "2.23-params-tiny", "--output-dir",
-                           str(out), "--seed", "3"], capture_output=True, text=True, timeout=300)
+    # an id prefix, a former id and an id
+    proc = subprocess.run([sys.executable, "-m", "verify", "--only", "eq8", "2.1-rc-sum", "table1-params-tiny",
+                           "--output-dir", str(out), "--seed", "3"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "claim 2.1-rc-sum is now eqs12-13-rc-sum" in proc.stderr
     report = json.loads((out / "report.json").read_text())
-    assert {c["id"] for c in report["claims"]} == {"2.1-sylvester", "2.1-rc-sum", "2.1-rotation-invariance", "2.1-beta-N-vs-n",
-                                                    "2.23-params-tiny"}
+    assert {c["id"] for c in report["claims"]} == {"eq8-sylvester", "eqs12-13-rc-sum", "table1-params-tiny"}
     assert report["meta"]["seed"] == 3
 
 
