@@ -50,8 +50,8 @@ per-head-normalised protocol, under the paper's formula (eq. (13) as printed, un
 PROTOCOLS = ("authors' protocol", "paper's formula", "joint rule")
 
 PAPER_CLAIMS = (
-    ("MSSA step descends R^c (Approx. 9)", ("2.7-approx9-cosine",)),
-    ("… through its attention term, not βZ", ("2.7-approx9-attention-term",)),
+    ("MSSA step descends R^c (Approx. 9)", ("approx9-cosine",)),
+    ("… through its attention term, not βZ", ("approx9-attention-term",)),
     ("R^c gradient step ≈ denoising (Th. 16)", ("thm16-nominal-floor",)),
     ("−∇R^c/σ² points along the score (432)", ("eq432-rc-as-score",)),
     ("the score's size scales as 1/σ² (432)", ("eq432-score-scale",)),

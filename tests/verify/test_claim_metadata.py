@@ -15,7 +15,7 @@ from verify.registry import SCOPES, SOURCES, VERDICTS, all_claims
 CLAIMS = all_claims()
 CLAIMS_DIR = Path(__file__).resolve().parents[2] / "verify" / "claims"
 CONVERTED: set[str] = {"decoder", "denoising", "diffusion", "theorem16", "dino", "language", "segmentation", "ablations",
-                       "tssa"}
+                       "tssa", "calculus", "compression", "sparsification", "cross_implementation", "params"}
 MODULES = sorted(p.stem for p in CLAIMS_DIR.glob("*.py") if p.stem != "__init__")
 
 FORMER_IDS = (

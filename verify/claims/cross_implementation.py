@@ -1,6 +1,7 @@
-"""Cross-implementation: crate_nn (PyTorch, row convention) equals crate_theory (NumPy, column convention) on random
-weights in float64 (paper-notes §2.8, §8.2). The two packages never import each other, so agreement is evidence
-about both. Every parameter (including LayerNorm affines and biases) is randomised.
+"""Cross-implementation: crate_nn (PyTorch, row convention, the form of the papers' Appendix D pseudocode) equals
+crate_theory (NumPy, column convention, the papers' equations) on random weights in float64. The two packages never
+import each other, so agreement is evidence about both. Every parameter (including LayerNorm affines and biases) is
+randomised.
 """
 from __future__ import annotations
 
@@ -22,6 +23,10 @@ TOL = 1e-10
 
 D, HEADS, N = 24, 4, 9
 """Small configuration: d = 24, K = 4 heads of p = 6, n = 9 tokens."""
+
+SETTING = (f"the audit's two implementations, PyTorch rows (the pseudocode's form) vs NumPy columns (the equations'), "
+           f"random float64 weights, d {D}, K {HEADS}, n {N}")
+"""What the cross-implementation claims compare: a check of the audit's own code against the papers' objects."""
 
 
 def _config(**overrides) -> crate_nn.BlockConfig:
@@ -78,9 +83,15 @@ def _tokens(ctx) -> tuple[np.ndarray, torch.Tensor]:
 
 
 @claim(
-    id="2.8-nn-mssa",
+    id="alg2-nn-mssa",
+    formerly="2.8-nn-mssa",
     tags=("cross-implementation", "nn", "mssa"),
-    location="004 eqs. (35)–(37), (86)–(87); Alg. 2",
+    location="long version, App. D.1, Alg. 2, and Sec. 2.3, eqs. (35)–(37); Sec. 4.1.4, eqs. (86)–(87); NeurIPS "
+             "2023, eqs. (11)–(12), App. B.1",
+    scope="probe",
+    setting=SETTING,
+    quote="SSA(Z | U_k) ≐ (U_k*Z) softmax((U_k*Z)*(U_k*Z)), k ∈ [K] … the linear operators of value, key, and "
+          "query are all set to be the same as the subspace basis, i.e., V_k = K_k = Q_k = U_k*.",
     statement="crate_nn.MSSA (rows, softmax over the last axis) equals crate_theory's MSSA (columns, column "
               "softmax): free W with bias and temperature √p, tied β[U] with temperature 1, causal mask; "
               "fused (SDPA) and explicit paths",
@@ -110,9 +121,13 @@ def nn_mssa(ctx) -> Result:
 
 
 @claim(
-    id="2.9-nn-ista",
+    id="alg3-nn-ista",
+    formerly="2.9-nn-ista",
     tags=("cross-implementation", "nn", "ista"),
-    location="004 eq. (44); Alg. 3",
+    location="long version, App. D.1, Alg. 3, and Sec. 2.4, eq. (44); NeurIPS 2023, eq. (17), App. B.1",
+    scope="probe",
+    setting=SETTING,
+    quote="ISTA(Z | D) ≐ ReLU(Z − ηD*(DZ − Z) − ηλ1).",
     statement="crate_nn.ISTA (two products in row form) equals crate_theory.ista, eq. (44)",
     measures="max abs difference for (η, λ) ∈ {(0.1, 0.1), (0.5, 0.3)} (float64)",
     expected=f"≤ {TOL:g} (float64 rounding with a wide margin)",
@@ -148,9 +163,14 @@ def _theory_kwargs(config: crate_nn.BlockConfig) -> dict:
 
 
 @claim(
-    id="2.8-nn-encoder",
+    id="alg4-nn-encoder",
+    formerly="2.8-nn-encoder",
     tags=("cross-implementation", "nn", "layer"),
-    location="004 eq. (45), Fig. 10, Alg. 4; official-implementation.md",
+    location="long version, App. D.2, Alg. 4, and Sec. 2.5, eq. (45), Fig. 10 (and the authors' code's skip "
+             "wiring); NeurIPS 2023, eq. (18)",
+    scope="probe",
+    setting=SETTING,
+    quote="Z^{ℓ+1/2} ≐ Z^ℓ + MSSA(Z^ℓ | U^ℓ_[K]), Z^{ℓ+1} ≐ ISTA(Z^{ℓ+1/2} | D^ℓ).",
     statement="crate_nn's encoder (3 layers) equals crate_theory.crate_forward, every Z^{ℓ+1/2} and Z^{ℓ+1}, for "
               "both skip wirings, the ISTA / soft-threshold / MM blocks, the tied output map and the causal mask",
     measures=f"max abs difference over {len(_LAYER_VARIANTS)} variants × 3 layers × (half, full) steps (float64)",
@@ -178,9 +198,14 @@ def nn_encoder(ctx) -> Result:
 
 
 @claim(
-    id="2.22-nn-decoder",
+    id="alg5-nn-decoder",
+    formerly="2.22-nn-decoder",
     tags=("cross-implementation", "nn", "decoder"),
-    location="004 eq. (64), Alg. 5; official-implementation.md",
+    location="long version, App. D.3, Alg. 5, and Sec. 3.3, eq. (64), Fig. 10 (and the authors' code's skip wiring)",
+    scope="probe",
+    setting=SETTING,
+    quote="This constructs the (ℓ + 1)st layer g^ℓ of our decoder as Z̃^{ℓ+1} = g^ℓ(Z̃^ℓ) ≐ E^ℓZ̃^ℓ − "
+          "MSSA(E^ℓZ̃^ℓ | V^ℓ_[K]).",
     statement="crate_nn.CRATEDecoderLayer equals crate_theory.decoder.decoder_layer for both skip wirings and "
               "both output maps",
     measures="max abs difference over 4 variants (float64)",

@@ -1,4 +1,5 @@
-"""Parameter counts of every registered CRATE size vs the papers' Tables 1 and 8 (paper-notes §2.23, §3.1)."""
+"""Parameter counts of every registered CRATE size vs the papers' Tables 1 and 8, and the two versions' ImageNet-21K
+CRATE-Base."""
 from __future__ import annotations
 
 import torch
@@ -7,8 +8,11 @@ import crate_nn
 from verify import verdicts
 from verify.registry import Result, claim
 
-TABLE_8_MILLIONS = {"crate_tiny": 6.09, "crate_small": 13.12, "crate_base": 22.80, "crate_large": 77.64}
-"""The printed parameter counts (millions, two decimals) of Tables 1 and 8."""
+TABLE_1_MILLIONS = {"crate_tiny": 6.09, "crate_small": 13.12, "crate_base": 22.80, "crate_large": 77.64}
+"""The printed parameter counts (millions, two decimals) of Table 1 (Table 8 repeats them to one decimal)."""
+
+ROUNDING = {"params_m": 0.005, "accuracy": 0.05}
+"""Half a unit of the last printed digit: parameters in millions to two decimals, accuracies to one."""
 
 
 def _count(name: str) -> int:
@@ -20,9 +24,13 @@ def _count(name: str) -> int:
 
 def _register(name: str, printed: float) -> None:
     @claim(
-        id=f"2.23-params-{name.removeprefix('crate_')}",
+        id=f"table1-params-{name.removeprefix('crate_')}",
+        formerly=f"2.23-params-{name.removeprefix('crate_')}",
         tags=("params", "nn"),
-        location="004 Table 1, Table 8",
+        location="long version, Sec. 4.1.1, Table 1 (Table 8 prints one decimal); NeurIPS 2023, Table 1",
+        scope="paper",
+        quote="Model CRATE-T CRATE-S CRATE-B CRATE-L ViT-T ViT-S # parameters 6.09M 13.12M 22.80M 77.64M 5.72M "
+              "22.05M",
         statement=f"{name} (224² images, patch 16, 1000 classes) has {printed:.2f}M parameters",
         measures=f"parameter count of crate_nn.create_model('{name}')",
         expected=f"{printed:.2f}M within the table's rounding (|Δ| ≤ 0.005M)",
@@ -34,12 +42,12 @@ def _register(name: str, printed: float) -> None:
         gap = abs(count / 1e6 - printed)
         return Result(
             measured=f"{count:,} ({count / 1e6:.3f}M)",
-            verdict=verdicts.at_most(gap, 0.005),  # the table prints two decimals
+            verdict=verdicts.at_most(gap, ROUNDING["params_m"]),  # the table prints two decimals
             data={"count": count, "printed_millions": printed, "gap_millions": gap},
         )
 
 
-for _name, _printed in TABLE_8_MILLIONS.items():
+for _name, _printed in TABLE_1_MILLIONS.items():
     _register(_name, _printed)
 
 
@@ -48,24 +56,40 @@ IN21K = {"NeurIPS App. B.6, Table 5": {"params_m": 22.80, "imagenet": 80.2, "cif
 """The ImageNet-21K-pre-trained CRATE-Base as each version prints it (parameters in millions, top-1 %)."""
 
 
-def same_results(printed: dict) -> bool:
-    """Whether the two versions' accuracies agree within their printed rounding (one decimal: ±0.05)."""
+def accuracy_gap(printed: dict) -> float:
+    """The largest difference between the two versions' printed top-1 accuracies (ImageNet-1K, CIFAR-10/100)."""
     a, b = printed.values()
-    return all(abs(a[k] - b[k]) <= 0.05 for k in ("imagenet", "cifar10", "cifar100"))
+    return max(abs(a[k] - b[k]) for k in ("imagenet", "cifar10", "cifar100"))
+
+
+def in21k_verdict(counts: dict, printed: dict) -> str:
+    """`holds` when each version's printed count is our count of one head choice (1,000 classes for the NeurIPS
+    version, 21,841 for the long one) within the rounding, and the accuracies agree within theirs."""
+    neurips, long = printed.values()
+    return verdicts.all_hold(verdicts.at_most(abs(counts[1000] - neurips["params_m"]), ROUNDING["params_m"]),
+                             verdicts.at_most(abs(counts[21841] - long["params_m"]), ROUNDING["params_m"]),
+                             verdicts.at_most(accuracy_gap(printed), ROUNDING["accuracy"]))
 
 
 @claim(
-    id="2.23-in21k-figures",
+    id="table14-in21k-vs-neurips",
+    formerly="2.23-in21k-figures",
     tags=("params", "nn", "versions"),
-    location="NeurIPS 2023 (000) App. B.6, Table 5 vs 004 Table 14, App. C.5",
-    statement="The NeurIPS and long versions report the same ImageNet-21K-pre-trained CRATE-Base: 22.80M "
-              "parameters, 80.2% on ImageNet-1K (NeurIPS) vs 38.83M, 79.5% (long)",
-    measures="parameter counts of crate_base with 8×8 patches and a 1,000- or 21,841-class head (crate_nn); the "
+    location="long version, App. C.5, Table 14, and Sec. 4.1.1; NeurIPS 2023, App. B.6, Table 5",
+    scope="paper",
+    quote="NeurIPS: “with the CRATE-Base model (22.80M parameters), we achieve 80.2% top-1 accuracy”; long version: "
+          "“the CRATE-B achieves 79.5% top-1 accuracy on ImageNet-1K” (Table 14: 38.83M)",
+    statement="The NeurIPS and long versions report the same ImageNet-21K-pre-trained CRATE-Base (both present it "
+              "as CRATE-Base pre-trained on ImageNet-21K for 90 epochs, then fine-tuned): 22.80M parameters, 80.2% "
+              "on ImageNet-1K (NeurIPS) vs 38.83M, 79.5% (long)",
+    measures="parameter counts of crate_base with 8×8 patches and a 1000- or 21,841-class head (crate_nn); the "
              "printed accuracies of both versions",
     expected="`holds` when the counts reconcile (each within ±0.005M of a head choice) and the accuracies agree "
              "within rounding. Expected to fail: the counts are one architecture counted with its fine-tuned "
              "1K head (22.804M) or its 21K head (38.831M), but the accuracies differ (80.2 / 98.3 / 88.3 vs "
-             "79.5 / 98.1 / 87.9), as do the learning rates (1e-4 vs 9.6e-5): two different runs",
+             "79.5 / 98.1 / 87.9), as do the learning rates (1e-4 vs 9.6e-5): two different runs. A `fails` is an "
+             "inconsistency between the versions (the long one does not say its numbers replace the NeurIPS "
+             "ones), not evidence that either table is wrong",
     expected_verdict="fails",
     kind="printed", provenance="analysis",
 )
@@ -75,8 +99,7 @@ def in21k_figures(ctx) -> Result:
                                                                         num_classes=classes).parameters()) / 1e6
                   for classes in (1000, 21841)}
     printed = list(IN21K.values())
-    reconciled = abs(counts[1000] - printed[0]["params_m"]) <= 0.005 and abs(counts[21841] - printed[1]["params_m"]) <= 0.005
-    verdict = "holds" if reconciled and same_results(IN21K) else "fails"
     return Result(f"counts {counts[1000]:.3f}M (1K head) / {counts[21841]:.3f}M (21K head); top-1 "
-                  f"{printed[0]['imagenet']} vs {printed[1]['imagenet']}", verdict,
-                  {"counts_millions": counts, "printed": IN21K, "counts_reconcile": reconciled})
+                  f"{printed[0]['imagenet']} vs {printed[1]['imagenet']} (largest accuracy gap "
+                  f"{accuracy_gap(IN21K):.1f} points)", in21k_verdict(counts, IN21K),
+                  {"counts_millions": counts, "printed": IN21K, "accuracy_gap": accuracy_gap(IN21K)})
