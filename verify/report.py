@@ -39,10 +39,10 @@ PAPERS = ("Sources: " + "; ".join(f"*{label}*: {work}" for label, work in SOURCE
           + ". Each claim quotes the statement it tests and gives its location; docs/papers.md indexes them.")
 
 LAYERS_COMPRESS = (
-    ("digits CRATE (Fig. 15)", ("2.24-digits-official", "2.24-digits-paper", "2.24-digits-joint")),
-    ("Fig. 15, end of training", ("2.24-fig15-end-official", "2.24-fig15-end-paper", None)),
-    ("Fig. 21, depth", ("2.24-fig21-depth-official", "2.24-fig21-depth-paper", None)),
-    ("CRATE-GPT", ("2.24-gpt-official", "2.24-gpt-paper", "2.24-gpt-joint")),
+    ("digits CRATE (Fig. 15)", ("fig15-digits-official", "fig15-digits-paper", "fig15-digits-joint")),
+    ("Fig. 15, end of training", ("fig15-digits-end-official", "fig15-digits-end-paper", None)),
+    ("Fig. 21, depth", ("fig21-digits-depth-official", "fig21-digits-depth-paper", None)),
+    ("CRATE-GPT", ("fig15-gpt-compression-official", "fig15-gpt-compression-paper", "fig15-gpt-joint")),
 )
 """The central question, "do CRATE layers compress?", for each model: the claims that answer it under the authors'
 per-head-normalised protocol, under the paper's formula (eq. (13) as printed, unnormalised) and under the joint rule
@@ -56,11 +56,11 @@ PAPER_CLAIMS = (
     ("−∇R^c/σ² points along the score (432)", ("eq432-rc-as-score",)),
     ("the score's size scales as 1/σ² (432)", ("eq432-score-scale",)),
     ("Remark 7 inverse at the models' η 0.1", ("remark7-presets-at-eta-0.1",)),
-    ("… in a trained CRATE-MAE (Fig. 10)", ("2.22-mae-roundtrip",)),
-    ("ideal CRATE compresses layer by layer", ("2.24-ideal-compression",)),
-    ("… crediting attention over ISTA alone", ("2.24-ideal-attention-credit",)),
-    ("trained sparser than init (Fig. 15)", ("2.24-digits-sparsity",)),
-    ("random init is flat (Fig. 15)", ("2.24-random-init-flat",)),
+    ("… in a trained CRATE-MAE (Fig. 10)", ("fig10-mae-roundtrip",)),
+    ("ideal CRATE compresses layer by layer", ("sec2.5-ideal-compression",)),
+    ("… crediting attention over ISTA alone", ("eq45-ideal-attention-credit",)),
+    ("trained sparser than init (Fig. 15)", ("fig15-digits-sparsity",)),
+    ("random init is flat (Fig. 15)", ("fig15-random-init-flat",)),
     ("DINO k-NN beats its init (Table 4)", ("table4-dino-knn", "table4-dino-knn-short")),
     ("ISTA lowers CRATE-GPT's loss (T. 16)", ("table16-gpt-without-ista",)),
     ("CRATE attention segments > ViT (T. 17)", ("table17-attention",)),

@@ -2,11 +2,13 @@
 reads seeds through `verify.statistics.compare`).
 
 Every rule takes the measured figure and a threshold whose reason the claim states; none looks at the
-expected verdict.
+expected verdict. Comparisons over seeds are `verify.statistics.compare`'s (`within` states an equivalence with
+them); `all_hold` and `most` combine their verdicts (``inconclusive`` included) with these rules'.
 """
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -84,3 +86,28 @@ def all_hold(*verdicts: str) -> str:
         if verdict in verdicts:
             return verdict
     return "holds"
+
+
+def most(verdicts: Sequence[str], share: float) -> str:
+    """A statement that holds "in most cases" (the papers' words for layer-wise trends), from one verdict per case
+    (e.g. per layer-to-layer step): ``holds`` when at least ``share`` of them hold; ``fails`` when more than
+    1 − ``share`` of them fail, so that ``share`` cannot be reached whatever the undecided ones are; else
+    ``inconclusive``."""
+    verdicts = list(verdicts)
+    if not verdicts or not 0 < share <= 1:
+        raise ValueError(f"most: expected at least one verdict and 0 < share ≤ 1, got {len(verdicts)} and {share}")
+    held = sum(v == "holds" for v in verdicts) / len(verdicts)
+    failed = sum(v == "fails" for v in verdicts) / len(verdicts)
+    if held >= share:
+        return "holds"
+    return "fails" if failed > 1 - share else "inconclusive"
+
+
+def within(values, margin: float) -> list[Comparison]:
+    """An equivalence over seeds — ``values`` (one per seed, e.g. paired differences) lie within ±``margin`` — as the
+    two `verify.statistics.compare` results it needs (above −margin, below +margin): `verify.statistics.every` of
+    them `holds` when the 95% interval lies inside the margins, `fails` when it lies wholly beyond one and is
+    `inconclusive` when it straddles one."""
+    if not margin > 0:
+        raise ValueError(f"margin: expected a positive number, got {margin}")
+    return [compare(values, direction="above", boundary=-margin), compare(values, direction="below", boundary=margin)]

@@ -15,7 +15,8 @@ from verify.registry import SCOPES, SOURCES, VERDICTS, all_claims
 CLAIMS = all_claims()
 CLAIMS_DIR = Path(__file__).resolve().parents[2] / "verify" / "claims"
 CONVERTED: set[str] = {"decoder", "denoising", "diffusion", "theorem16", "dino", "language", "segmentation", "ablations",
-                       "tssa", "calculus", "compression", "sparsification", "cross_implementation", "params"}
+                       "tssa", "calculus", "compression", "sparsification", "cross_implementation", "params",
+                       "digits", "figures", "layers", "mae"}
 MODULES = sorted(p.stem for p in CLAIMS_DIR.glob("*.py") if p.stem != "__init__")
 
 FORMER_IDS = (
@@ -65,8 +66,8 @@ FORMER_IDS = (
 OBJECT = re.compile(r"^(neurips-|tost-|simdino-)?(eqs?|fig|figs|table|tables|sec|app|remark|lemma|thm|prop|approx|alg|"
                     r"footnote|abstract|readme)[0-9a-z.]*(-[0-9a-z.]+)*$")
 """A claim id: the papers' object it tests (long version unless prefixed by another source), then a short name."""
-UNCITABLE = re.compile(r"\b(004|000)\b|paper-notes|\.\./shared|official-implementation\.md")
-"""Names of files outside the repository, which no reader has."""
+UNCITABLE = re.compile(r"(?<![\d.])\b(004|000)\b|paper-notes|\.\./shared|official-implementation\.md")
+"""Names of files outside the repository, which no reader has (not the digits of a number such as 0.004)."""
 
 
 def _claims(module: str):

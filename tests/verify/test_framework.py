@@ -10,6 +10,7 @@ from verify.context import Context
 from verify.numerics import loglog_slope
 from verify.registry import KINDS, PROVENANCES, SCOPES, Claim, Headline, Result, claim, select
 from verify.report import PAPER_CLAIMS, summary
+from verify.statistics import every
 
 
 def _claim(id, expected_verdict, measure, tags=("demo",), kind="theory", provenance="analysis",
@@ -57,6 +58,28 @@ def test_rate_bound_rules():
         verdicts.rate_bound(float("nan"), 1.0, 0.25)
     assert verdicts.all_hold("holds", "inconclusive", "loose") == "inconclusive"
     assert verdicts.all_hold("inconclusive", "fails") == "fails" and verdicts.all_hold("holds") == "holds"
+
+
+def test_combined_verdicts_keep_an_undecided_comparison():
+    """A sub-check the seeds cannot decide leaves the claim undecided unless another fails; "in most cases" holds
+    at the share, fails once the share is out of reach, and is undecided in between."""
+    assert verdicts.all_hold("holds", "inconclusive", "loose") == "inconclusive"
+    assert verdicts.all_hold("inconclusive", "fails") == "fails" and verdicts.all_hold("holds", "holds") == "holds"
+    assert verdicts.most(["holds"] * 3 + ["fails"], 0.75) == "holds"
+    assert verdicts.most(["holds"] * 2 + ["fails"] * 2, 0.75) == "fails"
+    assert verdicts.most(["holds"] * 2 + ["fails", "inconclusive"], 0.75) == "inconclusive"
+    assert verdicts.most(["holds", "inconclusive"], 1.0) == "inconclusive"
+    with pytest.raises(ValueError, match="most"):
+        verdicts.most([], 0.75)
+
+
+def test_an_equivalence_over_seeds_needs_the_whole_interval_inside_its_margins():
+    inside, beyond, straddling = [0.01, -0.01, 0.02, 0.0], [0.3, 0.32, 0.29, 0.31], [0.04, 0.06, 0.05, 0.055]
+    assert every(verdicts.within(inside, 0.05)) == "holds"
+    assert every(verdicts.within(beyond, 0.05)) == "fails"
+    assert every(verdicts.within(straddling, 0.05)) == "inconclusive"
+    with pytest.raises(ValueError, match="margin"):
+        verdicts.within(inside, 0.0)
 
 
 def test_result_rejects_unknown_verdict():

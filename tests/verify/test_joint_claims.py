@@ -79,27 +79,27 @@ def mae_runs(monkeypatch, trained_encoder: dict, trained_decoder: dict, init_enc
 
 def test_mae_encoder_step_flips_and_names_the_architecture(monkeypatch, tmp_path):
     mae_runs(monkeypatch, {"half": COMPRESSED}, {})
-    assert verdict("2.24-mae-encoder-step", tmp_path).verdict == "holds"
+    assert verdict("eq56-mae-encoder-step", tmp_path).verdict == "holds"
     mae_runs(monkeypatch, {"half": COLLAPSED}, {}, init_encoder={"half": COLLAPSED})
-    result = verdict("2.24-mae-encoder-step", tmp_path)
+    result = verdict("eq56-mae-encoder-step", tmp_path)
     assert result.verdict == "fails" and "architecture, not training" in result.measured
     mae_runs(monkeypatch, {"half": EXPANDED}, {})
-    result = verdict("2.24-mae-encoder-step", tmp_path)
+    result = verdict("eq56-mae-encoder-step", tmp_path)
     assert result.verdict == "fails" and "architecture" not in result.measured
 
 
 def test_mae_decoder_step_flips(monkeypatch, tmp_path):
     mae_runs(monkeypatch, {}, {"output": EXPANDED})
-    assert verdict("2.22-mae-decoder-step", tmp_path).verdict == "holds"
+    assert verdict("eq62-mae-decoder-step", tmp_path).verdict == "holds"
     mae_runs(monkeypatch, {}, {"output": {**EXPANDED, "spread": [0.8] * DEPTH}})  # "anti-compression" by collapse
-    assert verdict("2.22-mae-decoder-step", tmp_path).verdict == "fails"
+    assert verdict("eq62-mae-decoder-step", tmp_path).verdict == "fails"
 
 
 def test_mae_joint_flips(monkeypatch, tmp_path):
     mae_runs(monkeypatch, {"half": COMPRESSED}, {})
-    assert verdict("2.24-mae-joint", tmp_path).verdict == "holds"
+    assert verdict("sec4.2-mae-joint", tmp_path).verdict == "holds"
     mae_runs(monkeypatch, {"half": COLLAPSED}, {})
-    assert verdict("2.24-mae-joint", tmp_path).verdict == "fails"
+    assert verdict("sec4.2-mae-joint", tmp_path).verdict == "fails"
 
 
 # ------------------------------------------------------------------------------------------------ DINO and GPT

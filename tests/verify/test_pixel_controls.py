@@ -1,4 +1,4 @@
-"""The raw-pixel control claims (table4-dino-pixels, 2.24-mae-pixels) and Table 4's ViT-vs-CRATE ordering under DINO
+"""The raw-pixel control claims (table4-dino-pixels, table3-mae-pixels) and Table 4's ViT-vs-CRATE ordering under DINO
 (table4-dino-vit-vs-crate): fed constructed per-seed accuracies, each verdict must come out `holds` when the first
 side wins, `fails` when the other does and `inconclusive` when the seeds cannot tell."""
 import numpy as np
@@ -38,11 +38,11 @@ def test_mae_pixels_flips(monkeypatch, tmp_path):
                  "knn": {"trained": 0.7 + e, "init": 0.6, "raw pixels": 0.9}} for e in NOISE]  # k-NN: reported
         monkeypatch.setattr(mae, "_measurements", lambda quick, seed: runs)
     install(0.95)
-    assert verdict("2.24-mae-pixels", "full", tmp_path) == "holds"
+    assert verdict("table3-mae-pixels", "full", tmp_path) == "holds"
     install(0.8)
-    assert verdict("2.24-mae-pixels", "full", tmp_path) == "fails"
+    assert verdict("table3-mae-pixels", "full", tmp_path) == "fails"
     install(0.9)
-    assert verdict("2.24-mae-pixels", "full", tmp_path) == "inconclusive"
+    assert verdict("table3-mae-pixels", "full", tmp_path) == "inconclusive"
 
 
 def test_dino_vit_vs_crate_flips(monkeypatch, tmp_path):

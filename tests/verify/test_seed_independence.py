@@ -5,8 +5,8 @@ seeds 1 and 2 and must give the same (the expected) verdicts. The selection, and
 
 * every quick claim that trains no model — the theory claims (calculus, compression, denoising, diffusion,
   sparsification, Theorem 16, the decoder), the ideal-stack claims with their controls (among them
-  2.24-ideal-orientation, whose layer 2 → L effect is at the seed spread and which takes the 96 data sets it
-  needs for it: `verify.claims.layers.ORIENTATION_SEEDS`), the random CRATEs of 2.24-random-init-flat, parameter counts,
+  fig3-ideal-orientation, whose layer 2 → L effect is at the seed spread and which takes the 96 data sets it
+  needs for it: `verify.claims.layers.ORIENTATION_SEEDS`), the random CRATEs of fig15-random-init-flat, parameter counts,
   cross-implementation checks, eq. (437) and MaskCut: they draw all their data from the base seed and take seconds
   together;
 * one claim on trained models, fig15-gpt-compression-official: its five tiny CRATE-GPT runs per base seed train in ≈ 10 s.
@@ -30,7 +30,7 @@ SELECTED += [c for c in all_claims() if c.id == "fig15-gpt-compression-official"
 
 def test_the_selection_is_large_and_holds_the_claims_the_docstring_names():
     ids = {c.id for c in SELECTED}
-    assert len(ids) >= 50 and {"2.24-ideal-random-layers", "2.24-ideal-orientation", "2.24-random-init-flat",
+    assert len(ids) >= 50 and {"sec4.2-ideal-random-layers", "fig3-ideal-orientation", "fig15-random-init-flat",
                                 "fig15-gpt-compression-official"} <= ids
 
 
