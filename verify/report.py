@@ -54,7 +54,7 @@ PAPER_CLAIMS = (
     ("… through its attention term, not βZ", ("approx9-attention-term",)),
     ("R^c gradient step ≈ denoising (Th. 16)", ("thm16-nominal-floor",)),
     ("−∇R^c/σ² points along the score (432)", ("eq432-rc-as-score",)),
-    ("the score's size scales as 1/σ² (432)", ("eq432-score-scale",)),
+    ("−∇R^c/σ² has the score's size (432)", ("eq432-score-scale",)),
     ("Remark 7 inverse at the models' η 0.1", ("remark7-presets-at-eta-0.1",)),
     ("… in a trained CRATE-MAE (Fig. 10)", ("fig10-mae-roundtrip",)),
     ("ideal CRATE compresses layer by layer", ("sec2.5-ideal-compression",)),
