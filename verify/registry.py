@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from verify.context import MODES, RESULTS
+from verify.context import MODES, RESULTS, stored_file
 from verify.statistics import Interval, interval
 
 VERDICTS = ("holds", "fails", "loose", "inconclusive")
@@ -220,15 +220,15 @@ def claim(
     :data:`KINDS`; ``provenance``: one of :data:`PROVENANCES`; ``full_verdict``: the verdict expected under
     --full where it differs from the quick mode's ``expected_verdict`` (the ``expected`` text says why);
     ``committed``: the replication (``results/NAME``, `verify.committed`) whose committed runs a ``--full``-only
-    trained claim reads in quick mode — measured in both modes once ``results/NAME/runs.json`` exists, under
-    --full only before. Registration refuses an unknown verdict, mode, kind or provenance (``ValueError``, see
+    trained claim reads in quick mode — measured in both modes once its file (``results/NAME/runs.json``,
+    `verify.context.stored_file`) exists, under --full only before. Registration refuses an unknown verdict, mode, kind or provenance (``ValueError``, see
     :class:`Claim`), and a function that does not take the context alone (``TypeError``).
     """
     modes = tuple(modes)
     if committed is not None:
         if modes != ("full",):
             raise ValueError(f"claim {id!r}: committed is for a claim that trains under --full only, got modes {modes!r}")
-        modes = MODES if (RESULTS / committed / "runs.json").is_file() else modes
+        modes = MODES if stored_file(committed, RESULTS).is_file() else modes
         measures += (f"; trained under --full, read from the committed runs of results/{committed} in quick mode "
                      f"(python -m verify.record {committed} records them)")
     spec = dict(id=id, tags=tuple(tags), reference=reference, statement=statement, measures=measures,

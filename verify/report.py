@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from verify.registry import KINDS, PROVENANCES, VERDICTS
-from verify.runner import Outcome
+from verify.runner import NOT_MEASURED, Outcome
 
 COUNTED = (*VERDICTS, "error")
 """The verdicts the report counts: the claims' own, and ``error`` for a measurement that raised."""
 PLURAL = {"holds": "hold", "fails": "fail", "loose": "loose", "inconclusive": "inconclusive", "error": "raised"}
-DETAIL_ORDER = ("fails", "inconclusive", "loose", "error", "holds")
+DETAIL_ORDER = ("fails", "inconclusive", "loose", "error", "holds", NOT_MEASURED)
 """Order of the bullets within each kind in the detail: what contradicts the papers first."""
 
 PAPERS = ('"004" is the long CRATE paper (arXiv 2311.13110), "000" its NeurIPS 2023 version (arXiv 2306.01129). Claim '
@@ -51,14 +51,17 @@ PAPER_CLAIMS = (
 that test it most directly — the first one measured in this run answers the row (the quick and the full mode may
 measure it under different ids)."""
 
-SUMMARY_WIDTHS = (38, 12, 52, 7, 3)
+SUMMARY_WIDTHS = (38, 16, 48, 7, 3)
 """Console widths of the summary's columns (statement, verdict, number, kind, seeds): 120 columns in all."""
 COLUMNS = ("id", "kind", "reference", "measured quantity", "measured", "expected", "verdict")
 
 
 def summary(outcomes: list[Outcome]) -> dict[str, Any]:
     """Counts of verdicts (all, and per kind), the as-expected counts per provenance, and the ids whose measured
-    verdict differs from the expected one."""
+    verdict differs from the expected one; how many verdicts were read from stored runs (``stored``), and the
+    stored claims not re-measured at this base seed (``not_re_measured``, left out of every count)."""
+    skipped = [o for o in outcomes if o.skipped]
+    outcomes = [o for o in outcomes if not o.skipped]
     counts = Counter(o.verdict for o in outcomes)
     by_kind = {}
     for kind in KINDS:
@@ -74,6 +77,8 @@ def summary(outcomes: list[Outcome]) -> dict[str, Any]:
         "as_expected": {p: sum(k["as_expected"][p] for k in by_kind.values()) for p in PROVENANCES},
         "mismatches": [o.claim.id for o in outcomes if not o.matches],
         "seconds": round(sum(o.seconds for o in outcomes), 2),
+        "stored": sum(o.stored is not None for o in outcomes),
+        "not_re_measured": [o.claim.id for o in skipped],
     }
 
 
@@ -96,6 +101,58 @@ def format_summary(outcomes: list[Outcome]) -> str:
     return text
 
 
+STORED_MARK = "†"
+"""Marks a verdict read from a committed replication's stored runs (`Outcome.stored`) in every view."""
+
+
+def stored_lines(outcomes: list[Outcome]) -> list[str]:
+    """The headline's sentences on stored verdicts (unwrapped): how many were read from stored runs, and the stored
+    claims not re-measured at this base seed (by the base seed their replications were recorded at)."""
+    lines = []
+    stored = [o for o in outcomes if o.stored and not o.skipped]
+    if stored:
+        names = ", ".join(dict.fromkeys(o.stored for o in stored))
+        lines.append(f"{len(stored)} verdicts {STORED_MARK} read from stored runs, not measured now (results/: "
+                     f"{names}; report.md lists each file's seal and recording code).")
+    by_seed: dict[int, list[Outcome]] = {}
+    for o in outcomes:
+        if o.skipped:
+            by_seed.setdefault(o.recorded_seed, []).append(o)
+    for recorded, group in by_seed.items():
+        names = ", ".join(dict.fromkeys(o.stored for o in group))
+        lines.append(f"{len(group)} stored claims {NOT_MEASURED} (not counted): recorded at base seed {recorded} only "
+                     f"(re-record: python -m verify.record NAME --seed {group[0].seed}, NAME in {names}).")
+    return lines
+
+
+def stored_section(meta: dict[str, Any]) -> list[str]:
+    """report.md's header section on the committed replications read in this run (``meta["replications"]``): each
+    file with its checksum, when and at which base seed it was recorded, the code that recorded it, and whether
+    (and in which files) today's code differs."""
+    reps = meta.get("replications") or []
+    if not reps:
+        return []
+    lines = ["## Stored runs", "",
+             f"Verdicts marked {STORED_MARK} are decided from the committed runs of these replications, not measured "
+             "now (`--full` trains them again; `python -m verify.record NAME` records them). Each file is sealed: "
+             "its SHA-256 is checked when read, and the seal names the code that trained its runs.", "",
+             "| replication | runs | base seed | recorded | SHA-256 | commit | code hash | today's code |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in reps:
+        if "error" in r:
+            lines.append(f"| {r['name']} (`{r['file']}`) | — | — | — | — | — | — | {_md_escape(r['error'])} |")
+            continue
+        files = r["files_differing"]
+        today = ("differs: " + ", ".join(f"`{f}`" for f in files[:10]) + (f" and {len(files) - 10} more" if
+                                                                           len(files) > 10 else "")
+                 if r["today_differs"] else "same")
+        after = " (sealed after recording)" if r["sealed_after_recording"] else ""
+        commit = f"`{r['commit'][:12]}`" if r["commit"] else "—"
+        lines.append(f"| {r['name']} (`{r['file']}`) | {r['runs']} | {r['base_seed']} | {r['recorded']}{after} | "
+                     f"`{r['sha256'][:16]}…` | {commit} | `{r['code_hash']}` | {today} |")
+    return lines + [""]
+
+
 def _kind_rows(outcomes: list[Outcome]) -> list[tuple[str, ...]]:
     rows = []
     for kind, k in summary(outcomes)["by_kind"].items():
@@ -110,7 +167,24 @@ KIND_WIDTHS = (26, 6, 4, 4, 5, 12, 6, 35)
 
 
 def _verdict_cell(o: Outcome, expected: str = "expected ") -> str:
-    return o.verdict if o.matches else f"{o.verdict} ({expected}{o.expected_verdict})"
+    text = o.verdict if o.matches or o.skipped else f"{o.verdict} ({expected}{o.expected_verdict})"
+    return text + (STORED_MARK if o.stored else "")
+
+
+def _measured(o: Outcome) -> str:
+    """The measured line of an outcome; for a claim not re-measured, why; "raised" for an error."""
+    return o.result.measured if o.result else (o.skipped or "raised")
+
+
+def _fit(text: str, width: int) -> str:
+    """``text`` shortened to ``width`` without cutting a bracketed interval: a cut inside one moves before it."""
+    text = " ".join(str(text).split())
+    if len(text) <= width:
+        return text
+    cut = text[: width - 1]
+    if cut.count("[") > cut.count("]"):
+        cut = cut[: cut.rindex("[")].rstrip()
+    return cut + "…"
 
 
 def _shorten(text: str, width: int) -> str:
@@ -134,11 +208,12 @@ def _summary_cells(said: str, o: Outcome, width: int, expected: str = "expected 
     measured line shortened to ``width`` where the claim sets none; ``expected`` introduces a differing
     expectation."""
     headline = o.result.headline if o.result else None
-    if headline is not None:
-        number, seeds = headline.text(), str(headline.seeds or "—")
+    if headline is not None:  # the label is shortened, the numbers never
+        numbers = headline.text()[len(headline.label):]
+        number, seeds = _shorten(headline.label, max(width - len(numbers), 2)) + numbers, str(headline.seeds or "—")
     else:
-        number, seeds = (o.result.measured if o.result else "raised"), "—"
-    return said, _verdict_cell(o, expected), _shorten(number, width), o.claim.kind, seeds
+        number, seeds = _fit(o.skipped.split(" (")[0] if o.skipped else _measured(o), width), "—"
+    return said, _verdict_cell(o, expected), number, o.claim.kind, seeds
 
 
 def _text_table(header: tuple[str, ...], rows: list[tuple[str, ...]], widths: tuple[int, ...]) -> list[str]:
@@ -159,7 +234,7 @@ SUMMARY_HEADER = ("the papers say", "verdict", "number [95% interval]", "kind", 
 
 def format_console(outcomes: list[Outcome]) -> str:
     """What ``python -m verify`` prints: the headline, the counts per kind and the summary (≤ 120 columns)."""
-    lines = [format_summary(outcomes), ""]
+    lines = [format_summary(outcomes), *(textwrap.fill(t, 120) for t in stored_lines(outcomes)), ""]
     lines += _text_table(KIND_HEADER, _kind_rows(outcomes), KIND_WIDTHS)
     rows = [_summary_cells(said, o, SUMMARY_WIDTHS[2], "≠") for said, o in paper_rows(outcomes)]
     if rows:
@@ -186,7 +261,7 @@ def format_table(outcomes: list[Outcome], widths: tuple[int, ...] = (22, 8, 26, 
 
 
 def _row(o: Outcome) -> tuple[str, ...]:
-    measured = o.result.measured if o.result else (o.error or "").strip().splitlines()[-1]
+    measured = _measured(o) if o.result or o.skipped else (o.error or "").strip().splitlines()[-1]
     c = o.claim
     return (c.id, c.kind, c.reference, c.measures, measured, c.expected, _verdict_cell(o))
 
@@ -208,12 +283,12 @@ def _bullet(o: Outcome) -> str:
     than ``holds`` the reason; a printed-number check and an expectation set by measurement say so."""
     c = o.claim
     figure = f" ([figure]({o.figures[0]}))" if o.figures else ""
-    measured = o.result.measured if o.result else "raised"
+    measured = _measured(o)
     labels = [note for note, on in (("erratum check", c.kind == "printed"),
                                     ("expected by measurement", c.provenance == "measurement")) if on]
     label = f" ({', '.join(labels)})" if labels else ""
     said = "" if o.verdict == "holds" and c.kind == "identity" else f" {_md_escape(c.statement)} →"
-    reason = "" if o.verdict == "holds" else f" — {_md_escape(_reason(c))}"
+    reason = "" if o.verdict in ("holds", NOT_MEASURED) else f" — {_md_escape(_reason(c))}"
     return f"- **{c.id}** — **{_verdict_cell(o)}**{label}:{said} {_md_escape(measured)}{figure}{reason}"
 
 
@@ -229,13 +304,13 @@ def summary_page(outcomes: list[Outcome], meta: dict[str, Any]) -> list[str]:
         "bound the data beat by a wide margin; **inconclusive** = a comparison whose 95% interval over seeds",
         "contains its boundary; *(expected …)* marks a verdict that differs from its claim's expectation. Each",
         f"expectation is set by *analysis* ({PROVENANCES['analysis']}) or by *measurement*",
-        f"({PROVENANCES['measurement']}).",
+        f"({PROVENANCES['measurement']}). {STORED_MARK} marks a verdict read from stored runs (see Stored runs).",
     ]
     for kind, (name, description) in KINDS.items():
         group = sorted((o for o in outcomes if o.claim.kind == kind), key=lambda o: DETAIL_ORDER.index(o.verdict))
         if group:
             counts = Counter(o.verdict for o in group)
-            tally = ", ".join(f"{counts[v]} {PLURAL[v]}" for v in COUNTED if counts[v])
+            tally = ", ".join(f"{counts[v]} {PLURAL.get(v, v)}" for v in (*COUNTED, NOT_MEASURED) if counts[v])
             lines += ["", f"### {name[0].upper() + name[1:]} ({len(group)}: {tally})", "",
                       f"{description[0].upper() + description[1:]}.", ""]
             lines += [_bullet(o) for o in group]
@@ -256,6 +331,8 @@ def write_markdown(path: Path, outcomes: list[Outcome], meta: dict[str, Any]) ->
         "",
         f"**{headline[0]}.** {' '.join(headline[1:])}.",
         "",
+        *(f"{t}\n" for t in stored_lines(outcomes)),
+        *stored_section(meta),
         *_md_table(KIND_HEADER, _kind_rows(outcomes)),
         "",
         *summary_page(outcomes, meta),
@@ -273,7 +350,7 @@ def write_markdown(path: Path, outcomes: list[Outcome], meta: dict[str, Any]) ->
             "",
             f"**Statement.** {c.statement}",
             "",
-            f"**Measured.** {c.measures}: {o.result.measured if o.result else '—'}",
+            f"**Measured.** {c.measures}: {_measured(o) if o.result or o.skipped else '—'}",
             "",
             f"**Expected.** {c.expected} (expected verdict: `{o.expected_verdict}`"
             + (f", under --full `{c.full_verdict}`" if c.full_verdict and o.mode == "quick" else "")
