@@ -322,12 +322,18 @@ def _file_hashes(files: dict[str, bytes]) -> dict[str, str]:
     return {name: hashlib.sha256(data).hexdigest() for name, data in sorted(files.items())}
 
 
-def _git(*args: str) -> str | None:
+def _git_bytes(*args: str) -> bytes | None:
+    """What ``git ARGS`` prints in the repository, or None where git or the repository is missing or it fails."""
     try:
         done = subprocess.run(["git", "-C", str(REPOSITORY), *args], capture_output=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return done.stdout.decode() if done.returncode == 0 else None
+    return done.stdout if done.returncode == 0 else None
+
+
+def _git(*args: str) -> str | None:
+    out = _git_bytes(*args)
+    return None if out is None else out.decode()
 
 
 def identity() -> dict:
@@ -395,7 +401,7 @@ def seal_as_committed(name: str, today: str | None = None) -> Path:
     commit = (_git("log", "-1", "--format=%H", "--", rel) or "").strip()
     if not commit:
         raise ValueError(f"{rel}: not committed (seal only a committed file; record it: {record_command(name)})")
-    blob = _git_bytes(commit, rel)
+    blob = _git_bytes("show", f"{commit}:{rel}")
     if blob is None or not file.is_file() or blob != file.read_bytes():
         raise ValueError(f"{rel} differs from its last commit {commit[:12]}: seal only a file as committed")
     content = json.loads(blob)
@@ -403,8 +409,8 @@ def seal_as_committed(name: str, today: str | None = None) -> Path:
         raise ValueError(f"{rel} is already sealed")
     names = [n for n in (_git("ls-tree", "-r", "--name-only", commit, "--", "crate_nn") or "").splitlines()
              if n.endswith(".py")]
-    files = {n.removeprefix("crate_nn/"): _git_bytes(commit, n) for n in names}
-    report = _git_bytes(commit, shown(file.parent / "report.json"))
+    files = {n.removeprefix("crate_nn/"): _git_bytes("show", f"{commit}:{n}") for n in names}
+    report = _git_bytes("show", f"{commit}:{shown(file.parent / 'report.json')}")
     torch_version = json.loads(report)["meta"]["versions"]["torch"] if report else torch.__version__
     source = "its report.json" if report else "assumed: the version installed when sealed"
     when = (_git("log", "-1", "--format=%cI", commit) or "").strip()
@@ -419,15 +425,6 @@ def seal_as_committed(name: str, today: str | None = None) -> Path:
     else:
         doc = {k: v for k, v in content.items() if k != "runs"} | {"seal": seal, "runs": content["runs"]}
     return integrity.write(file, doc, indent=1)
-
-
-def _git_bytes(commit: str, rel: str) -> bytes | None:
-    try:
-        done = subprocess.run(["git", "-C", str(REPOSITORY), "show", f"{commit}:{rel}"], capture_output=True,
-                              timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout if done.returncode == 0 else None
 
 
 def _base_seed(name: str, content: dict) -> int:

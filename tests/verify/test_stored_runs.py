@@ -64,7 +64,7 @@ def test_every_committed_replication_is_sealed_with_the_code_that_recorded_it():
         assert code["files"].keys() >= {"__init__.py", "engine/loop.py"}
         assert stored.summary()["sha256"] == json.loads(stored.file.read_text())["sha256"]
         if code["commit"] not in checked and committed._git("cat-file", "-e", code["commit"]) is not None:
-            files = {f: committed._git_bytes(code["commit"], f"crate_nn/{f}") for f in code["files"]}
+            files = {f: committed._git_bytes("show", f"{code['commit']}:crate_nn/{f}") for f in code["files"]}
             checked[code["commit"]] = experiments.hash_code(files, code["torch"])  # not in a shallow clone
         assert checked.get(code["commit"], code["hash"]) == code["hash"]  # the code hash of the commit's crate_nn
 
