@@ -8,9 +8,15 @@
     python -m verify --figures            # also draw the figures (always under --full)
 
 Writes ``report.md``, ``report.json`` (and with ``--figures``, or under ``--full``, ``figures/*.png``) into
-``--output-dir`` (default ``./verify-report``) and prints the headline and the summary (≤ 40 lines, ≤ 120 columns).
+``--output-dir`` (default ``./verify-report``; with ``--only``, ``./verify-report/only``, so that a partial audit
+never replaces the full report) and prints the headline and the summary (≤ 40 lines, ≤ 120 columns). In quick mode
+the claims of the committed replications are decided from their stored numbers (`verify.committed`, marked † in
+every view); at a ``--seed`` other than the one a replication was recorded at they are not re-measured, and say so.
+
 The exit status is 1 when any measured verdict differs from the verdict its claim expects, or a measurement
-raises (the report is written regardless), 2 on bad arguments, 0 otherwise.
+raises (the report is written regardless), 2 on bad arguments, 128 + the signal's number when SIGTERM or SIGINT
+stops the audit (within seconds, leaving no temporary file; the runs trained so far stay cached, so the same
+command continues), 0 otherwise.
 """
 from __future__ import annotations
 
@@ -21,9 +27,14 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from verify import committed, experiments, stopping
+from verify.integrity import StoredDataError
 from verify.registry import Claim, all_claims, select
 from verify.report import format_console, format_table, write_json, write_markdown
-from verify.runner import run_claims
+from verify.runner import Outcome, run_claims
+
+ONLY_DIR = Path("verify-report/only")
+"""Where ``--only`` writes its report unless ``--output-dir`` is given."""
 
 
 def audit(
@@ -60,6 +71,7 @@ def audit(
         "wall_seconds": round(time.perf_counter() - wall, 2),
         "versions": _versions(),
         "not_run_in_this_mode": [c.id for c in claims if mode not in c.modes],
+        "replications": replications(outcomes),
     }
     write_json(output_dir / "report.json", outcomes, meta)
     write_markdown(output_dir / "report.md", outcomes, meta)
@@ -68,7 +80,22 @@ def audit(
             print(format_table(outcomes), end="\n\n")
         print(format_console(outcomes))
         print(f"wall time {meta['wall_seconds']:.1f} s; report written to {output_dir}/report.md and report.json")
-    return 0 if all(o.matches for o in outcomes) else 1
+        for line in dict.fromkeys(o.error for o in outcomes if o.error and "\n" not in o.error.strip()):
+            print(f"error: {line}", file=sys.stderr)  # a refused stored file, once
+    return 1 if any(o.unexpected for o in outcomes) else 0
+
+
+def replications(outcomes: list[Outcome]) -> list[dict]:
+    """The committed replications whose stored numbers decided verdicts in this run, each with its seal and
+    whether today's code differs from the code that recorded it (`verify.committed.Replication.summary`); one that
+    could not be read says why (``error``)."""
+    out = []
+    for name in dict.fromkeys(o.stored for o in outcomes if o.stored):
+        try:
+            out.append(committed.replication(name).summary())
+        except StoredDataError as err:
+            out.append({"name": name, "file": committed.shown(committed.path(name)), "error": str(err)})
+    return out
 
 
 def _versions() -> dict[str, str]:
@@ -99,8 +126,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--only", nargs="+", metavar="ID_OR_TAG", default=None,
                    help="claim ids, id prefixes (e.g. 2.11) or tags; comma-separated lists are accepted")
     p.add_argument("--seed", type=int, default=0, help="base seed; each claim derives its own stream (default 0)")
-    p.add_argument("--output-dir", type=Path, default=Path("verify-report"),
-                   help="where report.md, report.json and figures/ go (default ./verify-report)")
+    p.add_argument("--output-dir", type=Path, default=None,
+                   help=f"where report.md, report.json and figures/ go (default ./verify-report; with --only "
+                        f"./{ONLY_DIR})")
     p.add_argument("--list", action="store_true", help="list the registered claims and exit")
     p.add_argument("--table", action="store_true", help="also print the full table of every claim (wide)")
     p.add_argument("--figures", action=argparse.BooleanOptionalAction, default=None,
@@ -112,6 +140,15 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Console entry point (``crate-verify``); returns the exit status."""
     args = _parser().parse_args(argv)
+    with stopping.on_signals():
+        try:
+            return _main(args, sys.argv[1:] if argv is None else argv)
+        except (stopping.Interrupted, KeyboardInterrupt) as stop:
+            print("\n" + stopping.message("python -m verify", stop, str(experiments.root())), file=sys.stderr)
+            return stopping.status(stop)
+
+
+def _main(args: argparse.Namespace, argv: list[str]) -> int:
     claims = all_claims()
     only = [s.strip() for item in args.only or [] for s in item.split(",")]
     try:
@@ -123,13 +160,15 @@ def main(argv: list[str] | None = None) -> int:
         for c in claims:
             modes = "both" if len(c.modes) > 1 else c.modes[0]
             expected = c.expected_verdict + (f"/{c.full_verdict}" if c.full_verdict else "")
-            line = f"{c.id:36s} {expected:6s} {c.kind:8s} {c.provenance:11s} {modes:5s} {c.location}"
+            stored = f"†{c.committed}" if c.committed and "quick" in c.modes else ""
+            line = f"{c.id:36s} {expected:6s} {c.kind:8s} {c.provenance:11s} {modes:5s} {stored:13s} {c.location}"
             print(line if len(line) <= 120 else line[:119] + "…")
+        print("† decided in quick mode from the stored runs of results/NAME (python -m verify.record NAME)")
         return 0
-    argv_list = sys.argv[1:] if argv is None else argv
-    command = "python -m verify " + " ".join(shlex.quote(a) for a in argv_list)
-    return audit(claims, mode=args.mode, seed=args.seed, output_dir=args.output_dir,
-                 progress=not args.no_progress, command=command.strip(), table=args.table, figures=args.figures)
+    command = "python -m verify " + " ".join(shlex.quote(a) for a in argv)
+    output_dir = args.output_dir or (ONLY_DIR if args.only else Path("verify-report"))
+    return audit(claims, mode=args.mode, seed=args.seed, output_dir=output_dir, progress=not args.no_progress,
+                 command=command.strip(), table=args.table, figures=args.figures)
 
 
 if __name__ == "__main__":

@@ -7,18 +7,29 @@ folder ``results/NAME/`` holds::
     runs.json      every run the replication's claims read, each with what the claims read from it: its recipe
                    (`verify.experiments.recipe`) and seed, its final metrics, its training time, the layer-wise
                    measurements recorded during training, and the derived numbers (`Run.derived`) the claims
-                   computed from its models
+                   computed from its models; and the replication's seal
     report.md      the replication's claims measured under --full (`verify.report`): statement, numbers, verdict
     report.json    the same, with every number
     figures/       the claims' figures
 
+(Table 17's replication, ``segmentation``, keeps the experiment's ``results.json`` instead of ``runs.json``: the
+per-seed numbers of `crate_nn.tasks.segmentation.run_experiment`, sealed the same way.)
+
+**The seal.** The file carries ``sha256``, the SHA-256 of the rest of it (`verify.integrity`), and ``seal``: the
+base seed it was recorded at, the date, the command, and the identity of the code that trained it (`identity`:
+the code hash the audit's cache uses, `verify.experiments.CODE`; the git commit; the SHA-256 of each crate_nn
+file the hash covers, so that which files differ today is known without git). Reading checks the checksum: an
+edited or damaged file is refused in one line naming it (`verify.integrity.Damaged`). Files recorded before seals
+existed are sealed once as committed (`seal_as_committed`: the code of the commit that committed the file).
+
 ``python -m verify.record NAME`` writes the folder: it measures the replication's claims under ``--full`` (training
-what the audit's cache lacks, `verify.experiments`) and stores every run they read. A quick audit then measures the
-same claims with `reading`: `verify.experiments.run` answers from ``runs.json`` (a `StoredRun`) instead of the
-cache, after checking that the stored recipe is the one the claim builds now (`verify.experiments.recipe_differences`,
-so options added since default to what the run did); the verdicts are computed again from the stored numbers, by
-the audit's rule as it is now. A claim that asks for something the file lacks (another recipe, another base
-seed, a model's weights, a derived number not stored) stops with one line saying how to re-record it.
+what the audit's cache lacks, `verify.experiments`) and stores every run they read (`write`). A quick audit then
+measures the same claims with `reading`: `verify.experiments.run` answers from ``runs.json`` (a `StoredRun`)
+instead of the cache, after checking that the stored recipe is the one the claim builds now
+(`verify.experiments.recipe_differences`, so options added since default to what the run did); the verdicts are
+computed again from the stored numbers, by the audit's rule as it is now. A claim that asks for something the file
+lacks (another recipe, a model's weights, a derived number not stored) stops with one line saying how to re-record
+it; at another base seed than the recorded one the audit does not measure the claim (`verify.runner`).
 
 Paths into the audit's cache (a fine-tuning's ``init_from`` naming a pre-trained run's weights; a derived number's
 parameters naming a run) are stored without the cache's location and the code hash (`portable`): they name the run
@@ -27,26 +38,48 @@ by its config, which is what the key of the stored run says.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import hashlib
 import json
 import re
+import subprocess
+from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from crate_nn.engine import TrainConfig
-from verify import experiments
-from verify.context import RESULTS
+from verify import experiments, integrity
+from verify.context import RESULTS, TABLE17, stored_file
+from verify.integrity import Damaged, StoredDataError
 
 CACHE = "<cache>"
 """What `portable` writes in place of the audit's cache folder."""
+REPOSITORY = RESULTS.parent
 
 
 def path(name: str) -> Path:
-    """``results/NAME/runs.json``."""
-    return RESULTS / name / "runs.json"
+    """The file of replication ``name``: ``results/NAME/runs.json`` (Table 17's: ``results.json``)."""
+    return stored_file(name, RESULTS)
+
+
+def shown(file: Path) -> str:
+    """``file`` as a message names it: relative to the repository when inside it."""
+    try:
+        return str(file.resolve().relative_to(REPOSITORY))
+    except ValueError:
+        return str(file)
+
+
+def record_command(name: str, seed: int = 0) -> str:
+    """The command that records replication ``name`` at base seed ``seed``."""
+    return f"python -m verify.record {name}" + (f" --seed {seed}" if seed else "")
 
 
 def _cache_runs() -> str:
-    return str(experiments.root() / "runs")
+    return str(experiments.root() / experiments.RUNS)
 
 
 ENTRY = r"([\w]+-[0-9a-f]{16})-[0-9a-f]{16}"
@@ -85,6 +118,11 @@ def _params(params: dict) -> str:
     return json.dumps(portable(json.loads(json.dumps(params, default=str))), sort_keys=True)
 
 
+class NotStored(StoredDataError, LookupError):
+    """A claim asks a committed replication for something it does not hold (the message names the command that
+    records it)."""
+
+
 class StoredRun:
     """A run of a committed replication: what `verify.experiments.Run` gives, read from ``runs.json``; no weights."""
 
@@ -92,9 +130,9 @@ class StoredRun:
         self.config, self._entry, self._name = config, entry, name
         self.folder = experiments.location(config)  # where the run would be cached: a run names another by this path
 
-    def _missing(self, what: str) -> RuntimeError:
-        return RuntimeError(f"{path(self._name)}: {what} of the {self.config.task} run (seed {self.config.seed}) is not "
-                            f"stored; re-record it: python -m verify.record {self._name}")
+    def _missing(self, what: str) -> NotStored:
+        return NotStored(f"{shown(path(self._name))}: {what} of the {self.config.task} run (seed {self.config.seed}) "
+                         f"is not stored; re-record it: {record_command(self._name)}")
 
     def model(self, which: str) -> None:
         raise self._missing(f"the {which} model (a committed run keeps numbers, not weights)")
@@ -121,14 +159,106 @@ class StoredRun:
         raise self._missing(f"the derived number {name!r} ({key})")
 
 
+RUN_FIELDS = ("task", "seed", "recipe", "metrics", "seconds")
+"""What every run of a ``runs.json`` holds."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Replication:
+    """A committed replication as read from its file, checksum checked: its ``content`` (the file without its
+    checksum and seal) and its ``seal``."""
+
+    name: str
+    file: Path
+    sha256: str
+    seal: dict
+    content: dict
+
+    @property
+    def base_seed(self) -> int:
+        """The audit's base seed (``--seed``) the replication was recorded at."""
+        return self.seal["base_seed"]
+
+    @property
+    def runs(self) -> list[dict]:
+        """Its runs (``runs.json``), or the Table 17 experiment's per-seed rows."""
+        return self.content["runs"]
+
+    def code_differences(self) -> list[str]:
+        """What differs between the code that recorded it and today's: crate_nn files changed, added or removed
+        (relative paths; `identity`), and torch's version (``torch A → B``)."""
+        recorded, today = self.seal["code"], _file_hashes(experiments.code_files())
+        changed = sorted(f for f in set(recorded["files"]) | set(today)
+                         if recorded["files"].get(f) != today.get(f))
+        if recorded["torch"] != torch.__version__:
+            changed.append(f"torch {recorded['torch']} → {torch.__version__}")
+        return changed
+
+    def summary(self) -> dict:
+        """What the report's header says of it (`verify.report`): file, checksum, recording and code."""
+        code, differences = self.seal["code"], self.code_differences()
+        return {"name": self.name, "file": shown(self.file), "sha256": self.sha256, "runs": len(self.runs),
+                "base_seed": self.base_seed, "recorded": self.seal["recorded"], "code_hash": code["hash"],
+                "commit": code["commit"], "sealed_after_recording": self.seal.get("sealed_after_recording"),
+                "today_differs": code["hash"] != experiments.CODE or bool(differences),
+                "files_differing": differences}
+
+
+def _remedy(name: str) -> str:
+    return f"restore it (git checkout -- {shown(path(name))}) or re-record it: {record_command(name)}"
+
+
+_READ: dict[tuple, Replication] = {}
+"""Replications read in this process, by (file, modification time, size)."""
+
+
+def replication(name: str) -> Replication:
+    """Replication ``name`` read from its file, its checksum checked (read once per process while the file is
+    unchanged). Raises `verify.integrity.StoredDataError`, one line naming the file and what to do: missing,
+    damaged, edited, unsealed or malformed."""
+    file = path(name)
+    if not file.is_file():
+        raise NotStored(f"{shown(file)} is missing: record it with {record_command(name)}")
+    stat = file.stat()
+    key = (str(file), stat.st_mtime_ns, stat.st_size)
+    if key not in _READ:
+        try:
+            doc = integrity.parse(file)
+            sha = doc.get(integrity.KEY) if isinstance(doc, dict) else None
+            content = integrity.opened(doc, file)
+        except Damaged as err:
+            unsealed = "carries no SHA-256" in err.reason
+            raise Damaged(shown(file), err.reason, f"seal the committed file: python -m verify.record --seal {name}; "
+                          f"or re-record it: {record_command(name)}" if unsealed else _remedy(name)) from None
+        seal = content.pop("seal", None)
+        problem = _malformed(seal, content)
+        if problem:
+            raise Damaged(shown(file), f"malformed: {problem}", _remedy(name))
+        _READ[key] = Replication(name, file, sha, seal, content)
+    return _READ[key]
+
+
+def _malformed(seal: Any, content: dict) -> str | None:
+    """What is wrong with a checked file's structure, or None."""
+    if not isinstance(seal, dict):
+        return "no seal"
+    missing = [k for k in ("base_seed", "recorded", "code") if k not in seal]
+    missing += [f"code.{k}" for k in ("hash", "torch", "commit", "files") if k not in seal.get("code", {})]
+    if missing:
+        return f"the seal lacks {', '.join(missing)}"
+    if not isinstance(content.get("runs"), list):
+        return "no list of runs"
+    for i, run in enumerate(content["runs"]):
+        if "replication" in content and not all(k in run for k in RUN_FIELDS):
+            return f"run {i} lacks {', '.join(k for k in RUN_FIELDS if k not in run)}"
+    return None
+
+
 class Store:
     """The runs of ``results/NAME/runs.json``, looked up by config (`verify.experiments.run`'s stand-in)."""
 
     def __init__(self, name: str):
-        file = path(name)
-        if not file.is_file():
-            raise FileNotFoundError(f"{file} is missing: record it with python -m verify.record {name}")
-        self.name, self.runs = name, json.loads(file.read_text())["runs"]
+        self.name, self.runs = name, replication(name).runs
 
     def run(self, config: TrainConfig) -> StoredRun:
         for entry in self.runs:
@@ -136,16 +266,30 @@ class Store:
                     and not experiments.recipe_differences(local(entry["recipe"]), config)):
                 return StoredRun(config, entry, self.name)
         seeds = sorted({e["seed"] for e in self.runs if e["task"] == config.task})
-        raise LookupError(f"{path(self.name)} holds no {config.task} run of this recipe with seed {config.seed} (its "
-                          f"{config.task} seeds: {seeds}); the recipe or the base seed changed since it was recorded: "
-                          f"python -m verify.record {self.name}")
+        raise NotStored(f"{shown(path(self.name))} holds no {config.task} run of this recipe with seed {config.seed} "
+                        f"(its {config.task} seeds: {seeds}); the recipe or the base seed changed since it was "
+                        f"recorded: {record_command(self.name)}")
+
+
+_READING: list[Replication] = []
 
 
 @contextlib.contextmanager
 def reading(name: str):
-    """Within the block, `verify.experiments.run` answers from replication ``name``'s committed runs."""
-    with experiments.answered_by(Store(name).run):
-        yield
+    """Within the block, claims read replication ``name``'s committed numbers: `verify.experiments.run` answers
+    from its runs (Table 17's claims read it through `being_read`)."""
+    stored = replication(name)
+    _READING.append(stored)
+    try:
+        with experiments.answered_by(Store(name).run) if name != TABLE17 else contextlib.nullcontext():
+            yield
+    finally:
+        _READING.pop()
+
+
+def being_read(name: str) -> Replication | None:
+    """Replication ``name`` when the current claim reads it (within `reading`), else None (it measures afresh)."""
+    return next((r for r in reversed(_READING) if r.name == name), None)
 
 
 def entries() -> list[dict]:
@@ -164,10 +308,133 @@ def entries() -> list[dict]:
     return out
 
 
-def write(name: str) -> Path:
-    """Write ``results/NAME/runs.json`` from `entries`."""
+_KEPT: dict[str, tuple[dict, Callable[[dict, Path], None]]] = {}
+"""Table 17's results measured in this process, with the writer of their report files (`keep`)."""
+
+
+def keep(name: str, content: dict, report: Callable[[dict, Path], None]) -> None:
+    """Keep ``content``, what replication ``name`` (Table 17's) measured under --full, for `write`; ``report(content,
+    folder)`` writes its table and figures beside it."""
+    _KEPT[name] = (content, report)
+
+
+def _file_hashes(files: dict[str, bytes]) -> dict[str, str]:
+    return {name: hashlib.sha256(data).hexdigest() for name, data in sorted(files.items())}
+
+
+def _git_bytes(*args: str) -> bytes | None:
+    """What ``git ARGS`` prints in the repository, or None where git or the repository is missing or it fails."""
+    try:
+        done = subprocess.run(["git", "-C", str(REPOSITORY), *args], capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def _git(*args: str) -> str | None:
+    out = _git_bytes(*args)
+    return None if out is None else out.decode()
+
+
+def identity() -> dict:
+    """The code of this process's runs: its code hash (`verify.experiments.CODE`), torch's version, the git commit
+    (None outside a git checkout) with the crate_nn files changed since it (``uncommitted``), and the SHA-256 of
+    every file the hash covers. Raises ``RuntimeError`` when crate_nn changed since the process started (its runs
+    were trained by the code loaded then)."""
+    files = experiments.code_files()
+    if experiments.hash_code(files) != experiments.CODE:
+        raise RuntimeError(f"crate_nn changed while this process ran (code hash {experiments.CODE} at the start, "
+                           f"{experiments.hash_code(files)} now): record again")
+    commit = (_git("rev-parse", "HEAD") or "").strip() or None
+    status = _git("status", "--porcelain", "--", str(experiments.CODE_ROOT)) if commit else None
+    return {"hash": experiments.CODE, "torch": torch.__version__, "commit": commit,
+            "uncommitted": None if status is None else sorted(line[3:] for line in status.splitlines()),
+            "files": _file_hashes(files)}
+
+
+def write(name: str, seed: int, folder: Path | None = None) -> tuple[Path, int]:
+    """Write replication ``name``'s file, sealed, into ``folder`` (default ``results/NAME``): for a replication of
+    runs, every run this process read (`entries`); for Table 17, its kept results and their report (`keep`).
+    Returns the file and its number of runs. Refuses (`verify.integrity.StoredDataError`, nothing written) to
+    write no run, or fewer runs than the committed file holds."""
     file = path(name)
-    file.parent.mkdir(parents=True, exist_ok=True)
-    file.write_text(json.dumps({"replication": name, "recorded_by": f"python -m verify.record {name}",
-                                "runs": entries()}, indent=1, ensure_ascii=False) + "\n")
-    return file
+    target = (folder or file.parent) / file.name
+    seal = {"base_seed": seed, "recorded": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+            "command": record_command(name, seed), "code": identity()}
+    if name == TABLE17:
+        if name not in _KEPT:
+            raise StoredDataError(f"{shown(file)}: no Table 17 results were measured in this process: not written")
+        content, report = _KEPT[name]
+        runs = len(content["runs"])
+    else:
+        runs_read = entries()
+        content, report, runs = {"replication": name, "recorded_by": seal["command"], "runs": runs_read}, None, len(runs_read)
+    before = _committed_runs(name)
+    if runs == 0 or (before is not None and runs < before):
+        raise StoredDataError(f"{shown(file)} holds {before} runs and this recording read {runs}: not written (a "
+                              "recording never shrinks a replication; delete the file first to replace it)")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if report is not None:
+        report(content, target.parent)
+    doc = {"seal": seal, **content} if name == TABLE17 else {**{k: content[k] for k in ("replication", "recorded_by")},
+                                                            "seal": seal, "runs": content["runs"]}
+    return integrity.write(target, doc, indent=1), runs
+
+
+def _committed_runs(name: str) -> int | None:
+    """How many runs replication ``name``'s current file holds, or None when it is missing or unreadable."""
+    file = path(name)
+    try:
+        runs = integrity.parse(file).get("runs")
+    except (OSError, Damaged, AttributeError):
+        return None
+    return len(runs) if isinstance(runs, list) else None
+
+
+def seal_as_committed(name: str, today: str | None = None) -> Path:
+    """Seal replication ``name``'s file as its last commit holds it, for a file recorded before seals existed:
+    the seal names that commit and its code (crate_nn as committed there; torch's version from the replication's
+    report.json of that commit, else today's) and says it was sealed after recording. Refuses (``ValueError``, one
+    line) a file already sealed, not committed, or differing from its last commit."""
+    file = path(name)
+    rel = shown(file)
+    commit = (_git("log", "-1", "--format=%H", "--", rel) or "").strip()
+    if not commit:
+        raise ValueError(f"{rel}: not committed (seal only a committed file; record it: {record_command(name)})")
+    blob = _git_bytes("show", f"{commit}:{rel}")
+    if blob is None or not file.is_file() or blob != file.read_bytes():
+        raise ValueError(f"{rel} differs from its last commit {commit[:12]}: seal only a file as committed")
+    content = json.loads(blob)
+    if integrity.KEY in content or "seal" in content:
+        raise ValueError(f"{rel} is already sealed")
+    names = [n for n in (_git("ls-tree", "-r", "--name-only", commit, "--", "crate_nn") or "").splitlines()
+             if n.endswith(".py")]
+    files = {n.removeprefix("crate_nn/"): _git_bytes("show", f"{commit}:{n}") for n in names}
+    report = _git_bytes("show", f"{commit}:{shown(file.parent / 'report.json')}")
+    torch_version = json.loads(report)["meta"]["versions"]["torch"] if report else torch.__version__
+    source = "its report.json" if report else "assumed: the version installed when sealed"
+    when = (_git("log", "-1", "--format=%cI", commit) or "").strip()
+    seal = {"base_seed": _base_seed(name, content), "recorded": when, "command": content.get("recorded_by", ""),
+            "code": {"hash": experiments.hash_code(files, torch_version), "torch": torch_version, "commit": commit,
+                     "uncommitted": None, "files": _file_hashes(files)},
+            "sealed_after_recording": f"sealed {today or datetime.now(timezone.utc).strftime('%Y-%m-%d')} from "
+                                      f"commit {commit[:12]}, the commit that committed the file: the code named is "
+                                      f"that commit's crate_nn, torch {torch_version} ({source})"}
+    if name == TABLE17:
+        doc = {"seal": seal, **content}
+    else:
+        doc = {k: v for k, v in content.items() if k != "runs"} | {"seal": seal, "runs": content["runs"]}
+    return integrity.write(file, doc, indent=1)
+
+
+def _base_seed(name: str, content: dict) -> int:
+    """The base seed a file recorded before seals was recorded at: 0 for a ``runs.json`` (``verify.record`` had no
+    other); for Table 17 the base seed whose seeds (`verify.experiments.seeds`) the file holds."""
+    if name != TABLE17:
+        return 0
+    seeds = content["seeds"]
+    base, within = divmod(seeds[0], len(seeds))
+    if within or seeds != experiments.seeds(base, len(seeds)):
+        raise ValueError(f"{shown(path(name))}: its seeds {seeds} are not a base seed's: record it with "
+                         f"{record_command(name)}")
+    return base

@@ -14,6 +14,14 @@ ROOT = Path(__file__).resolve().parents[1]
 """The repository (the documents `verify.documents` writes parts of)."""
 RESULTS = ROOT / "results"
 """The repository's committed runs (`verify.committed`)."""
+TABLE17 = "segmentation"
+"""The replication whose file is the Table 17 experiment's ``results.json`` (`crate_nn.tasks.segmentation`)."""
+
+
+def stored_file(name: str, results: Path = RESULTS) -> Path:
+    """The file that holds replication ``name``'s committed numbers: ``results/NAME/runs.json``, and for Table 17
+    (`TABLE17`) the experiment's ``results/segmentation/results.json``."""
+    return results / name / ("results.json" if name == TABLE17 else "runs.json")
 T = TypeVar("T")
 
 

@@ -4,7 +4,7 @@ A run is one training config (its ``seed`` included) trained once per *code*: th
 config and of the code that trains it (`CODE`), so a changed training loop, model, task or data pipeline
 retrains instead of serving a model the current code would not produce. An entry, under `root` ::
 
-    runs/<task>-<config hash>-<code hash>/
+    sealed-runs/<task>-<config hash>-<code hash>/
         init.pt        the model the run starts from (`crate_nn.engine.initial_model`: the engine's own seeding
                        and task construction, the one place a run's initialisation comes from)
         trained.pt     the model at the end of training (the weights only; no optimizer state) and the task's
@@ -12,14 +12,20 @@ retrains instead of serving a model the current code would not produce. An entry
         metrics.json   the engine's final metrics (its ``TrainResult.metrics``)
         measurements/  the layer-wise measurements the task recorded during training (classification's
                        ``measure_epochs``: one ``epoch_XXXX.json`` per epoch), when the config asks for them
-        run.json       the config, the code hash and the wall time of the training
+        run.json       the config, the code hash, the wall time of the training and the SHA-256 of each model file
         derived/       numbers measured on the run and cached by `Run.derived`
 
-is built in a temporary folder beside it and renamed into place complete, so an interrupted training never leaves
-an entry that reads as finished; a file lock per key lets concurrent audits (pytest-xdist workers) train a run
-once. Training a run deletes the entries of the same config left by other code (stale by construction), so the
-cache holds one version of each run. Training runs on the CPU, with its output silenced, and leaves the global
-random generators as it found them: a claim measures the same numbers on a warm cache and a cold one.
+Every JSON file of an entry is sealed with its SHA-256 (`verify.integrity`) and the model files' checksums are in
+``run.json``: a run is checked when this process first uses it, and a damaged one (a flipped bit, a truncated
+file) is deleted and trained again, a damaged derived number measured again, each with one line on stderr.
+
+An entry is built in a temporary folder beside it and renamed into place complete, so an interrupted training
+never leaves an entry that reads as finished; a file lock per entry (keyed by config and code) lets concurrent
+audits (pytest-xdist workers) train a run once. Entries of the same config left by other code are deleted once
+they have not been used for `STALE_AFTER` (each use marks an entry's folder, under its lock): two checkouts of
+different code auditing on one cache at once never delete each other's entries, and the cache still holds about
+one version of each run. Training runs on the CPU, with its output silenced, and leaves the global random
+generators as it found them: a claim measures the same numbers on a warm cache and a cold one.
 
 The cache lives in ``verify.context.cache_dir()/verify`` (``$CRATE_WHITEBOX_CACHE/verify`` when the variable is
 set); ``make clean`` deletes that folder. A quick audit fills it with about 20 MB.
@@ -35,10 +41,12 @@ import io
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
-from pathlib import Path
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path, PurePosixPath
 from types import ModuleType
 from typing import Any
 
@@ -48,9 +56,11 @@ from torch import nn
 
 import crate_nn
 from crate_nn import checkpoint
-from crate_nn.engine import TrainConfig, initial_model, train
+from crate_nn.engine import Preempted, TrainConfig, initial_model, train
 from crate_nn.engine.run_dir import rng_state, set_rng_state
+from verify import integrity
 from verify.context import cache_dir
+from verify.stopping import Interrupted
 
 CODE_ROOT = Path(crate_nn.__file__).resolve().parent
 """The package whose source `code_hash` covers: all of ``crate_nn``."""
@@ -60,11 +70,31 @@ NOT_IN_KEY = ("output_dir", "progress", "tensorboard", "keep_checkpoints", "resu
 the device (the runner always trains on the CPU). Every other field can change the numbers and is in the key."""
 
 MODELS = ("init", "trained")
+RUNS = "sealed-runs"
+"""The folder of `root` that holds the entries. Named for their layout: an audit that wrote entries without
+checksums kept them in ``runs/``, which it may still be reading on a shared cache and which this one never opens."""
+STALE_AFTER = 24 * 3600.0
+"""Seconds an entry of the same config by other code must have gone unused before training a run deletes it: an
+audit of that code that is running has used its entries more recently (`run` marks each use)."""
 
 
 def root() -> Path:
     """The audit's folder in the cache: ``cache_dir()/verify``."""
     return cache_dir() / "verify"
+
+
+def code_files(package: Path = CODE_ROOT) -> dict[str, bytes]:
+    """Every ``.py`` file of ``package`` (default: ``crate_nn``) by its path relative to it: what `code_hash` covers."""
+    return {str(PurePosixPath(*p.relative_to(package).parts)): p.read_bytes() for p in package.rglob("*.py")}
+
+
+def hash_code(files: Mapping[str, bytes], torch_version: str = torch.__version__) -> str:
+    """The code hash (`code_hash`) of ``files`` (relative path → bytes, `code_files`) under torch ``torch_version``:
+    so that a replication's seal can name the code of a past commit too (`verify.committed`)."""
+    digest = hashlib.sha256(torch_version.encode())
+    for name in sorted(files, key=PurePosixPath):
+        digest.update(name.encode() + b"\0" + files[name] + b"\0")
+    return digest.hexdigest()[:16]
 
 
 def code_hash(package: Path = CODE_ROOT) -> str:
@@ -77,10 +107,7 @@ def code_hash(package: Path = CODE_ROOT) -> str:
     crate_nn (a docstring too) retrains the audit's models once (a cold quick audit). torch computes the steps, so
     its version is part of the code.
     """
-    digest = hashlib.sha256(torch.__version__.encode())
-    for path in sorted(package.rglob("*.py")):
-        digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()[:16]
+    return hash_code(code_files(package))
 
 
 CODE = code_hash()
@@ -108,58 +135,95 @@ def _derived_key(module: ModuleType, params: dict) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Run:
-    """A complete entry of the cache: a trained run of ``config`` in ``folder``."""
+    """A complete entry of the cache: a trained run of ``config`` in ``folder``. Every file is checked against its
+    checksum when read (`verify.integrity.Damaged` otherwise)."""
 
     config: TrainConfig
     folder: Path
+
+    @functools.cached_property
+    def _record(self) -> dict:
+        """``run.json``: the config, the code hash, the training's wall time and the model files' checksums."""
+        return integrity.read(self.folder / "run.json")
+
+    def _checked(self, name: str) -> Path:
+        """The path of the model file ``name`` after checking its bytes against ``run.json``."""
+        path = self.folder / name
+        if integrity.file_digest(path) != self._record["files"][name]:
+            raise integrity.Damaged(path, "its bytes do not match the SHA-256 recorded in run.json (damaged)")
+        return path
+
+    def check(self) -> None:
+        """Read every file of the entry against its checksum (`verify.integrity.Damaged` at the first that fails)."""
+        for name in self._record["files"]:
+            self._checked(name)
+        integrity.read(self.folder / "metrics.json")
+        self.measurements()
 
     def model(self, which: str) -> nn.Module:
         """The ``"init"`` or ``"trained"`` model, loaded afresh (in eval mode)."""
         if which not in MODELS:
             raise ValueError(f"which: expected one of {MODELS}, got {which!r}")
-        return crate_nn.load(self.folder / f"{which}.pt").eval()
+        return crate_nn.load(self._checked(f"{which}.pt")).eval()
 
     def task_state(self) -> dict:
         """The task's state at the end of training (`crate_nn.engine.task.Task.state_dict`: e.g. DINO's centre)."""
-        return checkpoint.read(self.folder / "trained.pt").get("task", {})
+        return checkpoint.read(self._checked("trained.pt")).get("task", {})
 
     @property
     def metrics(self) -> dict:
         """The engine's final metrics of the run."""
-        return json.loads((self.folder / "metrics.json").read_text())
+        return integrity.read(self.folder / "metrics.json")
 
     def measurements(self) -> dict[int, dict]:
         """The layer-wise measurements recorded during training (`crate_nn.analysis.snapshots.record_layers`), by
         epoch (0: the initialisation); empty when the config recorded none."""
-        records = (json.loads(p.read_text()) for p in sorted((self.folder / "measurements").glob("epoch_*.json")))
+        records = (integrity.read(p) for p in sorted((self.folder / "measurements").glob("epoch_*.json")))
         return {r["epoch"]: r for r in records}
 
     @property
     def seconds(self) -> float:
         """Wall time of the training."""
-        return json.loads((self.folder / "run.json").read_text())["seconds"]
+        return self._record["seconds"]
 
     def derived(self, name: str, compute: Callable[[Run], Any], code: ModuleType, **params) -> Any:
         """``compute(self)`` (JSON-serialisable), cached in the entry under ``name``, the source of ``code`` (the
         module that defines the measurement) and ``params`` (what else it depends on, e.g. how many images): a
-        changed measurement is measured again, as a changed training is trained again."""
+        changed measurement is measured again, as a changed training is trained again; so is a damaged one (one
+        line on stderr)."""
         path = self.folder / "derived" / f"{name}-{_derived_key(code, params)}.json"
-        if not path.is_file():
-            value = compute(self)
+        value = _MISSING
+        if path.is_file():
+            try:
+                value = integrity.read(path)["value"]
+            except integrity.Damaged as err:
+                _warn(f"{err}; measuring it again")
+                path.unlink(missing_ok=True)
+        if value is _MISSING:
+            value = json.loads(json.dumps(compute(self)))  # as read back
             path.parent.mkdir(exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-            with os.fdopen(fd, "w") as f:
-                json.dump(value, f)
-            os.replace(tmp, path)
-        value = json.loads(path.read_text())
+            integrity.write(path, {"value": value})
         _TOUCHED.setdefault(self.folder, (self, {}))[1][name, json.dumps(params, sort_keys=True, default=str)] = (
             params, value)
         return value
 
 
+_MISSING = object()
+
+
+def _warn(message: str) -> None:
+    print(f"verify: {message}", file=sys.stderr, flush=True)
+
+
 def location(config: TrainConfig) -> Path:
-    """The cache entry of ``config``'s run with the current code: ``root()/runs/<task>-<config hash>-<code hash>``."""
-    return root() / "runs" / f"{config.task}-{config_hash(config)}-{CODE}"
+    """The cache entry of ``config``'s run with the current code: ``root()/sealed-runs/<task>-<config hash>-<code
+    hash>``."""
+    return root() / RUNS / f"{config.task}-{config_hash(config)}-{CODE}"
+
+
+def _lock(entry: Path) -> FileLock:
+    """The lock of one entry: keyed by its config and its code, so that audits of other code never wait on it."""
+    return FileLock(str(entry.parent / f".{entry.name}.lock"))
 
 
 _ANSWER: list[Callable[[TrainConfig], Any]] = []
@@ -185,20 +249,54 @@ def touched() -> list[tuple[Run, dict]]:
 
 
 def run(config: TrainConfig) -> Run:
-    """The run of ``config`` with the current code: read from the cache, or trained now (once) and stored; within
+    """The run of ``config`` with the current code: read from the cache (checked against its checksums the first
+    time this process uses it; a damaged entry is trained again), or trained now (once) and stored; within
     `answered_by`, the stand-in's answer instead."""
     if _ANSWER:
         return _ANSWER[-1](config)
-    prefix, code, folder = f"{config.task}-{config_hash(config)}", CODE, location(config)
-    if not folder.is_dir():
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(folder.parent / f".{prefix}.lock")):
-            if not folder.is_dir():
-                _train_into(config, folder, code)
-                for stale in folder.parent.glob(f"{prefix}-*"):
-                    if stale.is_dir() and stale != folder:
-                        shutil.rmtree(stale, ignore_errors=True)
-    return _TOUCHED.setdefault(folder, (Run(config, folder), {}))[0]
+    folder = location(config)
+    known = _TOUCHED.get(folder)
+    found = known[0] if known else Run(config, folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with _lock(folder):
+        if folder.is_dir() and known is None:
+            try:
+                found.check()
+            except (integrity.Damaged, OSError, KeyError) as err:  # a file damaged, missing or unlisted
+                _warn(f"{err}; deleting the cached run {folder.name} and training it again")
+                _discard(folder)
+                found = Run(config, folder)
+        trained = not folder.is_dir()
+        if trained:
+            _train_into(config, folder, CODE)
+            found = Run(config, folder)
+        os.utime(folder)  # marks the entry used (`STALE_AFTER`)
+    if trained:
+        _clean_other_code(folder)
+    _TOUCHED[folder] = (found, known[1] if known else {})
+    return found
+
+
+def _discard(entry: Path) -> None:
+    """Delete ``entry`` (its lock held): renamed aside first, so that no process finds half of it."""
+    aside = entry.parent / f".{entry.name}-deleted-{uuid.uuid4().hex[:8]}"
+    os.rename(entry, aside)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def _clean_other_code(entry: Path) -> None:
+    """Delete the entries of ``entry``'s config left by other code and unused for `STALE_AFTER` seconds, each under
+    its own lock (skipped while another process holds it)."""
+    prefix = entry.name.rsplit("-", 1)[0]
+    for other in entry.parent.glob(f"{prefix}-*"):
+        if other == entry or not other.is_dir():
+            continue
+        try:
+            with _lock(other).acquire(timeout=0):
+                if other.is_dir() and time.time() - other.stat().st_mtime > STALE_AFTER:
+                    _discard(other)
+        except (TimeoutError, OSError):  # in use now, or deleted meanwhile: left alone
+            continue
 
 
 def runs(config: TrainConfig, seeds: Sequence[int]) -> list[Run]:
@@ -243,7 +341,8 @@ def _rng_kept():
 
 def _train_into(config: TrainConfig, folder: Path, code: str) -> None:
     """Train ``config`` and write its complete entry at ``folder`` (built beside it, renamed into place); ``code``:
-    the code hash of the entry's key, recorded in run.json."""
+    the code hash of the entry's key, recorded in run.json. A SIGTERM/SIGINT during training (the engine's
+    `crate_nn.engine.Preempted`) stops the audit (`verify.stopping.Interrupted`), its temporary folder removed."""
     with tempfile.TemporaryDirectory(dir=folder.parent, prefix=f".{folder.name}-") as tmp:
         work = Path(tmp) / "entry"
         work.mkdir()
@@ -251,18 +350,22 @@ def _train_into(config: TrainConfig, folder: Path, code: str) -> None:
                        overwrite=False)  # no curves: the audit draws its own figures, and a plot costs ≈ 0.5 s a run
         with _rng_kept(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             started = time.perf_counter()
-            result = train(dataclasses.replace(config, **options))
+            try:
+                result = train(dataclasses.replace(config, **options))
+            except Preempted as stop:
+                raise Interrupted(stop.signum) from None
             seconds = time.perf_counter() - started
             crate_nn.save(work / "init.pt", initial_model(dataclasses.replace(config, **options)))
             task_state = checkpoint.read(result.checkpoint).get("task") or {}
             crate_nn.save(work / "trained.pt", crate_nn.load(result.checkpoint),  # building a model draws weights
                           extra={"task": task_state})
-        (work / "metrics.json").write_text(json.dumps(result.metrics))
+        integrity.write(work / "metrics.json", result.metrics)
         recorded = sorted((Path(options["output_dir"]) / "measurements").glob("epoch_*.json"))
         if recorded:
             (work / "measurements").mkdir()
             for path in recorded:
-                shutil.copy(path, work / "measurements" / path.name)
-        (work / "run.json").write_text(json.dumps({"config": config.to_dict(), "task": config.task,
-                                                   "code": code, "seconds": seconds}, default=str, indent=1))
+                integrity.write(work / "measurements" / path.name, json.loads(path.read_text()))
+        integrity.write(work / "run.json", {
+            "config": config.to_dict(), "task": config.task, "code": code, "seconds": seconds,
+            "files": {name: integrity.file_digest(work / name) for name in ("init.pt", "trained.pt")}}, indent=1)
         os.rename(work, folder)

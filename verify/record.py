@@ -1,19 +1,32 @@
 """``python -m verify.record NAME …``: measure a replication's claims under --full and commit what they read.
 
 For each replication ``NAME`` (the ``committed=`` of its claims, `verify.committed`), in a process of its own (so
-that the runs stored are exactly those its claims read): the claims are measured under ``--full`` with base seed 0
-(the quick audit's), training what the audit's cache lacks, and ``results/NAME/`` receives the report (report.md,
-report.json, figures/) and ``runs.json``. Exit status 0 when every claim came out as expected.
+that the runs stored are exactly those its claims read): the claims are measured under ``--full`` at base seed
+``--seed`` (default 0, the quick audit's), training what the audit's cache lacks, into a temporary folder beside
+``results/NAME``. Only when every claim was measured (none raised) does ``results/NAME/`` receive the report
+(report.md, report.json, figures/) and the replication's file, sealed (``runs.json``; Table 17's
+``results.json`` with its table and figures); each file is replaced atomically, and a recording that read fewer
+runs than the committed file holds is refused. A failed or interrupted recording (SIGTERM/SIGINT: exit status
+128 + the signal) leaves ``results/NAME`` as it was. Exit status 0 when every claim came out as expected.
+
+``python -m verify.record --seal NAME …`` seals files recorded before seals existed, as their last commit holds
+them (`verify.committed.seal_as_committed`).
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
-from verify import committed
+from verify import committed, experiments, stopping
 from verify.__main__ import audit
 from verify.context import RESULTS
+from verify.integrity import StoredDataError
 from verify.registry import all_claims
 
 
@@ -26,13 +39,59 @@ def replications() -> dict[str, list[str]]:
     return out
 
 
-def record(name: str, progress: bool = True) -> int:
-    """Measure replication ``name``'s claims under --full (seed 0) into ``results/NAME`` and store their runs."""
+def record(name: str, seed: int = 0, progress: bool = True) -> int:
+    """Measure replication ``name``'s claims under --full at base seed ``seed`` and, when every claim measured,
+    replace ``results/NAME``'s report and sealed file with what they gave (module docstring)."""
     claims = [c for c in all_claims() if c.committed == name]
-    status = audit(claims, mode="full", seed=0, output_dir=RESULTS / name, progress=progress,
-                   command=f"python -m verify.record {name}", figures=True)
-    print(f"stored {len(committed.entries())} runs in {committed.write(name)}")
+    folder = RESULTS / name
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder.parent, prefix=f".{name}-recording-") as tmp:
+        work = Path(tmp)
+        status = audit(claims, mode="full", seed=seed, output_dir=work, progress=progress,
+                       command=committed.record_command(name, seed), figures=True)
+        raised = [c["id"] for c in json.loads((work / "report.json").read_text())["claims"] if c["error"]]
+        if raised:
+            print(f"verify.record: {len(raised)} of {len(claims)} claims of {name} raised ({', '.join(raised)}): "
+                  f"nothing written, {committed.shown(folder)} is unchanged", file=sys.stderr)
+            return 1
+        try:
+            file, runs = committed.write(name, seed, work)
+        except (StoredDataError, RuntimeError) as err:
+            print(f"verify.record: {err}", file=sys.stderr)
+            return 1
+        _move_into(work, folder)
+    print(f"stored {runs} runs in {committed.shown(folder / file.name)} (sha256 {committed.replication(name).sha256})")
     return status
+
+
+def _move_into(work: Path, folder: Path) -> None:
+    """Move every file and folder of ``work`` into ``folder``, each replacing its namesake (a folder is swapped:
+    renamed aside, the new one renamed in, the old one deleted)."""
+    for item in sorted(work.iterdir()):
+        target = folder / item.name
+        if item.is_dir():
+            aside = folder / f".{item.name}-replaced"
+            if target.exists():
+                shutil.rmtree(aside, ignore_errors=True)
+                os.rename(target, aside)
+            os.rename(item, target)
+            shutil.rmtree(aside, ignore_errors=True)
+        else:
+            os.replace(item, target)
+
+
+def seal(names: list[str]) -> int:
+    """Seal each replication's committed file as its last commit holds it (`verify.committed.seal_as_committed`)."""
+    for name in names:
+        try:
+            file = committed.seal_as_committed(name)
+        except ValueError as err:
+            print(f"verify.record: {err}", file=sys.stderr)
+            return 1
+        stored = committed.replication(name)
+        print(f"sealed {committed.shown(file)}: sha256 {stored.sha256}, commit {stored.seal['code']['commit']}, "
+              f"code hash {stored.seal['code']['hash']}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,12 +100,37 @@ def main(argv: list[str] | None = None) -> int:
                                      "under --full and commit what they read into results/NAME (verify.committed).")
     parser.add_argument("names", nargs="+", choices=sorted(known), metavar="NAME",
                         help=f"replications to record: {', '.join(sorted(known))}")
+    parser.add_argument("--seed", type=int, default=0, help="the audit's base seed to record at (default 0)")
+    parser.add_argument("--seal", action="store_true", help="seal files recorded before seals existed, as their "
+                        "last commit holds them (the seal names that commit's code); trains nothing")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
-    if len(args.names) == 1:
-        return record(args.names[0], progress=not args.no_progress)
-    flags = ["--no-progress"] if args.no_progress else []
-    return max(subprocess.run([sys.executable, "-m", "verify.record", name, *flags]).returncode for name in args.names)
+    if args.seal:
+        return seal(args.names)
+    with stopping.on_signals():
+        try:
+            if len(args.names) == 1:
+                return record(args.names[0], seed=args.seed, progress=not args.no_progress)
+            return _each(args.names, args.seed, args.no_progress)
+        except (stopping.Interrupted, KeyboardInterrupt) as stop:
+            print("\n" + stopping.message("python -m verify.record", stop, str(experiments.root())), file=sys.stderr)
+            return stopping.status(stop)
+
+
+def _each(names: list[str], seed: int, no_progress: bool) -> int:
+    """Record each replication in a process of its own; a signal is passed on to the one running, which stops
+    cleanly, and stops the rest."""
+    flags = [f"--seed={seed}"] + (["--no-progress"] if no_progress else [])
+    status = 0
+    for name in names:
+        child = subprocess.Popen([sys.executable, "-m", "verify.record", name, *flags], start_new_session=True)
+        try:
+            status = max(status, child.wait())
+        except stopping.Interrupted as stop:
+            child.send_signal(stop.signum)
+            child.wait()
+            raise
+    return status
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from verify.context import MODES, RESULTS
+from verify.context import MODES, RESULTS, stored_file
 from verify.statistics import Interval, interval
 
 VERDICTS = ("holds", "fails", "loose", "inconclusive")
@@ -264,15 +264,15 @@ def claim(
     :data:`KINDS`; ``provenance``: one of :data:`PROVENANCES`; ``full_verdict``: the verdict expected under
     --full where it differs from the quick mode's ``expected_verdict`` (the ``expected`` text says why);
     ``committed``: the replication (``results/NAME``, `verify.committed`) whose committed runs a ``--full``-only
-    trained claim reads in quick mode — measured in both modes once ``results/NAME/runs.json`` exists, under
-    --full only before. Registration refuses an unknown verdict, mode, kind or provenance (``ValueError``, see
+    trained claim reads in quick mode — measured in both modes once its file (``results/NAME/runs.json``,
+    `verify.context.stored_file`) exists, under --full only before. Registration refuses an unknown verdict, mode, kind or provenance (``ValueError``, see
     :class:`Claim`), and a function that does not take the context alone (``TypeError``).
     """
     modes = tuple(modes)
     if committed is not None:
         if modes != ("full",):
             raise ValueError(f"claim {id!r}: committed is for a claim that trains under --full only, got modes {modes!r}")
-        modes = MODES if (RESULTS / committed / "runs.json").is_file() else modes
+        modes = MODES if stored_file(committed, RESULTS).is_file() else modes
         measures += (f"; trained under --full, read from the committed runs of results/{committed} in quick mode "
                      f"(python -m verify.record {committed} records them)")
     spec = dict(id=id, tags=tuple(tags), location=location, statement=statement, measures=measures,
@@ -339,7 +339,8 @@ def all_claims() -> list[Claim]:
 
 
 def select(claims: list[Claim], only: Iterable[str] | None) -> list[Claim]:
-    """The claims matching any selector in ``only`` (ids, id prefixes such as ``2.11``, tags, module names).
+    """The claims matching any selector in ``only``: a claim's id or former id selects that claim alone; otherwise an
+    id prefix (``fig15``), a tag or a module name selects every claim it matches.
 
     Raises ``ValueError`` naming the selectors that match nothing.
     """
@@ -349,8 +350,11 @@ def select(claims: list[Claim], only: Iterable[str] | None) -> list[Claim]:
     unknown = [s for s in selectors if not any(c.matches(s) for c in claims)]
     if unknown:
         raise ValueError(f"--only: no claim id, prefix or tag matches {unknown}; use --list to see them")
+    chosen: set[str] = set()
     for s in selectors:
-        for c in claims:
-            if s in c.formerly and s != c.id:
+        named = [c for c in claims if s == c.id or s in c.formerly]
+        for c in named:
+            if s != c.id:
                 print(f"note: claim {s} is now {c.id}", file=sys.stderr)
-    return [c for c in claims if any(c.matches(s) for s in selectors)]
+        chosen.update(c.id for c in (named or [c for c in claims if c.matches(s)]))
+    return [c for c in claims if c.id in chosen]

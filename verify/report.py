@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from verify.registry import KINDS, PROVENANCES, SCOPES, SOURCES, VERDICTS
-from verify.runner import Outcome
+from verify.runner import NOT_MEASURED, Outcome
 
 COUNTED = (*VERDICTS, "error")
 """The verdicts the report counts: the claims' own, and ``error`` for a measurement that raised."""
 PLURAL = {"holds": "hold", "fails": "fail", "loose": "loose", "inconclusive": "inconclusive", "error": "raised"}
-DETAIL_ORDER = ("fails", "inconclusive", "loose", "error", "holds")
+DETAIL_ORDER = ("fails", "inconclusive", "loose", "error", "holds", NOT_MEASURED)
 """Order of the bullets within each scope in the detail: what contradicts the statement first."""
 FAILS_READ = {"paper": "errors of the papers", "replication": "do not replicate at their scale",
               "probe": "findings of the audit"}
@@ -70,7 +70,7 @@ PAPER_CLAIMS = (
 that test it most directly — the first one measured in this run answers the row (the quick and the full mode may
 measure it under different ids). The layer-wise compression rows are `LAYERS_COMPRESS`."""
 
-SUMMARY_WIDTHS = (38, 12, 52, 7, 3)
+SUMMARY_WIDTHS = (38, 16, 48, 7, 3)
 """Console widths of the summary's columns (statement, verdict, number, scope, seeds): 120 columns in all."""
 COLUMNS = ("id", "scope", "location", "measured quantity", "measured", "expected", "verdict")
 SCOPE_SHORT = {"paper": "paper", "replication": "repl.", "probe": "probe", None: "—"}
@@ -85,11 +85,16 @@ def _find(outcomes: list[Outcome], claim_id: str | None) -> Outcome | None:
 
 def summary(outcomes: list[Outcome]) -> dict[str, Any]:
     """Counts of verdicts (all, per scope and per kind), the as-expected counts per provenance, and the ids whose
-    measured verdict differs from the expected one."""
+    measured verdict differs from the expected one; how many verdicts were read from stored runs (``stored``), and
+    the stored claims not re-measured at this base seed (``not_re_measured``, left out of every count)."""
+    skipped = [o for o in outcomes if o.skipped]
+    outcomes = [o for o in outcomes if not o.skipped]
+
     def tally(group: list[Outcome]) -> dict[str, Any]:
         per = Counter(o.verdict for o in group)
         return {"claims": len(group), **{v: per.get(v, 0) for v in COUNTED},
-                "as_expected": {p: sum(o.matches and o.claim.provenance == p for o in group) for p in PROVENANCES}}
+                "as_expected": {p: sum(o.matches and o.claim.provenance == p for o in group) for p in PROVENANCES},
+                "stored": sum(o.stored is not None for o in group)}
 
     by_kind = {kind: tally([o for o in outcomes if o.claim.kind == kind]) for kind in KINDS}
     return {
@@ -101,17 +106,21 @@ def summary(outcomes: list[Outcome]) -> dict[str, Any]:
         "mismatches": [o.claim.id for o in outcomes if not o.matches],
         "errors_of_the_papers": [o.claim.id for o in outcomes if o.claim.scope == "paper" and o.verdict == "fails"],
         "seconds": round(sum(o.seconds for o in outcomes), 2),
+        "stored": sum(o.stored is not None for o in outcomes),
+        "not_re_measured": [o.claim.id for o in skipped],
     }
 
 
 def _counts(verdicts: dict[str, int], scope: str | None = None) -> str:
+    """``N hold, M fail (<what a fail means in this scope>), …`` and how many of them were read from stored runs."""
     parts = []
     for v in COUNTED:
         if v == "fails" and scope in FAILS_READ:
             parts.append(f"{verdicts[v]} fail ({FAILS_READ[scope]})")
         elif verdicts[v] or v in ("holds", "fails"):
             parts.append(f"{verdicts[v]} {PLURAL[v]}")
-    return ", ".join(parts)
+    stored = f"; {verdicts['stored']} {STORED_MARK} from stored runs" if verdicts.get("stored") else ""
+    return ", ".join(parts) + stored
 
 
 def format_summary(outcomes: list[Outcome]) -> str:
@@ -144,6 +153,58 @@ SCOPE_HEADER = ("scope", "claims", *(PLURAL[v] for v in COUNTED), "as expected: 
 SCOPE_WIDTHS = (28, 6, 4, 4, 5, 12, 6, 35)
 
 
+STORED_MARK = "†"
+"""Marks a verdict read from a committed replication's stored runs (`Outcome.stored`) in every view."""
+
+
+def stored_lines(outcomes: list[Outcome]) -> list[str]:
+    """The headline's sentences on stored verdicts (unwrapped): how many were read from stored runs, and the stored
+    claims not re-measured at this base seed (by the base seed their replications were recorded at)."""
+    lines = []
+    stored = [o for o in outcomes if o.stored and not o.skipped]
+    if stored:
+        names = ", ".join(dict.fromkeys(o.stored for o in stored))
+        lines.append(f"{len(stored)} verdicts {STORED_MARK} read from stored runs, not measured now (results/: "
+                     f"{names}; report.md lists each file's seal and recording code).")
+    by_seed: dict[int, list[Outcome]] = {}
+    for o in outcomes:
+        if o.skipped:
+            by_seed.setdefault(o.recorded_seed, []).append(o)
+    for recorded, group in by_seed.items():
+        names = ", ".join(dict.fromkeys(o.stored for o in group))
+        lines.append(f"{len(group)} stored claims {NOT_MEASURED} (not counted): recorded at base seed {recorded} only "
+                     f"(re-record: python -m verify.record NAME --seed {group[0].seed}, NAME in {names}).")
+    return lines
+
+
+def stored_section(meta: dict[str, Any]) -> list[str]:
+    """report.md's header section on the committed replications read in this run (``meta["replications"]``): each
+    file with its checksum, when and at which base seed it was recorded, the code that recorded it, and whether
+    (and in which files) today's code differs."""
+    reps = meta.get("replications") or []
+    if not reps:
+        return []
+    lines = ["## Stored runs", "",
+             f"Verdicts marked {STORED_MARK} are decided from the committed runs of these replications, not measured "
+             "now (`--full` trains them again; `python -m verify.record NAME` records them). Each file is sealed: "
+             "its SHA-256 is checked when read, and the seal names the code that trained its runs.", "",
+             "| replication | runs | base seed | recorded | SHA-256 | commit | code hash | today's code |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in reps:
+        if "error" in r:
+            lines.append(f"| {r['name']} (`{r['file']}`) | — | — | — | — | — | — | {_md_escape(r['error'])} |")
+            continue
+        files = r["files_differing"]
+        today = ("differs: " + ", ".join(f"`{f}`" for f in files[:10]) + (f" and {len(files) - 10} more" if
+                                                                           len(files) > 10 else "")
+                 if r["today_differs"] else "same")
+        after = " (sealed after recording)" if r["sealed_after_recording"] else ""
+        commit = f"`{r['commit'][:12]}`" if r["commit"] else "—"
+        lines.append(f"| {r['name']} (`{r['file']}`) | {r['runs']} | {r['base_seed']} | {r['recorded']}{after} | "
+                     f"`{r['sha256'][:16]}…` | {commit} | `{r['code_hash']}` | {today} |")
+    return lines + [""]
+
+
 def _kind_rows(outcomes: list[Outcome]) -> list[tuple[str, ...]]:
     rows = []
     for kind, k in summary(outcomes)["by_kind"].items():
@@ -157,7 +218,24 @@ KIND_HEADER = ("kind of check", "claims", *(PLURAL[v] for v in COUNTED), "as exp
 
 
 def _verdict_cell(o: Outcome, expected: str = "expected ") -> str:
-    return o.verdict if o.matches else f"{o.verdict} ({expected}{o.expected_verdict})"
+    text = o.verdict if o.matches or o.skipped else f"{o.verdict} ({expected}{o.expected_verdict})"
+    return text + (STORED_MARK if o.stored else "")
+
+
+def _measured(o: Outcome) -> str:
+    """The measured line of an outcome; for a claim not re-measured, why; "raised" for an error."""
+    return o.result.measured if o.result else (o.skipped or "raised")
+
+
+def _fit(text: str, width: int) -> str:
+    """``text`` shortened to ``width`` without cutting a bracketed interval: a cut inside one moves before it."""
+    text = " ".join(str(text).split())
+    if len(text) <= width:
+        return text
+    cut = text[: width - 1]
+    if cut.count("[") > cut.count("]"):
+        cut = cut[: cut.rindex("[")].rstrip()
+    return cut + "…"
 
 
 def _shorten(text: str, width: int) -> str:
@@ -175,20 +253,17 @@ def paper_rows(outcomes: list[Outcome]) -> list[tuple[str, Outcome]]:
     return rows
 
 
-def _number(o: Outcome) -> tuple[str, str]:
-    """(the claim's headline as text, or its measured line where it sets none; its number of seeds or "—")."""
-    headline = o.result.headline if o.result else None
-    if headline is not None:
-        return headline.text(), str(headline.seeds or "—")
-    return (o.result.measured if o.result else "raised"), "—"
-
-
 def _summary_cells(said: str, o: Outcome, width: int, expected: str = "expected ") -> tuple[str, ...]:
     """(statement, verdict, number, scope, seeds) of a summary row; the number is the claim's headline, or its
     measured line shortened to ``width`` where the claim sets none; ``expected`` introduces a differing
     expectation."""
-    number, seeds = _number(o)
-    return said, _verdict_cell(o, expected), _shorten(number, width), SCOPE_SHORT[o.claim.scope], seeds
+    headline = o.result.headline if o.result else None
+    if headline is not None:  # the label is shortened, the numbers never
+        numbers = headline.text()[len(headline.label):]
+        number, seeds = _shorten(headline.label, max(width - len(numbers), 2)) + numbers, str(headline.seeds or "—")
+    else:
+        number, seeds = _fit(o.skipped.split(" (")[0] if o.skipped else _measured(o), width), "—"
+    return said, _verdict_cell(o, expected), number, SCOPE_SHORT[o.claim.scope], seeds
 
 
 def _joint_cell(o: Outcome) -> str:
@@ -235,7 +310,7 @@ SUMMARY_HEADER = ("the papers say", "verdict", "number [95% interval]", "scope",
 def format_console(outcomes: list[Outcome]) -> str:
     """What ``python -m verify`` prints: the headline, the counts per scope, the papers' errors, the central
     question and the summary (≤ 40 lines of ≤ 120 columns)."""
-    lines = [format_summary(outcomes), ""]
+    lines = [format_summary(outcomes), *(textwrap.fill(t, 120) for t in stored_lines(outcomes)), ""]
     lines += _text_table(SCOPE_HEADER, _scope_rows(outcomes), SCOPE_WIDTHS)
     errors = summary(outcomes)["errors_of_the_papers"]
     if errors:
@@ -269,7 +344,7 @@ def format_table(outcomes: list[Outcome], widths: tuple[int, ...] = (22, 8, 26, 
 
 
 def _row(o: Outcome) -> tuple[str, ...]:
-    measured = o.result.measured if o.result else (o.error or "").strip().splitlines()[-1]
+    measured = _measured(o) if o.result or o.skipped else (o.error or "").strip().splitlines()[-1]
     c = o.claim
     return (c.id, SCOPE_SHORT[c.scope], c.location, c.measures, measured, c.expected, _verdict_cell(o))
 
@@ -293,14 +368,14 @@ def _bullet(o: Outcome) -> str:
     measurement say so."""
     c = o.claim
     figure = f" ([figure]({o.figures[0]}))" if o.figures else ""
-    measured = o.result.measured if o.result else "raised"
+    measured = _measured(o)
     labels = [note for note, on in (("erratum check", c.kind == "printed"),
                                     ("expected by measurement", c.provenance == "measurement")) if on]
     if o.verdict == "fails" and c.scope in FAIL_READ:
         labels.insert(0, FAIL_READ[c.scope] + (f": {c.setting}" if c.setting else ""))
     label = f" ({'; '.join(labels)})" if labels else ""
     said = "" if o.verdict == "holds" and c.kind == "identity" else f" {_md_escape(c.statement)} →"
-    reason = "" if o.verdict == "holds" else f" — {_md_escape(_reason(c))}"
+    reason = "" if o.verdict in ("holds", NOT_MEASURED) else f" — {_md_escape(_reason(c))}"
     return f"- **{c.id}** — **{_verdict_cell(o)}**{_md_escape(label)}:{said} {_md_escape(measured)}{figure}{reason}"
 
 
@@ -319,13 +394,13 @@ def summary_page(outcomes: list[Outcome], meta: dict[str, Any]) -> list[str]:
         "bound the data beat by a wide margin; **inconclusive** = a comparison whose 95% interval over seeds",
         "contains its boundary; *(expected …)* marks a verdict that differs from its claim's expectation. Each",
         f"expectation is set by *analysis* ({PROVENANCES['analysis']}) or by *measurement*",
-        f"({PROVENANCES['measurement']}).",
+        f"({PROVENANCES['measurement']}). {STORED_MARK} marks a verdict read from stored runs (see Stored runs).",
     ]
     for scope, (name, description) in SCOPES.items():
         group = sorted((o for o in outcomes if o.claim.scope == scope), key=lambda o: DETAIL_ORDER.index(o.verdict))
         if group:
             counts = Counter(o.verdict for o in group)
-            tally = ", ".join(f"{counts[v]} {PLURAL[v]}" for v in COUNTED if counts[v])
+            tally = ", ".join(f"{counts[v]} {PLURAL.get(v, v)}" for v in (*COUNTED, NOT_MEASURED) if counts[v])
             lines += ["", f"### {name[0].upper() + name[1:]} ({len(group)}: {tally})", "",
                       f"{description[0].upper() + description[1:]}.", ""]
             lines += [_bullet(o) for o in group]
@@ -348,6 +423,8 @@ def write_markdown(path: Path, outcomes: list[Outcome], meta: dict[str, Any]) ->
         "",
         *_md_table(SCOPE_HEADER, _scope_rows(outcomes)),
         "",
+        *(f"{t}\n" for t in stored_lines(outcomes)),
+        *stored_section(meta),
         *_md_table(KIND_HEADER, _kind_rows(outcomes)),
         "",
         *summary_page(outcomes, meta),
@@ -372,7 +449,7 @@ def write_markdown(path: Path, outcomes: list[Outcome], meta: dict[str, Any]) ->
         lines += [
             f"**Statement.** {c.statement}",
             "",
-            f"**Measured.** {c.measures}: {o.result.measured if o.result else '—'}",
+            f"**Measured.** {c.measures}: {_measured(o) if o.result or o.skipped else '—'}",
             "",
             f"**Expected.** {c.expected} (expected verdict: `{o.expected_verdict}`"
             + (f", under --full `{c.full_verdict}`" if c.full_verdict and o.mode == "quick" else "")

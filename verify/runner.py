@@ -1,4 +1,12 @@
-"""Run a list of claims and collect one :class:`Outcome` per claim (a raising measurement is recorded, not fatal)."""
+"""Run a list of claims and collect one :class:`Outcome` per claim (a raising measurement is recorded, not fatal).
+
+In quick mode a claim of a committed replication (``Claim.committed``, `verify.committed`) is decided from the
+replication's stored numbers: its outcome names the replication (``stored``) and the base seed it was recorded at.
+At another base seed the claim is not measured (``skipped``: "recorded at base seed 0 only", with the command that
+records it at this one), which is neither a verdict nor an error. A file refused (damaged, edited, unsealed) or
+lacking what a claim asks is that claim's error, in one line. SIGTERM/SIGINT stop the run
+(`verify.stopping.Interrupted`, also when the engine reports them as `crate_nn.engine.Preempted`).
+"""
 from __future__ import annotations
 
 import contextlib
@@ -13,9 +21,15 @@ import torch
 from threadpoolctl import threadpool_limits  # installed with scikit-learn
 from tqdm.auto import tqdm
 
+from crate_nn.engine import Preempted
 from verify import committed, plots
 from verify.context import Context
+from verify.integrity import StoredDataError
 from verify.registry import Claim, Result
+from verify.stopping import Interrupted
+
+NOT_MEASURED = "not re-measured"
+"""The verdict shown for a stored claim at a base seed other than its replication's (`Outcome.skipped`)."""
 
 
 @dataclass
@@ -28,6 +42,14 @@ class Outcome:
     error: str | None = None
     figures: list[str] = field(default_factory=list)
     mode: str = "quick"
+    stored: str | None = None
+    """The replication (``results/NAME``) whose stored numbers decided the verdict; None: measured now."""
+    recorded_seed: int | None = None
+    """The base seed the stored replication was recorded at."""
+    skipped: str | None = None
+    """Why a stored claim was not measured: recorded at another base seed only (and how to record it)."""
+    seed: int = 0
+    """The audit's base seed."""
 
     @property
     def expected_verdict(self) -> str:
@@ -36,12 +58,20 @@ class Outcome:
 
     @property
     def verdict(self) -> str:
+        if self.skipped:
+            return NOT_MEASURED
         return self.result.verdict if self.result is not None else "error"
 
     @property
     def matches(self) -> bool:
         """True when the measured verdict is the one the claim's analysis expects."""
         return self.error is None and self.verdict == self.expected_verdict
+
+    @property
+    def unexpected(self) -> bool:
+        """A measured verdict other than the expected one, or an error (what the exit status counts); a claim not
+        measured (``skipped``) is neither."""
+        return not self.skipped and not self.matches
 
     def to_json(self) -> dict[str, Any]:
         c = self.claim
@@ -67,6 +97,9 @@ class Outcome:
             "figures": self.figures,
             "seconds": round(self.seconds, 3),
             "error": self.error,
+            "stored": self.stored,
+            "recorded_seed": self.recorded_seed,
+            "skipped": self.skipped,
         }
 
 
@@ -99,28 +132,31 @@ def _run(claims: list[Claim], mode: str, seed: int, output_dir: Path, progress: 
     for claim in bar:
         bar.set_postfix_str(claim.id)
         start = time.perf_counter()
+        stored = claim.committed if claim.committed and mode == "quick" else None
+        recorded = skipped = result = error = None
         try:
-            with _source(claim, mode):
-                result = claim.measure(Context(mode="full" if claim.committed else mode, seed=seed,
-                                               claim_id=claim.id, output_dir=output_dir))
-            if not isinstance(result, Result):
-                raise TypeError(f"claim {claim.id} returned {type(result).__name__}, expected verify.registry.Result")
-            error = None
+            if stored:
+                recorded = committed.replication(stored).base_seed
+                if recorded != seed:
+                    skipped = (f"recorded at base seed {recorded} only (re-record: "
+                               f"{committed.record_command(stored, seed)})")
+            if not skipped:
+                with committed.reading(stored) if stored else contextlib.nullcontext():
+                    result = claim.measure(Context(mode="full" if claim.committed else mode, seed=seed,
+                                                   claim_id=claim.id, output_dir=output_dir))
+                if not isinstance(result, Result):
+                    raise TypeError(f"claim {claim.id} returned {type(result).__name__}, expected "
+                                    "verify.registry.Result")
+        except Preempted as stop:  # the engine's answer to SIGTERM/SIGINT during a training: the audit stops
+            raise Interrupted(stop.signum) from None
+        except StoredDataError as err:  # a stored file refused or lacking: its one line, no traceback
+            result, error = None, str(err)
         except Exception:  # noqa: BLE001 - a broken measurement is reported, the audit goes on
             result, error = None, traceback.format_exc()
         seconds = time.perf_counter() - start
         figures = [_relative(f, output_dir) for f in (result.figures if result else []) if f]
-        outcomes.append(Outcome(claim, result, seconds, error, figures, mode))
+        outcomes.append(Outcome(claim, result, seconds, error, figures, mode, stored, recorded, skipped, seed))
     return outcomes
-
-
-def _source(claim: Claim, mode: str):
-    """Where a committed claim's runs come from: in quick mode its replication's committed runs
-    (`verify.committed.reading`; the claim still measures the --full recipes, hence its context's mode), under
-    --full the audit's cache."""
-    if claim.committed and mode == "quick":
-        return committed.reading(claim.committed)
-    return contextlib.nullcontext()
 
 
 def _relative(path: str, root: Path) -> str:

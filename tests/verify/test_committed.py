@@ -27,7 +27,7 @@ def test_a_stored_run_answers_what_the_cached_run_did(cache, results):  # noqa: 
     live = experiments.run(tiny(measure_epochs=(0,), measure_samples=8))
     derived = live.derived("weights", _measure, module, images=8)
     experiments.run(tiny(seed=1))
-    committed.write("toy")
+    assert committed.write("toy", 0)[1] == 2
     stored_file = json.loads((results / "toy" / "runs.json").read_text())
     assert [e["seed"] for e in stored_file["runs"]] == [0, 1]
 
@@ -37,9 +37,9 @@ def test_a_stored_run_answers_what_the_cached_run_did(cache, results):  # noqa: 
         assert stored.metrics == live.metrics and stored.seconds == live.seconds
         assert stored.measurements() == live.measurements() and 0 in stored.measurements()  # int epochs again
         assert stored.derived("weights", _measure, module, images=8) == derived
-        with pytest.raises(RuntimeError, match="not stored; re-record it: python -m verify.record toy"):
+        with pytest.raises(committed.NotStored, match="not stored; re-record it: python -m verify.record toy"):
             stored.derived("weights", _measure, module, images=16)
-        with pytest.raises(RuntimeError, match="keeps numbers, not weights"):
+        with pytest.raises(committed.NotStored, match="keeps numbers, not weights"):
             stored.model("trained")
         with pytest.raises(LookupError, match=r"seed 2 \(its classification seeds: \[0, 1\]\)"):
             experiments.run(tiny(seed=2))
@@ -59,7 +59,7 @@ def test_a_path_into_the_cache_is_stored_without_the_cache_and_the_code(cache, r
 
 
 def test_reading_a_missing_replication_names_the_command(results):
-    with pytest.raises(FileNotFoundError, match="record it with python -m verify.record nothing"):
+    with pytest.raises(committed.NotStored, match="is missing: record it with python -m verify.record nothing"):
         committed.Store("nothing")
 
 

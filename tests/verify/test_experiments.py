@@ -2,8 +2,10 @@
 the engine's own initialisation, a code change retrains, and `make clean` clears exactly the audit's folder."""
 import dataclasses
 import os
+import re
 import shutil
 import subprocess
+import time
 
 import pytest
 import torch
@@ -90,7 +92,7 @@ def test_an_interrupted_training_leaves_no_entry_that_reads_as_complete(cache, m
     monkeypatch.setattr(experiments, "train", broken)
     with pytest.raises(RuntimeError, match="killed"):
         experiments.run(tiny())
-    runs = experiments.root() / "runs"
+    runs = experiments.root() / experiments.RUNS
     assert [p for p in runs.iterdir() if p.is_dir()] == []  # nothing under a run's name, no temporary folder left
     # what a killed process leaves (its temporary folder, with a checkpoint in it) is never taken for the run
     leftover = runs / f".classification-{experiments.config_hash(tiny())}-{experiments.CODE}-killed"
@@ -100,11 +102,18 @@ def test_an_interrupted_training_leaves_no_entry_that_reads_as_complete(cache, m
     assert run.folder != leftover and (run.folder / "trained.pt").is_file() and leftover.is_dir()
 
 
+def _unused_for(folder, seconds):
+    """Mark an entry as last used ``seconds`` ago."""
+    then = time.time() - seconds
+    os.utime(folder, (then, then))
+
+
 def test_a_changed_training_code_retrains_and_replaces_the_stale_entry(cache, monkeypatch, tmp_path):
     copy = tmp_path / "crate_nn"  # the hashed source, in a copy this test may edit
     shutil.copytree(experiments.CODE_ROOT, copy, ignore=shutil.ignore_patterns("__pycache__"))
     assert experiments.code_hash(copy) == experiments.code_hash() == experiments.CODE
     stale = experiments.run(tiny())
+    _unused_for(stale.folder, experiments.STALE_AFTER + 60)  # the old code's audits are over
     loop_py = copy / "engine" / "loop.py"  # the issue's example: a loop that skips 3 of every 4 optimizer steps
     source = loop_py.read_text()
     assert source.count("optimizer.step()") == 1
@@ -114,6 +123,80 @@ def test_a_changed_training_code_retrains_and_replaces_the_stale_entry(cache, mo
     assert fresh.folder != stale.folder and cache == [0, 0]
     assert not stale.folder.exists()  # one version of each run in the cache
     assert experiments.run(tiny()) == fresh and cache == [0, 0]
+
+
+def test_two_code_versions_auditing_on_one_cache_keep_each_others_entries(cache, monkeypatch):
+    """Two checkouts of different code on the default cache at once: the lock is per code, and an entry of the other
+    code is deleted only when unused for STALE_AFTER and not locked (before: "init.pt does not exist", 3 of 3)."""
+    monkeypatch.setattr(experiments, "_TOUCHED", {})
+    ours = experiments.run(tiny())
+    monkeypatch.setattr(experiments, "CODE", "0123456789abcdef")  # the other checkout's code
+    theirs = experiments.run(tiny())
+    assert theirs.folder != ours.folder and cache == [0, 0]
+    assert experiments._lock(ours.folder).lock_file != experiments._lock(theirs.folder).lock_file
+    assert ours.folder.is_dir() and ours.model("init") is not None  # in use a moment ago: kept, still readable
+    _unused_for(ours.folder, experiments.STALE_AFTER + 60)
+    with experiments._lock(ours.folder):  # but held by the other audit right now: kept
+        shutil.rmtree(theirs.folder)
+        experiments.run(tiny())
+    assert ours.folder.is_dir() and cache == [0, 0, 0]
+    shutil.rmtree(theirs.folder)
+    experiments.run(tiny())  # unused for a day and not locked: deleted
+    assert not ours.folder.exists()
+    assert not [p for p in ours.folder.parent.iterdir() if p.is_dir()
+                and p.name.startswith(".")]  # deleted whole, nothing set aside left
+
+
+def _flip_a_digit(path):
+    """Flip the lowest bit of the first digit of a number in a JSON file (e.g. 3 → 2)."""
+    data = bytearray(path.read_bytes())
+    at = re.search(rb'": ?-?[0-9]', data).end() - 1
+    data[at] ^= 1
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage", ["metrics.json", "run.json", "trained.pt", "measurements/epoch_0000.json",
+                                    "truncated metrics.json"])
+def test_a_damaged_cache_entry_is_trained_again_with_one_line(cache, monkeypatch, capsys, damage):
+    config = tiny(measure_epochs=(0,), measure_samples=8)
+    monkeypatch.setattr(experiments, "_TOUCHED", {})
+    first = experiments.run(config)
+    metrics, measured = first.metrics, first.measurements()
+    name = damage.split()[-1]
+    path = first.folder / name
+    if damage.startswith("truncated"):
+        path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
+    elif name.endswith(".pt"):
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 1
+        path.write_bytes(bytes(data))
+    else:
+        _flip_a_digit(path)
+    monkeypatch.setattr(experiments, "_TOUCHED", {})  # the next audit
+    again = experiments.run(config)
+    assert cache == [0, 0] and again.metrics.keys() == metrics.keys() and again.measurements().keys() == measured.keys()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and name in err[0] and "training it again" in err[0]
+    assert not [p for p in first.folder.parent.iterdir() if p.name.startswith(".") and p.is_dir()]
+
+
+def test_a_damaged_derived_number_is_measured_again(cache, monkeypatch, capsys):
+    """One flipped bit in a cached derived/*.json had moved the audit's headline (+3.459 → +1.549) with status 0."""
+    run = experiments.run(tiny())
+    measured = []
+
+    def measure(r):
+        measured.append(1)
+        return {"value": 3.459}
+
+    assert run.derived("m", measure, crate_nn, images=4) == {"value": 3.459}
+    (path,) = (run.folder / "derived").iterdir()
+    text = path.read_text()
+    path.write_text(text.replace("3.459", "1.459"))  # 3 → 1 is one bit
+    assert run.derived("m", measure, crate_nn, images=4) == {"value": 3.459} and measured == [1, 1]
+    assert "measuring it again" in capsys.readouterr().err
+    path.write_text(text[: len(text) // 2])  # truncated
+    assert run.derived("m", measure, crate_nn, images=4) == {"value": 3.459} and measured == [1, 1, 1]
 
 
 def test_derived_numbers_are_cached_per_measurement_code_and_parameters(cache, tmp_path):

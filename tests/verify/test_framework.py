@@ -118,6 +118,9 @@ def test_select_by_id_prefix_and_tag():
     claims = [_claim("2.1-a", "holds", _holds), _claim("2.11-b", "holds", _holds, tags=("mm",))]
     assert [c.id for c in select(claims, ["2.1"])] == ["2.1-a"]  # 2.1 must not match 2.11
     assert [c.id for c in select(claims, ["mm"])] == ["2.11-b"]
+    nested = [_claim("table13-soft", "holds", _holds), _claim("table13-soft-digits", "holds", _holds)]
+    assert [c.id for c in select(nested, ["table13-soft"])] == ["table13-soft"]  # an id selects its claim alone
+    assert [c.id for c in select(nested, ["table13"])] == ["table13-soft", "table13-soft-digits"]
     with pytest.raises(ValueError, match="nope"):
         select(claims, ["nope"])
 

@@ -13,9 +13,9 @@ seeds 1 and 2 and must give the same (the expected) verdicts. The selection, and
 
 The other trained-model claims (digits, MAE, DINO, the GPT comparisons) would each train their five or three runs
 again for every base seed: minutes of CI per seed, so they are checked by hand (``python -m verify --seed S``) and
-their expectations say how they were measured. Table 17 reads the committed run whatever the seed, and the claims
-whose quick mode reads a replication's committed runs (``committed``, `verify.committed`: recorded at base seed 0)
-have no runs for another base seed.
+their expectations say how they were measured. The claims whose quick mode reads a replication's committed runs
+(``committed``, `verify.committed`, Table 17's included: recorded at base seed 0) are not re-measured at another
+base seed (tests/verify/test_stored_runs.py).
 """
 import pytest
 

@@ -8,9 +8,10 @@
   masking-out update and with Algorithm 1's update as printed.
 * ``table17-*`` (and ``fig18-``, ``fig27-``): the controlled experiment (`crate_nn.tasks.segmentation`: CRATE, CRATE-MLP, CRATE-MHSA and ViT
   of equal width and depth, one recipe, on the built-in ``objects`` data). A model takes ≈ 3 min on one CPU core,
-  so quick mode reads the committed run of ``crate-segment experiment`` in ``results/segmentation/results.json``
-  (whatever seeds it holds) — after checking that its recipe is the presets' current one — and ``--full`` trains
-  and measures five seeds of every variant again (runs cached by `verify.experiments`). Either way every
+  so quick mode reads the committed run in ``results/segmentation/results.json`` (the replication ``segmentation``,
+  `verify.committed`: sealed; recorded by ``python -m verify.record segmentation`` at a base seed, whose five
+  seeds it holds) — after checking that its recipe is the presets' current one — and ``--full`` trains and
+  measures five seeds of every variant again (runs cached by `verify.experiments`). Either way every
   statement is decided here from the per-seed numbers by the audit's rule (`verify.statistics.compare`: a 95%
   interval over the seeds; paired for a model against its own initialisation, Welch for one architecture
   against another, whose initialisations differ).
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import json
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -31,12 +31,10 @@ from crate_nn.tasks import get_preset
 from crate_nn.tasks import segmentation as experiment
 from crate_theory import layer_norm, ssa_attention
 from crate_theory.synthetic import orthonormal_bases
-from verify import experiments, plots, verdicts
-from verify.context import MODES
+from verify import committed, experiments, plots, verdicts
+from verify.context import TABLE17
 from verify.registry import Headline, Result, claim
 from verify.statistics import compare
-
-RESULTS = Path(__file__).resolve().parents[2] / "results" / "segmentation" / "results.json"
 
 
 # --------------------------------------------------------------------------------------------- eq. (437)
@@ -169,23 +167,37 @@ FULL_SEEDS = 5
 
 
 @functools.lru_cache(maxsize=2)
-def _table(mode: str, seed: int) -> tuple[dict, str]:
-    """The experiment's results and where they come from: the committed run (quick) or a fresh one (full)."""
-    if mode == "full":
-        seeds = experiments.seeds(seed, FULL_SEEDS)
-        results = experiment.run_experiment(experiments.root(), seeds=seeds, progress=False,
-                                            trained=lambda config: experiments.run(config).model("trained"))
-        return json.loads(json.dumps(results)), f"measured now, seeds {seeds}"
-    if not RESULTS.is_file():
-        raise FileNotFoundError(f"{RESULTS} is missing: run `crate-segment experiment --report-dir "
-                                f"{RESULTS.parent}` (or python -m verify --full)")
-    results = json.loads(RESULTS.read_text())
+def _trained(seed: int) -> tuple[dict, str]:
+    """The experiment trained and measured now (runs cached by `verify.experiments`) at base seed ``seed``, kept for
+    ``python -m verify.record segmentation`` (`verify.committed.keep`)."""
+    seeds = experiments.seeds(seed, FULL_SEEDS)
+    results = experiment.run_experiment(experiments.root(), seeds=seeds, progress=False,
+                                        trained=lambda config: experiments.run(config).model("trained"))
+    results = json.loads(json.dumps(results))
+    committed.keep(TABLE17, results, _write_report)
+    return results, f"measured now, seeds {seeds}"
+
+
+def _write_report(results: dict, folder) -> None:
+    """What ``crate-segment experiment`` writes beside the results: ``table.md`` and the figures."""
+    _, test = experiment.splits(get_preset("objects_crate"))
+    experiment.write_report(results, folder, test.images[:experiment.EXAMPLES])
+
+
+def _table(seed: int) -> tuple[dict, str]:
+    """The experiment's results and where they come from: the committed run (quick mode,
+    `verify.committed.being_read`) or a fresh one (full)."""
+    stored = committed.being_read(TABLE17)
+    if stored is None:
+        return _trained(seed)
+    results = stored.content
     # the committed run may hold a subset of the variants (crate-segment --variants)
     if (any(v not in experiment.VARIANTS or experiments.recipe_differences(c, get_preset(f"objects_{v}"))
             for v, c in results["configs"].items()) or results.get("overrides") or results.get("images")):
-        raise ValueError(f"{RESULTS} was measured with another recipe than the objects_* presets now give; re-run "
-                         f"`crate-segment experiment --report-dir {RESULTS.parent}`")
-    return results, f"committed run {RESULTS.relative_to(RESULTS.parents[2])}, seeds {results['seeds']}"
+        raise committed.NotStored(f"{committed.shown(stored.file)} was measured with another recipe than the "
+                                  "objects_* presets now give; re-record it: "
+                                  f"{committed.record_command(TABLE17, stored.base_seed)}")
+    return results, f"committed run {committed.shown(stored.file)}, seeds {results['seeds']}"
 
 
 def per_seed(results: dict, row: str, key: str) -> list[float]:
@@ -227,14 +239,13 @@ def _table_claim(id: str, formerly: str, statement: str, reference: str, quote: 
     @claim(id=id, formerly=formerly, tags=("segmentation", "table17", "nn"), location=reference, statement=statement,
            scope="replication", setting=SETTING, quote=quote,
            measures=f"the laptop-scale Table 17 (crate_nn.tasks.segmentation, objects data): {key} on the test split "
-                    f"at the layer chosen on the validation split, {a} − {b} over seeds ({test}); quick mode reads "
-                    "the committed run (results/segmentation), and without one the claim is measured only under "
-                    f"--full (≈ 1 hour on one core)",
+                    f"at the layer chosen on the validation split, {a} − {b} over seeds ({test}); ≈ 1 hour on one "
+                    "core under --full",
            expected=f"`holds` when the 95% interval of {a} − {b} ({test}) lies {direction} 0{expected}",
-           expected_verdict=expected_verdict, modes=MODES if RESULTS.is_file() else ("full",),
+           expected_verdict=expected_verdict, modes=("full",), committed=TABLE17,
            kind="trained", provenance=provenance)
     def measure(ctx) -> Result:
-        results, source = _table(ctx.mode, ctx.seed)
+        results, source = _table(ctx.seed)
         x, y = per_seed(results, a, key), per_seed(results, b, key)
         comparison = compare(x, y, direction=direction, paired=paired)
         return Result(f"{a} {100 * np.mean(x):.1f} ± {100 * np.std(x, ddof=1):.1f}, {b} {100 * np.mean(y):.1f} ± "
