@@ -124,7 +124,7 @@ def test_the_weights_file_safetensors_first_then_torch_files(tmp_path, monkeypat
 
 @pytest.mark.parametrize("spec", ["hf-hub:crate", "hf-hub:org/", "hf-hub:a/b/c", "hf-hub:org/crate@"])
 def test_malformed_names_are_refused(spec):
-    with pytest.raises(ValueError, match=r"path: expected hf-hub:ORG/NAME or hf-hub:ORG/NAME@revision"):
+    with pytest.raises(ValueError, match=r"path: expected hf-hub:ORG/NAME\[@revision\]\[:path/in/the/repository\]"):
         crate_nn.load(spec)
 
 

@@ -141,7 +141,7 @@ COMMANDS: dict[str, Run | StandIn | Parse] = {
     # Emergent segmentation
     "crate-train --preset objects_crate": SHORT,
     "crate-segment maps runs/objects_crate/checkpoints/last.pt photo.jpg --layer -2 --output-dir seg/": StandIn(),
-    "crate-segment maps crate_small.pth --official --model crate_small photo.jpg": StandIn(),
+    "crate-segment maps crate_small.pth --model crate_small photo.jpg": StandIn(),
     "crate-segment coco CKPT --coco-dir /data/coco --layer -1 --image-size 480 --output coco.json":
         Parse("COCO val2017 (a user's data set of GBs); tests/evaluation scores MaskCut on a stand-in"),
     "crate-segment voc CKPT --voc-dir /data/VOCdevkit --layer -1 --output voc.json":
