@@ -63,6 +63,11 @@ def get_family(name: str) -> Family:
     return _FAMILIES[name]
 
 
+def families() -> tuple[Family, ...]:
+    """Every registered family, in registration order."""
+    return tuple(_FAMILIES.values())
+
+
 def list_models(pattern: str | None = None, family: str | None = None) -> list[str]:
     """Names accepted by `create_model`, in registration order: those matching the shell-style ``pattern`` (e.g.
     ``"crate_*"``, ``"*_s8"``) and of ``family`` (``"classifier"``, ``"mae"``, ``"gpt"``, …), each when given.

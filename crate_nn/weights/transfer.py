@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from ..models.embedding import resample_pos_embed
+from ..models.registry import families
 from .reading import read_state
 
 
@@ -65,19 +66,20 @@ POLICIES = {
 def init_from(model: nn.Module, path: str | os.PathLike) -> list[str]:
     """Copy the weights of the file ``path`` into ``model`` by its family's `FineTuning` policy; the names of the
     parameters left at their initialisation. ValueError naming ``init_from`` and the file for a tensor the model
-    needs that the file lacks or holds in another shape, and for a file of a family that has nothing to offer."""
+    needs that the file lacks or holds in another shape, and for a file of a family that has nothing to offer (told
+    before the file's tensors are converted)."""
     policy = POLICIES.get(model.family)
     if policy is None:
         raise ValueError(f"init_from: a {model.family} model does not start from a file (families that do: "
                          f"{sorted(POLICIES)})")
-    stored = read_state(path, what="init_from", heads=getattr(model.config, "heads", None))
+    offer = f"{model.family}_state_dict"
+    usable = [model.family, *policy.read_by_name,
+              *(f.name for f in families() if hasattr(f.model_class, offer) and f.name not in policy.read_by_name)]
+    stored = read_state(path, what="init_from", families={name: f"a {name} model" for name in dict.fromkeys(usable)},
+                        heads=getattr(model.config, "heads", None))
     source = stored.state
     if stored.family != model.family and stored.family not in policy.read_by_name:
-        offer = getattr(stored.build(), f"{model.family}_state_dict", None)
-        if offer is None:
-            raise ValueError(f"init_from: {stored.path} holds a {stored.family!r} model, which has no {model.family} "
-                             "weights to offer")
-        source = offer(model.config)
+        source = getattr(stored.build(), offer)(model.config)
     copied, fresh = {}, []
     for key, value in model.state_dict().items():
         incoming = source.get(key)

@@ -15,8 +15,8 @@ from crate_nn.engine import train
 from crate_nn.evaluate import main as crate_eval
 from crate_nn.official import crate_nn_to_official
 from crate_nn.tasks import PRESETS, get_preset, list_presets
-from crate_nn.weights import init_from
 from crate_nn.train import main, parse_args
+from crate_nn.weights import init_from
 
 
 def test_every_preset_validates_and_documents_its_command():

@@ -14,9 +14,9 @@ from crate_nn.engine.distributed import context
 from crate_nn.engine.task import RunPlan
 from crate_nn.models import CRATEMAE
 from crate_nn.tasks import get_preset
-from crate_nn.weights import init_from
 from crate_nn.tasks.mae import EVAL_STREAM, TRAIN_STREAM, MAETask, mask_noise
 from crate_nn.train import main
+from crate_nn.weights import init_from
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 from test_engine_toy import same_run  # noqa: E402 (the engine's own definition of "the same run")
