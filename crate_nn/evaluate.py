@@ -108,10 +108,7 @@ def read_real_labels(path: str, dataset: ImageFiles) -> list[list[int]]:
 
 def run(args: argparse.Namespace) -> dict:
     """Load, build the data, evaluate; ValueError naming the problem for bad input."""
-    model, train_config = load_model(args.checkpoint, args.model, args.heads)
-    if getattr(model, "family", None) != "classifier":
-        raise ValueError(f"checkpoint: {args.checkpoint!r} holds a {getattr(model, 'family', '?')} model; crate-eval "
-                         "evaluates classifiers")
+    model, train_config = load_model(args.checkpoint, args.model, args.heads, families={"classifier": "a classifier"})
 
     def setting(name: str, default):
         """The command line's value, else the training config's, else ``default``."""

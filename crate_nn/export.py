@@ -5,9 +5,9 @@
     crate-export runs/gpt_stdlib/checkpoints/last.pt gpt.pt --format crate-lm
     crate-export hf-hub:ORG/NAME alpha.safetensors --name crate_alpha_b16
 
-INPUT is a file or ``hf-hub:ORG/NAME[@revision][:path]`` (the local Hugging Face cache only); ``--heads`` and ``--name``
-are given to the loader of another codebase's file, whose tensors do not fix the number of heads. ``--format``
-(default: ``safetensors`` for a ``.safetensors`` OUTPUT, else ``ours``):
+INPUT is a file or ``hf-hub:ORG/NAME[@revision][:path]`` (the local Hugging Face cache only); ``--heads`` and
+``--name`` are given to the adapter of another codebase's file, whose tensors do not fix the number of heads.
+``--format`` (default: ``safetensors`` for a ``.safetensors`` OUTPUT, else ``ours``):
 
     safetensors           ours: the weights, with family, config and preprocessing in the header   every family
     ours                  ours: a torch checkpoint (family, config, preprocessing, checksum)       every family
@@ -19,10 +19,10 @@ are given to the loader of another codebase's file, whose tensors do not fix the
 
 Another codebase's file is checked before it is written: read back by that format's adapter
 (`crate_nn.weights.adapters`), given only what its files do not fix (the heads), it must give the same config and
-every tensor bit for bit, so what the format cannot hold
-(the authors' classifier with ``pool="mean"``, a CRATE-α option in the authors' format …) is an error naming the
-options, not a file that their code reads as another model. Their formats have no place for the preprocessing;
-ours keep it. Errors are one line naming the argument or file, exit status 2.
+every tensor bit for bit, so what the format cannot hold (the authors' classifier with ``pool="mean"``, a CRATE-α
+option in the authors' format …) is an error naming the options, not a file that their code reads as another model.
+Their formats have no place for the preprocessing; ours keep it. Errors are one line naming the argument or file,
+exit status 2.
 """
 from __future__ import annotations
 

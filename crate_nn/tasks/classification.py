@@ -28,7 +28,7 @@ from ..evaluation.classification import evaluate
 from ..evaluation.layers import LayerMeasurements
 from ..models.classifier import CRATEClassifier, CRATEConfig
 from ..models.registry import create_model, list_models, model_config
-from ..weights import init_from, read_state
+from ..weights import init_from, read_state, starting_points
 from .images import DATA_LAYOUTS, AugmentSection, ImageDataSection, MeasureSection, image_splits, image_transforms  # noqa: F401 (crate-train --help)
 
 
@@ -81,8 +81,8 @@ def build_classifier(config: ClassificationConfig, from_data: dict) -> nn.Module
     always comes from the data; a ``model_args`` entry that contradicts the checkpoint's config raises ValueError
     naming it."""
     if config.init_from:
-        stored = read_state(config.init_from, what="init_from",
-                            heads=model_config(config.model, **config.model_args).heads)
+        stored = read_state(config.init_from, what="init_from", families=starting_points("classifier"),
+                            heads=config.model_args.get("heads", model_config(config.model).heads))
         if stored.ours and stored.family == "classifier":
             saved = dataclasses.asdict(stored.config)
             clash = sorted(k for k, v in config.model_args.items() if k in saved and saved[k] != v)

@@ -32,7 +32,7 @@ from .adapter import Adapter
 from .adapters import ADAPTERS
 from .ours import FORMAT, Checkpoint, save
 from .reading import create_model, load, read_state, sniff, training_config
-from .transfer import POLICIES, FineTuning, init_from
+from .transfer import POLICIES, FineTuning, init_from, starting_points
 
 __all__ = ["ADAPTERS", "FORMAT", "POLICIES", "Adapter", "Checkpoint", "FineTuning", "create_model", "init_from", "load",
-           "read_state", "save", "sniff", "training_config"]
+           "read_state", "save", "sniff", "starting_points", "training_config"]

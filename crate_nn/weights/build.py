@@ -1,4 +1,5 @@
-"""A model built to hold a file's tensors: on the meta device, compared with the tensors, then given them.
+"""A model built to hold a file's tensors: on the meta device, compared with the tensors (`check_matches`: every
+key and shape that does not fit named), then given them.
 
 No random initialisation is computed only to be overwritten: the model is built on the meta device, its state dict
 (keys and shapes) compared with the file's, and the file's tensors assigned. Building is bounded by the file: a

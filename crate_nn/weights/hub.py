@@ -93,8 +93,8 @@ def snapshot(repo: str, revision: str, cache: Path) -> Path:
         found = folder / "snapshots" / commit if commit else None
         if found is None or not found.is_dir():
             raise not_cached(repo, revision, cache, repository_cached=folder.is_dir())
-    snapshots = os.path.normpath(folder / "snapshots")
-    if os.path.dirname(os.path.normpath(found)) != snapshots or not _COMMIT.fullmatch(Path(found).name):
+    snapshots = os.path.abspath(folder / "snapshots")
+    if os.path.dirname(os.path.abspath(found)) != snapshots or not _COMMIT.fullmatch(Path(found).name):
         raise ValueError(f"path: revision {revision!r} of {repo} resolves to {found}, not to a snapshot in {snapshots} "
                          "(a damaged Hugging Face cache)")
     return Path(found)

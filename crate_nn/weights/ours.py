@@ -79,7 +79,7 @@ class Checkpoint:
         family = get_family(self.family)
         try:
             model = build_loaded(family.model_class, self.config, self.state)
-        except ValueError as err:
+        except (TypeError, ValueError) as err:  # a TypeError: a config value of another type than its option's
             raise ValueError(f"{self.what}: {self.path!r} does not hold the model its config describes: {err}") from None
         model.preprocessing = self.preprocessing
         return model

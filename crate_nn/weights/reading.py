@@ -119,8 +119,10 @@ def training_config(path: str | os.PathLike) -> dict:
     """The training config (`crate_nn.engine.config.TrainConfig.to_dict`) a torch checkpoint of ours records; {} for
     a file without one (a ``.safetensors`` file, one saved outside a training run, another codebase's)."""
     path = local_path(path)
-    payload, adapter = _open(path, "cpu", False, "checkpoint")
-    recorded = payload.get("train_config") if adapter is None else None
+    if storage.is_safetensors(path):
+        return {}
+    payload = ours.read(path, "cpu", False, ALLOWED)
+    recorded = payload.get("train_config") if ours.is_ours(payload) else None
     return recorded if isinstance(recorded, dict) else {}
 
 

@@ -63,23 +63,30 @@ POLICIES = {
 """Each family that fine-tunes: its policy (a family without one cannot start from a file)."""
 
 
+def starting_points(family: str) -> dict[str, str]:
+    """The families whose files a model of ``family`` can start from (`crate_nn.weights.read_state`'s
+    ``families``): its own, those its policy reads by name, those whose models offer ``<family>_state_dict``."""
+    policy = POLICIES.get(family)
+    if policy is None:
+        raise ValueError(f"init_from: a {family} model does not start from a file (families that do: "
+                         f"{sorted(POLICIES)})")
+    offer = f"{family}_state_dict"
+    names = [family, *policy.read_by_name, *(f.name for f in families() if hasattr(f.model_class, offer))]
+    return {name: f"a {name} model" for name in dict.fromkeys(names)}
+
+
 def init_from(model: nn.Module, path: str | os.PathLike) -> list[str]:
     """Copy the weights of the file ``path`` into ``model`` by its family's `FineTuning` policy; the names of the
     parameters left at their initialisation. ValueError naming ``init_from`` and the file for a tensor the model
     needs that the file lacks or holds in another shape, and for a file of a family that has nothing to offer (told
     before the file's tensors are converted)."""
-    policy = POLICIES.get(model.family)
-    if policy is None:
-        raise ValueError(f"init_from: a {model.family} model does not start from a file (families that do: "
-                         f"{sorted(POLICIES)})")
-    offer = f"{model.family}_state_dict"
-    usable = [model.family, *policy.read_by_name,
-              *(f.name for f in families() if hasattr(f.model_class, offer) and f.name not in policy.read_by_name)]
-    stored = read_state(path, what="init_from", families={name: f"a {name} model" for name in dict.fromkeys(usable)},
+    families_read = starting_points(model.family)
+    policy = POLICIES[model.family]
+    stored = read_state(path, what="init_from", families=families_read,
                         heads=getattr(model.config, "heads", None))
     source = stored.state
     if stored.family != model.family and stored.family not in policy.read_by_name:
-        source = getattr(stored.build(), offer)(model.config)
+        source = getattr(stored.build(), f"{model.family}_state_dict")(model.config)
     copied, fresh = {}, []
     for key, value in model.state_dict().items():
         incoming = source.get(key)
