@@ -73,15 +73,18 @@ def expected_state(model_class, config, tensors: int) -> dict[str, torch.Tensor]
 
 
 def build_loaded(model_class, config, state: Mapping[str, torch.Tensor]) -> nn.Module:
-    """``model_class(config)`` holding ``state`` (strictly: every key and shape, else ValueError naming them), in the
-    dtype of its first floating tensor. The model is built on the meta device (`on_meta`), compared with ``state``
-    and given its tensors (``assign=True``); parameters shared under several names (GPT's tied ``wte``/``lm_head``)
-    are tied again, and a model with a tensor the state does not hold (a non-persistent buffer) is built the ordinary
+    """``model_class(config)`` holding ``state`` (strictly: every key and shape, else ValueError naming them,
+    `check_matches`), in the dtype of its first floating tensor. The model is built on the meta device (`on_meta`)
+    and given the tensors (``assign=True``, after the model's own load hooks); parameters shared under several
+    names (GPT's tied ``wte``/``lm_head``) are tied again, and a model with a tensor the state does not hold (a non-persistent buffer) is built the ordinary
     way instead (`build_then_copy`), so nothing is left on meta."""
     model = on_meta(model_class, config, len(state))
-    check_matches(state, model.state_dict(), "the")
     tied = shared_parameters(model)
-    model.load_state_dict(state, strict=True, assign=True)
+    try:  # the model's own load hooks first (a DINO file's former centre is set aside)
+        model.load_state_dict(state, strict=True, assign=True)
+    except RuntimeError as err:
+        check_matches(state, model.state_dict(), "the")
+        raise ValueError(" ".join(str(err).split())) from None
     for names in tied:
         first = model.get_parameter(names[0])
         for name in names[1:]:

@@ -17,7 +17,7 @@ from ..models.registry import build_model, family_of, model_config
 from . import hub, ours, storage
 from .adapter import Adapter
 from .adapters import ADAPTERS
-from .build import build_loaded, check_matches, expected_state
+from .build import build_loaded
 from .keys import state_dict_of
 from .ours import Checkpoint
 
@@ -139,11 +139,9 @@ def create_model(name: str, checkpoint: str | os.PathLike | None = None, **overr
     if checkpoint is None:
         return build_model(config)
     stored = read_state(checkpoint, heads=getattr(config, "heads", None))
-    family = family_of(config)
     try:
-        check_matches(stored.state, expected_state(family.model_class, config, len(stored.state)), "the")
+        model = build_loaded(family_of(config).model_class, config, stored.state)
     except ValueError as err:
         raise ValueError(f"checkpoint: {os.fspath(checkpoint)} does not fit {name!r}: {err}") from None
-    model = build_loaded(family.model_class, config, stored.state)
     model.preprocessing = stored.preprocessing
     return model
