@@ -72,10 +72,17 @@ def expected_state(model_class, config, tensors: int) -> dict[str, torch.Tensor]
     return on_meta(model_class, config, tensors).state_dict()
 
 
+def build_owning(model_class, config, state: Mapping[str, torch.Tensor]) -> nn.Module:
+    """`build_loaded` with copies of ``state``'s tensors: for a state dict the caller keeps (an in-memory dict given
+    to a loader), which the model must not share."""
+    return build_loaded(model_class, config, {k: v.clone() for k, v in state.items()})
+
+
 def build_loaded(model_class, config, state: Mapping[str, torch.Tensor]) -> nn.Module:
     """``model_class(config)`` holding ``state`` (strictly: every key and shape, else ValueError naming them,
     `check_matches`), in the dtype of its first floating tensor. The model is built on the meta device (`on_meta`)
-    and given the tensors (``assign=True``, after the model's own load hooks); parameters shared under several
+    and given the tensors themselves (``assign=True``, after the model's own load hooks; `build_owning` copies
+    them); parameters shared under several
     names (GPT's tied ``wte``/``lm_head``) are tied again, and a model with a tensor the state does not hold (a non-persistent buffer) is built the ordinary
     way instead (`build_then_copy`), so nothing is left on meta."""
     model = on_meta(model_class, config, len(state))

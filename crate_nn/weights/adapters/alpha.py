@@ -20,7 +20,7 @@ from torch import nn
 from ...models.classifier import _ALPHA, CRATEClassifier, CRATEConfig
 from ...models.registry import model_config
 from ..adapter import Adapter
-from ..build import build_loaded, check_matches, expected_state
+from ..build import build_loaded, build_owning, check_matches, expected_state
 from ..keys import KeyMap, layer_count, state_dict_of
 
 SOURCE = "CRATE-α"
@@ -87,7 +87,9 @@ def load_crate_alpha(source, name: str | None = None, **overrides) -> CRATEClass
     ``weights_only=True``, or a dict; ``module.`` prefixes removed). ``name``: a registered ``crate_alpha_*`` size
     (it gives the heads K, which the tensors do not fix); else ``heads=``. Width, depth, patch and image size and
     classes come from the tensors; missing or unexpected keys and wrong shapes raise ValueError naming them."""
-    return build_loaded(CRATEClassifier, *to_ours(state_dict_of(source), name, **overrides))
+    payload = state_dict_of(source)
+    build = build_owning if isinstance(source, Mapping) else build_loaded
+    return build(CRATEClassifier, *to_ours(payload, name, **overrides))
 
 
 def to_theirs(model: nn.Module) -> dict[str, torch.Tensor]:

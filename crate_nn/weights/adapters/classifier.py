@@ -19,7 +19,7 @@ from ...models.classifier import CRATEClassifier, CRATEConfig
 from ...models.embedding import resample_pos_embed
 from ...models.registry import model_config
 from ..adapter import Adapter, prefixed
-from ..build import build_loaded, check_matches, expected_state
+from ..build import build_loaded, build_owning, check_matches, expected_state
 from ..keys import KeyMap, layer_count, state_dict_of
 
 SOURCE = "authors'"
@@ -144,7 +144,9 @@ def load_official_checkpoint(source, name: str | None = None, **overrides) -> CR
     dtype of the checkpoint's tensors. Missing or unexpected keys and shape mismatches raise ValueError naming
     them.
     """
-    return build_loaded(CRATEClassifier, *to_ours(state_dict_of(source), name, **overrides))
+    payload = state_dict_of(source)
+    build = build_owning if isinstance(source, Mapping) else build_loaded
+    return build(CRATEClassifier, *to_ours(payload, name, **overrides))
 
 
 def to_theirs(model: nn.Module) -> dict[str, torch.Tensor]:

@@ -32,7 +32,7 @@ from ...models.language import CRATEGPT, GPTConfig
 from ...models.registry import model_config
 from .. import ours
 from ..adapter import Adapter
-from ..build import build_loaded, expected_state
+from ..build import build_loaded, build_owning, expected_state
 from ..keys import KeyMap, layer_count, state_dict_of
 
 _SHARED = [("transformer.wte.weight", "wte.weight"), ("transformer.wpe.weight", "wpe.weight"),
@@ -128,8 +128,9 @@ def to_ours(payload: Mapping, name: str | None = None, heads: int | None = None,
 def load_gpt_checkpoint(source, heads: int | None = None) -> CRATEGPT:
     """A `CRATEGPT` with the weights of a crate-lm or nanoGPT checkpoint (a path or a loaded dict), every key and
     shape checked; biases a ``bias=False`` nanoGPT run does not store are zeros."""
-    payload = source if isinstance(source, Mapping) else ours.read(source)
-    return build_loaded(CRATEGPT, *to_ours(payload, heads=heads))
+    if isinstance(source, Mapping):
+        return build_owning(CRATEGPT, *to_ours(source, heads=heads))
+    return build_loaded(CRATEGPT, *to_ours(ours.read(source), heads=heads))
 
 
 def to_crate_lm(model: CRATEGPT, masks: bool | None = None) -> dict[str, torch.Tensor]:

@@ -22,7 +22,7 @@ from ...models.mae import CRATEMAE, CRATEMAEConfig
 from ...models.registry import model_config
 from .. import ours
 from ..adapter import Adapter, prefixed
-from ..build import build_loaded, check_matches, expected_state
+from ..build import build_loaded, build_owning, check_matches, expected_state
 from ..keys import KeyMap, layer_count, state_dict_of
 
 SOURCE = "authors' CRATE-MAE"
@@ -155,8 +155,9 @@ def load_official_mae(source, name: str | None = None, **overrides) -> CRATEMAE:
     ``decoder_pos_embed`` (the one their forward adds). Missing or unexpected keys and shape mismatches raise
     ValueError naming them.
     """
-    payload = read_official_mae(source) if isinstance(source, (str, os.PathLike)) else source
-    return build_loaded(CRATEMAE, *to_ours(payload, name, **overrides))
+    if isinstance(source, (str, os.PathLike)):
+        return build_loaded(CRATEMAE, *to_ours(read_official_mae(source), name, **overrides))
+    return build_owning(CRATEMAE, *to_ours(source, name, **overrides))
 
 
 def to_theirs(model: nn.Module) -> dict:
