@@ -3,8 +3,8 @@ its random initialisation) and copying them in.
 
 For each size, a checkpoint of our format is written once to a temporary folder, then the contenders run
 interleaved (A B A B …; median of the repeats, `benchmarks.common`), each from the payload already in memory (so
-the file read, the same for both, is left out): ``meta + assign`` is `crate_nn.checkpoint.build_loaded`, what
-`crate_nn.load` does; ``build + copy`` is `crate_nn.checkpoint.build_then_copy`, what it did before and still does
+the file read, the same for both, is left out): ``meta + assign`` is `crate_nn.weights.build.build_loaded`, what
+`crate_nn.load` does; ``build + copy`` is `crate_nn.weights.build.build_then_copy`, what it did before and still does
 for a model with a tensor no checkpoint holds. Before timing, both are checked to give the same state dict.
 
     python -m benchmarks.load --threads 1 --out benchmarks/results/cpu/load.json
@@ -20,8 +20,9 @@ import torch
 
 import crate_nn
 from benchmarks import common
-from crate_nn.checkpoint import build_loaded, build_then_copy, read
 from crate_nn.models.registry import get_family
+from crate_nn.weights.build import build_loaded, build_then_copy
+from crate_nn.weights.ours import read
 
 CONTENDERS = {"meta + assign": build_loaded, "build + copy": build_then_copy}
 

@@ -8,16 +8,16 @@ Sub-packages:
     tasks       one task per system (classification, ...) and their presets
     evaluation  metrics of trained models
     analysis    the white-box measurements: layer-wise R^c, sparsity, coherence, figures
-    official    checkpoints in other codebases' formats (the authors')
-Modules: `checkpoint` (save, load, read), `preprocessing` (what a model's inputs went through, saved with it), `hub`
-(``hf-hub:`` names in the local Hugging Face cache), `train` (``crate-train``), `evaluate` (``crate-eval``), `export`
-(``crate-export``).
+    weights     every weights file: ours and other codebases' (one adapter each), read_state (which a file is),
+                load/save, init_from (fine-tuning), hf-hub: names in the local Hugging Face cache
+Modules: `preprocessing` (what a model's inputs went through, saved with it), `train` (``crate-train``), `evaluate`
+(``crate-eval``), `export` (``crate-export``); `checkpoint`, `official` and `hub` keep the names they had before
+`weights` held them, for one release.
 
 ``import crate_nn`` loads the models, checkpoints and measurements only (no kornia, lion-pytorch or matplotlib).
 """
-from . import checkpoint
+from . import checkpoint, official, weights
 from .analysis.diagnostics import coherence, measure_layers, thresholded_sparsity, trace
-from .checkpoint import load, save
 from .models import (
                      ISTA,
                      MHSA,
@@ -33,13 +33,13 @@ from .models import (
                      CRATELayer,
                      LayerTrace,
                      PatchEmbed,
-                     create_model,
                      list_models,
                      model_config,
                      patchify,
                      resample_pos_embed,
 )
-from .official import load_official_checkpoint
+from .weights import create_model, load, save
+from .weights.adapters.classifier import load_official_checkpoint
 
 __all__ = [
     "BlockConfig",
@@ -64,9 +64,11 @@ __all__ = [
     "load_official_checkpoint",
     "measure_layers",
     "model_config",
+    "official",
     "patchify",
     "resample_pos_embed",
     "save",
     "thresholded_sparsity",
     "trace",
+    "weights",
 ]

@@ -2,7 +2,7 @@
 
     crate-eval runs/imagenet/checkpoints/last.pt --data-dir /data/imagenet
     crate-eval runs/imagenet/checkpoints/last.pt --data-dir /data/imagenet --real-json /data/real.json
-    crate-eval crate_small.pth --official --model crate_small --dataset imagenet --data-dir /data/imagenet
+    crate-eval crate_small.pth --model crate_small --dataset imagenet --data-dir /data/imagenet
     torchrun --nproc_per_node 8 -m crate_nn.evaluate CKPT --data-dir /data/imagenet     (sharded over 8 GPUs)
 
 Data settings (dataset, image size, eval resize) come from the training config saved in the checkpoint unless given
@@ -25,7 +25,7 @@ from .data.images import ImageFiles
 from .data.transforms import DeviceTransform
 from .engine import distributed
 from .evaluation.classification import evaluate, real_index
-from .loading import load_model
+from .loading import add_arguments, load_model
 from .preprocessing import normalisation
 
 
@@ -33,9 +33,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="crate-eval", description=__doc__.split("\n\n")[0],
                                      epilog=__doc__.split("\n\n", 1)[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("checkpoint", help="a crate_nn checkpoint (or the authors' with --official)")
-    parser.add_argument("--official", action="store_true", help="the file is in the authors' format")
-    parser.add_argument("--model", default=None, help="registered size for --official files (gives the heads)")
+    add_arguments(parser, "a classifier")
     parser.add_argument("--dataset", default=None, choices=DATASETS)
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--split", default=None, help="default: the training config's eval_split, else 'val'")
@@ -110,10 +108,7 @@ def read_real_labels(path: str, dataset: ImageFiles) -> list[list[int]]:
 
 def run(args: argparse.Namespace) -> dict:
     """Load, build the data, evaluate; ValueError naming the problem for bad input."""
-    model, train_config = load_model(args.checkpoint, args.official, args.model)
-    if getattr(model, "family", None) != "classifier":
-        raise ValueError(f"checkpoint: {args.checkpoint!r} holds a {getattr(model, 'family', '?')} model; crate-eval "
-                         "evaluates classifiers")
+    model, train_config = load_model(args.checkpoint, args.model, args.heads, families={"classifier": "a classifier"})
 
     def setting(name: str, default):
         """The command line's value, else the training config's, else ``default``."""

@@ -17,18 +17,19 @@ import json
 import sys
 from collections.abc import Sequence
 
-from . import checkpoint, cli
+from . import cli
 from .data.corpus import SPLITS, TOKEN_DTYPES, corpus, read_tokens
 from .engine import distributed
 from .evaluation.language import lm_loss
-from .official.gpt import load_causal_lm
+from .loading import CAUSAL_LM, load_model
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="crate-eval-lm", description=__doc__.split("\n\n")[0],
                                      epilog=__doc__.split("\n\n", 1)[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("checkpoint", help="a crate_nn gpt-family checkpoint, or a crate-lm / nanoGPT file")
+    parser.add_argument("checkpoint", help="a causal LM in any format crate_nn.load reads (ours, crate-lm, nanoGPT; "
+                                           "a file or hf-hub:ORG/NAME[@revision][:path])")
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--data-dir", default=None, help="a corpus prepared by crate-prepare-text")
     source.add_argument("--tokens", default=None, help="a token file (.bin) to evaluate on")
@@ -49,14 +50,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def run(args: argparse.Namespace) -> dict:
     if args.dtype and not args.tokens:
         raise ValueError("dtype: --dtype applies to --tokens (a prepared corpus records its dtype in meta.json)")
-    model = load_causal_lm(args.checkpoint, args.heads)
+    model, train_config = load_model(args.checkpoint, heads=args.heads, families=CAUSAL_LM)
     if args.tokens:
         tokens = read_tokens(args.tokens, args.dtype)
     else:
         data_dir = args.data_dir
         if data_dir is None and not args.builtin:
-            payload = checkpoint.read(args.checkpoint)
-            data_dir = (payload.get("train_config") or {}).get("data_dir")
+            data_dir = train_config.get("data_dir")
         tokens = corpus(data_dir).split(args.split)
     block = args.block_size or model.config.block_size
     if block > model.config.block_size:

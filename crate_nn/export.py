@@ -5,9 +5,9 @@
     crate-export runs/gpt_stdlib/checkpoints/last.pt gpt.pt --format crate-lm
     crate-export hf-hub:ORG/NAME alpha.safetensors --name crate_alpha_b16
 
-INPUT is a file or ``hf-hub:ORG/NAME[@revision]`` (the local Hugging Face cache only); ``--heads`` and ``--name``
-are given to the loader of another codebase's file, whose tensors do not fix the number of heads. ``--format``
-(default: ``safetensors`` for a ``.safetensors`` OUTPUT, else ``ours``):
+INPUT is a file or ``hf-hub:ORG/NAME[@revision][:path]`` (the local Hugging Face cache only); ``--heads`` and
+``--name`` are given to the adapter of another codebase's file, whose tensors do not fix the number of heads.
+``--format`` (default: ``safetensors`` for a ``.safetensors`` OUTPUT, else ``ours``):
 
     safetensors           ours: the weights, with family, config and preprocessing in the header   every family
     ours                  ours: a torch checkpoint (family, config, preprocessing, checksum)       every family
@@ -17,11 +17,12 @@ are given to the loader of another codebase's file, whose tensors do not fix the
     crate-lm              CRATE-GPT's crate-lm: {"model", "model_args"}                           gpt (MSSA + ISTA)
     nanogpt               nanoGPT: {"model", "model_args"}                                        gpt (MHSA + MLP)
 
-Another codebase's file is checked before it is written: read back by that format's loader
-(`crate_nn.official`), it must give the same config and every tensor bit for bit, so what the format cannot hold
-(the authors' classifier with ``pool="mean"``, a CRATE-α option in the authors' format …) is an error naming the
-options, not a file that their code reads as another model. Their formats have no place for the preprocessing;
-ours keep it. Errors are one line naming the argument or file, exit status 2.
+Another codebase's file is checked before it is written: read back by that format's adapter
+(`crate_nn.weights.adapters`), given only what its files do not fix (the heads), it must give the same config and
+every tensor bit for bit, so what the format cannot hold (the authors' classifier with ``pool="mean"``, a CRATE-α
+option in the authors' format …) is an error naming the options, not a file that their code reads as another model.
+Their formats have no place for the preprocessing; ours keep it. Errors are one line naming the argument or file,
+exit status 2.
 """
 from __future__ import annotations
 
@@ -29,45 +30,19 @@ import argparse
 import dataclasses
 import os
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import torch
 from torch import nn
 
-from . import checkpoint, cli
+from . import cli
 from .models.registry import unwrap_model
-from .official import crate_nn_to_crate_alpha, crate_nn_to_official, crate_nn_to_official_mae, to_crate_lm, to_nanogpt
-from .official.formats import sniff
-from .official.gpt import model_args
+from .weights import ADAPTERS, load, save
+from .weights.reading import find_adapter
+from .weights.storage import atomic_save
 
-
-@dataclass(frozen=True)
-class Foreign:
-    """Another codebase's format we write: the family it holds, the name `crate_nn.official.formats` gives its
-    files, the function giving a model's file contents (a dictionary for ``torch.save``) and the config options its
-    files do not fix (their loader needs them given: the heads K, the authors' classifier's image channels)."""
-
-    family: str
-    sniffed: str
-    contents: Callable[[nn.Module], dict]
-    unfixed: tuple[str, ...] = ("heads",)
-
-
-def _fair_mae(model: nn.Module) -> dict:
-    """A FAIR-MAE checkpoint's ``model`` and the ``args`` entry its loader reads the loss from."""
-    return {"model": crate_nn_to_official_mae(model.state_dict()),
-            "args": argparse.Namespace(norm_pix_loss=model.config.norm_pix_loss)}
-
-
-FOREIGN = {
-    "official-classifier": Foreign("classifier", "authors' CRATE classifier",
-                                   lambda m: crate_nn_to_official(m.state_dict()), ("heads", "in_channels")),
-    "crate-alpha": Foreign("classifier", "CRATE-α", lambda m: crate_nn_to_crate_alpha(m.state_dict())),
-    "official-mae": Foreign("mae", "authors' CRATE-MAE", _fair_mae),
-    "crate-lm": Foreign("gpt", "crate-lm", lambda m: {"model": to_crate_lm(m), "model_args": model_args(m.config)}),
-    "nanogpt": Foreign("gpt", "nanoGPT", lambda m: {"model": to_nanogpt(m), "model_args": model_args(m.config)}),
-}
+FOREIGN = {adapter.export: adapter for adapter in ADAPTERS}
+"""Another codebase's formats ``--format`` writes: their `crate_nn.weights.Adapter` by export name."""
 FORMATS = ("safetensors", "ours", *FOREIGN)
 
 
@@ -83,34 +58,35 @@ def export(model: nn.Module, path: str | os.PathLike, format: str) -> None:
         raise ValueError(f"output: --format {format} writes a torch file, not {path!r} (a .safetensors output is "
                          "--format safetensors)")
     if format in ("safetensors", "ours"):
-        checkpoint.save(path, model)
+        save(path, model)
     else:
-        checkpoint.atomic_save(foreign_contents(model, format), path)
+        atomic_save(foreign_contents(model, format), path)
 
 
 def foreign_contents(model: nn.Module, format: str) -> dict:
-    """The file contents of ``model`` in the `FOREIGN` format ``format``, checked by reading them back with that
-    format's loader: the same config (p and m resolved on both sides, `_resolved`) and bit-identical tensors, else ValueError
-    naming what differs."""
+    """The file contents of ``model`` in the `FOREIGN` format ``format``, checked by reading them back with the
+    adapter that claims them, given only the options its files do not fix (`crate_nn.weights.Adapter.hints`): the
+    same config (p and m resolved on both sides, `_resolved`) and bit-identical tensors, else ValueError naming what
+    differs."""
     target = FOREIGN[format]
     family = getattr(model, "family", None)
     if family != target.family:
         raise ValueError(f"format: {format} holds {target.family} models; this is a {family} model")
     try:
-        contents = target.contents(model)
-        found = sniff(contents, format)
-        back = found.loader(contents, **{name: getattr(model.config, name) for name in target.unfixed})
+        contents = target.to_theirs(model)
+        found = find_adapter(contents, format)
+        config, state = found.to_ours(contents, **{name: getattr(model.config, name) for name in target.hints})
     except ValueError as err:
         raise ValueError(f"format: {format} cannot hold this model: {err}") from None
-    ours, theirs = _resolved(model.config), _resolved(back.config)
+    ours, theirs = _resolved(model.config), _resolved(config)
     differ = {f.name: (getattr(ours, f.name), getattr(theirs, f.name)) for f in dataclasses.fields(ours)
               if getattr(ours, f.name) != getattr(theirs, f.name)}
-    if found.name != target.sniffed or type(back) is not type(model) or differ:
+    if found is not target or type(config) is not type(model.config) or differ:
         raise ValueError(f"format: {format} cannot hold this model's options {differ} (ours, as read back)")
-    mine, read_back = model.state_dict(), back.state_dict()
-    changed = sorted(k for k in mine if k not in read_back or read_back[k].dtype != mine[k].dtype
-                     or not torch.equal(read_back[k], mine[k]))
-    if changed or mine.keys() != read_back.keys():
+    mine = model.state_dict()
+    changed = sorted(k for k in mine if k not in state or state[k].dtype != mine[k].dtype
+                     or not torch.equal(state[k], mine[k]))
+    if changed or mine.keys() != state.keys():
         raise ValueError(f"format: {format} does not give back this model's tensors {changed[:8]}")
     return contents
 
@@ -125,7 +101,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="crate-export", description=__doc__.split("\n\n")[0],
                                      epilog=__doc__.split("\n\n", 1)[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("input", help="a checkpoint crate_nn.load reads: a file, or hf-hub:ORG/NAME[@revision]")
+    parser.add_argument("input", help="a checkpoint crate_nn.load reads: a file, or hf-hub:ORG/NAME[@revision][:path]")
     parser.add_argument("output", help="the file to write")
     parser.add_argument("--format", choices=FORMATS, default=None,
                         help="default: safetensors for a .safetensors output, else ours")
@@ -143,7 +119,7 @@ def run(args: argparse.Namespace) -> str:
         raise ValueError(f"output: {args.output!r} is the input file")
     format = args.format or ("safetensors" if args.output.endswith(".safetensors") else "ours")
     overrides = {k: v for k, v in (("heads", args.heads), ("name", args.name)) if v is not None}
-    model = checkpoint.load(args.input, **overrides)
+    model = load(args.input, **overrides)
     export(model, args.output, format)
     count = sum(p.numel() for p in model.parameters())
     return f"{args.output}: {format}, a {model.family} model ({count:,} parameters)"

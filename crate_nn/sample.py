@@ -20,12 +20,12 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from . import checkpoint, cli
+from . import cli
 from .data.corpus import load_corpus
 from .data.tokenizers import Tokenizer, get_tokenizer
 from .engine.distributed import resolve_device
 from .files import read_text
-from .official.gpt import load_causal_lm
+from .loading import CAUSAL_LM, load_model
 
 
 @torch.no_grad()
@@ -62,26 +62,27 @@ def generate(model: nn.Module, tokens: torch.Tensor, max_new_tokens: int, temper
     return tokens
 
 
-def tokenizer_for(path: str, spec: str | None, model: nn.Module) -> Tokenizer:
+def tokenizer_for(spec: str | None, model: nn.Module, train_config: dict, path: str) -> Tokenizer:
     """``spec``, else the tokenizer ``model`` (loaded from ``path``) records in its preprocessing, else that of the
-    run that saved the crate_nn checkpoint ``path`` (a file written before checkpoints recorded it)."""
+    run whose training config ``train_config`` is (a checkpoint written before they recorded it; {} for another
+    codebase's file)."""
     if spec:
         return get_tokenizer(spec)
     recorded = model.preprocessing.tokenizer if model.preprocessing is not None else None
     if recorded is not None:
         return get_tokenizer(recorded)
-    payload = checkpoint.read(path)
-    config = payload.get("train_config") if payload.get("format") == checkpoint.FORMAT else None
-    if not isinstance(config, dict) or "data_dir" not in config:
+    if "data_dir" not in train_config:
         raise ValueError(f"tokenizer: {path!r} does not record the run that trained it; pass --tokenizer")
-    return get_tokenizer("bytes" if config["data_dir"] is None else load_corpus(config["data_dir"]).tokenizer)
+    data_dir = train_config["data_dir"]
+    return get_tokenizer("bytes" if data_dir is None else load_corpus(data_dir).tokenizer)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="crate-sample", description=__doc__.split("\n\n")[0],
                                      epilog=__doc__.split("\n\n", 1)[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("checkpoint", help="a crate_nn gpt-family checkpoint, or a crate-lm / nanoGPT file")
+    parser.add_argument("checkpoint", help="a causal LM in any format crate_nn.load reads (ours, crate-lm, nanoGPT; "
+                                           "a file or hf-hub:ORG/NAME[@revision][:path])")
     prompt = parser.add_mutually_exclusive_group()
     prompt.add_argument("--prompt", default="", help="text to continue (default: the end-of-text token)")
     prompt.add_argument("--prompt-file", default=None, help="a file whose text to continue")
@@ -101,8 +102,9 @@ def run(args: argparse.Namespace) -> list[str]:
     if args.num_samples < 1:
         raise ValueError(f"num_samples: expected a positive integer, got {args.num_samples}")
     device = resolve_device(args.device)
-    model = load_causal_lm(args.checkpoint, args.heads).to(device).eval()
-    tokenizer = tokenizer_for(args.checkpoint, args.tokenizer, model)
+    model, train_config = load_model(args.checkpoint, heads=args.heads, families=CAUSAL_LM)
+    model = model.to(device).eval()
+    tokenizer = tokenizer_for(args.tokenizer, model, train_config, args.checkpoint)
     text = read_text(args.prompt_file, "prompt_file") if args.prompt_file else args.prompt
     ids = tokenizer.encode(text).tolist() if text else ([tokenizer.eot_id] if tokenizer.eot_id is not None else [])
     if not ids:

@@ -3,7 +3,7 @@ controlled CRATE-vs-ViT experiment (Sec. 4.3, App. C.10, Tables 7 and 17).
 
 Figures for your own images (class-token attention per head, MaskCut masks and boxes, PCA of the patch codes):
     crate-segment maps runs/objects_crate/checkpoints/last.pt photo1.jpg photo2.jpg --layer -2 --output-dir seg/
-    crate-segment maps crate_small.pth --official --model crate_small photo.jpg
+    crate-segment maps crate_small.pth --model crate_small photo.jpg
 COCO val2017 (class-agnostic detection and segmentation AP of MaskCut, Table 7; needs pycocotools):
     crate-segment coco CKPT --coco-dir /data/coco --layer -1 --image-size 480 --output coco.json
 PASCAL VOC 2012 coarse segmentation (attention masks, 21-class mIoU with the oracle class, Table 17):
@@ -32,14 +32,12 @@ from torch import nn
 
 from . import cli, extras
 from .data.transforms import DeviceTransform
-from .loading import load_model
+from .loading import add_arguments, load_model
 from .preprocessing import normalisation
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint", help="a crate_nn checkpoint (or the authors' with --official)")
-    parser.add_argument("--official", action="store_true", help="the file is in the authors' format")
-    parser.add_argument("--model", default=None, help="registered size for --official files (gives the heads)")
+    add_arguments(parser, "an image model (classifier, DINO or CRATE-MAE)")
     parser.add_argument("--layer", type=int, default=-1, help="encoder layer, 0-based, negative from the end "
                         "(the papers show -2 for CRATE, -1 for ViT)")
     parser.add_argument("--image-size", type=int, default=None, help="side the images are resized to")
@@ -94,7 +92,7 @@ def load_backbone(args: argparse.Namespace) -> tuple[nn.Module, DeviceTransform,
     eval mode, on ``args.device``), its input transform and the image side to use."""
     from .analysis.segmentation import image_backbone
 
-    model, _ = load_model(args.checkpoint, args.official, args.model)
+    model, _ = load_model(args.checkpoint, args.model, args.heads)
     mean, std = normalisation(model)  # recorded on the whole model, before its backbone is taken out
     model = image_backbone(model, f"checkpoint: {args.checkpoint}")
     size = args.image_size or model.config.image_size

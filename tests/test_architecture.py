@@ -189,3 +189,24 @@ def test_architecture_lists_every_module():
                for p in [ROOT / package, *(ROOT / package).rglob("*")] if p.is_dir() and (p / "__init__.py").is_file()}
     assert not expected - listed, f"modules missing from ARCHITECTURE.md: {sorted(expected - listed)}"
     assert not listed - modules - folders, f"ARCHITECTURE.md lists what does not exist: {sorted(listed - modules - folders)}"
+
+
+def test_crate_nn_imports_without_a_circle():
+    """No module of crate_nn imports, directly or through others, a module that imports it back — an import inside
+    a function counts (it runs as soon as the function is called): loading was 11 modules importing each other
+    through function-level imports (`benchmarks.imports` measures the graph)."""
+    from benchmarks.imports import circles, read_graph
+
+    graph, _ = read_graph()
+    assert "crate_nn.weights.reading" in graph and graph["crate_nn.weights.reading"]
+    assert circles(graph) == []
+    assert circles({**graph, "crate_nn.models.registry": graph["crate_nn.models.registry"] | {"crate_nn.weights"}})
+
+
+def test_only_the_weights_package_tells_a_files_format():
+    """Whether a file is of our format is decided in `crate_nn.weights` alone (`ours.is_ours`, used by
+    `read_state`): no ``format == FORMAT`` written by hand elsewhere in crate_nn."""
+    from benchmarks.imports import FORMAT_TEST, format_decisions
+
+    assert format_decisions() == []
+    assert FORMAT_TEST.search('ours = payload.get("format") == checkpoint.FORMAT')

@@ -70,7 +70,7 @@ def test_ours_to_their_format_to_ours_is_bit_identical(format, tmp_path):
     model = seeded(EVERY_FOREIGN[format])
     crate_nn.save(tmp_path / "ours.pt", model)
     assert main([str(tmp_path / "ours.pt"), str(tmp_path / "theirs.pth"), "--format", format]) == 0
-    assert crate_nn.checkpoint.sniff(tmp_path / "theirs.pth") == FOREIGN[format].sniffed
+    assert crate_nn.checkpoint.sniff(tmp_path / "theirs.pth") == FOREIGN[format].name
     # their files do not fix the heads, but crate-lm's and nanoGPT's model_args record them
     heads = [] if format in ("crate-lm", "nanogpt") else ["--heads", str(model.config.heads)]
     assert main([str(tmp_path / "theirs.pth"), str(tmp_path / "back.pt"), *heads]) == 0

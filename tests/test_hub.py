@@ -1,8 +1,10 @@
-"""``crate_nn.load("hf-hub:ORG/NAME[@revision]")`` resolves in a local Hugging Face cache alone (`crate_nn.hub`):
-a fake cache in the Hub client's layout (``refs/<branch>`` holding a commit hash, ``snapshots/<hash>/`` linking
-to ``blobs/``), found through ``HF_HUB_CACHE``, ``HF_HOME`` or the home folder; branches, commit hashes, missing
-repositories and revisions, and the choice of the weights file. Each test runs by the cache's layout and, when
-huggingface_hub is installed, through its client too."""
+"""``crate_nn.load("hf-hub:ORG/NAME[@revision][:path]")`` resolves in a local Hugging Face cache alone
+(`crate_nn.weights.hub`): a fake cache in the Hub client's layout (``refs/<branch>`` holding a commit hash,
+``snapshots/<hash>/`` linking to ``blobs/``), found through ``HF_HUB_CACHE``, ``HF_HOME`` or the home folder;
+branches, commit hashes, missing repositories and revisions, the choice of the weights file, a file named by its
+path inside the repository (CRATE-α's layout: sub-folders, files without a suffix), and nothing read from outside
+the repository's folder of the cache. Each test runs by the cache's layout and, when huggingface_hub is installed,
+through its client too."""
 import hashlib
 import os
 from pathlib import Path
@@ -12,7 +14,7 @@ import torch
 
 import crate_nn
 from crate_nn import extras, hub
-from crate_nn.official import crate_nn_to_official
+from crate_nn.official import crate_nn_to_crate_alpha, crate_nn_to_official
 
 MAIN, OTHER = "a" * 40, "b" * 40  # two commits of the repository
 
@@ -44,7 +46,9 @@ def snapshot(cache: Path, repo: str, commit: str, files: dict[str, bytes], refs:
     for name, data in files.items():
         blob = root / "blobs" / hashlib.sha256(data).hexdigest()
         blob.write_bytes(data)
-        (folder / name).symlink_to(os.path.relpath(blob, folder))
+        link = folder / name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(os.path.relpath(blob, link.parent))
     (root / "refs").mkdir(exist_ok=True)
     for ref in refs:
         (root / "refs" / ref).write_text(commit)
@@ -124,7 +128,7 @@ def test_the_weights_file_safetensors_first_then_torch_files(tmp_path, monkeypat
 
 @pytest.mark.parametrize("spec", ["hf-hub:crate", "hf-hub:org/", "hf-hub:a/b/c", "hf-hub:org/crate@"])
 def test_malformed_names_are_refused(spec):
-    with pytest.raises(ValueError, match=r"path: expected hf-hub:ORG/NAME or hf-hub:ORG/NAME@revision"):
+    with pytest.raises(ValueError, match=r"path: expected hf-hub:ORG/NAME\[@revision\]\[:path/in/the/repository\]"):
         crate_nn.load(spec)
 
 
@@ -141,3 +145,80 @@ def test_the_command_lines_load_a_hub_name_too(tmp_path, monkeypatch, resolver):
     assert same_weights(loaded, model)
     with pytest.raises(ValueError, match="org/missing"):
         load_model("hf-hub:org/missing")
+
+
+def alpha(seed: int):
+    torch.manual_seed(seed)
+    return crate_nn.create_model("crate_alpha_b16", image_size=8, patch_size=4, dim=8, depth=1, heads=2, num_classes=3)
+
+
+def torch_bytes(state: dict, tmp_path: Path) -> bytes:
+    torch.save(state, tmp_path / "file")
+    return (tmp_path / "file").read_bytes()
+
+
+def crate_alpha_repository(cache: Path, tmp_path: Path) -> dict:
+    """UCSC-VLAA/CRATE-alpha's layout (weights in sub-folders, ImageNet-21K files without a suffix, JAX .npz files),
+    with tiny stand-ins; the models by path."""
+    models = {"torch/crate_alpha_B16.pth": alpha(0), "torch/crate_alpha_L14.pth": alpha(1),
+              "torch/in21k_Pretrain/crate_alpha_B16_IN21K": alpha(2)}
+    files = {name: torch_bytes(crate_nn_to_crate_alpha(m.state_dict()), tmp_path) for name, m in models.items()}
+    files.update({".gitattributes": b"*.pth filter=lfs", "README.md": b"# CRATE-alpha",
+                  "jax/crate_alpha_B16_in1k.npz": b"PK\x03\x04 stand-in"})
+    snapshot(cache, "UCSC-VLAA/CRATE-alpha", MAIN, files, refs=("main",))
+    return models
+
+
+def test_a_file_inside_the_repository_is_named_by_its_path(tmp_path, monkeypatch, resolver):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    models = crate_alpha_repository(cache, tmp_path)
+    for path, model in models.items():  # the extension-less ImageNet-21K file included
+        for spec in (f"hf-hub:UCSC-VLAA/CRATE-alpha:{path}", f"hf-hub:UCSC-VLAA/CRATE-alpha@main:{path}"):
+            assert crate_nn.weights.sniff(spec) == "CRATE-α"
+            assert same_weights(crate_nn.load(spec, heads=2), model)
+    with pytest.raises(ValueError, match=r"no file 'torch/absent.pth' in the repository; it holds \['.gitattributes', "
+                                         r"'README.md', 'jax/crate_alpha_B16_in1k.npz', 'torch/crate_alpha_B16.pth'"):
+        crate_nn.load("hf-hub:UCSC-VLAA/CRATE-alpha:torch/absent.pth")
+    with pytest.raises(ValueError, match=r"a file inside the repository follows a colon: "
+                                         r"hf-hub:UCSC-VLAA/CRATE-alpha:torch/crate_alpha_B16.pth\)"):
+        crate_nn.load("hf-hub:UCSC-VLAA/CRATE-alpha/torch/crate_alpha_B16.pth")
+
+
+def test_a_repository_of_several_weight_files_is_refused_listing_them(tmp_path, monkeypatch, resolver):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    crate_alpha_repository(cache, tmp_path)
+    with pytest.raises(ValueError, match=r"^path: hf-hub:UCSC-VLAA/CRATE-alpha holds several weight files "
+                                         r"\['torch/crate_alpha_B16.pth', 'torch/crate_alpha_L14.pth'\]; name one: "
+                                         r"hf-hub:UCSC-VLAA/CRATE-alpha:torch/crate_alpha_B16.pth$"):
+        crate_nn.load("hf-hub:UCSC-VLAA/CRATE-alpha")
+    only = {"weights/model": safetensors_bytes(tiny(), tmp_path), "README.md": b"#"}  # in a sub-folder, no suffix
+    snapshot(cache, "org/nested", MAIN, only, refs=("main",))
+    with pytest.raises(ValueError, match=r"holds no weights file .* named by its path: hf-hub:org/nested:<path>"):
+        crate_nn.load("hf-hub:org/nested")
+    assert same_weights(crate_nn.load("hf-hub:org/nested:weights/model"), tiny())  # safetensors told by its bytes
+
+
+def test_nothing_outside_the_repository_is_read(tmp_path, monkeypatch, resolver):
+    """A path or a revision with '..', a ref that points out of the snapshots, a link out of the cache: each names
+    what it is and reads nothing (a refs/main holding '../' used to load a file outside the cache)."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    crate_nn.save(outside / "model.safetensors", tiny())
+    snapshot(cache, "org/crate", MAIN, {"model.safetensors": safetensors_bytes(tiny(1), tmp_path)}, refs=("main",))
+    for spec in ("hf-hub:org/crate:../../../../outside/model.safetensors", "hf-hub:org/crate:/etc/passwd",
+                 "hf-hub:org/crate@../../../../outside:model.safetensors"):
+        with pytest.raises(ValueError, match=r"leaves the repository \(an absolute path or '..'\)"):
+            crate_nn.load(spec)
+    folder = cache / "models--org--crate"
+    (folder / "refs" / "main").write_text("../../../outside")  # snapshots/../../../outside = tmp_path/outside
+    with pytest.raises(ValueError, match="not a commit hash|not to a snapshot"):
+        crate_nn.load("hf-hub:org/crate")
+    (folder / "refs" / "main").write_text(MAIN)
+    (folder / "snapshots" / MAIN / "model.safetensors").unlink()
+    (folder / "snapshots" / MAIN / "model.safetensors").symlink_to(outside / "model.safetensors")
+    with pytest.raises(ValueError, match=r"links to .*outside/model.safetensors, outside the repository's folder"):
+        crate_nn.load("hf-hub:org/crate")

@@ -112,7 +112,7 @@ def test_crate_segment_normalises_as_the_file_records_else_as_imagenet(tmp_path)
     model.preprocessing = RECORDED
     crate_nn.save(tmp_path / "recorded.pt", model)
     for name, (mean, std) in (("recorded.pt", (RECORDED.mean, RECORDED.std)), ("plain.pt", (IMAGENET_MEAN, IMAGENET_STD))):
-        args = argparse.Namespace(checkpoint=str(tmp_path / name), official=False, model=None, image_size=None,
+        args = argparse.Namespace(checkpoint=str(tmp_path / name), model=None, heads=None, image_size=None,
                                   device="cpu")
         _, transform, _ = segment.load_backbone(args)
         # the transform holds float32 buffers: the recorded float64 values rounded once

@@ -141,7 +141,7 @@ COMMANDS: dict[str, Run | StandIn | Parse] = {
     # Emergent segmentation
     "crate-train --preset objects_crate": SHORT,
     "crate-segment maps runs/objects_crate/checkpoints/last.pt photo.jpg --layer -2 --output-dir seg/": StandIn(),
-    "crate-segment maps crate_small.pth --official --model crate_small photo.jpg": StandIn(),
+    "crate-segment maps crate_small.pth --model crate_small photo.jpg": StandIn(),
     "crate-segment coco CKPT --coco-dir /data/coco --layer -1 --image-size 480 --output coco.json":
         Parse("COCO val2017 (a user's data set of GBs); tests/evaluation scores MaskCut on a stand-in"),
     "crate-segment voc CKPT --voc-dir /data/VOCdevkit --layer -1 --output voc.json":
@@ -353,23 +353,25 @@ def official_crate_demo(path: Path) -> None:
     torch.save({"state_dict": crate_nn_to_official(model.state_dict())}, path)
 
 
-HUB_ALPHA = "ORG/crate-alpha-b16"  # the repository of the README's hf-hub: line
+HUB_ALPHA = "UCSC-VLAA/CRATE-alpha"  # the repository of the README's hf-hub: line
 
 
 def hub_crate_alpha(cache: Path) -> None:
-    """A Hugging Face cache (``cache``) holding ``HUB_ALPHA`` at ``main``: ``refs/main`` → a commit whose snapshot
-    holds ``crate_alpha_B16.pth``, a one-layer CRATE-α B/16 under CRATE-α's key names (random weights)."""
+    """A Hugging Face cache (``cache``) holding ``HUB_ALPHA`` at ``main`` in its published layout: ``refs/main`` → a
+    commit whose snapshot holds ``torch/crate_alpha_B16.pth``, a one-layer CRATE-α B/16 under CRATE-α's key names
+    (random weights), beside another weights file (so the README's line must name its path)."""
     import crate_nn
     from crate_nn.official import crate_nn_to_crate_alpha
 
     commit = "0" * 40
-    repo = cache / ("models--" + HUB_ALPHA.replace("/", "--"))
-    (repo / "snapshots" / commit).mkdir(parents=True)
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text(commit)
+    folder = cache / ("models--" + HUB_ALPHA.replace("/", "--")) / "snapshots" / commit / "torch"
+    folder.mkdir(parents=True)
+    (folder.parents[2] / "refs").mkdir()
+    (folder.parents[2] / "refs" / "main").write_text(commit)
     torch.manual_seed(0)
     model = crate_nn.create_model("crate_alpha_b16", depth=1)
-    torch.save(crate_nn_to_crate_alpha(model.state_dict()), repo / "snapshots" / commit / "crate_alpha_B16.pth")
+    torch.save(crate_nn_to_crate_alpha(model.state_dict()), folder / "crate_alpha_B16.pth")
+    torch.save({}, folder / "crate_alpha_L14.pth")
 
 
 HF_CACHE = "hf-cache"  # the Hugging Face cache of the python blocks (HF_HUB_CACHE), in their directory

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..checkpoint import unwrap_model
 from ..models.blocks import LayerTrace
+from ..models.registry import unwrap_model
 from .diagnostics import (
     OFFICIAL_EPS,
     Stat,

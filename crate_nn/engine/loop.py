@@ -51,7 +51,6 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from .. import checkpoint
 from ..data.batching import EpochBatches, loader
 from . import distributed, precision, report
 from .config import TrainConfig
@@ -66,6 +65,7 @@ from .run_dir import (
     clear_run,
     data_identity,
     read_metrics,
+    read_run_state,
     rng_state,
     seed_everything,
     set_rng_state,
@@ -245,7 +245,7 @@ def _train(config: TrainConfig, ctx: distributed.Context, task_class: type[Task]
     window = LogWindow()
     data = data_identity(task.train_set)
     if config.resume:
-        state = checkpoint.read(run.last, map_location="cpu")
+        state = read_run_state(run.last)
         check_resumable(state["train_config"], config)
         check_same_data(state.get("data"), data)
         raw_model.load_state_dict(state["model"])

@@ -30,8 +30,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from .. import checkpoint
 from ..files import writing
+from ..weights import ours
 
 OWNED = ("checkpoints", "metrics.jsonl", "config.json", "summary.json", "measurements", "figures",
          "tensorboard")
@@ -118,6 +118,22 @@ def data_identity(dataset) -> dict:
         return identity
     identity["fingerprint"] = digest.hexdigest()[:16]
     return identity
+
+
+RUN_STATE = ("train_config", "optimizer", "position", "rng")
+"""What a training run's checkpoint holds beside the model, and ``--resume`` needs."""
+
+
+def read_run_state(path: Path) -> dict:
+    """The checkpoint a resumed run continues from (`crate_nn.weights.ours.read`, on the CPU); ValueError naming it
+    when it holds a model only (``crate_nn.save``, ``crate-export``), without the run's state."""
+    state = ours.read(path, map_location="cpu")
+    missing = [key for key in RUN_STATE if key not in state]
+    if missing:
+        raise ValueError(f"resume: {path} holds no training run's state ({', '.join(missing)} missing: a model-only "
+                         "checkpoint, as crate_nn.save and crate-export write); --resume continues a run from the "
+                         "last.pt it wrote itself")
+    return state
 
 
 def check_same_data(saved: dict | None, current: dict) -> None:
@@ -209,7 +225,7 @@ class RunFiles:
         if not self.enabled:
             return
         path = self.checkpoints / f"step_{step:07d}.pt"
-        checkpoint.save(path, model, extra)
+        ours.save(path, model, extra)
         tmp = self.checkpoints / ".last.pt.tmp"
         with writing("checkpoint", self.last):
             shutil.copyfile(path, tmp)

@@ -1,22 +1,21 @@
 """The model registry: model families register themselves once, named sizes are built by name.
 
-    model = crate_nn.create_model("crate_base", num_classes=10, image_size=32, patch_size=4)
-    model = crate_nn.create_model("crate_small", checkpoint="crate_small.pth")   # with the file's weights
+    model = create_model("crate_base", num_classes=10, image_size=32, patch_size=4)
 
 A *family* is a model class with its configuration dataclass (``@register_family("classifier", CRATEConfig)``);
 its instances carry ``preprocessing`` (`crate_nn.preprocessing`; None until a training run or a checkpoint sets
 it). A *model* is a family plus the keyword values of one size (`register_model`). Checkpoints store the family's
 name beside the config, so `crate_nn.load` rebuilds whatever architecture a file names (`build_model`).
-`list_models()` lists every registered size; the tests loop over it.
+`list_models()` lists every registered size; the tests loop over it. The registry reads no files:
+``crate_nn.create_model(name, checkpoint=…)`` (`crate_nn.weights.create_model`) builds a size holding a file's
+weights.
 """
 from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import os
 from dataclasses import dataclass
 
-import torch
 from torch import nn
 
 
@@ -64,6 +63,11 @@ def get_family(name: str) -> Family:
     return _FAMILIES[name]
 
 
+def families() -> tuple[Family, ...]:
+    """Every registered family, in registration order."""
+    return tuple(_FAMILIES.values())
+
+
 def list_models(pattern: str | None = None, family: str | None = None) -> list[str]:
     """Names accepted by `create_model`, in registration order: those matching the shell-style ``pattern`` (e.g.
     ``"crate_*"``, ``"*_s8"``) and of ``family`` (``"classifier"``, ``"mae"``, ``"gpt"``, …), each when given.
@@ -106,32 +110,10 @@ def build_model(config) -> nn.Module:
     return family_of(config).model_class(config)
 
 
-def create_model(name: str, checkpoint: str | os.PathLike | None = None, **overrides) -> nn.Module:
-    """Build the registered model ``name`` (e.g. ``"crate_tiny"``) with keyword overrides of its config; with
-    ``checkpoint``, holding that file's weights.
-
-    ``checkpoint``: any file (or ``hf-hub:`` name) `crate_nn.load` reads, ours or another codebase's (whose loader
-    is given this config's ``heads``). Its tensors must fit this config exactly — every key and shape (strictly;
-    ValueError naming the file and the keys otherwise); the model is built on the meta device and takes the file's
-    tensors and their dtype, and the preprocessing the file records.
-    """
-    config = model_config(name, **overrides)
-    if checkpoint is None:
-        return build_model(config)
-    from ..checkpoint import build_loaded, read_state
-    from ..official.keys import check_matches
-
-    state, preprocessing = read_state(checkpoint, heads=getattr(config, "heads", None))
-    family = family_of(config)
-    with torch.device("meta"):
-        expected = family.model_class(config).state_dict()
-    try:
-        check_matches(state, expected, "the")
-    except ValueError as err:
-        raise ValueError(f"checkpoint: {os.fspath(checkpoint)} does not fit {name!r}: {err}") from None
-    model = build_loaded(family.model_class, config, state)
-    model.preprocessing = preprocessing
-    return model
+def create_model(name: str, **overrides) -> nn.Module:
+    """Build the registered model ``name`` (e.g. ``"crate_tiny"``) with keyword overrides of its config (freshly
+    initialised; `crate_nn.create_model` also takes ``checkpoint=``)."""
+    return build_model(model_config(name, **overrides))
 
 
 def unwrap_model(model: nn.Module) -> nn.Module:

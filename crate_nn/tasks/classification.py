@@ -11,7 +11,6 @@ recipe), ``finetune`` (transfer), ``digits`` (CPU, seconds), ``tost_digits`` (To
 from __future__ import annotations
 
 import dataclasses
-import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,6 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
-from .. import checkpoint
 from ..data.batching import Batch
 from ..engine.config import Section, TrainConfig, option
 from ..engine.task import LossOutput, Task, preset, register_task, require_classes
@@ -29,9 +27,8 @@ from ..evaluation.cadence import due
 from ..evaluation.classification import evaluate
 from ..evaluation.layers import LayerMeasurements
 from ..models.classifier import CRATEClassifier, CRATEConfig
-from ..models.embedding import resample_pos_embed
 from ..models.registry import create_model, list_models, model_config
-from ..official.classifier import load_official_checkpoint
+from ..weights import init_from, read_state, starting_points
 from .images import DATA_LAYOUTS, AugmentSection, ImageDataSection, MeasureSection, image_splits, image_transforms  # noqa: F401 (crate-train --help)
 
 
@@ -45,7 +42,8 @@ class ClassifierSection(Section):
                         choices=tuple(list_models(family="classifier")))
     model_args: dict = option(
         factory=dict, help="config overrides KEY=VALUE (image_size, num_classes, in_channels come from the data)")
-    init_from: str | None = option(None, "a crate_nn or authors' checkpoint to start from (fine-tuning)")
+    init_from: str | None = option(None, "weights to start from (fine-tuning): any file crate_nn.load reads — ours, "
+                                         "the authors', CRATE-α, a CRATE-MAE's encoder — or an hf-hub: name")
 
 
 @dataclass
@@ -76,62 +74,22 @@ class ClassificationConfig(ClassifierSection, ImageDataSection, AugmentSection, 
         return super().smoke(steps, batch_size, **{"measure_epochs": (), "init_from": None, **overrides})
 
 
-def initialise_from(model: nn.Module, path: str) -> list[str]:
-    """Copy the weights of a crate_nn or authors' checkpoint into ``model`` (fine-tuning).
-
-    A checkpoint of another family whose model offers ``classifier_state_dict(config)`` (e.g. a CRATE-MAE) gives
-    its encoder. The head's final Linear is left freshly initialised when the class count differs or the checkpoint
-    has none; the position embedding is resampled (bicubic) when the patch grid differs; any other mismatch raises
-    ValueError. Returns the names of the parameters left at their initialisation.
-    """
-    if not Path(path).is_file():
-        raise ValueError(f"init_from: {path!r} does not exist")
-    payload = checkpoint.read(path)
-    if isinstance(payload, dict) and payload.get("format") == checkpoint.FORMAT:
-        source = payload["model"]
-        if payload.get("family", "classifier") != model.family:
-            other = checkpoint.model_from_payload(payload)
-            if not hasattr(other, "classifier_state_dict"):
-                raise ValueError(f"init_from: {path} holds a {payload['family']!r} model, which has no classifier "
-                                 "weights to offer")
-            source = other.classifier_state_dict(model.config)
-    else:
-        source = load_official_checkpoint(payload, heads=model.config.heads).state_dict()
-    target = model.state_dict()
-    copied, reinitialised = {}, []
-    for key, value in target.items():
-        if key.startswith("head.fc.") and (key not in source or source[key].shape != value.shape):
-            reinitialised.append(key)
-            continue
-        if key not in source:
-            raise ValueError(f"init_from: {path} has no tensor {key!r}")
-        incoming = source[key]
-        if key == "pos_embed" and incoming.shape != value.shape:
-            side = math.isqrt(value.shape[1] - 1)
-            incoming = resample_pos_embed(incoming, (side, side))
-        if incoming.shape != value.shape:
-            raise ValueError(f"init_from: {key} has shape {tuple(incoming.shape)} in {path}, the model needs "
-                             f"{tuple(value.shape)}")
-        copied[key] = incoming
-    model.load_state_dict(copied, strict=False)
-    return reinitialised
-
-
 def build_classifier(config: ClassificationConfig, from_data: dict) -> nn.Module:
-    """The model to train: ``config.model`` with ``model_args``; or, when ``init_from`` is a crate_nn classifier
-    checkpoint, the architecture stored in it, so a fine-tuning run rebuilds what was pre-trained.
-    ``from_data`` (image size, classes, channels) always comes from the data; a ``model_args`` entry that
-    contradicts the checkpoint's config raises ValueError naming it."""
-    if config.init_from and Path(config.init_from).is_file():
-        payload = checkpoint.read(config.init_from)
-        ours = isinstance(payload, dict) and payload.get("format") == checkpoint.FORMAT
-        if ours and payload.get("family", "classifier") == "classifier":
-            stored = payload["config"]
-            clash = sorted(k for k, v in config.model_args.items() if k in stored and stored[k] != v)
+    """The model to train: ``config.model`` with ``model_args``; or, when ``init_from`` is a classifier of our
+    format, the architecture stored in it, so a fine-tuning run rebuilds what was pre-trained (another codebase's
+    file does not record all of it: ``config.model`` gives the rest). ``from_data`` (image size, classes, channels)
+    always comes from the data; a ``model_args`` entry that contradicts the checkpoint's config raises ValueError
+    naming it."""
+    if config.init_from:
+        stored = read_state(config.init_from, what="init_from", families=starting_points("classifier"),
+                            heads=config.model_args.get("heads", model_config(config.model).heads))
+        if stored.ours and stored.family == "classifier":
+            saved = dataclasses.asdict(stored.config)
+            clash = sorted(k for k, v in config.model_args.items() if k in saved and saved[k] != v)
             if clash:
                 raise ValueError(f"model_args: {clash} contradict the architecture stored in init_from "
-                                 f"{config.init_from} ({ {k: stored[k] for k in clash} })")
-            return CRATEClassifier(CRATEConfig(**{**stored, **config.model_args, **from_data}))
+                                 f"{config.init_from} ({ {k: saved[k] for k in clash} })")
+            return CRATEClassifier(CRATEConfig(**{**saved, **config.model_args, **from_data}))
     return create_model(config.model, **{**config.model_args, **from_data})
 
 
@@ -150,7 +108,7 @@ class ClassificationTask(Task):
                         + (f" of {config.data_dir}" if config.data_dir else ""))
         self.model = build_classifier(config, {"image_size": config.image_size, "num_classes": info.num_classes,
                                                "in_channels": info.in_channels})
-        self.reinitialised = initialise_from(self.model, config.init_from) if config.init_from else []
+        self.reinitialised = init_from(self.model, config.init_from) if config.init_from else []
         self.train_transform, self.eval_transform = image_transforms(config, ctx.device)
         self.layers = (LayerMeasurements(self.eval_set, self.eval_transform, ctx.device,
                                          samples=config.measure_samples)

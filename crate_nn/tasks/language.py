@@ -32,7 +32,6 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset
 
-from .. import checkpoint
 from ..analysis.diagnostics import has_mssa_layers
 from ..data.corpus import TokenBlocks, TokenCorpus, corpus, stack_blocks
 from ..data.glue import TextPairs, read_glue_tsv, stdlib_next_lines
@@ -45,44 +44,15 @@ from ..engine.task import LossOutput, Task, preset, register_task, require_class
 from ..evaluation.language import as_float, classification_metrics, lm_loss, mlm_metrics, sequence_losses, spread
 from ..models.language import BERTClassifierConfig
 from ..models.registry import build_model, create_model, list_models, model_config, unwrap_model
-from ..official.gpt import gpt_config_of
 from ..preprocessing import Preprocessing
+from ..weights import init_from, read_state
+
+BERT = {"bert": "a CRATE-BERT", "bert_classifier": "a CRATE-BERT classifier"}
+"""What sequence classification fine-tunes (`crate_nn.weights.read_state`'s ``families``)."""
 
 DATA_LAYOUTS = """Data (--data-dir): a folder prepared by crate-prepare-text (meta.json, train.bin, val.bin); none = the
 built-in corpus (the standard library's source as byte tokens). Fine-tuning: a folder with train.tsv and dev.tsv in
 GLUE's format (a header row; --text-columns, --label-column); none = the built-in next-line pairs."""
-
-BACKBONE = ("wte.", "wpe.", "encoder.", "norm.")  # what a pre-trained checkpoint must provide; heads may be new
-
-
-def initialise_from(model: nn.Module, path: str) -> list[str]:
-    """Copy a pre-trained language model's weights into ``model``: a crate_nn checkpoint of any language family, or
-    a crate-lm / nanoGPT file. Every embedding, layer and final-norm tensor must be there with the same shape (the
-    position embedding may be longer: it is cropped to the model's block size, as nanoGPT's ``crop_block_size``);
-    head tensors are copied when present and of the same shape, and left at their initialisation otherwise.
-    Returns the names left at initialisation."""
-    if not Path(path).is_file():
-        raise ValueError(f"init_from: {path!r} does not exist")
-    payload = checkpoint.read(path)
-    if payload.get("format") == checkpoint.FORMAT:
-        source = payload["model"]
-    else:
-        source = gpt_config_of(payload, heads=model.config.heads)[1]
-    copied, fresh = {}, []
-    for key, value in model.state_dict().items():
-        incoming = source.get(key)
-        if key == "wpe.weight" and incoming is not None and incoming.shape[0] > value.shape[0]:
-            incoming = incoming[:value.shape[0]]
-        if incoming is not None and incoming.shape == value.shape:
-            copied[key] = incoming
-        elif key.startswith(BACKBONE):
-            found = "missing" if incoming is None else f"shape {tuple(incoming.shape)}"
-            raise ValueError(f"init_from: {key} is {found} in {path}; the model needs {tuple(value.shape)}")
-        elif key not in ("lm_head.weight", "head.decoder.weight"):  # tied to wte
-            fresh.append(key)
-    model.load_state_dict(copied, strict=False)
-    return fresh
-
 
 # --------------------------------------------------------------------------------------------- LM configs
 @dataclass
@@ -94,7 +64,8 @@ class LanguageModelSection(Section):
 
     model_args: dict = option(factory=dict, help="config overrides KEY=VALUE (vocab_size defaults to the corpus "
                                                   "tokenizer's, block_size to --block-size)")
-    init_from: str | None = option(None, "a crate_nn, crate-lm or nanoGPT checkpoint to start from")
+    init_from: str | None = option(None, "weights to start from: any language model crate_nn.load reads (ours, "
+                                         "crate-lm, nanoGPT; a file or an hf-hub: name)")
 
 
 @dataclass
@@ -200,7 +171,7 @@ class LanguageModelTask(Task):
         if self.model.config.vocab_size < self.corpus.vocab_size:
             raise ValueError(f"model_args: vocab_size={self.model.config.vocab_size} is smaller than the corpus "
                              f"tokenizer's {self.corpus.vocab_size} ({self.corpus.tokenizer})")
-        self.reinitialised = initialise_from(self.model, config.init_from) if config.init_from else []
+        self.reinitialised = init_from(self.model, config.init_from) if config.init_from else []
         windows = TokenBlocks(self.corpus.val, config.block_size, 0)
         self.measured = bool(config.measure_sequences) and has_mssa_layers(self.model)
         self.measure_tokens = (torch.stack([windows[i] for i in spread(len(windows), config.measure_sequences)])
@@ -399,11 +370,8 @@ class SequenceClassificationTask(Task):
     def __init__(self, config: SequenceClassificationConfig, ctx: distributed.Context) -> None:
         super().__init__(config, ctx)
         if config.init_from:
-            payload = checkpoint.read(config.init_from)
-            if payload.get("family") not in ("bert", "bert_classifier"):
-                raise ValueError(f"init_from: {config.init_from!r} is not a crate_nn CRATE-BERT checkpoint (family "
-                                 f"{payload.get('family')!r})")
-            backbone = payload["config"]
+            stored = read_state(config.init_from, what="init_from", families=BERT)
+            backbone = dataclasses.asdict(stored.config)
         else:
             backbone = dataclasses.asdict(model_config(config.model, **config.model_args))
         if config.data_dir is None:
@@ -423,7 +391,7 @@ class SequenceClassificationTask(Task):
         if longest > self.model.config.block_size:
             raise ValueError(f"max_length: examples of {longest} tokens exceed the model's block_size="
                              f"{self.model.config.block_size}")
-        self.reinitialised = initialise_from(self.model, config.init_from) if config.init_from else []
+        self.reinitialised = init_from(self.model, config.init_from) if config.init_from else []
 
     def collate(self, items: list) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return pad_examples(items)

@@ -34,7 +34,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from .. import checkpoint
 from ..analysis.maskcut import TAU
 from ..analysis.segmentation import image_backbone, upsample
 from ..data import build_dataset
@@ -44,6 +43,7 @@ from ..engine.loop import initial_model, train
 from ..engine.task import get_preset, preset
 from ..evaluation.segmentation import LayerScores, evaluate_objects, maskcut_masks, score_masks
 from ..models.embedding import patchify
+from ..weights import load
 from .classification import ClassificationConfig
 
 VARIANTS = {  # Table 17: the blocks differ, nothing else
@@ -153,7 +153,7 @@ def measure_checkpoint(path: str | Path, config: ClassificationConfig | None = N
 def extra_backbone(path: str | Path, config: ClassificationConfig) -> nn.Module:
     """The `image_backbone` of the checkpoint ``path`` for an extra row, checked against ``config``'s images
     (channels; the patch size must divide the image side); ValueError naming ``extra`` and the file otherwise."""
-    model = image_backbone(checkpoint.load(path), f"extra: checkpoint {path}")
+    model = image_backbone(load(path), f"extra: checkpoint {path}")
     channels, patch = len(config.mean), model.config.patch_size
     if model.config.in_channels != channels:
         raise ValueError(f"extra: checkpoint {path} takes {model.config.in_channels}-channel images; the "
@@ -207,11 +207,11 @@ def train_in_place(config: ClassificationConfig) -> nn.Module:
     resumed (a finished one only re-evaluated), one of another config is replaced."""
     if (Path(config.output_dir) / "checkpoints" / "last.pt").is_file():
         try:
-            return checkpoint.load(train(dataclasses.replace(config, resume=True)).checkpoint)
+            return load(train(dataclasses.replace(config, resume=True)).checkpoint)
         except ValueError as err:
             if not str(err).startswith("resume:"):
                 raise
-    return checkpoint.load(train(dataclasses.replace(config, overwrite=True)).checkpoint)
+    return load(train(dataclasses.replace(config, overwrite=True)).checkpoint)
 
 
 def run_experiment(output_dir: str | Path, *, seeds: Sequence[int] = (0, 1, 2, 3, 4),

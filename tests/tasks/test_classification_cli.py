@@ -15,8 +15,8 @@ from crate_nn.engine import train
 from crate_nn.evaluate import main as crate_eval
 from crate_nn.official import crate_nn_to_official
 from crate_nn.tasks import PRESETS, get_preset, list_presets
-from crate_nn.tasks.classification import initialise_from
 from crate_nn.train import main, parse_args
+from crate_nn.weights import init_from
 
 
 def test_every_preset_validates_and_documents_its_command():
@@ -84,17 +84,17 @@ def test_finetune_initialisation_reinitialises_the_head_and_resamples_positions(
     for path in (tmp_path / "pretrained.pt", official):
         target = create_model("crate_tiny", image_size=16, num_classes=5, in_channels=3, **TINY_MODEL)
         head_before = target.head.fc.weight.detach().clone()
-        assert initialise_from(target, str(path)) == ["head.fc.weight", "head.fc.bias"]
+        assert init_from(target, str(path)) == ["head.fc.weight", "head.fc.bias"]
         assert torch.equal(target.head.fc.weight, head_before)
         assert torch.equal(target.encoder.layers[1].ista.weight, source.encoder.layers[1].ista.weight)
         # the 2×2 patch grid of 8-pixel images resampled (bicubic, class token kept) to the 4×4 grid of 16 pixels
         assert torch.equal(target.pos_embed, crate_nn.resample_pos_embed(source.pos_embed, (4, 4)))
         assert torch.equal(target.pos_embed[:, 0], source.pos_embed[:, 0])
     with pytest.raises(ValueError, match="init_from: .* does not exist"):
-        initialise_from(target, str(tmp_path / "nothing.pt"))
+        init_from(target, str(tmp_path / "nothing.pt"))
     wide = create_model("crate_tiny", image_size=8, num_classes=10, in_channels=3, **{**TINY_MODEL, "dim": 32})
     with pytest.raises(ValueError, match="shape"):
-        initialise_from(wide, str(tmp_path / "pretrained.pt"))
+        init_from(wide, str(tmp_path / "pretrained.pt"))
 
 
 def test_finetune_preset_trains_from_a_checkpoint(tmp_path):

@@ -14,9 +14,9 @@ from crate_nn.engine.distributed import context
 from crate_nn.engine.task import RunPlan
 from crate_nn.models import CRATEMAE
 from crate_nn.tasks import get_preset
-from crate_nn.tasks.classification import initialise_from
 from crate_nn.tasks.mae import EVAL_STREAM, TRAIN_STREAM, MAETask, mask_noise
 from crate_nn.train import main
+from crate_nn.weights import init_from
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 from test_engine_toy import same_run  # noqa: E402 (the engine's own definition of "the same run")
@@ -92,13 +92,13 @@ def test_fine_tuning_starts_from_the_pre_trained_encoder(digits_run, tmp_path):
     mae = crate_nn.load(result.checkpoint)
     args = dict(patch_size=2, dim=32, depth=2, heads=2, patch_embed="conv", lam=0.5, pool="mean")
     classifier = crate_nn.create_model("crate_tiny", **args, image_size=8, num_classes=10, in_channels=1)
-    assert initialise_from(classifier, result.checkpoint) == ["head.fc.weight", "head.fc.bias"]
+    assert init_from(classifier, result.checkpoint) == ["head.fc.weight", "head.fc.bias"]
     images = torch.rand(4, 1, 8, 8)
     with torch.no_grad():  # the classifier's encoder output is the MAE's (same weights, same operations)
         assert torch.equal(classifier.forward_features(images), mae.forward_intermediates(images)[0])
     wrong = crate_nn.create_model("crate_tiny", **{**args, "lam": 0.1}, image_size=8, num_classes=10, in_channels=1)
     with pytest.raises(ValueError, match="init_from: the CRATE-MAE encoder has lam=0.5"):
-        initialise_from(wrong, result.checkpoint)
+        init_from(wrong, result.checkpoint)
     run = train(get_preset("mae_digits_finetune", model_args=args, init_from=result.checkpoint, max_steps=2,
                            output_dir=str(tmp_path / "ft"), progress=False, device="cpu", test_split=None))
     assert json.loads((tmp_path / "ft" / "config.json").read_text())["reinitialised_from_init"] == [

@@ -1,0 +1,45 @@
+"""`Adapter`: another codebase's weights format, as `crate_nn.weights` reads and writes it."""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """Another codebase's weights format.
+
+    Attributes:
+        name: the format's name, as `crate_nn.weights.sniff` gives it (``"CRATE-α"``).
+        family: the model family its files hold (``"classifier"``).
+        claims: the sniff: whether a file's state dict (unwrapped, `crate_nn.weights.keys.state_dict_of`) is of this
+            format; a file that two adapters claim is refused as ambiguous.
+        to_ours: ``to_ours(payload, **options) → (config, state)``: the config the file determines (completed by
+            ``options``: a registered ``name=``, ``heads=`` …) and its tensors under our names, every key and shape
+            checked (ValueError naming them); ``payload`` is the file's whole dictionary.
+        to_theirs: ``to_theirs(model) → contents``: what ``torch.save`` writes for a model of ``family``
+            (``crate-export --format <export>``); ValueError naming what the format cannot hold.
+        export: the name ``crate-export --format`` gives the format.
+        hints: the config options its files do not fix, which reading them needs given (``heads``: the tensors fix
+            K·p only); ``crate-export`` passes them when it reads a file back.
+        allowed: types its torch files hold beside tensors and plain values, allowed when reading them
+            (``weights_only=True``; FAIR-MAE's ``argparse.Namespace``).
+    """
+
+    name: str
+    family: str
+    claims: Callable[[Mapping[str, torch.Tensor]], bool]
+    to_ours: Callable[..., tuple[Any, dict[str, torch.Tensor]]]
+    to_theirs: Callable[[nn.Module], dict]
+    export: str
+    hints: tuple[str, ...] = ("heads",)
+    allowed: tuple[type, ...] = ()
+
+
+def prefixed(state: Mapping, prefix: str) -> bool:
+    """Whether some key of ``state`` begins with ``prefix`` (for `Adapter.claims`)."""
+    return any(k.startswith(prefix) for k in state)

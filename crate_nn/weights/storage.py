@@ -1,0 +1,155 @@
+"""Weight files as bytes: atomic writes, safe torch reads, safetensors reads and writes.
+
+Nothing here knows a format: `crate_nn.weights.ours` and the adapters decide what the dictionaries mean. A write goes
+to a temporary file beside the target, is fsynced and renamed over it, so a crash or a full disk never leaves a
+half-written file under the final name; the operating system's refusal is `crate_nn.files.WriteError` naming the
+file, even where torch's zip writer turns it into its own ``RuntimeError``. A torch file is read with
+``weights_only=True`` (no arbitrary unpickling); a file that is missing, empty, truncated or of another kind is a
+ValueError naming it. Whether a file is safetensors or torch is told from its first bytes, so files without a
+suffix (as some published weights are) are read too.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import struct
+import tempfile
+from collections.abc import Callable, Iterable
+
+import torch
+
+from ..extras import require
+from ..files import writing
+
+SAFETENSORS = ".safetensors"
+TORCH_MAGIC = (b"PK\x03\x04", b"\x80")
+"""How torch files begin: a zip archive (torch.save since 1.6), or a pickle (the legacy format)."""
+
+
+def writes_safetensors(path) -> bool:
+    """Whether a path to write names a safetensors file (by its suffix)."""
+    return os.fspath(path).endswith(SAFETENSORS)
+
+
+def is_safetensors(path: str) -> bool:
+    """Whether the existing file ``path`` is safetensors: by its suffix, else by its first bytes (an 8-byte header
+    length that fits the file, then ``{``), so a file without a suffix is told apart from a torch file."""
+    if path.endswith(SAFETENSORS):
+        return True
+    try:
+        with open(path, "rb") as f:
+            head = f.read(9)
+        size = os.path.getsize(path)
+    except OSError:
+        return False
+    if len(head) < 9 or head.startswith(TORCH_MAGIC):
+        return False
+    return head[8:9] == b"{" and struct.unpack("<Q", head[:8])[0] <= size - 8
+
+
+def require_file(path: str, what: str) -> None:
+    """ValueError ``<what>: '<path>' does not exist or is not a file`` unless it is one."""
+    if not os.path.isfile(path):
+        raise ValueError(f"{what}: {path!r} does not exist or is not a file")
+
+
+def atomic_save(payload, path: str | os.PathLike) -> None:
+    """``torch.save(payload)`` to a temporary file beside ``path``, fsync, then rename it to ``path``. A write the
+    operating system refuses (a full disk) raises `crate_nn.files.WriteError` naming ``path``."""
+    atomic_write(path, lambda f: torch.save(payload, f))
+
+
+class _Recording:
+    """The file a writer writes to, remembering the operating system's refusal: torch's zip writer reports a failed
+    write as its own RuntimeError (``[enforce fail at inline_container.cc] unexpected pos …``), which says neither
+    the file nor the reason."""
+
+    def __init__(self, file) -> None:
+        self.file, self.refusal = file, None
+
+    def write(self, data) -> int:
+        try:
+            return self.file.write(data)
+        except OSError as err:
+            self.refusal = err
+            raise
+
+    def flush(self) -> None:
+        self.file.flush()
+
+
+def atomic_write(path: str | os.PathLike, write: Callable) -> None:
+    """``write(file)`` into a temporary file beside ``path``, fsync, then rename it to ``path``; no temporary file is
+    left behind on failure, and the operating system's refusal is a WriteError naming ``path``."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    with writing("checkpoint", path):
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".part", dir=directory)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                recording = _Recording(f)
+                try:
+                    write(recording)
+                except RuntimeError:
+                    if recording.refusal is None:
+                        raise
+                    raise recording.refusal from None
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; a checkpoint gets the mode any new file gets
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+
+def _read_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _read_umask()  # read once at import (os.umask can only be read by setting it)
+
+
+def read_torch(path: str, map_location="cpu", allowed: Iterable[type] = (), what: str = "checkpoint"):
+    """What a torch file holds, read with ``weights_only=True`` and the types ``allowed`` beside tensors and plain
+    values; ValueError naming the file when it is missing, empty, truncated or not a torch file."""
+    require_file(path, what)
+    try:
+        with torch.serialization.safe_globals(list(allowed)):
+            return torch.load(path, map_location=map_location, weights_only=True)
+    except (RuntimeError, EOFError, KeyError, ValueError, pickle.UnpicklingError, UnicodeDecodeError) as err:
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(f"{what}: {path!r} is not a readable torch checkpoint (empty, truncated or another kind "
+                         f"of file): {type(err).__name__}: {reason[:300]}") from err
+
+
+def _safetensors():
+    require("safetensors", "path", "a .safetensors file")
+    import safetensors.torch
+
+    return safetensors.torch
+
+
+def read_safetensors(path: str, map_location="cpu", what: str = "checkpoint") -> tuple[dict, dict[str, str]]:
+    """(the tensors, the header's metadata) of a safetensors file; ValueError naming it when it is missing or not
+    safetensors."""
+    require_file(path, what)
+    safetensors_torch = _safetensors()
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(path, framework="pt") as f:
+            metadata = f.metadata() or {}
+        return safetensors_torch.load_file(path, device=str(map_location)), metadata
+    except (SafetensorError, OSError, ValueError, json.JSONDecodeError) as err:
+        raise ValueError(f"{what}: {path!r} is not a readable safetensors file: {err}") from None
+
+
+def write_safetensors(path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
+    """``tensors`` with ``metadata`` in the header, written atomically (`atomic_write`)."""
+    data = _safetensors().save(tensors, metadata=metadata)
+    atomic_write(path, lambda f: f.write(data))
