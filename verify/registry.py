@@ -21,6 +21,8 @@ measured figure(s), the verdict *computed from them* (see :mod:`verify.verdicts`
 optionally a :class:`Headline`: the one number the report's summary shows for the claim.
 
 ``expected_verdict`` records the verdict the claim expects, so that the audit doubles as a regression check;
+``expected_labels`` (optional) the labels it expects where one verdict covers several outcomes (the joint rule's
+``collapse`` and ``no compression`` both fail): compared with the result's ``labels``;
 ``provenance`` says where that expectation comes from (:data:`PROVENANCES`): an analysis written before measuring,
 or a measurement — for the latter "as expected" is a regression check only. ``kind`` says what sort of check the
 claim is (:data:`KINDS`). Both are required, and put last in each decorator.
@@ -135,7 +137,9 @@ class Result:
     ``measured``: the measured figure(s) as one short line for the table; ``verdict``: one of :data:`VERDICTS`,
     computed from the numbers; ``data``: the numbers themselves (JSON-serialisable) for ``report.json``;
     ``figures``: paths of the PNG files written (relative to the output directory or absolute); ``headline``: the
-    number the report's summary shows (optional; the summary falls back to ``measured``).
+    number the report's summary shows (optional; the summary falls back to ``measured``); ``labels``: the labels
+    behind the verdict, e.g. the joint rule's per layer (`verify.joint.layer_labels`), which a claim's
+    ``expected_labels`` are compared with.
     """
 
     measured: str
@@ -143,6 +147,7 @@ class Result:
     data: dict[str, Any] = field(default_factory=dict)
     figures: list[str] = field(default_factory=list)
     headline: Headline | None = None
+    labels: str | None = None
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -168,6 +173,8 @@ class Claim:
     modes: tuple[str, ...] = MODES
     full_verdict: str | None = None
     committed: str | None = None
+    expected_labels: str | None = None
+    full_labels: str | None = None
 
     def __post_init__(self) -> None:
         _check(self.id, "expected_verdict", self.expected_verdict, VERDICTS)
@@ -187,6 +194,12 @@ class Claim:
         """The expected verdict of a ``mode`` audit: ``full_verdict`` under --full where one is given (a claim whose
         quick runs resolve less or otherwise than the preset's), else ``expected_verdict``."""
         return self.full_verdict if mode == "full" and self.full_verdict is not None else self.expected_verdict
+
+    def labels_match(self, result: Result | None, mode: str) -> bool:
+        """Whether ``result``'s labels are those expected in ``mode`` (``expected_labels`` in quick mode,
+        ``full_labels`` under --full); True where none are expected."""
+        expected = self.full_labels if mode == "full" else self.expected_labels
+        return expected is None or (result is not None and result.labels == expected)
 
     def matches(self, selector: str) -> bool:
         """True when ``selector`` is this claim's id, an id prefix ending at a dash/dot (``2.11``), or a tag."""
@@ -212,6 +225,8 @@ def claim(
     provenance: str,
     full_verdict: str | None = None,
     committed: str | None = None,
+    expected_labels: str | None = None,
+    full_labels: str | None = None,
 ) -> Callable[[Callable[..., Result]], Callable[..., Result]]:
     """Register the decorated measurement function as a claim (see the module docstring).
 
@@ -221,7 +236,8 @@ def claim(
     --full where it differs from the quick mode's ``expected_verdict`` (the ``expected`` text says why);
     ``committed``: the replication (``results/NAME``, `verify.committed`) whose committed runs a ``--full``-only
     trained claim reads in quick mode — measured in both modes once ``results/NAME/runs.json`` exists, under
-    --full only before. Registration refuses an unknown verdict, mode, kind or provenance (``ValueError``, see
+    --full only before; ``expected_labels`` / ``full_labels``: the `Result.labels` expected in quick mode / under
+    --full (optional; a claim whose labels differ from them does not match its expectation, verdict alike). Registration refuses an unknown verdict, mode, kind or provenance (``ValueError``, see
     :class:`Claim`), and a function that does not take the context alone (``TypeError``).
     """
     modes = tuple(modes)
@@ -233,7 +249,8 @@ def claim(
                      f"(python -m verify.record {committed} records them)")
     spec = dict(id=id, tags=tuple(tags), reference=reference, statement=statement, measures=measures,
                 expected=expected, expected_verdict=expected_verdict, kind=kind, provenance=provenance,
-                modes=modes, full_verdict=full_verdict, committed=committed)
+                modes=modes, full_verdict=full_verdict, committed=committed, expected_labels=expected_labels,
+                full_labels=full_labels)
 
     def register(fn: Callable[..., Result]) -> Callable[..., Result]:
         required = [p for p in inspect.signature(fn).parameters.values() if p.default is p.empty

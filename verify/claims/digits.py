@@ -20,7 +20,19 @@ import torch
 import crate_nn
 from verify import digits, plots
 from verify.context import Context
-from verify.joint import SIDES, TRAINING_RULE, Judgement, at, compresses, describe, from_layer_2, per_layer
+from verify.joint import (
+    SIDES,
+    TRAINING_RULE,
+    Judgement,
+    Sizes,
+    at,
+    compresses,
+    describe,
+    from_layer_2,
+    layer_labels,
+    named_labels,
+    per_layer,
+)
 from verify.registry import Headline, Result, claim
 from verify.statistics import compare, interval, intervals
 
@@ -60,9 +72,15 @@ def _joint(runs, model: str, layer: int) -> dict[str, np.ndarray]:
     return at([run[model]["profile"] for run in runs], "half", layer)
 
 
+def _sizes(runs) -> Sizes:
+    """The size measured (the collapse floor's), from the profiles or, for stored ones that predate it, the preset."""
+    return Sizes.of([run["trained"]["profile"] for run in runs], Sizes.of_images(digits.recipe()))
+
+
 def joint_per_layer(runs) -> list[Judgement]:
     """The joint judgement of trained against init at every layer, paired by seed."""
-    return per_layer([run["trained"]["profile"] for run in runs], [run["init"]["profile"] for run in runs])
+    return per_layer([run["trained"]["profile"] for run in runs], [run["init"]["profile"] for run in runs],
+                     sizes=_sizes(runs))
 
 
 def _protocol_claim(name: str) -> None:
@@ -153,7 +171,7 @@ def digits_joint(ctx) -> Result:
                   {"per_layer": [j.as_dict() for j in judged],
                    "trained": {n: digits.per_seed(runs, "trained", p).mean(0) for n, p in JOINT.items()},
                    "init": {n: digits.per_seed(runs, "init", p).mean(0) for n, p in JOINT.items()}}, [figure],
-                  Headline.of_judgement(f"ℓ {len(judged)}", judged[-1]))
+                  Headline.of_judgement(f"ℓ {len(judged)}", judged[-1]), labels=layer_labels(judged))
 
 
 WEIGHT_DECAYS = (0.05, 0.5, 1.0)
@@ -210,7 +228,8 @@ def weight_decay(ctx) -> Result:
                   {"table": {str(wd): {n: [d.as_dict() for d in v] for n, v in t.items()} for wd, t in table.items()},
                    "joint": {str(wd): [j.as_dict() for j in v] for wd, v in joint.items()},
                    "depends": depends, "u_norm_trained": {str(k): v for k, v in u_norm.items()},
-                   "validation_top1": {str(k): v.as_dict() for k, v in validation.items()}}, [figure])
+                   "validation_top1": {str(k): v.as_dict() for k, v in validation.items()}}, [figure],
+                  labels="; ".join(f"wd {wd}: {layer_labels(joint[wd])}" for wd in WEIGHT_DECAYS))
 
 
 @claim(
@@ -237,15 +256,17 @@ def digits_depth(ctx) -> Result:
     official = digits.per_seed(runs, "trained", PROTOCOLS["official"][0])
     depth = official.shape[1]
     steps = [compare(official[:, i + 1] - official[:, i], direction="below") for i in range(depth - 1)]
-    later = compresses(_joint(runs, "trained", depth), _joint(runs, "trained", 2))
-    first = compresses(_joint(runs, "trained", 2), _joint(runs, "trained", 1))
+    floor = _sizes(runs).floor
+    later = compresses(_joint(runs, "trained", depth), _joint(runs, "trained", 2), floor=floor)
+    first = compresses(_joint(runs, "trained", 2), _joint(runs, "trained", 1), floor=floor)
     verdicts = {c.verdict for c in steps[1:]} | {later.verdict}
     verdict = "fails" if "fails" in verdicts else ("holds" if verdicts == {"holds"} else "inconclusive")
     return Result(f"authors' R^c layer 1 → 2 {steps[0].text()}, then "
                   + ", ".join(c.text() for c in steps[1:]) + f"; joint layer 1 → 2: {first.text()}; layer 2 → "
                   f"{depth}: {later.text()}", verdict,
                   {"official_steps": [c.as_dict() for c in steps], "joint_layer_1_to_2": first.as_dict(),
-                   "joint_layer_2_to_last": later.as_dict()})
+                   "joint_layer_2_to_last": later.as_dict()},
+                  labels=named_labels({"layer 1 → 2": first, f"layer 2 → {depth}": later}))
 
 
 @claim(

@@ -262,7 +262,8 @@ def _joint_claim(expected_verdict: str, note: str) -> None:
     )
     def measure(ctx) -> Result:
         profiles = _run(ctx)["joint"]
-        return joint.against_init(profiles["dino"], profiles["random init"])
+        return joint.against_init(profiles["dino"], profiles["random init"],
+                                  sizes=joint.Sizes.of_images(_dino_config(ctx.quick)))
 
 
 _ONE_EPOCH = "; the teacher moves little in 21 steps at λ ≥ 0.99, so every difference is small"

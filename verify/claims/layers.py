@@ -35,7 +35,7 @@ from crate_theory.protocol import compression_profile
 from crate_theory.synthetic import orthonormal_bases, random_orthogonal, sample_tokens
 from verify import plots
 from verify.context import Context
-from verify.joint import Judgement, compresses
+from verify.joint import Judgement, Sizes, compresses, layer_labels, named_labels
 from verify.registry import Headline, Result, claim
 from verify.statistics import compare, interval, intervals
 
@@ -47,8 +47,9 @@ DRAWS = 4
 (common random numbers), so the comparisons see little of their Monte-Carlo error: the spread of a difference
 over seeds is the same with 2 or 16 draws (measured, axis-aligned stack, layer 8 − layer 2)."""
 
-MEASURES = ("rate", "relative", "specific", "spread", "alignment", "isotropic_alignment", "norm", "sparsity")
-JOINT = ("specific", "alignment", "spread")
+MEASURES = ("rate", "relative", "specific", "spread", "alignment", "isotropic_alignment", "norm", "sparsity",
+            "rate_reduction", "nonnegative")
+JOINT = ("specific", "alignment", "spread", "rate_reduction", "nonnegative")
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,12 @@ CONTROLS = {
 def _sizes(ctx) -> tuple[int, int, int, int]:
     """(d, n, K, depth): quick, or the CRATE-Base depth with d = 128 under --full."""
     return ctx.pick((32, 64, 4, 8), (128, 196, 8, 12))
+
+
+def _floor(ctx) -> float:
+    """The joint rule's collapse floor at the stacks' size (verify.joint, crate_theory.protocol.collapse_floor)."""
+    d, n, K, _ = _sizes(ctx)
+    return Sizes(d, n, K).floor
 
 
 def _stack(ctx, name: str, seeds: int = SEEDS) -> np.ndarray:
@@ -115,7 +122,8 @@ def _profile(mode: str, seed: int, sizes: tuple[int, int, int, int], name: str, 
         joint = compression_profile(Z, U, labels=tokens.labels, draws=DRAWS,
                                     seed=base.rng_for(f"yardsticks-{s}"))
         rows.append([compression_rate(Z, U, 1.0), joint.relative, joint.specific, joint.spread, joint.alignment,
-                     joint.isotropic_alignment, np.linalg.norm(Z, axis=0).mean(), np.mean(Z != 0)])
+                     joint.isotropic_alignment, np.linalg.norm(Z, axis=0).mean(), np.mean(Z != 0),
+                     joint.rate_reduction, joint.nonnegative])
     return rows
 
 
@@ -196,11 +204,11 @@ TREND_RULE = ("from layer 2 on (layer 1, which holds the first sparsification, i
               "`inconclusive` when the seeds cannot tell")
 
 
-def trend_from_layer_2(values: np.ndarray) -> tuple[Judgement, float, str]:
+def trend_from_layer_2(values: np.ndarray, floor: float) -> tuple[Judgement, float, str]:
     """`TREND_RULE` on Z^{ℓ+1/2}: (joint judgement of the last layer against layer 2, share of falling steps of the
-    mean subspace-specific R^c over layers 2 … L, verdict)."""
+    mean subspace-specific R^c over layers 2 … L, verdict); ``floor``: the collapse floor."""
     depth = _depth(values)
-    joint = compresses(_joint(values, _half(depth)), _joint(values, _half(2)))
+    joint = compresses(_joint(values, _half(depth)), _joint(values, _half(2)), floor=floor)
     specific = _halves(_measure(values, "specific"))[:, 1:].mean(0)
     falling = float(np.mean(np.diff(specific) < 0))
     verdict = "fails" if joint.verdict == "holds" and falling < MOST else joint.verdict
@@ -271,9 +279,9 @@ def _curve(values) -> str:
     kind="ideal", provenance="measurement",
 )
 def ideal_compression(ctx) -> Result:
-    values = _stack(ctx, "CRATE")
-    joint, falling, verdict = trend_from_layer_2(values)
-    first = compresses(_joint(values, _half(2)), _joint(values, _half(1)))
+    values, floor = _stack(ctx, "CRATE"), _floor(ctx)
+    joint, falling, verdict = trend_from_layer_2(values, floor)
+    first = compresses(_joint(values, _half(2)), _joint(values, _half(1)), floor=floor)
     specific, rate = _halves(_measure(values, "specific")).mean(0), _halves(_measure(values, "rate")).mean(0)
     figure = _controls_figure(ctx)
     return Result(f"layer 1 → 2: {first.text()}; layer 2 → {_depth(values)}: {joint.text()}, specific R^c falls at "
@@ -283,12 +291,13 @@ def ideal_compression(ctx) -> Result:
                             "spread_halves": _halves(_measure(values, "spread")).mean(0),
                             "alignment_halves": _halves(_measure(values, "alignment")).mean(0),
                             "norm_stations": _measure(values, "norm").mean(0)}, [figure],
-                  Headline.of_judgement(f"2→{_depth(values)}", joint))
+                  Headline.of_judgement(f"2→{_depth(values)}", joint),
+                  labels=named_labels({"layer 1 → 2": first, f"layer 2 → {_depth(values)}": joint}))
 
 
-def _mssa_steps(values: np.ndarray) -> list[Judgement]:
+def _mssa_steps(values: np.ndarray, floor: float) -> list[Judgement]:
     """The joint judgement of every layer's MSSA half-step, Z^{ℓ+1/2} against Z^ℓ, ℓ = 1 … L."""
-    return [compresses(_joint(values, _half(layer)), _joint(values, _input(layer)))
+    return [compresses(_joint(values, _half(layer)), _joint(values, _input(layer)), floor=floor)
             for layer in range(1, _depth(values) + 1)]
 
 
@@ -314,11 +323,11 @@ def _mssa_steps(values: np.ndarray) -> list[Judgement]:
 def ideal_half_steps(ctx) -> Result:
     values = _stack(ctx, "CRATE")
     mssa_raw, ista_raw = _half_steps(values, "rate")
-    steps = _mssa_steps(values)
+    steps = _mssa_steps(values, _floor(ctx))
     return Result(f"MSSA half-step, layer 1: {steps[0].text()}; {_labels(steps[1:])}; raw ΔR^c per MSSA half-step "
                   f"{mssa_raw.mean():+.2f}, per LN + ISTA half-step {ista_raw.mean():+.2f}", over_layers(steps[1:]),
                   {"mssa_delta_rate": mssa_raw.mean(0), "ista_delta_rate": ista_raw.mean(0),
-                   "mssa_step": [j.as_dict() for j in steps]})
+                   "mssa_step": [j.as_dict() for j in steps]}, labels=layer_labels(steps))
 
 
 @claim(
@@ -341,19 +350,21 @@ def ideal_half_steps(ctx) -> Result:
 def ideal_shrink(ctx) -> Result:
     values = _stack(ctx, "(27) shrink")
     mssa_raw, ista_raw = _half_steps(values, "rate")
-    steps = _mssa_steps(values)
+    steps = _mssa_steps(values, _floor(ctx))
     figure = _controls_figure(ctx)
     return Result(f"MSSA half-step, layer 1: {steps[0].text()}; {_labels(steps[1:])}; raw ΔR^c per MSSA half-step "
                   f"{mssa_raw.mean():+.1f}, per LN + ISTA {ista_raw.mean():+.1f}", over_layers(steps[1:]),
                   {"mssa_delta_rate": mssa_raw.mean(0), "ista_delta_rate": ista_raw.mean(0),
                    "mssa_step": [j.as_dict() for j in steps],
-                   "retained_alignment": interval(_retained_alignment(values)).as_dict()}, [figure])
+                   "retained_alignment": interval(_retained_alignment(values)).as_dict()}, [figure],
+                  labels=layer_labels(steps))
 
 
 def _paired_outputs(ctx, name: str, other: str) -> list[Judgement]:
     """Per layer ℓ = 1 … L, the joint judgement of ``name`` against ``other`` at Z^{ℓ+1}, paired by seed."""
-    a, b = _stack(ctx, name), _stack(ctx, other)
-    return [compresses(_joint(a, _output(layer)), _joint(b, _output(layer))) for layer in range(1, _depth(a) + 1)]
+    a, b, floor = _stack(ctx, name), _stack(ctx, other), _floor(ctx)
+    return [compresses(_joint(a, _output(layer)), _joint(b, _output(layer)), floor=floor)
+            for layer in range(1, _depth(a) + 1)]
 
 
 CREDIT_VARIANTS = {"T = 1": ("CRATE", "ISTA only"), "T = √p": ("CRATE, T = √p", "ISTA only"),
@@ -388,7 +399,8 @@ def ideal_attention_credit(ctx) -> Result:
     first, last = next(iter(judged.items()))
     return Result("; ".join(f"{v}: {_labels(j[1:])} (layer {len(j)}: {j[-1].text()})" for v, j in judged.items()),
                   verdict, {v: [x.as_dict() for x in j] for v, j in judged.items()},
-                  headline=Headline.of_judgement(f"{first}, ℓ {len(last)}", last[-1]))
+                  headline=Headline.of_judgement(f"{first}, ℓ {len(last)}", last[-1]),
+                  labels="; ".join(f"{v}: {layer_labels(j)}" for v, j in judged.items()))
 
 
 @claim(
@@ -411,7 +423,7 @@ def ideal_attention_credit(ctx) -> Result:
 def ideal_random_layers(ctx) -> Result:
     judged = _paired_outputs(ctx, "CRATE", "random layers")
     return Result(f"CRATE against random layers at layer {len(judged)}: {judged[-1].text()}", judged[-1].verdict,
-                  {"per_layer": [j.as_dict() for j in judged]})
+                  {"per_layer": [j.as_dict() for j in judged]}, labels=layer_labels(judged))
 
 
 ORIENTATION_SEEDS = 96
@@ -450,9 +462,10 @@ def ideal_orientation(ctx) -> Result:
     kept = compare(_retained_alignment(axis), _retained_alignment(rand), direction="above")
     depth = _depth(axis)
     many = _stack(ctx, "axis-aligned", ORIENTATION_SEEDS)
-    first = compresses(_joint(axis, _half(2)), _joint(axis, _half(1)))
-    later = {"axis-aligned": compresses(_joint(many, _half(depth)), _joint(many, _half(2))),
-             "random": compresses(_joint(rand, _half(depth)), _joint(rand, _half(2)))}
+    floor = _floor(ctx)
+    first = compresses(_joint(axis, _half(2)), _joint(axis, _half(1)), floor=floor)
+    later = {"axis-aligned": compresses(_joint(many, _half(depth)), _joint(many, _half(2)), floor=floor),
+             "random": compresses(_joint(rand, _half(depth)), _joint(rand, _half(2)), floor=floor)}
     verdicts = (kept.verdict, later["axis-aligned"].verdict)
     verdict = "fails" if "fails" in verdicts else ("holds" if set(verdicts) == {"holds"} else "inconclusive")
     figure = _controls_figure(ctx)
@@ -461,7 +474,9 @@ def ideal_orientation(ctx) -> Result:
                   f"{first.text()}; layer 2 → {depth} ({ORIENTATION_SEEDS} seeds): {later['axis-aligned'].text()}; "
                   f"randomly oriented layer 2 → {depth}: {later['random'].label}", verdict,
                   {"retained_difference": kept.as_dict(), "axis_layer_1_to_2": first.as_dict(),
-                   **{f"{name}_layer_2_to_last": j.as_dict() for name, j in later.items()}}, [figure])
+                   **{f"{name}_layer_2_to_last": j.as_dict() for name, j in later.items()}}, [figure],
+                  labels=named_labels({"axis-aligned layer 1 → 2": first,
+                                       **{f"{name} layer 2 → {depth}": j for name, j in later.items()}}))
 
 
 @claim(

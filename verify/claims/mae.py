@@ -268,8 +268,9 @@ def _joint_steps(ctx, model: str, part: str) -> list[joint.Judgement]:
     profiles = [run[model][f"joint_{part}"] for run in _measurements(ctx.quick, ctx.seed)]
     before, after = ("input", "half") if part == "encoder" else ("half", "output")
     rule = joint.compresses if part == "encoder" else joint.expands
-    depth = len(profiles[0]["specific"][after])
-    return [rule(joint.at(profiles, after, layer), joint.at(profiles, before, layer)) for layer in range(1, depth + 1)]
+    depth, floor = len(profiles[0]["specific"][after]), joint.Sizes.of(profiles).floor
+    return [rule(joint.at(profiles, after, layer), joint.at(profiles, before, layer), floor=floor)
+            for layer in range(1, depth + 1)]
 
 
 def _step_claim(part: str, equation: str, expected_verdict: str, note: str) -> None:
@@ -304,7 +305,7 @@ def _step_claim(part: str, equation: str, expected_verdict: str, note: str) -> N
                       {"trained": [j.as_dict() for j in trained], "untrained": [j.as_dict() for j in init],
                        "raw_rc_before": _mean(ctx, "trained", before).tolist(),
                        "raw_rc_after": _mean(ctx, "trained", after).tolist()}, [],
-                      Headline.of_judgement(f"ℓ {len(trained)}", trained[-1]))
+                      Headline.of_judgement(f"ℓ {len(trained)}", trained[-1]), labels=joint.layer_labels(trained))
 
 
 _step_claim("encoder", "56", "fails", ". Expected to fail (recorded after measuring, quick, base seeds 0–2; the former "
