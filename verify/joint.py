@@ -24,15 +24,19 @@ over ≥ 3 seeds, paired when the seeds pair A and B):
 
 Beside every judgement, not deciding it, the paper's own objective: ``rate_reduction``, ΔR = R(Ẑ) − R^c(Ẑ | U) of
 the unit tokens (eqs. 8, 13–14), as a comparison A − B with its interval ("ΔR not stored" where a stored profile
-predates it). ΔR does not decide because it does not separate the two things the rule must tell apart: moving
-tokens onto their subspaces raises it (R^c falls, R stays), but so can an early stage of collapse (R^c falls faster
-than R while the tokens bunch inside their subspaces), and it moves with the class shares, the coherence of U and
-the number of tokens at a fixed configuration, with no yardstick at the size measured.
+predates it). On the calibration cases (`verify.joint_calibration`) it rises wherever tokens move onto their
+subspaces and falls for every collapse, rotation away and ReLU. It does not decide because (1) the claims are
+about compression, R^c (Figs. 14–15), and ΔR mixes in R, the expansion term, at another operating point (α = Kβ)
+where LayerNorm's removal of the mean direction already reads as lost rate (``crate_theory.protocol``); (2) it has
+no yardstick at the size measured: the same construction moves it by +3 nats at d 32, n 64 and by +31 at d 96,
+n 5, so the size of a difference cannot be weighed; (3) it cannot tell collapse from no compression, nor either
+from a sparsification (all lower it).
 
 **Why a floor, and this one.** Tokens moved exactly onto their own subspaces — the signal model (10), the extreme of
 compression — lower ``spread`` a little wherever the subspaces do not share the tokens as isotropic tokens share
 the space: unequal class shares, mildly coherent subspaces, few tokens per input (measured: shares 0.4/0.2/0.2/0.2
-lower it by 0.005 at d 32, n 64, K 4). Read as collapse whatever its size, such a drop vetoed true compression.
+lower it by 0.0046 ± 0.0003 at d 32, n 64, K 4). Read as collapse whatever its size, such a drop vetoed true
+compression.
 A spread drop therefore counts as collapse only beyond the largest drop those exact-subspace constructions cause
 at the same size (`crate_theory.protocol.collapse_floor`: balanced, unbalanced and coherent, each by Monte-Carlo
 with its 95% upper bound). The alternative — comparing a token set's spread with that of tokens of the signal
@@ -43,7 +47,7 @@ reference collapses with the tokens, excusing the collapse it should find; it al
 stored runs lack. The floor needs only the sizes, has no free parameter beyond the constructions' definitions,
 and leaves every pull towards one shared direction or point (drops of 0.4–0.8) far beyond it. What it does not
 cover: a configuration outside the constructions — e.g. every token of an input in one subspace, which at the
-digits CRATE's size (d 96, 5 tokens, K 4) lowers spread by about 0.011 against a floor of 0.001 — is read as
+digits CRATE's size (d 96, 5 tokens, K 4) lowers spread by 0.015 ± 0.0005 against a floor of 0.0011 — is read as
 collapse.
 
 A pull of each class onto one point inside its own subspace is collapse too: R^c falls (to the rate of one point

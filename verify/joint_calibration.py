@@ -45,14 +45,16 @@ from verify.joint import Judgement, Sizes, compresses
 SEEDS = 16
 """Seeds per case (as the ideal stacks' claims): each draws its own subspaces, memberships and tokens."""
 DRAWS = 4
-"""Yardstick sets per token set (as the ideal stacks' claims)."""
+"""Yardstick sets per token set (as the ideal stacks' claims; the digits-size cases take 2, as the digits claims)."""
+DIGITS = dict(size=(96, 5, 4), inputs=40, draws=2)
+"""The digits CRATE's size and its claims' quick measurement: 5 tokens per input, 40 inputs, 2 yardstick sets."""
 
 
 @dataclass(frozen=True)
 class Case:
     """One calibration case: ``build(rng)`` → (A, U_A, B, U_B, labels) for one token set, at ``size`` (d, n, K);
-    ``inputs`` token sets per seed (their measures averaged, as a trained model's over images); ``label`` the rule's
-    label the papers' definitions give, and why (``paper``)."""
+    ``inputs`` token sets per seed (their measures averaged, as a trained model's over images) with ``draws``
+    yardstick sets each; ``label`` the rule's label the papers' definitions give, and why (``paper``)."""
 
     name: str
     paper: str
@@ -60,6 +62,7 @@ class Case:
     build: Callable
     size: tuple[int, int, int] = (32, 64, 4)
     inputs: int = 1
+    draws: int = DRAWS
 
 
 def _setting(rng, d: int, n: int, K: int, coherent: bool = False, balanced: bool = True):
@@ -122,9 +125,9 @@ CASES = (
     Case("onto subspaces, unbalanced 0.4/0.2/0.2/0.2", ON_SUBSPACES, "compression", _onto_subspaces(balanced=False)),
     Case("onto subspaces, coherent (largest cosine 0.3)", ON_SUBSPACES, "compression", _onto_subspaces(True)),
     Case("onto subspaces, balanced, digits size", ON_SUBSPACES + "; 5 tokens per input", "compression",
-         _onto_subspaces(), (96, 5, 4), 40),
+         _onto_subspaces(), **DIGITS),
     Case("onto subspaces, unbalanced, digits size", ON_SUBSPACES + "; 5 tokens per input", "compression",
-         _onto_subspaces(balanced=False), (96, 5, 4), 40),
+         _onto_subspaces(balanced=False), **DIGITS),
     Case("each class onto one point of its subspace", "R^c falls, but the objective wants the features 'not "
          "collapsed to individual points' (Sec. 2.1, Remark 3)", "collapse", _class_points),
     Case("all tokens onto one shared direction", "every token alike", "collapse", _shared_direction),
@@ -142,8 +145,8 @@ CASES = (
 MEASURED = ("specific", "alignment", "spread", "rate_reduction", "nonnegative")
 
 
-def _measures(Z, U, labels, seed) -> dict[str, float]:
-    return {k: v for k, v in compression_profile(Z, U, labels=labels, draws=DRAWS, seed=seed).as_dict().items()
+def _measures(Z, U, labels, draws, seed) -> dict[str, float]:
+    return {k: v for k, v in compression_profile(Z, U, labels=labels, draws=draws, seed=seed).as_dict().items()
             if k in MEASURED}
 
 
@@ -154,8 +157,8 @@ def _seed(case: Case, s: int) -> tuple[dict, dict]:
     a, b = [], []
     for i in range(case.inputs):
         A, UA, B, UB, labels = case.build(rng, d, n, K)
-        a.append(_measures(A, UA, labels, [s, i]))
-        b.append(_measures(B, UB, labels, [s, i]))
+        a.append(_measures(A, UA, labels, case.draws, np.random.default_rng([s, i])))
+        b.append(_measures(B, UB, labels, case.draws, np.random.default_rng([s, i])))
     return ({k: np.mean([m[k] for m in a]) for k in MEASURED}, {k: np.mean([m[k] for m in b]) for k in MEASURED})
 
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 import crate_theory as ct
 from crate_theory import protocol
 from crate_theory.synthetic import normalize_columns, orthonormal_bases, sample_tokens
-from verify.joint import compresses
+from verify.joint import Sizes, compresses
 
 D, N, K = 32, 64, 4
 SEEDS = 5
@@ -78,11 +78,13 @@ def _pulled(Z, t, targets):
 
 
 def _judge(pairs, U, draws=4):
-    """The joint judgement of the first sets against the second (one pair per seed)."""
+    """The joint judgement of the first sets against the second (one pair per seed), with the collapse floor of
+    their size."""
     measured = [[protocol.compression_profile(Z, U, draws=draws, seed=s).as_dict() for Z in pair]
                 for s, pair in enumerate(pairs)]
     a, b = ({name: np.array([m[i][name] for m in measured]) for name in measured[0][0]} for i in (0, 1))
-    return compresses(a, b)
+    K, d, _ = U.shape
+    return compresses(a, b, floor=Sizes(d, pairs[0][0].shape[1], K))
 
 
 def _collapsing(rng, U, per, t, target, start):
