@@ -103,8 +103,8 @@ def _rescaled(rng, d, n, K):
 
 def _jointly_rotated(rng, d, n, K):
     U, labels, X = _setting(rng, d, n, K)
-    O = random_orthogonal(d, rng)
-    return O @ _projected(U, labels, X), O @ U, O @ X, O @ U, labels
+    rotation = random_orthogonal(d, rng)
+    return rotation @ _projected(U, labels, X), rotation @ U, rotation @ X, rotation @ U, labels
 
 
 def _rotated_alone(rng, d, n, K):

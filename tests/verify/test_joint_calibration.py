@@ -95,9 +95,9 @@ def test_the_judgement_is_invariant_to_rescaling_and_to_a_joint_rotation(seed, l
     pairs = _pairs(seed)
     base = _judged(pairs, lambda Z, U: (Z, U, lambda sets: sets))
     scales = np.exp(np.array(log_scales))
-    O = random_orthogonal(16, np.random.default_rng(seed))
+    rotation = random_orthogonal(16, np.random.default_rng(seed))
     for transform in (lambda Z, U: (Z * scales, U, lambda sets: sets),
-                      lambda Z, U: (O @ Z, O @ U, lambda sets: O @ sets)):
+                      lambda Z, U: (rotation @ Z, rotation @ U, lambda sets: rotation @ sets)):
         judged = _judged(pairs, transform)
         assert judged.label == base.label
         for name in ("specific", "alignment", "spread", "rate_reduction"):
