@@ -61,13 +61,20 @@ higher and ``alignment`` lower (label ``expansion``); a collapse is never credit
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
+import json
+import os
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
+import crate_theory
 from crate_theory.protocol import OFFICIAL_EPS, CollapseFloor, collapse_floor
+from verify import experiments
 from verify.registry import Headline, Result
 from verify.statistics import Comparison, compare
 
@@ -129,7 +136,24 @@ class Sizes:
 
 @functools.cache
 def _collapse_floor(d: int, n: int, heads: int, p: int, eps: float) -> CollapseFloor:
-    return collapse_floor(d, n, heads, p, eps)
+    """`crate_theory.protocol.collapse_floor` (default seed and sets), kept in the audit's cache (a few seconds per
+    size, once): keyed by the size and a hash of crate_theory's source, so a changed construction is computed again."""
+    path = experiments.root() / "collapse-floors" / f"{d}-{n}-{heads}-{p}-{eps!r}-{_THEORY_CODE()}.json"
+    if path.is_file():
+        stored = json.loads(path.read_text())
+        return CollapseFloor(**{**stored, "drops": {k: tuple(v) for k, v in stored["drops"].items()}})
+    floor = collapse_floor(d, n, heads, p, eps)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(dataclasses.asdict(floor), f)
+    os.replace(tmp, path)
+    return floor
+
+
+@functools.cache
+def _THEORY_CODE() -> str:  # noqa: N802 - a constant, computed once when first needed
+    return experiments.code_hash(Path(crate_theory.__file__).resolve().parent)
 
 
 @dataclass(frozen=True)

@@ -92,6 +92,8 @@ def test_sizes_come_from_the_profiles_or_a_fallback():
         Sizes.of([{}])
     floor = Sizes(32, 64, 4).collapse_floor()
     assert Sizes(32, 64, 4).floor == floor.floor  # cached per size
+    joint._collapse_floor.cache_clear()  # read back from the audit's cache folder: the same floor
+    assert Sizes(32, 64, 4).collapse_floor() == floor
     assert compresses(shifted(specific=-0.01, alignment=0.02), B, floor=Sizes(32, 64, 4)).floor == floor.floor
 
 
