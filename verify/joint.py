@@ -310,7 +310,17 @@ def describe(judgements: Sequence[Judgement]) -> str:
 def layer_labels(judgements: Sequence[Judgement], first: int = 1) -> str:
     """``layer 1 undecided, layer 2 collapse, …``: the labels of per-layer judgements (layers ``first`` …), the
     form a claim's ``expected_labels`` takes (`verify.registry.claim`)."""
-    return ", ".join(f"layer {i} {j.label}" for i, j in enumerate(judgements, first))
+    return _per_layer([j.label for j in judgements], first)
+
+
+def label_runs(*runs: tuple[str, int]) -> str:
+    """Expected per-layer labels in `layer_labels`' form from runs (label, number of layers):
+    ``label_runs(("collapse", 1), ("compression", 7))``."""
+    return _per_layer([label for label, count in runs for _ in range(count)])
+
+
+def _per_layer(labels: Sequence[str], first: int = 1) -> str:
+    return ", ".join(f"layer {i} {label}" for i, label in enumerate(labels, first))
 
 
 def named_labels(judgements: Mapping[str, Judgement]) -> str:

@@ -101,4 +101,5 @@ def test_labels_of_judgements():
     judged = [compresses(shifted(**s), B, floor=FLOOR) for s in
               ({"specific": -0.01, "alignment": 0.02}, {"spread": -0.05})]
     assert joint.layer_labels(judged) == "layer 1 compression, layer 2 collapse"
+    assert joint.label_runs(("compression", 1), ("collapse", 1)) == joint.layer_labels(judged)
     assert joint.named_labels({"layer 1 → 2": judged[1]}) == "layer 1 → 2: collapse"
