@@ -201,7 +201,7 @@ class Judgement:
                     f"{c.difference.high:+.{digits}f}]")
 
         parts = [part(name, getattr(self, name)) for name in SIDES]
-        parts[-1] += f" (floor {self.floor:.{digits}f})"
+        parts[-1] += f" (floor {self.floor:.4f})"
         parts.append("ΔR not stored" if self.rate_reduction is None else part("ΔR", self.rate_reduction))
         note = " — a step into the non-negative orthant: the sparsity claims judge it" if self.sparsification else ""
         return f"{self.label} ({'; '.join(parts)}){note}"

@@ -407,10 +407,13 @@ CREDIT_VARIANTS = {"T = 1": ("CRATE", "ISTA only"), "T = √p": ("CRATE, T = √
              "within the floor), layers 5–8 a collapse (layer 8: energy +0.018 [+0.015, +0.020] but spread −0.010 "
              "[−0.012, −0.009]); axis-aligned: no compression at every layer (layer 8: energy −0.050 [−0.057, "
              "−0.043]; spread −0.003 [−0.004, −0.002], within the floor — it read as collapse before). ΔR (reported "
-             "beside) is lower with attention at every layer 2–8 of every variant. --full (floor 0.0035): T = 1 "
-             "no compression at layers 1–2, collapse at 3–12; T = √p a compression at layers 1–11 and a collapse at "
-             "layer 12; axis-aligned no compression at layers 1–10, collapse at 11–12 (before the floor: collapse "
-             "at layers 2–12 in every variant)",
+             "beside) is lower with attention at every layer 2–8 of every variant. --full (floor 0.0035 at d 128, "
+             "n 196, K 8): T = 1 no compression at layers 1–2, collapse at 3–12 (layer 12: spread −0.0079 [−0.0087, "
+             "−0.0071], energy −0.026); T = √p a compression at layers 1–11 (energy +0.003 to +0.020, specific "
+             "−0.001 to −0.004, spread −0.0002 to −0.0036 within the floor) and a collapse at layer 12, barely "
+             "(spread −0.0038 [−0.0041, −0.0035]); axis-aligned no compression at layers 1–10 (energy −0.03 to "
+             "−0.24), collapse at 11–12 (spread −0.0052 [−0.0059, −0.0045]); before the floor: collapse at layers "
+             "2–12 in every variant",
     expected_verdict="fails",
     expected_labels="; ".join([
         "T = 1: " + label_runs(("no compression", 4), ("collapse", 4)),
