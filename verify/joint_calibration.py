@@ -20,8 +20,8 @@ taken (`CASES`: ``paper``):
 * a ReLU of the exact-subspace tokens: the ISTA block's non-negative codes (Sec. 2.4, eq. 44), the sparsification
   half of the layer, judged by the sparsity claims — ``sparsification``, never collapse.
 
-`measure` returns one `Row` per case: the rule's `verify.joint.Judgement` of A against B (paired over the seeds)
-and the collapse floor at the case's size. ``python benchmarks/joint_calibration.py`` prints the table;
+`measure` returns one `Row` per case: the rule's `verify.joint.Judgement` of A against B (paired over the seeds),
+the collapse floor at the case's size and the label the rule gave before the floor. ``python benchmarks/joint_calibration.py`` prints the table;
 tests/verify/test_joint_calibration.py checks every label.
 """
 from __future__ import annotations
@@ -164,11 +164,13 @@ def _seed(case: Case, s: int) -> tuple[dict, dict]:
 
 @dataclass(frozen=True)
 class Row:
-    """A measured case: its `Judgement` of A against B and the collapse floor at its size."""
+    """A measured case: its `Judgement` of A against B, the collapse floor at its size, and ``former``: the label
+    the rule gave before the floor (any spread interval below 0 was collapse; no orthant facts)."""
 
     case: Case
     judgement: Judgement
     floor: float
+    former: str
 
     def text(self) -> str:
         j = self.judgement
@@ -177,8 +179,8 @@ class Row:
                                  ("ΔR", j.rate_reduction))]
         mark = "" if j.label == self.case.label else "  ← differs"
         return (f"{self.case.name} (d {self.case.size[0]}, n {self.case.size[1]}, K {self.case.size[2]}) — "
-                f"{self.case.paper}\n    expected {self.case.label}; measured {j.label}{mark}; floor {self.floor:.4f}; "
-                + "; ".join(cells))
+                f"{self.case.paper}\n    expected {self.case.label}; measured {j.label}{mark} (before the floor: "
+                f"{self.former}); floor {self.floor:.4f}; " + "; ".join(cells))
 
 
 @functools.cache
@@ -190,7 +192,8 @@ def measure(name: str) -> Row:
     pairs = [_seed(case, s) for s in range(SEEDS)]
     a, b = ({k: np.array([p[i][k] for p in pairs]) for k in MEASURED} for i in (0, 1))
     floor = Sizes(*case.size).floor
-    return Row(case, compresses(a, b, floor=floor), floor)
+    former = compresses({k: v for k, v in a.items() if k != "nonnegative"}, b, floor=0.0).label
+    return Row(case, compresses(a, b, floor=floor), floor, former)
 
 
 def table() -> str:

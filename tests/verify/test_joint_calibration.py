@@ -43,6 +43,15 @@ def test_the_rule_gives_each_case_the_papers_label(name):
     assert row.floor == Sizes(*row.case.size).floor and row.judgement.rate_reduction is not None
 
 
+def test_the_former_rule_misread_exactly_the_cases_the_review_named():
+    """Before the floor every spread interval below 0 was collapse: unbalanced classes, coherent subspaces and the
+    ReLU were vetoed; every other label is unchanged (recorded after measuring)."""
+    misread = {"onto subspaces, unbalanced 0.4/0.2/0.2/0.2", "onto subspaces, coherent (largest cosine 0.3)",
+               "ReLU of exact-subspace tokens"}
+    for name, label in LABELS.items():
+        assert joint_calibration.measure(name).former == ("collapse" if name in misread else label), name
+
+
 def test_exact_subspace_spread_drops_lie_within_the_floor_and_collapses_far_beyond():
     """The floor is the largest drop the exact-subspace constructions cause: each such case's mean drop lies above
     −floor, every pull onto points or one direction drops spread by more than 50 floors."""
