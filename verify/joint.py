@@ -47,8 +47,8 @@ reference collapses with the tokens, excusing the collapse it should find; it al
 stored runs lack. The floor needs only the sizes, has no free parameter beyond the constructions' definitions,
 and leaves every pull towards one shared direction or point (drops of 0.4–0.8) far beyond it. What it does not
 cover: a configuration outside the constructions — e.g. every token of an input in one subspace, which at the
-digits CRATE's size (d 96, 5 tokens, K 4) lowers spread by 0.015 ± 0.0005 against a floor of 0.0011 — is read as
-collapse.
+digits CRATE's size (d 96, 5 tokens, K 4) lowers spread by 0.0145 [0.0137, 0.0154] against a floor of 0.0011 — is
+read as collapse (`verify.joint_calibration.LIMITS`).
 
 A pull of each class onto one point inside its own subspace is collapse too: R^c falls (to the rate of one point
 per class) and ``specific`` and ``alignment`` both credit it, but the sparse rate reduction objective "encourages

@@ -43,6 +43,16 @@ def test_the_rule_gives_each_case_the_papers_label(name):
     assert row.floor == Sizes(*row.case.size).floor and row.judgement.rate_reduction is not None
 
 
+def test_the_known_limit_stays_a_limit():
+    """Every token of an input in one subspace is the signal model too (its law over an input's tokens is free), but
+    the floor's constructions draw memberships per token: at the digits CRATE's size the rule reads it as collapse
+    (recorded after measuring; the module docstring of verify.joint names it)."""
+    (limit,) = joint_calibration.LIMITS
+    row = joint_calibration.measure(limit.name)
+    assert limit.label == "compression" and row.judgement.label == "collapse" and "differs" in row.text()
+    assert row.judgement.spread.difference.mean < -10 * row.floor
+
+
 def test_the_former_rule_misread_exactly_the_cases_the_review_named():
     """Before the floor every spread interval below 0 was collapse: unbalanced classes, coherent subspaces and the
     ReLU were vetoed; every other label is unchanged (recorded after measuring)."""

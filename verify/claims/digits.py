@@ -161,7 +161,7 @@ for _name in PROTOCOLS:
              "layer 3 a collapse (spread −0.078 [−0.089, −0.068], specific −0.001 [−0.012, +0.010]); layer 1 "
              "undecided (specific −0.045 [−0.067, −0.024], energy +0.008 [−0.026, +0.042]). ΔR (reported beside) "
              "rises at every layer (+2.0, +1.7, +2.7). Layer 2's drop of spread is the size that all five tokens of "
-             "an image lying in one subspace would cause (−0.015 at this size): a configuration outside the floor's "
+             "an image lying in one subspace would cause (−0.0145 at this size): a configuration outside the floor's "
              "constructions, which the rule reads as collapse. --full (measured before the floor, far beyond it): "
              "layer 2 undecided (specific −0.033, energy −0.002 [−0.017, +0.013]), layer 3 a collapse (spread "
              "−0.040 [−0.046, −0.035])",
