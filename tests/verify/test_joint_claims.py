@@ -121,6 +121,22 @@ def test_dino_joint_flips(monkeypatch, tmp_path):
     assert verdict(claim_id, tmp_path, mode).verdict == "fails"
 
 
+def test_stored_profiles_without_sizes_or_rate_reduction_are_judged(monkeypatch, tmp_path):
+    """Profiles recorded before the collapse floor and ΔR existed (a replication's runs.json): the claim takes the
+    sizes from its preset (DINO's teacher: d 96, 16 patches + [CLS], 4 heads) and says that ΔR is not stored."""
+    def stored(seed, **stations):
+        return {k: v for k, v in profile(seed, **stations).items() if k != "sizes"}
+    profiles = {"dino": [stored(s, half=COLLAPSED) for s in range(SEEDS)],
+                "random init": [stored(s + 1000) for s in range(SEEDS)]}
+    monkeypatch.setattr(dino, "_measurements", lambda mode, seed, system="dino": {"joint": profiles})
+    result = verdict("4.1.3-dino-joint", tmp_path, "full")
+    assert result.verdict == "fails" and "ΔR not stored" in result.measured
+    assert result.data["per_layer"][0]["collapse_floor"] == joint.Sizes(96, 17, 4).floor
+    assert result.labels == "layer 1 collapse, layer 2 collapse, layer 3 collapse"
+    with pytest.raises(ValueError, match="sizes"):
+        joint.per_layer(profiles["dino"], profiles["random init"])
+
+
 def test_gpt_joint_flips(monkeypatch, tmp_path):
     def install(trained):
         profiles = {"trained": [profile(s, half=trained) for s in range(SEEDS)],
