@@ -314,9 +314,10 @@ def layer_labels(judgements: Sequence[Judgement], first: int = 1) -> str:
 
 
 def label_runs(*runs: tuple[str, int]) -> str:
-    """Expected per-layer labels in `layer_labels`' form from runs (label, number of layers):
-    ``label_runs(("collapse", 1), ("compression", 7))``."""
-    return _per_layer([label for label, count in runs for _ in range(count)])
+    """Expected per-layer labels in `layer_labels`' form from runs (label, number of layers), as a claim's
+    ``expected_labels``: ``label_runs(("collapse", 1), ("compression", 7))``; a label ``"collapse|no compression"``
+    accepts either (a layer at the collapse floor, whose label moves with the base seed)."""
+    return _per_layer([f"({label})" if "|" in label else label for label, count in runs for _ in range(count)])
 
 
 def _per_layer(labels: Sequence[str], first: int = 1) -> str:

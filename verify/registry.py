@@ -22,7 +22,7 @@ optionally a :class:`Headline`: the one number the report's summary shows for th
 
 ``expected_verdict`` records the verdict the claim expects, so that the audit doubles as a regression check;
 ``expected_labels`` (optional) the labels it expects where one verdict covers several outcomes (the joint rule's
-``collapse`` and ``no compression`` both fail): compared with the result's ``labels``;
+``collapse`` and ``no compression`` both fail): a regular expression the result's ``labels`` must match in full;
 ``provenance`` says where that expectation comes from (:data:`PROVENANCES`): an analysis written before measuring,
 or a measurement — for the latter "as expected" is a regression check only. ``kind`` says what sort of check the
 claim is (:data:`KINDS`). Both are required, and put last in each decorator.
@@ -32,6 +32,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
+import re
 import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -197,9 +198,12 @@ class Claim:
 
     def labels_match(self, result: Result | None, mode: str) -> bool:
         """Whether ``result``'s labels are those expected in ``mode`` (``expected_labels`` in quick mode,
-        ``full_labels`` under --full); True where none are expected."""
+        ``full_labels`` under --full), a regular expression matched in full (a plain string of labels matches
+        itself; ``(collapse|no compression)`` accepts either where a label sits at the rule's boundary and moves
+        with the base seed); True where none are expected."""
         expected = self.full_labels if mode == "full" else self.expected_labels
-        return expected is None or (result is not None and result.labels == expected)
+        return expected is None or (result is not None and result.labels is not None
+                                    and re.fullmatch(expected, result.labels) is not None)
 
     def matches(self, selector: str) -> bool:
         """True when ``selector`` is this claim's id, an id prefix ending at a dash/dot (``2.11``), or a tag."""
