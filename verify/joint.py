@@ -8,10 +8,11 @@ over ≥ 3 seeds, paired when the seeds pair A and B):
 
 * **sparsification** — A's token sets all lie in the non-negative orthant (``nonnegative`` 1 at every seed) and
   B's do not: the step ends in a ReLU, the ISTA block's non-negative sparse codes (long paper Sec. 2.4, eq. 44),
-  the sparsification half (25) of the layer, not its compression half (24). A ReLU pulls every token towards the
-  orthant's diagonal, which lowers ``spread`` exactly as a pull towards one shared direction does (both are the same
-  change of the Gram matrix, and every measure here sees only that and U), so the joint measure cannot judge it:
-  the sparsity claims do. Verdict ``inconclusive``, never collapse;
+  the sparsification half (25) of the layer, not its compression half (24). Seen through the Gram matrix — all that
+  ``spread`` sees of the tokens — a ReLU of isotropic tokens is a pull of each towards the orthant's diagonal (mean
+  cosine 1/π between tokens), what a pull towards one shared direction also gives: the ReLU of exact-subspace tokens
+  lowers spread by 0.053 at d 32, n 64, ten floors. The joint measure cannot tell the two apart, so it does not judge
+  the step: the sparsity claims do. Verdict ``inconclusive``, never collapse;
 * **collapse** — ``spread`` lower in A by more than compression itself can lower it: the interval of A − B wholly
   below −floor, the floor `crate_theory.protocol.collapse_floor` at the size measured (d, n tokens per input, K,
   p, ε). The tokens bunch together. Reported as collapse, never as compression, whatever the other two say
@@ -36,14 +37,13 @@ from a sparsification (all lower it).
 compression — lower ``spread`` a little wherever the subspaces do not share the tokens as isotropic tokens share
 the space: unequal class shares, mildly coherent subspaces, few tokens per input (measured: shares 0.4/0.2/0.2/0.2
 lower it by 0.0046 ± 0.0003 at d 32, n 64, K 4). Read as collapse whatever its size, such a drop vetoed true
-compression.
-A spread drop therefore counts as collapse only beyond the largest drop those exact-subspace constructions cause
+compression. A spread drop therefore counts as collapse only beyond the largest drop those exact-subspace constructions cause
 at the same size (`crate_theory.protocol.collapse_floor`: balanced, unbalanced and coherent, each by Monte-Carlo
 with its 95% upper bound). The alternative — comparing a token set's spread with that of tokens of the signal
 model with *its own* memberships (each token's own subspace), which would also excuse whatever configuration of
 classes an input has — was rejected: with no labels (every trained model) the memberships are read off the tokens,
-so a pull of every token towards one direction inside one subspace moves them all into that subspace and the
-reference collapses with the tokens, excusing the collapse it should find; it also needs a new measure that the
+so a pull of every token towards one direction inside one subspace would move them all into that subspace and the
+reference would fall with the tokens, excusing the collapse it should find; it also needs a new measure that the
 stored runs lack. The floor needs only the sizes, has no free parameter beyond the constructions' definitions,
 and leaves every pull towards one shared direction or point (drops of 0.4–0.8) far beyond it. What it does not
 cover: a configuration outside the constructions — e.g. every token of an input in one subspace, which at the
