@@ -39,8 +39,31 @@ compression:
 3. **Alignment** — each token's energy fraction ``‖P_k z_i‖²/‖z_i‖²`` in its own subspace (its label when known,
    else the subspace holding most of its energy), P_k the orthogonal projector onto span(U_k).
 
+4. **Rate reduction** — the paper's own objective on the unit tokens, ``ΔR(Ẑ | U) = R(Ẑ) − R^c(Ẑ | U)`` (eqs. 8,
+   13–14; in nats), reported beside every judgement: compression onto the subspaces lowers R^c, collapse lowers R
+   more (Sec. 2.1, Remark 3: the objective wants the features "diverse and expanded within their supporting
+   subspaces, and in particular not collapsed to individual points").
+5. **Non-negative codes** — ``nonnegative`` is 1 when every entry of Z is ≥ 0 (the ISTA block's output, eq. 44),
+   else 0: the one extrinsic fact the rule reads, to hand a step into the non-negative orthant to the sparsity
+   claims (``verify.joint``).
+
 ``verify.joint.compresses`` decides "A compresses relative to B" on these: ``specific`` lower, ``alignment``
-higher, and ``spread`` not lower — a lower spread is reported as collapse, never as compression.
+higher, and ``spread`` not lower *by more than compression itself can lower it* — `collapse_floor`.
+
+**The collapse floor.** Moving tokens exactly onto their subspaces is what compression does to the extreme (the
+signal model (10): z_i = U_{s_i} α_i), yet it lowers ``spread`` a little wherever the subspaces do not share the
+tokens as isotropic tokens share the space: unequal class shares, coherent subspaces, few tokens per input. So a
+lower spread is evidence of collapse only beyond that. `collapse_floor` computes it at the size measured (d, n
+tokens per input, K heads of dimension p, ε) by Monte-Carlo, with common random numbers: for each construction
+of `CONSTRUCTIONS` — exact-subspace tokens (memberships i.i.d. from the class shares, as App. B.3 draws them,
+Gaussian codes) with balanced shares, with one class twice as common as each other (shares (2, 1, …, 1)/(K + 1):
+0.4/0.2/0.2/0.2 at K = 4), and on coherent subspaces (largest principal cosine `CALIBRATION_COSINE`) — the mean
+drop of spread from isotropic tokens to those tokens, and its standard error; the floor is the largest upper 95%
+bound (mean + 1.96 standard errors) over the constructions. Measured (ε = 0.1, the default 16384 tokens per
+construction): 0.0052 at d 32, n 64, K 4 (the unbalanced shares: 0.0046 ± 0.0003; balanced 0.0001, coherent
+0.0023); 0.0011 at d 96, n 5, K 4 (the digits CRATE: unbalanced 0.0009 ± 0.0001); 0.0035 at d 128, n 196, K 8
+(coherent). A pull of every class onto one point inside its subspace drops the spread by 0.43 at d 32, n 64, and
+one shared direction by 0.80: far beyond (``benchmarks/joint_calibration.py``).
 
 Why ``spread`` and not the whole rate R (eq. 8) for the collapse check: R works at a different operating point
 (per-direction isotropic eigenvalue 1/ε², the heads' 1/(Kε²)), so its changes are not commensurate with R^c's; and
@@ -60,8 +83,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ._checks import check_bases, check_int, check_labels, check_positive, check_same_size, check_tokens
-from .coding_rate import coding_rate, compression_rate, project_onto_bases
-from .synthetic import as_generator, normalize_columns, random_orthogonal
+from .coding_rate import coding_rate, compression_rate, project_onto_bases, rate_reduction
+from .synthetic import as_generator, normalize_columns, orthonormal_bases, random_orthogonal
 
 __all__ = [
     "OFFICIAL_EPS",
@@ -75,6 +98,14 @@ __all__ = [
     "CompressionProfile",
     "profile_from_yardsticks",
     "compression_profile",
+    "CALIBRATION_COSINE",
+    "CONSTRUCTIONS",
+    "class_shares",
+    "largest_principal_cosine",
+    "coherent_bases",
+    "subspace_tokens",
+    "CollapseFloor",
+    "collapse_floor",
 ]
 
 OFFICIAL_EPS = 0.1
@@ -185,6 +216,9 @@ class CompressionProfile:
         spread: E_O R^c(OẐ | U) / E R^c(isotropic | U) — 1 = as unlike each other as isotropic tokens; < 1 = collapse.
         alignment: mean own-subspace energy fraction (1 = on the subspaces).
         isotropic_alignment: the same for the isotropic yardstick (its floor; p/d for given labels).
+        rate_reduction: ΔR(Ẑ | U) = R(Ẑ) − R^c(Ẑ | U) of the unit tokens (eqs. 8, 13–14), in nats: the paper's
+            objective (without its sparsity term), reported beside the rule's label.
+        nonnegative: 1.0 when every entry of Z is ≥ 0 (non-negative codes, as the ISTA block outputs: eq. 44), else 0.
     """
 
     relative: float
@@ -192,6 +226,8 @@ class CompressionProfile:
     spread: float
     alignment: float
     isotropic_alignment: float
+    rate_reduction: float
+    nonnegative: float
 
     def as_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -225,12 +261,15 @@ def profile_from_yardsticks(Z, U, eps, isotropic, rotated, labels=None) -> Compr
     labels = _labels(Z, U, labels)
     isotropic, rotated = _stack(isotropic, "isotropic", Z.shape), _stack(rotated, "rotated", Z.shape)
     Q = np.linalg.qr(U)[0]  # Q_k: an orthonormal basis of span(U_k)
-    rate = float(compression_rate(normalize_columns(Z), Q, eps))
+    unit = normalize_columns(Z)
+    rate = float(compression_rate(unit, Q, eps))
     iso_rate = float(np.mean(compression_rate(normalize_columns(isotropic), Q, eps)))
     rot_rate = float(np.mean(compression_rate(normalize_columns(rotated), Q, eps)))
     own = _own_energy(_energy(np.concatenate([Z[None], isotropic]), subspace_projectors(U)), labels)
     return CompressionProfile(relative=rate / iso_rate, specific=rate / rot_rate, spread=rot_rate / iso_rate,
-                              alignment=float(np.mean(own[0])), isotropic_alignment=float(np.mean(own[1:])))
+                              alignment=float(np.mean(own[0])), isotropic_alignment=float(np.mean(own[1:])),
+                              rate_reduction=float(rate_reduction(unit, Q, eps)),
+                              nonnegative=float(np.all(Z >= 0)))
 
 
 def compression_profile(Z, U, eps=OFFICIAL_EPS, *, labels=None, draws: int = 8, seed=None) -> CompressionProfile:
@@ -248,3 +287,170 @@ def compression_profile(Z, U, eps=OFFICIAL_EPS, *, labels=None, draws: int = 8, 
     Z = check_tokens(Z, batch=False)
     rng = as_generator(seed)
     return profile_from_yardsticks(Z, U, eps, isotropic_tokens(Z, rng, draws), rotated_tokens(Z, rng, draws), labels)
+
+
+# ------------------------------------------------------------------------------------------------ the collapse floor
+CALIBRATION_COSINE = 0.3
+"""Largest principal cosine between two subspaces of the coherent calibration construction (`coherent_bases`):
+mildly coherent, as trained heads are (Sec. 2.1 asks for incoherent subspaces, not exactly orthogonal ones)."""
+
+CONSTRUCTIONS = ("balanced", "unbalanced", "coherent")
+"""The exact-subspace constructions of `collapse_floor` (module docstring): tokens of the signal model (10) with
+balanced class shares, with one class twice as common as each other, and on coherent subspaces (balanced)."""
+
+
+def class_shares(K: int, balanced: bool = True) -> np.ndarray:
+    """Class shares of the calibration constructions, (K,): 1/K each, or (2, 1, …, 1)/(K + 1) — one class twice as
+    common as each other (0.4/0.2/0.2/0.2 at K = 4)."""
+    K = check_int(K, "K", minimum=1)
+    weights = np.ones(K) if balanced else np.concatenate([[2.0], np.ones(K - 1)])
+    return weights / weights.sum()
+
+
+def largest_principal_cosine(U) -> float:
+    """The largest cosine of a principal angle between two distinct subspaces span(U_j), span(U_k) of bases
+    (K, d, p): the largest singular value of Q_j*Q_k over j ≠ k, Q_k an orthonormal basis (0 for K = 1)."""
+    Q = np.linalg.qr(check_bases(U))[0]
+    K = Q.shape[0]
+    return max((float(np.linalg.norm(Q[j].T @ Q[k], 2)) for j in range(K) for k in range(j + 1, K)), default=0.0)
+
+
+def coherent_bases(K: int, d: int, p: int, cosine: float = CALIBRATION_COSINE, seed=None) -> np.ndarray:
+    """Randomly oriented, mildly coherent subspaces whose largest principal cosine is ``cosine``, (K, d, p) with
+    orthonormal columns: K mutually orthogonal blocks Q_k (a Haar-random frame, Kp ≤ d) each tilted by a Gaussian
+    G_k, ``U_k = orth(Q_k + t G_k)``, with t found by bisection so that `largest_principal_cosine` equals ``cosine``
+    (to 1e-9). Unlike `crate_theory.synthetic.orthonormal_bases`' exact coherence (every principal angle equal,
+    which needs (K + 1)p ≤ d), only the largest cosine is set, and Kp = d is allowed."""
+    K, d, p = check_int(K, "K", minimum=2), check_int(d, "d", minimum=1), check_int(p, "p", minimum=1)
+    if K * p > d:
+        raise ValueError(f"coherent_bases needs K·p <= d, got K·p = {K * p} > d = {d}")
+    cosine = check_positive(cosine, "cosine")
+    if cosine >= 1:
+        raise ValueError(f"cosine must lie in (0, 1), got {cosine}")
+    rng = as_generator(seed)
+    blocks = random_orthogonal(d, rng)[:, :K * p].reshape(d, K, p).transpose(1, 0, 2)
+    tilt = rng.standard_normal((K, d, p)) / np.sqrt(d)
+
+    def bases(t: float) -> np.ndarray:
+        return np.linalg.qr(blocks + t * tilt)[0]
+
+    low, high = 0.0, 1.0
+    while largest_principal_cosine(bases(high)) < cosine:
+        low, high = high, 2 * high
+        if high > 1e6:  # a Gaussian tilt of unbounded size leaves independent random subspaces
+            raise ValueError(f"cosine {cosine} is above what random subspaces of d = {d}, p = {p} reach")
+    while high - low > 1e-12 * high:
+        middle = (low + high) / 2
+        low, high = (middle, high) if largest_principal_cosine(bases(middle)) < cosine else (low, middle)
+    return bases(high)
+
+
+def subspace_tokens(U, n: int, shares=None, seed=None, sets: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Unit tokens exactly on their subspaces, the signal model (10) ``z_i = U_{s_i} α_i / ‖·‖``: memberships s_i
+    i.i.d. from ``shares`` (default balanced), codes α_i ~ N(0, I_p).
+
+    Returns:
+        (Z, labels): (d, n) and (n,), or with ``sets`` (sets, d, n) and (sets, n).
+    """
+    U = check_bases(U)
+    K, d, p = U.shape
+    n = check_int(n, "n", minimum=1)
+    shares = class_shares(K) if shares is None else np.asarray(shares, dtype=float)
+    rng = as_generator(seed)
+    count = 1 if sets is None else check_int(sets, "sets", minimum=1)
+    labels = rng.choice(K, size=(count, n), p=shares)
+    Z = normalize_columns(np.einsum("sndp,snp->sdn", U[labels], rng.standard_normal((count, n, p))))
+    return (Z[0], labels[0]) if sets is None else (Z, labels)
+
+
+@dataclass(frozen=True)
+class CollapseFloor:
+    """The largest drop of ``spread`` that moving tokens exactly onto their subspaces causes, at one size (module
+    docstring; `collapse_floor`).
+
+    Attributes:
+        d, n, K, p, eps: the size measured (dimension, tokens per input, heads, head dimension, ε).
+        sets: token sets drawn per construction.
+        drops: construction (`CONSTRUCTIONS`) → (mean drop of spread from isotropic tokens, its standard error).
+    """
+
+    d: int
+    n: int
+    K: int
+    p: int
+    eps: float
+    sets: int
+    drops: dict
+
+    @property
+    def floor(self) -> float:
+        """The largest upper 95% bound, mean + 1.96 standard errors, over the constructions (at least 0)."""
+        return max(0.0, max(mean + 1.96 * se for mean, se in self.drops.values()))
+
+    def text(self) -> str:
+        """``floor 0.0068 (d 32, n 64, K 4: balanced 0.0005 ± 0.0003, …)``."""
+        parts = ", ".join(f"{name} {mean:.4f} ± {se:.4f}" for name, (mean, se) in self.drops.items())
+        return f"floor {self.floor:.4f} (d {self.d}, n {self.n}, K {self.K}: {parts})"
+
+
+FLOOR_TOKENS = 16384
+"""Tokens per construction that `collapse_floor` draws by default: ⌈16384/n⌉ sets of n (at least 64), so that each
+drop's standard error is about 3e-4 or less at the sizes the audit measures (d 32–128, n 5–196)."""
+
+
+def _rotation_averaged(Z: np.ndarray, frames: np.ndarray, Q: np.ndarray, eps: float) -> np.ndarray:
+    """mean over rotations of R^c(OZ | Q) for unit token sets Z (m, d, n), each rotation O given by its Haar frame on
+    the span of Z (``frames`` (draws, m, d, r), r = min(d, n); as `crate_nn.analysis.protocol.rotated_like`): (m,)."""
+    _, coords = np.linalg.qr(Z)  # Z = E C with E (m, d, r) orthonormal; OZ = (OE) C and OE is a Haar frame
+    return np.mean(compression_rate(frames @ coords, Q, eps), axis=0)
+
+
+def _haar_frames(shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    q, r = np.linalg.qr(rng.standard_normal(shape))
+    return q * np.where(np.diagonal(r, axis1=-2, axis2=-1) < 0, -1.0, 1.0)[..., None, :]
+
+
+def collapse_floor(d: int, n: int, K: int, p: int | None = None, eps: float = OFFICIAL_EPS, *,
+                   cosine: float = CALIBRATION_COSINE, draws: int = 2, sets: int | None = None,
+                   seed=0) -> CollapseFloor:
+    """The largest drop of ``spread`` that true compression causes at this size (module docstring, "The collapse
+    floor"): for each of `CONSTRUCTIONS`, the mean over ``sets`` token sets of (spread of isotropic unit tokens −
+    spread of exact-subspace tokens), both measured against the same bases and the same yardstick draws (the same
+    isotropic sets and rotations: common random numbers), and its standard error.
+
+    Args:
+        d, n, K: dimension, tokens per input (per token set), heads; p: head dimension (default d/K; K·p = d needed,
+            as every CRATE has); eps: ε of the rates (default the measure's 0.1); cosine: largest principal cosine
+            of the coherent construction; draws: yardstick sets per token set (as the measure takes them); sets:
+            token sets per construction (default ⌈`FLOOR_TOKENS`/n⌉, at least 64); seed: int, None or Generator.
+
+    Returns:
+        :class:`CollapseFloor` (its ``floor``: the boundary a drop of spread must pass to count as collapse).
+    """
+    d, n, K = check_int(d, "d", minimum=1), check_int(n, "n", minimum=1), check_int(K, "K", minimum=1)
+    p = d // K if p is None else check_int(p, "p", minimum=1)
+    if K * p != d:
+        raise ValueError(f"collapse_floor needs K·p = d (orthogonal subspaces holding every direction), got K = {K}, "
+                         f"p = {p}, d = {d}")
+    eps = check_positive(eps, "eps")
+    draws = check_int(draws, "draws", minimum=1)
+    sets = max(64, -(-FLOOR_TOKENS // n)) if sets is None else check_int(sets, "sets", minimum=2)
+    rng = as_generator(seed)
+    chunk = max(16, -(-2048 // n))
+    drops: dict[str, list[np.ndarray]] = {name: [] for name in CONSTRUCTIONS}
+    for start in range(0, sets, chunk):
+        m = min(chunk, sets - start)
+        isotropic = normalize_columns(rng.standard_normal((m, d, n)))
+        yardstick = normalize_columns(rng.standard_normal((draws, m, d, n)))
+        frames = _haar_frames((draws, m, d, min(d, n)), rng)
+        for name in CONSTRUCTIONS:
+            U = coherent_bases(K, d, p, cosine, rng) if name == "coherent" else orthonormal_bases(K, d, p, seed=rng)
+            Z, _ = subspace_tokens(U, n, class_shares(K, balanced=name != "unbalanced"), rng, sets=m)
+            iso_rate = np.mean(compression_rate(yardstick, U, eps), axis=0)
+            drops[name].append((_rotation_averaged(isotropic, frames, U, eps)
+                                - _rotation_averaged(Z, frames, U, eps)) / iso_rate)
+    summary = {}
+    for name, values in drops.items():
+        x = np.concatenate(values)
+        summary[name] = (float(x.mean()), float(x.std(ddof=1) / np.sqrt(x.size)))
+    return CollapseFloor(d=d, n=n, K=K, p=p, eps=float(eps), sets=sets, drops=summary)

@@ -4,7 +4,7 @@ A claim module (``verify/claims/*.py``) declares a claim with the :func:`claim` 
 function::
 
     @claim(
-        id="2.4-lemma11",
+        id="lemma11-hessian-bound",
         tags=("calculus", "hessian"),
         location="004 eq. (136), Lemma 11",
         statement="sup over ‖Δ‖_F ≤ 1 of ‖∇²R(Z)[Δ]‖_F / α is at most 9/4, for every Z",
@@ -21,6 +21,8 @@ measured figure(s), the verdict *computed from them* (see :mod:`verify.verdicts`
 optionally a :class:`Headline`: the one number the report's summary shows for the claim.
 
 ``expected_verdict`` records the verdict the claim expects, so that the audit doubles as a regression check;
+``expected_labels`` (optional) the labels it expects where one verdict covers several outcomes (the joint rule's
+``collapse`` and ``no compression`` both fail): a regular expression the result's ``labels`` must match in full;
 ``provenance`` says where that expectation comes from (:data:`PROVENANCES`): an analysis written before measuring,
 or a measurement — for the latter "as expected" is a regression check only. ``kind`` says what sort of check the
 claim is (:data:`KINDS`). Both are required, and put last in each decorator.
@@ -30,6 +32,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
+import re
 import sys
 import traceback
 from collections.abc import Callable, Iterable
@@ -163,7 +166,9 @@ class Result:
     ``measured``: the measured figure(s) as one short line for the table; ``verdict``: one of :data:`VERDICTS`,
     computed from the numbers; ``data``: the numbers themselves (JSON-serialisable) for ``report.json``;
     ``figures``: paths of the PNG files written (relative to the output directory or absolute); ``headline``: the
-    number the report's summary shows (optional; the summary falls back to ``measured``).
+    number the report's summary shows (optional; the summary falls back to ``measured``); ``labels``: the labels
+    behind the verdict, e.g. the joint rule's per layer (`verify.joint.layer_labels`), which a claim's
+    ``expected_labels`` are compared with.
     """
 
     measured: str
@@ -171,6 +176,7 @@ class Result:
     data: dict[str, Any] = field(default_factory=dict)
     figures: list[str] = field(default_factory=list)
     headline: Headline | None = None
+    labels: str | None = None
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -200,6 +206,8 @@ class Claim:
     quote: str | None = None
     setting: str | None = None
     formerly: tuple[str, ...] = ()
+    expected_labels: str | None = None
+    full_labels: str | None = None
 
     def __post_init__(self) -> None:
         _check(self.id, "expected_verdict", self.expected_verdict, VERDICTS)
@@ -226,6 +234,15 @@ class Claim:
         """The expected verdict of a ``mode`` audit: ``full_verdict`` under --full where one is given (a claim whose
         quick runs resolve less or otherwise than the preset's), else ``expected_verdict``."""
         return self.full_verdict if mode == "full" and self.full_verdict is not None else self.expected_verdict
+
+    def labels_match(self, result: Result | None, mode: str) -> bool:
+        """Whether ``result``'s labels are those expected in ``mode`` (``expected_labels`` in quick mode,
+        ``full_labels`` under --full), a regular expression matched in full (a plain string of labels matches
+        itself; ``(collapse|no compression)`` accepts either where a label sits at the rule's boundary and moves
+        with the base seed); True where none are expected."""
+        expected = self.full_labels if mode == "full" else self.expected_labels
+        return expected is None or (result is not None and result.labels is not None
+                                    and re.fullmatch(expected, result.labels) is not None)
 
     def matches(self, selector: str) -> bool:
         """True when ``selector`` is this claim's id or a former id of it, an id prefix ending at a dash/dot
@@ -256,6 +273,8 @@ def claim(
     quote: str | None = None,
     setting: str | None = None,
     formerly: str | Iterable[str] = (),
+    expected_labels: str | None = None,
+    full_labels: str | None = None,
 ) -> Callable[[Callable[..., Result]], Callable[..., Result]]:
     """Register the decorated measurement function as a claim (see the module docstring).
 
@@ -265,8 +284,12 @@ def claim(
     --full where it differs from the quick mode's ``expected_verdict`` (the ``expected`` text says why);
     ``committed``: the replication (``results/NAME``, `verify.committed`) whose committed runs a ``--full``-only
     trained claim reads in quick mode — measured in both modes once its file (``results/NAME/runs.json``,
-    `verify.context.stored_file`) exists, under --full only before. Registration refuses an unknown verdict, mode, kind or provenance (``ValueError``, see
-    :class:`Claim`), and a function that does not take the context alone (``TypeError``).
+    `verify.context.stored_file`) exists, under --full only before; ``expected_labels`` / ``full_labels``: the
+    `Result.labels` expected in quick mode / under --full (optional; a claim whose labels differ from them does not
+    match its expectation, verdict alike); ``scope``, ``quote``, ``location``, ``setting``: what the claim tests
+    and where the papers state it (`SCOPES`, `SOURCES`); ``formerly``: its former ids. Registration refuses an
+    unknown verdict, mode, kind, provenance or scope (``ValueError``, see :class:`Claim`), and a function that does
+    not take the context alone (``TypeError``).
     """
     modes = tuple(modes)
     if committed is not None:
@@ -278,7 +301,8 @@ def claim(
     spec = dict(id=id, tags=tuple(tags), location=location, statement=statement, measures=measures,
                 expected=expected, expected_verdict=expected_verdict, kind=kind, provenance=provenance,
                 modes=modes, full_verdict=full_verdict, committed=committed, scope=scope, quote=quote,
-                setting=setting, formerly=(formerly,) if isinstance(formerly, str) else tuple(formerly))
+                setting=setting, formerly=(formerly,) if isinstance(formerly, str) else tuple(formerly),
+                expected_labels=expected_labels, full_labels=full_labels)
 
     def register(fn: Callable[..., Result]) -> Callable[..., Result]:
         required = [p for p in inspect.signature(fn).parameters.values() if p.default is p.empty

@@ -64,8 +64,10 @@ class Outcome:
 
     @property
     def matches(self) -> bool:
-        """True when the measured verdict is the one the claim's analysis expects."""
-        return self.error is None and self.verdict == self.expected_verdict
+        """True when the measured verdict (and the labels, where the claim expects some) is the one the claim's
+        analysis expects."""
+        return (self.error is None and self.verdict == self.expected_verdict
+                and self.claim.labels_match(self.result, self.mode))
 
     @property
     def unexpected(self) -> bool:

@@ -111,3 +111,18 @@ def within(values, margin: float) -> list[Comparison]:
     if not margin > 0:
         raise ValueError(f"margin: expected a positive number, got {margin}")
     return [compare(values, direction="above", boundary=-margin), compare(values, direction="below", boundary=margin)]
+
+
+def agree(verdicts: Sequence[str]) -> str:
+    """A statement that a claim's verdict does not depend on a setting (a recipe value, a protocol), from its verdict
+    in each setting: ``fails`` when two settings decide differently (one ``holds``, another ``fails``); ``holds``
+    when every setting gives the same decided verdict; ``inconclusive`` otherwise (a setting the seeds cannot
+    decide, the decided ones agreeing)."""
+    verdicts = list(verdicts)
+    if len(verdicts) < 2:
+        raise ValueError(f"agree: expected the verdicts of at least two settings, got {len(verdicts)}")
+    decided = {v for v in verdicts if v in ("holds", "fails")}
+    if len(decided) > 1:
+        return "fails"
+    return "holds" if len(decided) == 1 and all(v in decided for v in verdicts) else "inconclusive"
+

@@ -13,9 +13,14 @@ must hold every direction, K·p ≥ d (every CRATE has p = d/K).
   directions, < 1 = the tokens bunch together (collapse);
 * ``relative`` = specific × spread: R^c against the isotropic yardstick alone, which cannot tell the two apart;
 * ``alignment``: each token's energy fraction ‖P_k z_i‖²/‖z_i‖² in its own subspace (the head holding most of
-  its energy), P_k the projector onto span(U_k); ``isotropic_alignment``: the same for the isotropic tokens.
+  its energy), P_k the projector onto span(U_k); ``isotropic_alignment``: the same for the isotropic tokens;
+* ``rate_reduction``: the paper's objective on the unit tokens, ΔR = R(ẑ) − R^c(ẑ | U) (eqs. 8, 13–14, in nats);
+* ``nonnegative``: 1 when every entry of the token set is ≥ 0 (the ISTA block's non-negative codes, eq. 44), else 0.
 
-``verify.joint.compresses`` decides "A compresses relative to B" from ``specific``, ``alignment`` and ``spread``.
+``verify.joint.compresses`` decides "A compresses relative to B" from ``specific``, ``alignment`` and ``spread``
+(a drop of spread is collapse only beyond ``crate_theory.protocol.collapse_floor`` at the measured size, which
+`LayerProfile.sizes` records), with ``rate_reduction`` reported beside and ``nonnegative`` marking a step into the
+non-negative orthant (sparsification, left to the sparsity claims).
 `station_measures` measures one layer's `LayerTrace` (any model's ``forward_intermediates``) against its
 attention module; `layer_profile` does it for every layer of a CRATE encoder over a set of images.
 """
@@ -39,14 +44,14 @@ from .diagnostics import (
     trace,
 )
 
-__all__ = ["STATIONS", "MEASURES", "LayerProfile", "alignment", "isotropic_like", "joint_measures",
+__all__ = ["STATIONS", "MEASURES", "LayerProfile", "alignment", "coding_rate", "isotropic_like", "joint_measures",
            "layer_profile", "measures_from_yardsticks", "orthonormalise_heads", "rotated_like", "station_measures",
            "subspace_energy", "unit_tokens"]
 
 STATIONS = ("input", "half", "output")
 """Z^ℓ, Z^{ℓ+1/2} (after MSSA) and Z^{ℓ+1} (after ISTA)."""
 
-MEASURES = ("relative", "specific", "spread", "alignment", "isotropic_alignment")
+MEASURES = ("relative", "specific", "spread", "alignment", "isotropic_alignment", "rate_reduction", "nonnegative")
 
 
 def _check_weight(weight: torch.Tensor, heads: int) -> None:
@@ -141,7 +146,16 @@ def measures_from_yardsticks(z: torch.Tensor, weight: torch.Tensor, heads: int, 
     own, iso_rate, rot_rate = rate(z), rate(isotropic).mean(0), rate(rotated).mean(0)
     return {"relative": own / iso_rate, "specific": own / rot_rate, "spread": rot_rate / iso_rate,
             "alignment": alignment(z, weight, heads),
-            "isotropic_alignment": alignment(isotropic, weight, heads).mean(0)}
+            "isotropic_alignment": alignment(isotropic, weight, heads).mean(0),
+            "rate_reduction": coding_rate(unit_tokens(z), eps) - own,
+            "nonnegative": (z >= 0).flatten(-2).all(-1).to(torch.float64)}
+
+
+def coding_rate(z: torch.Tensor, eps: float) -> torch.Tensor:
+    """R(z) = ½ logdet(I + α zᵀz), α = d/(nε²) (eq. 8), per token set z (..., n, d): (...), float64."""
+    n, d = z.shape[-2:]
+    s = torch.linalg.svdvals(z.to(torch.float64))
+    return 0.5 * torch.log1p((d / (n * eps**2)) * s.square()).sum(-1)
 
 
 def joint_measures(z: torch.Tensor, weight: torch.Tensor, heads: int, eps: float = OFFICIAL_EPS, *,
@@ -170,20 +184,24 @@ def station_measures(layer_trace: LayerTrace, attention: nn.Module, eps: float =
 @dataclass
 class LayerProfile:
     """Output of `layer_profile`: ``stats[measure][station]`` is a list over layers ℓ = 1 … L of `Stat`
-    (per-image values, mean, std); ``eps`` the ε of the rates; ``draws`` the yardstick sets per image."""
+    (per-image values, mean, std); ``eps`` the ε of the rates; ``draws`` the yardstick sets per image; ``sizes``
+    the size measured, ``{"d", "n", "heads", "p"}`` (dimension, tokens per input, K and the head dimension of
+    layer 1's MSSA), which `verify.joint` needs for its collapse floor."""
 
     eps: float
     draws: int
     stats: dict[str, dict[str, list[Stat]]]
+    sizes: dict[str, int]
 
     def means(self, measure: str, station: str) -> list[float]:
         """Per-layer means of one measure at one station."""
         return [s.mean for s in self.stats[measure][station]]
 
-    def all_means(self) -> dict[str, dict[str, list[float]]]:
-        """`means` of every measure and station: ``{measure: {station: [per layer]}}`` (JSON-serialisable)."""
-        return {name: {station: self.means(name, station) for station in by_station}
-                for name, by_station in self.stats.items()}
+    def all_means(self) -> dict:
+        """`means` of every measure and station, ``{measure: {station: [per layer]}}``, and ``"sizes"``: ``sizes``
+        (JSON-serialisable)."""
+        return {**{name: {station: self.means(name, station) for station in by_station}
+                   for name, by_station in self.stats.items()}, "sizes": dict(self.sizes)}
 
 
 @torch.no_grad()
@@ -210,13 +228,18 @@ def layer_profile(model: nn.Module, images, eps: float = OFFICIAL_EPS, *, draws:
     param = next(unwrap_model(model).parameters())
     generator = torch.Generator().manual_seed(seed)
     values = {m: {s: [[] for _ in layers] for s in STATIONS} for m in MEASURES}
+    sizes = {}
     for batch in _batches(images, batch_size):
         batch = batch.to(device=param.device, dtype=param.dtype if batch.is_floating_point() else None)
         for i, t in enumerate(trace(model, batch)):
+            if not sizes:
+                attention = layers[0].attn
+                sizes = {"d": t.input.shape[-1], "n": t.input.shape[-2], "heads": attention.heads,
+                         "p": attention.qkv.weight.shape[0] // attention.heads}
             for station, measured in station_measures(t, layers[i].attn, eps, draws=draws,
                                                       generator=generator).items():
                 for name, v in measured.items():
                     values[name][station][i].append(v.cpu())
     stats = {m: {s: [Stat(torch.cat(v)) for v in per_layer] for s, per_layer in by_station.items()}
              for m, by_station in values.items()}
-    return LayerProfile(eps=float(eps), draws=draws, stats=stats)
+    return LayerProfile(eps=float(eps), draws=draws, stats=stats, sizes=sizes)

@@ -4,9 +4,10 @@ import pytest
 import torch
 
 import crate_nn
+import crate_theory as ct
 from crate_nn.analysis import protocol
 from crate_theory import protocol as reference
-from crate_theory.synthetic import orthonormal_bases, sample_tokens
+from crate_theory.synthetic import normalize_columns, orthonormal_bases, sample_tokens
 
 TOL = 1e-10
 """float64 on both sides, different summation orders and SVD/QR routines: rounding ≈ 1e-14 relative on O(1–100)
@@ -36,6 +37,25 @@ def test_measures_equal_the_column_convention_reference():
         expected = reference.profile_from_yardsticks(Z[b], U, 0.3, iso[:, b], rot[:, b]).as_dict()
         for name, value in expected.items():
             assert measured[name][b].item() == pytest.approx(value, rel=TOL), name
+
+
+def test_rate_reduction_and_non_negative_codes_equal_the_reference():
+    """ΔR of unit tokens and the orthant flag on sets the reference test above does not reach: non-negative
+    (a ReLU's output, exact zeros), with a zero token, and n > d."""
+    rng = np.random.default_rng(3)
+    K, d, p = 2, 6, 3
+    U = orthonormal_bases(K, d, p, seed=rng)
+    Z = np.stack([np.maximum(rng.standard_normal((d, 9)), 0), rng.standard_normal((d, 9))])
+    Z[1, :, 4] = 0.0
+    iso = np.stack([reference.isotropic_tokens(z, rng, 2) for z in Z], axis=1)
+    rot = np.stack([reference.rotated_tokens(z, rng, 2) for z in Z], axis=1)
+    measured = protocol.measures_from_yardsticks(_rows(Z), _weight(U), K, 0.1, _rows(iso), _rows(rot))
+    for b in range(2):
+        expected = reference.profile_from_yardsticks(Z[b], U, 0.1, iso[:, b], rot[:, b])
+        assert measured["rate_reduction"][b].item() == pytest.approx(expected.rate_reduction, rel=TOL)
+        assert measured["nonnegative"][b].item() == expected.nonnegative == (1.0 if b == 0 else 0.0)
+    unit = normalize_columns(Z[1])
+    assert protocol.coding_rate(_rows(unit), 0.1).item() == pytest.approx(ct.coding_rate(unit, 0.1), rel=TOL)
 
 
 def test_rotated_tokens_keep_the_gram_matrix_and_point_in_uniform_directions():
@@ -115,6 +135,8 @@ def test_layer_profile_measures_every_station_of_every_layer():
                 torch.testing.assert_close(profile.stats[name][station][i].values, direct[station][name], rtol=TOL,
                                            atol=0)
     assert len(profile.means("specific", "half")) == 2
+    # the size the collapse floor needs: d, tokens per image (4 patches + [CLS]), heads, head dimension
+    assert profile.sizes == {"d": 16, "n": 5, "heads": 4, "p": 4} == profile.all_means()["sizes"]
 
 
 def test_bad_input_is_named():
@@ -143,7 +165,8 @@ def test_layer_profile_takes_token_ids_and_a_decoder_stack_and_refuses_attention
     mae = crate_nn.create_model("crate_mae_tiny", image_size=8, patch_size=2, dim=16, depth=2, heads=4).eval()
     images, mask = torch.randn(2, 3, 8, 8), torch.rand(2, 16).argsort(-1) < 12
     decoder = protocol.layer_profile(mae.decoder, mae.encode(images, mask), draws=1).all_means()
-    assert set(decoder) == set(protocol.MEASURES) and len(decoder["alignment"]["output"]) == 2
+    assert set(decoder) == set(protocol.MEASURES) | {"sizes"} and len(decoder["alignment"]["output"]) == 2
+    assert decoder["sizes"]["n"] == 17 and decoder["sizes"]["d"] == 16  # the decoder's tokens: every patch, [CLS]
     vit = crate_nn.create_model("vit_tiny", image_size=8, patch_size=4, num_classes=3, dim=16, depth=1, heads=2)
     with pytest.raises(TypeError, match="MSSA"):
         protocol.layer_profile(vit, torch.randn(1, 3, 8, 8))

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 import crate_theory as ct
 from crate_theory import protocol
 from crate_theory.synthetic import normalize_columns, orthonormal_bases, sample_tokens
-from verify.joint import compresses
+from verify.joint import Sizes, compresses
 
 D, N, K = 32, 64, 4
 SEEDS = 5
@@ -78,11 +78,13 @@ def _pulled(Z, t, targets):
 
 
 def _judge(pairs, U, draws=4):
-    """The joint judgement of the first sets against the second (one pair per seed)."""
+    """The joint judgement of the first sets against the second (one pair per seed), with the collapse floor of
+    their size."""
     measured = [[protocol.compression_profile(Z, U, draws=draws, seed=s).as_dict() for Z in pair]
                 for s, pair in enumerate(pairs)]
     a, b = ({name: np.array([m[i][name] for m in measured]) for name in measured[0][0]} for i in (0, 1))
-    return compresses(a, b)
+    K, d, _ = U.shape
+    return compresses(a, b, floor=Sizes(d, pairs[0][0].shape[1], K))
 
 
 def _collapsing(rng, U, per, t, target, start):
@@ -253,3 +255,61 @@ def test_layer_controls_differ_from_the_layer_exactly_where_they_should():
         ct.crate_layer(Z, params, eps=1.0, shrink=1.5)
     with pytest.raises(ValueError, match="sparsify"):
         ct.crate_layer(Z, params, eps=1.0, sparsify="identity")
+
+
+# ------------------------------------------------------------------------------------------------ the collapse floor
+@given(seed=seeds, K=st.integers(2, 4), p=st.integers(2, 6), extra=st.integers(0, 4), cosine=st.floats(0.05, 0.4))
+def test_coherent_bases_have_orthonormal_columns_and_the_largest_principal_cosine_asked(seed, K, p, extra, cosine):
+    U = protocol.coherent_bases(K, K * p + extra, p, cosine, seed)
+    np.testing.assert_allclose(np.swapaxes(U, 1, 2) @ U, np.broadcast_to(np.eye(p), (K, p, p)), atol=1e-12)  # QR
+    # the bisection stops at 1e-12 relative in the tilt; the cosine is smooth in it
+    assert protocol.largest_principal_cosine(U) == pytest.approx(cosine, abs=1e-8)
+
+
+def test_subspace_tokens_lie_on_their_subspaces_with_the_shares_asked():
+    U = orthonormal_bases(4, 16, 4, seed=0)
+    Z, labels = protocol.subspace_tokens(U, 4000, protocol.class_shares(4, balanced=False), seed=1)
+    assert protocol.alignment(Z, U, labels) == pytest.approx(1.0, abs=1e-12)  # exactly on them, up to rounding
+    np.testing.assert_allclose(np.linalg.norm(Z, axis=0), 1.0, rtol=1e-12)
+    # shares 0.4/0.2/0.2/0.2; a share's standard error over 4000 draws is ≤ 0.008, 4 of them 0.031
+    np.testing.assert_allclose(np.bincount(labels, minlength=4) / 4000, [0.4, 0.2, 0.2, 0.2], atol=0.031)
+    Zs, stacked = protocol.subspace_tokens(U, 5, seed=2, sets=3)
+    assert Zs.shape == (3, 16, 5) and stacked.shape == (3, 5)
+
+
+def test_collapse_floor_is_the_largest_upper_bound_and_balanced_tokens_keep_the_spread():
+    """At the ideal stacks' size balanced exact-subspace tokens share the space as isotropic ones do (their drop is 0
+    within 4 standard errors), and the floor is the largest mean + 1.96 standard errors."""
+    floor = protocol.collapse_floor(D, N, K, sets=128, seed=3)
+    mean, se = floor.drops["balanced"]
+    assert abs(mean) <= 4 * se and se > 0
+    assert floor.floor == pytest.approx(max(m + 1.96 * s for m, s in floor.drops.values()))
+    assert floor.drops["unbalanced"][0] > 4 * floor.drops["unbalanced"][1]  # unequal shares do lower it
+    assert set(floor.drops) == set(protocol.CONSTRUCTIONS) and "floor" in floor.text()
+    assert protocol.collapse_floor(D, N, K, sets=128, seed=3) == floor  # deterministic for a seed
+
+
+def test_collapse_floor_and_constructions_reject_bad_input():
+    with pytest.raises(ValueError, match="K·p = d"):
+        protocol.collapse_floor(10, 8, 4)
+    with pytest.raises(ValueError, match="n"):
+        protocol.collapse_floor(8, 0, 4)
+    with pytest.raises(ValueError, match="K·p <= d"):
+        protocol.coherent_bases(4, 10, 3)
+    with pytest.raises(ValueError, match="cosine"):
+        protocol.coherent_bases(2, 8, 4, cosine=1.0)
+    with pytest.raises(ValueError, match="above what random subspaces"):
+        protocol.coherent_bases(2, 64, 1, cosine=0.99, seed=0)
+
+
+def test_rate_reduction_and_the_orthant_flag_of_the_profile():
+    rng = np.random.default_rng(6)
+    U = orthonormal_bases(K, D, D // K, seed=rng)
+    Z = rng.standard_normal((D, N))
+    profile = protocol.compression_profile(Z, U, draws=2, seed=0)
+    unit = normalize_columns(Z)
+    # ΔR of the unit tokens, eqs. (8), (13)–(14), by the reference's own functions: rounding only
+    assert profile.rate_reduction == pytest.approx(ct.coding_rate(unit, 0.1) - ct.compression_rate(unit, U, 0.1),
+                                                   rel=1e-12)
+    assert profile.nonnegative == 0.0
+    assert protocol.compression_profile(np.maximum(Z, 0), U, draws=2, seed=0).nonnegative == 1.0

@@ -38,7 +38,8 @@ def stack(specific=None, alignment=None, spread=None, rate=None, sparsity=None):
     curves = {"rate": flat * 30 if rate is None else rate, "specific": flat * 0.95 if specific is None else specific,
               "spread": flat if spread is None else spread, "alignment": flat * 0.9 if alignment is None else alignment,
               "norm": flat * 5, "isotropic_alignment": flat * 0.25,
-              "sparsity": flat * 0.5 if sparsity is None else sparsity}
+              "sparsity": flat * 0.5 if sparsity is None else sparsity, "rate_reduction": flat * 10,
+              "nonnegative": np.zeros(stations)}
     curves["relative"] = curves["specific"] * curves["spread"]
     base = np.stack([np.asarray(curves[m], dtype=float) for m in layers.MEASURES], axis=-1)
     return base[None] * (1 + 1e-4 * rng.standard_normal((SEEDS, stations, len(layers.MEASURES))))

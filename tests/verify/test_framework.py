@@ -388,6 +388,33 @@ def test_a_full_verdict_is_expected_under_full_only(tmp_path):
         _register(full_verdict="holds", modes=("full",))
 
 
+def test_expected_labels_must_match_too_in_their_mode(tmp_path):
+    """One verdict can cover several outcomes (the joint rule's collapse and no compression both fail): a claim that
+    expects labels matches only when the result's labels are those, in the mode they are expected in."""
+    def collapsed(ctx):
+        return Result("layer 1: collapse", "fails", labels="layer 1 collapse")
+
+    def expecting(labels=None, full=None):
+        return Claim(id="demo-labels", tags=("demo",), location="000", statement="s", measures="m", expected="e",
+                     expected_verdict="fails", kind="trained", provenance="measurement", measure=collapsed,
+                     expected_labels=labels, full_labels=full)
+
+    assert audit([expecting("layer 1 collapse")], output_dir=tmp_path / "a", progress=False, echo=False) == 0
+    assert audit([expecting("layer 1 no compression")], output_dir=tmp_path / "b", progress=False, echo=False) == 1
+    entry = json.loads((tmp_path / "b" / "report.json").read_text())["claims"][0]
+    assert entry["verdict"] == entry["expected_verdict"] == "fails" and not entry["matches_expectation"]
+    assert audit([expecting()], output_dir=tmp_path / "c", progress=False, echo=False) == 0  # no labels expected
+    # quick mode's labels are not --full's: each mode checks its own, and a mode with none checks none
+    claim = expecting("layer 1 no compression", full="layer 1 collapse")
+    assert claim.labels_match(collapsed(None), "full") and not claim.labels_match(collapsed(None), "quick")
+    assert expecting("layer 1 collapse").labels_match(Result("x", "fails"), "full")
+    assert not expecting("layer 1 collapse").labels_match(None, "quick")  # a measurement that raised
+    # a label at the rule's boundary may be expected either way; the whole string must match
+    assert expecting("layer 1 (no compression|collapse)").labels_match(collapsed(None), "quick")
+    assert not expecting("layer 1 (no compression|undecided)").labels_match(collapsed(None), "quick")
+    assert not expecting("layer 1").labels_match(collapsed(None), "quick")
+
+
 def test_figures_are_drawn_on_request_and_under_full_only_by_default(tmp_path):
     """Quick mode draws no figure unless asked (--figures); --full draws them; a claim's None figure is dropped."""
     from verify import plots

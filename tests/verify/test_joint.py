@@ -2,11 +2,14 @@
 import numpy as np
 import pytest
 
-from verify.joint import compresses
+from verify import joint
+from verify.joint import Sizes, compresses
 
 RNG = np.random.default_rng(0)
 B = {"specific": 0.95 + 0.001 * RNG.standard_normal(5), "alignment": 0.5 + 0.001 * RNG.standard_normal(5),
      "spread": 0.99 + 0.001 * RNG.standard_normal(5)}
+FLOOR = 0.005
+"""A collapse floor of the size the ideal stacks measure (0.0052 at d 32, n 64, K 4)."""
 
 
 def shifted(**shifts):
@@ -23,19 +26,80 @@ def shifted(**shifts):
     ({"specific": 0.01, "alignment": 0.02, "spread": 0.01}, "no compression", "fails"),
     ({"specific": -0.01, "alignment": -0.02, "spread": 0.01}, "no compression", "fails"),
     ({"specific": -0.01, "spread": 0.01}, "undecided", "inconclusive"),
+    # changed on purpose: a drop of spread within the floor is what exact-subspace tokens can cause, not collapse
+    ({"specific": -0.01, "alignment": 0.02, "spread": -0.003}, "compression", "holds"),
+    ({"specific": 0.01, "alignment": 0.02, "spread": -0.003}, "no compression", "fails"),
 ])
 def test_labels_and_verdicts(shifts, label, verdict):
-    judged = compresses(shifted(**shifts), B)
+    judged = compresses(shifted(**shifts), B, floor=FLOOR)
     assert (judged.label, judged.verdict) == (label, verdict)
     assert judged.text().startswith(label) and judged.as_dict()["verdict"] == verdict
+    assert judged.as_dict()["collapse_floor"] == FLOOR and judged.spread.boundary == -FLOOR
+
+
+def test_a_spread_interval_straddling_the_floor_is_not_collapse():
+    """Collapse needs the whole interval beyond −floor: one straddling it leaves the other two to decide."""
+    a = shifted(specific=-0.01, alignment=0.02)
+    a["spread"] = B["spread"] - FLOOR + 0.003 * np.array([-1.0, 1.0, -1.0, 1.0, 0.0])  # mean −floor, wide
+    judged = compresses(a, B, floor=FLOOR)
+    assert judged.spread.verdict == "inconclusive" and judged.label == "compression"
+    assert compresses(a, B, floor=0.0).label == "collapse"  # wholly below 0: the former rule's collapse
+    assert compresses(shifted(specific=-0.01, alignment=0.02, spread=-0.003), B, floor=0.0).label == "collapse"
+
+
+def test_rate_reduction_is_reported_beside_and_does_not_decide():
+    a, b = shifted(specific=-0.01, alignment=0.02), dict(B)
+    a["rate_reduction"], b["rate_reduction"] = np.full(5, 3.0) + 1e-3 * np.arange(5), np.full(5, 5.0)
+    judged = compresses(a, b, floor=FLOOR)
+    assert judged.label == "compression" and judged.rate_reduction.difference.mean == pytest.approx(-1.998)
+    assert "ΔR -1.998" in judged.text() and judged.as_dict()["rate_reduction"]["verdict"] == "fails"
+    without = compresses(shifted(specific=-0.01, alignment=0.02), B, floor=FLOOR)  # a stored profile: no ΔR
+    assert without.rate_reduction is None and "ΔR not stored" in without.text()
+    assert without.as_dict()["rate_reduction"] is None and without.label == "compression"
+
+
+def test_a_step_into_the_non_negative_orthant_is_sparsification_not_collapse():
+    a, b = shifted(specific=-0.01, alignment=0.02, spread=-0.05), dict(B)
+    assert compresses(a, b, floor=FLOOR).label == "collapse"  # without the orthant facts: collapse
+    a["nonnegative"], b["nonnegative"] = np.ones(5), np.zeros(5)
+    judged = compresses(a, b, floor=FLOOR)
+    assert (judged.label, judged.verdict) == ("sparsification", "inconclusive") and "sparsity claims" in judged.text()
+    b["nonnegative"] = np.ones(5)  # both in the orthant (two ISTA outputs): the spread is read as usual
+    assert compresses(a, b, floor=FLOOR).label == "collapse"
+    assert compresses({k: a[k] - b[k] for k in a}, floor=FLOOR).label == "collapse"  # differences: no orthant facts
 
 
 def test_differences_and_unpaired_samples():
     a = shifted(specific=-0.01, alignment=0.02, spread=0.01)
-    assert compresses({k: a[k] - B[k] for k in a}).label == "compression"
-    assert compresses(a, B, paired=False).specific.paired is False
+    assert compresses({k: a[k] - B[k] for k in a}, floor=FLOOR).label == "compression"
+    assert compresses(a, B, paired=False, floor=FLOOR).specific.paired is False
 
 
-def test_missing_measures_are_named():
+def test_missing_measures_and_bad_floors_are_named():
     with pytest.raises(KeyError, match="spread"):
-        compresses({"specific": B["specific"], "alignment": B["alignment"]}, B)
+        compresses({"specific": B["specific"], "alignment": B["alignment"]}, B, floor=FLOOR)
+    with pytest.raises(ValueError, match="floor"):
+        compresses(B, B, floor=-0.1)
+    with pytest.raises(ValueError, match="floor"):
+        compresses(B, B, floor=float("nan"))
+
+
+def test_sizes_come_from_the_profiles_or_a_fallback():
+    recorded = [{"sizes": {"d": 32, "n": 64, "heads": 4, "p": 8}}]
+    assert Sizes.of(recorded) == Sizes(32, 64, 4, 8)
+    assert Sizes.of([{}], Sizes(96, 5, 4)) == Sizes(96, 5, 4)
+    with pytest.raises(ValueError, match="sizes"):
+        Sizes.of([{}])
+    floor = Sizes(32, 64, 4).collapse_floor()
+    assert Sizes(32, 64, 4).floor == floor.floor  # cached per size
+    joint._collapse_floor.cache_clear()  # read back from the audit's cache folder: the same floor
+    assert Sizes(32, 64, 4).collapse_floor() == floor
+    assert compresses(shifted(specific=-0.01, alignment=0.02), B, floor=Sizes(32, 64, 4)).floor == floor.floor
+
+
+def test_labels_of_judgements():
+    judged = [compresses(shifted(**s), B, floor=FLOOR) for s in
+              ({"specific": -0.01, "alignment": 0.02}, {"spread": -0.05})]
+    assert joint.layer_labels(judged) == "layer 1 compression, layer 2 collapse"
+    assert joint.label_runs(("compression", 1), ("collapse", 1)) == joint.layer_labels(judged)
+    assert joint.named_labels({"layer 1 → 2": judged[1]}) == "layer 1 → 2: collapse"

@@ -12,11 +12,16 @@ CLAIMS = {c.id: c for c in all_claims()}
 SEEDS, DEPTH = 5, 3
 
 
+SIZES = {"d": 32, "n": 64, "heads": 4, "p": 8}
+"""The size the constructed profiles record (collapse floor 0.0052)."""
+
+
 def profile(seed: int, **stations) -> dict:
-    """``{measure: {station: [per layer]}}`` with a little seed-dependent noise; ``stations[station]`` maps a
-    measure to its per-layer values (default: 0.9 specific, 0.4 alignment, 0.95 spread everywhere)."""
+    """``{measure: {station: [per layer]}}`` with a little seed-dependent noise, and the ``sizes`` measured;
+    ``stations[station]`` maps a measure to its per-layer values (default: 0.9 specific, 0.4 alignment, 0.95 spread
+    everywhere)."""
     rng = np.random.default_rng(seed)
-    out = {}
+    out = {"sizes": dict(SIZES)}
     for name, default in (("specific", 0.9), ("alignment", 0.4), ("spread", 0.95)):
         out[name] = {}
         for station in ("input", "half", "output"):
@@ -37,12 +42,13 @@ EXPANDED = {"specific": [0.95] * DEPTH, "alignment": [0.3] * DEPTH, "spread": [0
 # ------------------------------------------------------------------------------------------------ the helpers
 def test_expands_mirrors_compresses_and_never_credits_collapse():
     base = [profile(s) for s in range(SEEDS)]
+    floor = joint.Sizes.of(base).floor
     assert joint.expands(joint.at([profile(s, half=EXPANDED) for s in range(SEEDS)], "half", 1),
-                         joint.at(base, "half", 1)).label == "expansion"
+                         joint.at(base, "half", 1), floor=floor).label == "expansion"
     assert joint.expands(joint.at([profile(s, half=COMPRESSED) for s in range(SEEDS)], "half", 1),
-                         joint.at(base, "half", 1)).label == "no expansion"
+                         joint.at(base, "half", 1), floor=floor).label == "no expansion"
     collapsed = joint.expands(joint.at([profile(s, half={**EXPANDED, "spread": [0.8] * DEPTH}) for s in range(SEEDS)],
-                                       "half", 1), joint.at(base, "half", 1))
+                                       "half", 1), joint.at(base, "half", 1), floor=floor)
     assert (collapsed.label, collapsed.verdict) == ("collapse", "fails")
 
 
@@ -113,6 +119,22 @@ def test_dino_joint_flips(monkeypatch, tmp_path):
     assert verdict(claim_id, tmp_path, mode).verdict == "holds"
     install(COLLAPSED)
     assert verdict(claim_id, tmp_path, mode).verdict == "fails"
+
+
+def test_stored_profiles_without_sizes_or_rate_reduction_are_judged(monkeypatch, tmp_path):
+    """Profiles recorded before the collapse floor and ΔR existed (a replication's runs.json): the claim takes the
+    sizes from its preset (DINO's teacher: d 96, 16 patches + [CLS], 4 heads) and says that ΔR is not stored."""
+    def stored(seed, **stations):
+        return {k: v for k, v in profile(seed, **stations).items() if k != "sizes"}
+    profiles = {"dino": [stored(s, half=COLLAPSED) for s in range(SEEDS)],
+                "random init": [stored(s + 1000) for s in range(SEEDS)]}
+    monkeypatch.setattr(dino, "_measurements", lambda mode, seed, system="dino": {"joint": profiles})
+    result = verdict("fig15-dino-joint", tmp_path, "full")
+    assert result.verdict == "fails" and "ΔR not stored" in result.measured
+    assert result.data["per_layer"][0]["collapse_floor"] == joint.Sizes(96, 17, 4).floor
+    assert result.labels == "layer 1 collapse, layer 2 collapse, layer 3 collapse"
+    with pytest.raises(ValueError, match="sizes"):
+        joint.per_layer(profiles["dino"], profiles["random init"])
 
 
 def test_gpt_joint_flips(monkeypatch, tmp_path):

@@ -28,9 +28,21 @@ import torch
 import crate_nn
 from verify import digits, plots, verdicts
 from verify.context import Context
-from verify.joint import SIDES, TRAINING_RULE, Judgement, at, compresses, describe, from_layer_2, per_layer
+from verify.joint import (
+    SIDES,
+    TRAINING_RULE,
+    Judgement,
+    Sizes,
+    at,
+    compresses,
+    describe,
+    from_layer_2,
+    layer_labels,
+    named_labels,
+    per_layer,
+)
 from verify.registry import Headline, Result, claim
-from verify.statistics import brief, compare, every, interval, intervals, per_column
+from verify.statistics import Comparison, brief, compare, every, interval, intervals, per_column
 
 SETTING = ("8×8 digits, digits preset (d 96, L 3, K 4, 5 tokens, weight decay 0.5), 8 epochs (--full: 30), "
            f"{digits.SEEDS} seeds, each paired with its own initialisation")
@@ -70,19 +82,20 @@ def _versus_init(runs, path) -> list:
     return per_column(digits.per_seed(runs, "trained", path), digits.per_seed(runs, "init", path), direction="below")
 
 
-def lower_at_every_layer(diffs) -> bool:
-    """Whether every layer's 95% interval of trained − init lies below 0."""
-    return all(d.below_zero for d in diffs)
-
-
 def _joint(runs, model: str, layer: int) -> dict[str, np.ndarray]:
     """Per-seed joint measures of one model ('trained' / 'init') at Z^{ℓ+1/2} of layer ℓ (1-based)."""
     return at([run[model]["profile"] for run in runs], "half", layer)
 
 
+def _sizes(runs) -> Sizes:
+    """The size measured (the collapse floor's), from the profiles or, for stored ones that predate it, the preset."""
+    return Sizes.of([run["trained"]["profile"] for run in runs], Sizes.of_images(digits.recipe()))
+
+
 def joint_per_layer(runs) -> list[Judgement]:
     """The joint judgement of trained against init at every layer, paired by seed."""
-    return per_layer([run["trained"]["profile"] for run in runs], [run["init"]["profile"] for run in runs])
+    return per_layer([run["trained"]["profile"] for run in runs], [run["init"]["profile"] for run in runs],
+                     sizes=_sizes(runs))
 
 
 def _protocol_claim(name: str) -> None:
@@ -171,12 +184,17 @@ for _name in PROTOCOLS:
              "U^ℓ (ε = 0.1) on the test digits (quick: 8 epochs, 40 images; --full: 30 epochs, 360 images)",
     expected=TRAINING_RULE + ". Expected to fail (recorded after measuring; this claim replaces "
              "2.24-digits-relative, which held (−0.017, −0.018, −0.034) because R^c against isotropic tokens credits "
-             "collapse, and 2.24-digits-alignment, which failed). Quick: layer 2 undecided (specific R^c −0.029 "
-             "[−0.039, −0.020], own-subspace energy −0.002 [−0.017, +0.014]), layer 3 a collapse (spread −0.070 "
-             "[−0.080, −0.060], specific +0.004 [−0.011, +0.019]); layer 1 undecided (specific −0.042, energy "
-             "−0.004 [−0.025, +0.017]). --full: layer 2 undecided (specific −0.033, energy −0.002 [−0.017, "
-             "+0.013]), layer 3 a collapse (spread −0.040 [−0.046, −0.035])",
-    expected_verdict="fails",
+             "collapse, and 2.24-digits-alignment, which failed). Quick (re-measured with the collapse floor, which "
+             "changed no label; the floor at d 96, 5 tokens, K 4 is 0.0011): layer 2 a collapse (spread −0.011 "
+             "[−0.018, −0.004], specific R^c −0.031 [−0.048, −0.013], own-subspace energy −0.003 [−0.023, +0.018]), "
+             "layer 3 a collapse (spread −0.078 [−0.089, −0.068], specific −0.001 [−0.012, +0.010]); layer 1 "
+             "undecided (specific −0.045 [−0.067, −0.024], energy +0.008 [−0.026, +0.042]). ΔR (reported beside) "
+             "rises at every layer (+2.0, +1.7, +2.7). Layer 2's drop of spread is the size that all five tokens of "
+             "an image lying in one subspace would cause (−0.0145 at this size): a configuration outside the floor's "
+             "constructions, which the rule reads as collapse. --full (measured before the floor, far beyond it): "
+             "layer 2 undecided (specific −0.033, energy −0.002 [−0.017, +0.013]), layer 3 a collapse (spread "
+             "−0.040 [−0.046, −0.035])",
+    expected_verdict="fails", expected_labels="layer 1 undecided, layer 2 collapse, layer 3 collapse",
     kind="trained", provenance="measurement",
 )
 def digits_joint(ctx) -> Result:
@@ -187,7 +205,7 @@ def digits_joint(ctx) -> Result:
                   {"per_layer": [j.as_dict() for j in judged],
                    "trained": {n: digits.per_seed(runs, "trained", p).mean(0) for n, p in JOINT.items()},
                    "init": {n: digits.per_seed(runs, "init", p).mean(0) for n, p in JOINT.items()}}, [figure],
-                  Headline.of_judgement(f"ℓ {len(judged)}", judged[-1]))
+                  Headline.of_judgement(f"ℓ {len(judged)}", judged[-1]), labels=layer_labels(judged))
 
 
 WEIGHT_DECAYS = (0.05, 0.5, 1.0)
@@ -201,11 +219,16 @@ def _weight_decay_table(ctx) -> dict:
             {wd: joint_per_layer(digits.runs(ctx, wd)) for wd in WEIGHT_DECAYS})
 
 
-def verdict_depends_on(table: dict, joint: dict) -> dict[str, bool]:
-    """Per measure: whether its verdict (every layer lower; the joint rule from layer 2 on) differs between weight
-    decays."""
-    depends = {name: len({lower_at_every_layer(table[wd][name]) for wd in table}) > 1 for name in PROTOCOLS}
-    return {**depends, "joint": len({from_layer_2(joint[wd]) for wd in joint}) > 1}
+def lower_everywhere(diffs) -> str:
+    """The verdict of "trained below init at every layer" from per-layer intervals of trained − init
+    (`verify.statistics.every` of their comparisons with 0)."""
+    return every(Comparison(d, "below", 0.0, True) for d in diffs)
+
+
+def verdicts_by_weight_decay(table: dict, joint: dict) -> dict[str, list[str]]:
+    """Per measure: its verdict at each weight decay (every layer lower; the joint rule from layer 2 on)."""
+    out = {name: [lower_everywhere(table[wd][name]) for wd in table] for name in PROTOCOLS}
+    return {**out, "joint": [from_layer_2(joint[wd]) for wd in joint]}
 
 
 @claim(
@@ -225,31 +248,36 @@ def verdict_depends_on(table: dict, joint: dict) -> dict[str, bool]:
              "decays. Expected to fail (found by measuring): weight decay shrinks ‖U‖ (5.7 → 3.5–3.9 at 1.0) "
              "and the paper-protocol R^c with it, so trained lies above init at 0.05 (layers 2–3) and below at "
              "1.0; the authors' per-head-normalised protocol keeps its verdict. The joint rule fails at every weight "
-             "decay (recorded after measuring): layer 3 is "
-             "a collapse at 0.05, 0.5 and 1.0, layer 2 too at 0.05",
+             "decay (recorded after measuring; re-decided with the collapse floor, which changed no label; the stored "
+             "profiles predate ΔR): layer 3 is a collapse at 0.05, 0.5 and 1.0, layer 2 too at 0.05 and 0.5",
     expected_verdict="fails",
+    expected_labels="wd 0.05: layer 1 undecided, layer 2 collapse, layer 3 collapse; wd 0.5: layer 1 compression, "
+                    "layer 2 collapse, layer 3 collapse; wd 1.0: layer 1 undecided, layer 2 undecided, layer 3 collapse",
     modes=("full",), committed="digits",
     kind="trained", provenance="measurement",
 )
 def weight_decay(ctx) -> Result:
     table, joint = _weight_decay_table(ctx)
-    depends = verdict_depends_on(table, joint)
+    by_wd = verdicts_by_weight_decay(table, joint)
+    agreement = {name: verdicts.agree(found) for name, found in by_wd.items()}
     u_norm = {wd: digits.per_seed(digits.runs(ctx, wd), "trained", ("u_norm",)).mean(0) for wd in WEIGHT_DECAYS}
     validation = {wd: interval([r["metrics"]["val_top1"] for r in digits.runs(ctx, wd)]) for wd in WEIGHT_DECAYS}
     panels = {name: {f"wd {wd}": [d.mean for d in table[wd][name]] for wd in WEIGHT_DECAYS} for name in PROTOCOLS}
     panels.update({f"joint: {name}": {f"wd {wd}": [getattr(j, name).difference.mean for j in joint[wd]]
                                       for wd in WEIGHT_DECAYS} for name in SIDES})
     figure = plots.per_layer(ctx.figure_path("weight-decay"), panels, title="trained − init per weight decay")
-    text = "; ".join(f"{name} {'depends' if depends[name] else 'same'}" for name in depends)
+    text = "; ".join(f"{name} {'/'.join(by_wd[name])} (the same at every weight decay: {agreement[name]})"
+                     for name in by_wd)
     return Result(f"verdict vs weight decay: {text}; paper at wd {WEIGHT_DECAYS}: "
                   + " | ".join(_signs(table[wd]['paper']) for wd in WEIGHT_DECAYS) + "; joint per layer at wd "
                   f"{WEIGHT_DECAYS}: " + " | ".join(", ".join(j.label for j in joint[wd]) for wd in WEIGHT_DECAYS)
                   + "; validation top-1 " + ", ".join(f"{v.mean:.2%} ± {v.std:.2%}" for v in validation.values()),
-                  "fails" if depends["paper"] else "holds",
+                  agreement["paper"],
                   {"table": {str(wd): {n: [d.as_dict() for d in v] for n, v in t.items()} for wd, t in table.items()},
                    "joint": {str(wd): [j.as_dict() for j in v] for wd, v in joint.items()},
-                   "depends": depends, "u_norm_trained": {str(k): v for k, v in u_norm.items()},
-                   "validation_top1": {str(k): v.as_dict() for k, v in validation.items()}}, [figure])
+                   "verdicts": by_wd, "agreement": agreement, "u_norm_trained": {str(k): v for k, v in u_norm.items()},
+                   "validation_top1": {str(k): v.as_dict() for k, v in validation.items()}}, [figure],
+                  labels="; ".join(f"wd {wd}: {layer_labels(joint[wd])}" for wd in WEIGHT_DECAYS))
 
 
 @claim(
@@ -267,13 +295,13 @@ def weight_decay(ctx) -> Result:
              "seeds. Low power: 3 layers (one step from layer 2) and 5 tokens per image",
     expected="`holds` when every consecutive difference of the authors' R^c from layer 2 on has its 95% interval "
              "below 0 and the joint rule credits compression to the last layer against layer 2; `fails` when one "
-             "lies above 0 or the joint rule fails. Expected to fail (recorded after measuring): the authors' R^c "
-             "falls from layer 2 "
-             "to 3 (−0.78 [−1.11, −0.46]), but by the joint rule that step is a collapse (spread −0.055 [−0.065, "
-             "−0.045], specific R^c +0.034 [+0.017, +0.051]); layer 1 → 2 is a collapse too (spread −0.040). "
-             "--full the same (2 → 3: spread −0.029, specific +0.044). With 3 layers this check can only refute a "
-             "strong trend, not establish a weak one",
-    expected_verdict="fails",
+             "lies above 0 or the joint rule fails. Expected to fail (recorded after measuring; re-measured with the "
+             "collapse floor 0.0011, which changed no label): the authors' R^c falls from layer 2 to 3 (−1.14 "
+             "[−1.55, −0.74]), but by the joint rule that step is a collapse (spread −0.056 [−0.064, −0.049], "
+             "specific R^c +0.029 [+0.020, +0.038]; ΔR +0.70 [+0.36, +1.04]); layer 1 → 2 is a collapse too (spread "
+             "−0.041 [−0.051, −0.031]). --full the same (2 → 3: spread −0.029, specific +0.044; measured before the "
+             "floor, far beyond it). With 3 layers this check can only refute a strong trend, not establish a weak one",
+    expected_verdict="fails", expected_labels="layer 1 → 2: collapse; layer 2 → 3: collapse",
     kind="trained", provenance="measurement",
 )
 def digits_depth(ctx) -> Result:
@@ -281,15 +309,16 @@ def digits_depth(ctx) -> Result:
     official = digits.per_seed(runs, "trained", PROTOCOLS["official"][0])
     depth = official.shape[1]
     steps = [compare(official[:, i + 1] - official[:, i], direction="below") for i in range(depth - 1)]
-    later = compresses(_joint(runs, "trained", depth), _joint(runs, "trained", 2))
-    first = compresses(_joint(runs, "trained", 2), _joint(runs, "trained", 1))
-    verdicts = {c.verdict for c in steps[1:]} | {later.verdict}
-    verdict = "fails" if "fails" in verdicts else ("holds" if verdicts == {"holds"} else "inconclusive")
+    floor = _sizes(runs).floor
+    later = compresses(_joint(runs, "trained", depth), _joint(runs, "trained", 2), floor=floor)
+    first = compresses(_joint(runs, "trained", 2), _joint(runs, "trained", 1), floor=floor)
+    verdict = verdicts.all_hold(*(c.verdict for c in steps[1:]), later.verdict)
     return Result(f"authors' R^c layer 1 → 2 {steps[0].text()}, then "
                   + ", ".join(c.text() for c in steps[1:]) + f"; joint layer 1 → 2: {first.text()}; layer 2 → "
                   f"{depth}: {later.text()}", verdict,
                   {"official_steps": [c.as_dict() for c in steps], "joint_layer_1_to_2": first.as_dict(),
-                   "joint_layer_2_to_last": later.as_dict()})
+                   "joint_layer_2_to_last": later.as_dict()},
+                  labels=named_labels({"layer 1 → 2": first, f"layer 2 → {depth}": later}))
 
 
 FOOTNOTE_17 = ("footnote 17 exempts the last layer, whose features are mixed for the classifier: the verdict is "

@@ -289,7 +289,7 @@ def _layer_claim(kind: str, protocol: str | None, mode: str, expected_verdict: s
                       Headline.of_layers("DINO − init", decided))
 
 
-def _joint_claim(expected_verdict: str, note: str) -> None:
+def _joint_claim(expected_verdict: str, note: str, labels: str) -> None:
     """Under --full only: after the quick mode's one epoch the teacher moves by ≈ 1e-4 of each measure, below any
     seed spread (base seeds 0 and 1 gave inconclusive and fails)."""
     @claim(
@@ -303,13 +303,14 @@ def _joint_claim(expected_verdict: str, note: str) -> None:
         measures="joint judgement (verify.joint) of the trained teacher against its initialisation at Z^{ℓ+1/2} per "
                  f"layer, paired by seed, on the first {joint.IMAGES} test digits: {_runs_text('full')}",
         expected=joint.TRAINING_RULE + note,
-        expected_verdict=expected_verdict,
+        expected_verdict=expected_verdict, expected_labels=labels,
         modes=("full",), committed="dino",
         kind="trained", provenance="measurement",
     )
     def measure(ctx) -> Result:
         profiles = _run(ctx)["joint"]
-        return joint.against_init(profiles["dino"], profiles["random init"])
+        return joint.against_init(profiles["dino"], profiles["random init"],
+                                  sizes=joint.Sizes.of_images(_dino_config(ctx.quick)))
 
 
 _ONE_EPOCH = "; the teacher moves little in 21 steps at λ ≥ 0.99, so every difference is small"
@@ -349,7 +350,9 @@ EXPECTED = {
                                   "+0.063]"),
         joint=("inconclusive", ". Recorded after measuring (seeds 0–2): undecided at every layer — specific R^c "
                                "−0.003 [−0.028, +0.022], −0.003, −0.002, own-subspace energy and spread within the "
-                               "seed spread (layer 3's spread −0.064 [−0.163, +0.035])"))
+                               "seed spread (layer 3's spread −0.064 [−0.163, +0.035]; collapse floor 0.005 at d 96, "
+                               "17 tokens, K 4); the stored profiles predate ΔR",
+               "layer 1 undecided, layer 2 undecided, layer 3 undecided"))
 }
 for _mode, _expected in EXPECTED.items():
     _knn_claim(_mode, *_expected["knn"])

@@ -294,8 +294,9 @@ def _joint_steps(ctx, model: str, part: str) -> list[joint.Judgement]:
     profiles = [run[model][f"joint_{part}"] for run in _measurements(ctx.quick, ctx.seed)]
     before, after = ("input", "half") if part == "encoder" else ("half", "output")
     rule = joint.compresses if part == "encoder" else joint.expands
-    depth = len(profiles[0]["specific"][after])
-    return [rule(joint.at(profiles, after, layer), joint.at(profiles, before, layer)) for layer in range(1, depth + 1)]
+    depth, floor = len(profiles[0]["specific"][after]), joint.Sizes.of(profiles).floor
+    return [rule(joint.at(profiles, after, layer), joint.at(profiles, before, layer), floor=floor)
+            for layer in range(1, depth + 1)]
 
 
 STEP_QUOTES = {
@@ -306,7 +307,7 @@ STEP_QUOTES = {
 """The printed MSSA step of each part of CRATE-MAE (long version Sec. 3.2–3.3)."""
 
 
-def _step_claim(part: str, equation: str, expected_verdict: str, note: str) -> None:
+def _step_claim(part: str, equation: str, expected_verdict: str, note: str, labels: str) -> None:
     goal = "compression" if part == "encoder" else "anti-compression"
 
     @claim(
@@ -330,7 +331,7 @@ def _step_claim(part: str, equation: str, expected_verdict: str, note: str) -> N
                    f"for the untrained model (the control: a label it shares is the architecture's, not training's); "
                    f"{_RUNS}",
         expected=f"`holds` when the joint rule credits {goal} to the trained step at every layer{note}",
-        expected_verdict=expected_verdict,
+        expected_verdict=expected_verdict, expected_labels=labels,
         kind="trained", provenance="measurement",
     )
     def measure(ctx) -> Result:
@@ -343,22 +344,29 @@ def _step_claim(part: str, equation: str, expected_verdict: str, note: str) -> N
                       {"trained": [j.as_dict() for j in trained], "untrained": [j.as_dict() for j in init],
                        "raw_rc_before": _mean(ctx, "trained", before).tolist(),
                        "raw_rc_after": _mean(ctx, "trained", after).tolist()}, [],
-                      Headline.of_judgement(f"ℓ {len(trained)}", trained[-1]))
+                      Headline.of_judgement(f"ℓ {len(trained)}", trained[-1]), labels=joint.layer_labels(trained))
 
 
 _step_claim("encoder", "56", "fails", ". Expected to fail (recorded after measuring, quick, base seeds 0–2; the former "
-            "unnormalised-R^c claim failed too): at layers 2 and 3 the step is a collapse (spread −0.067 [−0.095, "
-            "−0.040] and −0.066 at base seed 0) which the untrained model's step shares — the architecture's, not "
-            "training's; at layer 1 the trained step is undecided or (base seed 1) a compression, the untrained "
-            "one a collapse. --full (the preset, five seeds) the same: layer 1 a compression (specific −0.062 [−0.092, "
-            "−0.032], energy +0.041) where the untrained step collapses, layers 2–3 a collapse shared by the untrained "
-            "model")
-_step_claim("decoder", "62", "fails", ". Expected to fail (recorded after measuring, quick, base seeds 0–2): the "
+            "unnormalised-R^c claim failed too): at layers 2 and 3 the step is a collapse (base seed 0: spread −0.065 "
+            "[−0.089, −0.040] and −0.070 [−0.088, −0.052], far beyond the collapse floor 0.007 at d 64, 17 tokens, "
+            "K 4) which the untrained model's step shares — the architecture's, not training's; at layer 1 the "
+            "trained step is undecided or (base seed 1) a compression, the untrained one a collapse. ΔR (reported "
+            "beside) rises at layers 2–3 (+2.7, +1.9): the paper's objective does not see this collapse. The collapse "
+            "floor changed no label (base seed 0). --full (the preset, five seeds; measured before the floor, whose "
+            "size there is far below these drops) the same: layer 1 a compression (specific −0.062 [−0.092, −0.032], "
+            "energy +0.041) where the untrained step collapses, layers 2–3 a collapse shared by the untrained model",
+            "layer 1 undecided, layer 2 collapse, layer 3 collapse")
+_step_claim("decoder", "62", "fails", ". Expected to fail (recorded after measuring, quick, base seed 0): the "
             "former claim held on unnormalised R^c, which grows with the tokens' norm; jointly the step is a collapse "
-            "at layers 2 and 3 (spread −0.037 [−0.053, −0.021], −0.058 at base seed 0) and at layer 1 for base seeds "
-            "0 and 1, shared by the untrained model: the subtraction makes the tokens more alike, it does not move "
-            "them off their subspaces. --full: layer 3 a collapse shared by the untrained model (spread −0.054 "
-            "[−0.061, −0.048]), layers 1–2 undecided")
+            "at layers 2 and 3 (spread −0.039 [−0.046, −0.033] and −0.058 [−0.069, −0.047], beyond the collapse floor "
+            "0.007 at d 64, 17 tokens, K 4), shared by the untrained model at layer 2: the subtraction makes the "
+            "tokens more alike, it does not move them off their subspaces. Layer 1 is undecided (it read as collapse "
+            "before the floor: spread −0.021 [−0.037, −0.004] straddles −0.007, specific −0.000 [−0.007, +0.007]), "
+            "as is the untrained model's layer 3 (−0.014 [−0.024, −0.004]). --full (measured before the floor): "
+            "layer 3 a collapse shared by the untrained model (spread −0.054 [−0.061, −0.048], beyond any floor at "
+            "this size), layers 1–2 undecided",
+            "layer 1 undecided, layer 2 collapse, layer 3 collapse")
 
 
 @claim(
@@ -383,8 +391,9 @@ _step_claim("decoder", "62", "fails", ". Expected to fail (recorded after measur
              "not stabilise such a verdict: on a null effect each of the four directional intervals of layers 2–3 "
              "lands on the wrong side 2.5% of the time, so about one base seed in ten reads `fails` whatever the "
              "number of seeds — base seed 1's is that. --full (the preset, five seeds): undecided at every layer, "
-             "spread +0.20, +0.39, +0.42",
-    expected_verdict="inconclusive",
+             "spread +0.20, +0.39, +0.42. ΔR (reported beside) falls at every layer (base seed 0: −6.6, −7.2, −8.2): "
+             "the tokens grow less alike while the paper's objective drops",
+    expected_verdict="inconclusive", expected_labels="layer 1 undecided, layer 2 undecided, layer 3 undecided",
     kind="trained", provenance="measurement",
 )
 def mae_joint(ctx) -> Result:
