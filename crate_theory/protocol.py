@@ -62,7 +62,10 @@ drop of spread from isotropic tokens to those tokens, and its standard error; th
 bound (mean + 1.96 standard errors) over the constructions. Measured (ε = 0.1, the default 16384 tokens per
 construction): 0.0052 at d 32, n 64, K 4 (the unbalanced shares: 0.0046 ± 0.0003; balanced 0.0001, coherent
 0.0023); 0.0011 at d 96, n 5, K 4 (the digits CRATE: unbalanced 0.0009 ± 0.0001); 0.0035 at d 128, n 196, K 8
-(coherent). A pull of every class onto one point inside its subspace drops the spread by 0.43 at d 32, n 64, and
+(coherent). Where an input is an image of one object (the 8×8 digits of the trained CRATEs), all its tokens may lie
+on that object's subspace — (10) with one membership per input rather than per token — and
+``collapse_floor(..., single_object=True)`` adds that construction (`SINGLE_OBJECT`): at d 96, n 5, K 4 it drops
+the spread by 0.0145 ± 0.0004, which is then the floor. A pull of every class onto one point inside its subspace drops the spread by 0.43 at d 32, n 64, and
 one shared direction by 0.80: far beyond (``benchmarks/joint_calibration.py``).
 
 Why ``spread`` and not the whole rate R (eq. 8) for the collapse check: R works at a different operating point
@@ -100,6 +103,7 @@ __all__ = [
     "compression_profile",
     "CALIBRATION_COSINE",
     "CONSTRUCTIONS",
+    "SINGLE_OBJECT",
     "class_shares",
     "largest_principal_cosine",
     "coherent_bases",
@@ -297,6 +301,9 @@ mildly coherent, as trained heads are (Sec. 2.1 asks for incoherent subspaces, n
 CONSTRUCTIONS = ("balanced", "unbalanced", "coherent")
 """The exact-subspace constructions of `collapse_floor` (module docstring): tokens of the signal model (10) with
 balanced class shares, with one class twice as common as each other, and on coherent subspaces (balanced)."""
+SINGLE_OBJECT = "one subspace per input"
+"""The construction `collapse_floor` adds for inputs that are images of one object: every token of an input on the
+subspace of one membership drawn per input (balanced)."""
 
 
 def class_shares(K: int, balanced: bool = True) -> np.ndarray:
@@ -345,9 +352,11 @@ def coherent_bases(K: int, d: int, p: int, cosine: float = CALIBRATION_COSINE, s
     return bases(high)
 
 
-def subspace_tokens(U, n: int, shares=None, seed=None, sets: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def subspace_tokens(U, n: int, shares=None, seed=None, sets: int | None = None,
+                    per_input: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Unit tokens exactly on their subspaces, the signal model (10) ``z_i = U_{s_i} α_i / ‖·‖``: memberships s_i
-    i.i.d. from ``shares`` (default balanced), codes α_i ~ N(0, I_p).
+    i.i.d. from ``shares`` (default balanced) — with ``per_input`` one membership per token set, shared by its n
+    tokens —, codes α_i ~ N(0, I_p).
 
     Returns:
         (Z, labels): (d, n) and (n,), or with ``sets`` (sets, d, n) and (sets, n).
@@ -358,7 +367,8 @@ def subspace_tokens(U, n: int, shares=None, seed=None, sets: int | None = None) 
     shares = class_shares(K) if shares is None else np.asarray(shares, dtype=float)
     rng = as_generator(seed)
     count = 1 if sets is None else check_int(sets, "sets", minimum=1)
-    labels = rng.choice(K, size=(count, n), p=shares)
+    labels = rng.choice(K, size=(count, 1 if per_input else n), p=shares)
+    labels = np.broadcast_to(labels, (count, n)).copy()
     Z = normalize_columns(np.einsum("sndp,snp->sdn", U[labels], rng.standard_normal((count, n, p))))
     return (Z[0], labels[0]) if sets is None else (Z, labels)
 
@@ -371,7 +381,8 @@ class CollapseFloor:
     Attributes:
         d, n, K, p, eps: the size measured (dimension, tokens per input, heads, head dimension, ε).
         sets: token sets drawn per construction.
-        drops: construction (`CONSTRUCTIONS`) → (mean drop of spread from isotropic tokens, its standard error).
+        drops: construction (`CONSTRUCTIONS`, and `SINGLE_OBJECT` where it was asked for) → (mean drop of spread
+            from isotropic tokens, its standard error).
     """
 
     d: int
@@ -412,7 +423,7 @@ def _haar_frames(shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray
 
 def collapse_floor(d: int, n: int, K: int, p: int | None = None, eps: float = OFFICIAL_EPS, *,
                    cosine: float = CALIBRATION_COSINE, draws: int = 2, sets: int | None = None,
-                   seed=0) -> CollapseFloor:
+                   seed=0, single_object: bool = False) -> CollapseFloor:
     """The largest drop of ``spread`` that true compression causes at this size (module docstring, "The collapse
     floor"): for each of `CONSTRUCTIONS`, the mean over ``sets`` token sets of (spread of isotropic unit tokens −
     spread of exact-subspace tokens), both measured against the same bases and the same yardstick draws (the same
@@ -422,7 +433,9 @@ def collapse_floor(d: int, n: int, K: int, p: int | None = None, eps: float = OF
         d, n, K: dimension, tokens per input (per token set), heads; p: head dimension (default d/K; K·p = d needed,
             as every CRATE has); eps: ε of the rates (default the measure's 0.1); cosine: largest principal cosine
             of the coherent construction; draws: yardstick sets per token set (as the measure takes them); sets:
-            token sets per construction (default ⌈`FLOOR_TOKENS`/n⌉, at least 64); seed: int, None or Generator.
+            token sets per construction (default ⌈`FLOOR_TOKENS`/n⌉, at least 64); seed: int, None or Generator;
+            single_object: the inputs are images of one object each, whose tokens may all lie on one subspace (adds
+            the `SINGLE_OBJECT` construction).
 
     Returns:
         :class:`CollapseFloor` (its ``floor``: the boundary a drop of spread must pass to count as collapse).
@@ -437,15 +450,17 @@ def collapse_floor(d: int, n: int, K: int, p: int | None = None, eps: float = OF
     sets = max(64, -(-FLOOR_TOKENS // n)) if sets is None else check_int(sets, "sets", minimum=2)
     rng = as_generator(seed)
     chunk = max(16, -(-2048 // n))
-    drops: dict[str, list[np.ndarray]] = {name: [] for name in CONSTRUCTIONS}
+    constructions = (*CONSTRUCTIONS, SINGLE_OBJECT) if single_object else CONSTRUCTIONS
+    drops: dict[str, list[np.ndarray]] = {name: [] for name in constructions}
     for start in range(0, sets, chunk):
         m = min(chunk, sets - start)
         isotropic = normalize_columns(rng.standard_normal((m, d, n)))
         yardstick = normalize_columns(rng.standard_normal((draws, m, d, n)))
         frames = _haar_frames((draws, m, d, min(d, n)), rng)
-        for name in CONSTRUCTIONS:
+        for name in constructions:
             U = coherent_bases(K, d, p, cosine, rng) if name == "coherent" else orthonormal_bases(K, d, p, seed=rng)
-            Z, _ = subspace_tokens(U, n, class_shares(K, balanced=name != "unbalanced"), rng, sets=m)
+            Z, _ = subspace_tokens(U, n, class_shares(K, balanced=name != "unbalanced"), rng, sets=m,
+                                   per_input=name == SINGLE_OBJECT)
             iso_rate = np.mean(compression_rate(yardstick, U, eps), axis=0)
             drops[name].append((_rotation_averaged(isotropic, frames, U, eps)
                                 - _rotation_averaged(Z, frames, U, eps)) / iso_rate)

@@ -45,10 +45,13 @@ classes an input has — was rejected: with no labels (every trained model) the 
 so a pull of every token towards one direction inside one subspace would move them all into that subspace and the
 reference would fall with the tokens, excusing the collapse it should find; it also needs a new measure that the
 stored runs lack. The floor needs only the sizes, has no free parameter beyond the constructions' definitions,
-and leaves every pull towards one shared direction or point (drops of 0.4–0.8) far beyond it. What it does not
-cover: a configuration outside the constructions — e.g. every token of an input in one subspace, which at the
-digits CRATE's size (d 96, 5 tokens, K 4) lowers spread by 0.0145 [0.0137, 0.0154] against a floor of 0.0011 — is
-read as collapse (`verify.joint_calibration.LIMITS`).
+and leaves every pull towards one shared direction or point (drops of 0.4–0.8) far beyond it. Where an input is
+an image of one object (the trained CRATEs' 8×8 digits: `Sizes.single_object`), every token of it may lie on that
+object's subspace — (10) leaves the law of an input's memberships free — and the floor takes that construction too
+(`crate_theory.protocol.SINGLE_OBJECT`): at the digits CRATE's size (d 96, 5 tokens, K 4) it lowers spread by
+0.015, which is then the floor (0.0011 without it); at 17 tokens per image (CRATE-MAE, CRATE-DINO) by 0.09–0.14,
+so there the measure cannot tell a smaller collapse from one object per image. Token sets of the signal model with
+memberships drawn per token (the ideal stacks) and text windows (CRATE-GPT) keep the three constructions.
 
 A pull of each class onto one point inside its own subspace is collapse too: R^c falls (to the rate of one point
 per class) and ``specific`` and ``alignment`` both credit it, but the sparse rate reduction objective "encourages
@@ -99,50 +102,60 @@ OPTIONAL = ("rate_reduction", "nonnegative")
 @dataclass(frozen=True)
 class Sizes:
     """The size a joint measure was taken at: dimension d, tokens per input n, heads K, head dimension p (default
-    d/K), and ε of the rates. ``floor`` is the collapse floor there (computed once per process)."""
+    d/K), and ε of the rates; ``single_object``: each input is an image of one object, whose tokens may all lie on
+    one subspace (`crate_theory.protocol.SINGLE_OBJECT`). ``floor`` is the collapse floor there (computed once per
+    process)."""
 
     d: int
     n: int
     heads: int
     p: int | None = None
     eps: float = OFFICIAL_EPS
+    single_object: bool = False
 
     @classmethod
-    def of(cls, profiles: Sequence[Mapping], fallback: Sizes | None = None) -> Sizes:
+    def of(cls, profiles: Sequence[Mapping], fallback: Sizes | None = None, *,
+           single_object: bool | None = None) -> Sizes:
         """The sizes a profile records (`crate_nn.analysis.protocol.LayerProfile.sizes`), else ``fallback`` (for
-        stored profiles recorded before they carried them); ValueError when neither is there."""
+        stored profiles recorded before they carried them); ValueError when neither is there. ``single_object``:
+        as the class says (default: ``fallback``'s, else False)."""
+        if single_object is None:
+            single_object = fallback.single_object if fallback is not None else False
         recorded = profiles[0].get("sizes") if profiles else None
         if recorded:
-            return cls(recorded["d"], recorded["n"], recorded["heads"], recorded.get("p"))
+            return cls(recorded["d"], recorded["n"], recorded["heads"], recorded.get("p"),
+                       single_object=single_object)
         if fallback is None:
             raise ValueError("profiles: they carry no 'sizes' (recorded before the collapse floor existed); pass "
                              "sizes=Sizes(d, n, heads) of the model measured")
-        return fallback
+        return dataclasses.replace(fallback, single_object=single_object)
 
     @classmethod
     def of_images(cls, config) -> Sizes:
         """The size of an image CRATE with a [CLS] token from its training config (``model_args`` dim, heads,
-        patch_size; ``image_size``): n = patches + 1 — for stored profiles recorded before they carried sizes."""
+        patch_size; ``image_size``): n = patches + 1, each input an image of one object (the built-in digits) — for
+        stored profiles recorded before they carried sizes."""
         args = config.model_args
-        return cls(args["dim"], (config.image_size // args["patch_size"]) ** 2 + 1, args["heads"])
+        return cls(args["dim"], (config.image_size // args["patch_size"]) ** 2 + 1, args["heads"], single_object=True)
 
     @property
     def floor(self) -> float:
         return self.collapse_floor().floor
 
     def collapse_floor(self) -> CollapseFloor:
-        return _collapse_floor(self.d, self.n, self.heads, self.p or self.d // self.heads, self.eps)
+        return _collapse_floor(self.d, self.n, self.heads, self.p or self.d // self.heads, self.eps, self.single_object)
 
 
 @functools.cache
-def _collapse_floor(d: int, n: int, heads: int, p: int, eps: float) -> CollapseFloor:
+def _collapse_floor(d: int, n: int, heads: int, p: int, eps: float, single_object: bool) -> CollapseFloor:
     """`crate_theory.protocol.collapse_floor` (default seed and sets), kept in the audit's cache (a few seconds per
     size, once): keyed by the size and a hash of crate_theory's source, so a changed construction is computed again."""
-    path = experiments.root() / "collapse-floors" / f"{d}-{n}-{heads}-{p}-{eps!r}-{_THEORY_CODE()}.json"
+    kind = "-single-object" if single_object else ""
+    path = experiments.root() / "collapse-floors" / f"{d}-{n}-{heads}-{p}-{eps!r}{kind}-{_THEORY_CODE()}.json"
     if path.is_file():
         stored = json.loads(path.read_text())
         return CollapseFloor(**{**stored, "drops": {k: tuple(v) for k, v in stored["drops"].items()}})
-    floor = collapse_floor(d, n, heads, p, eps)
+    floor = collapse_floor(d, n, heads, p, eps, single_object=single_object)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
     with os.fdopen(fd, "w") as f:
@@ -268,12 +281,12 @@ def at(profiles: Sequence[Mapping], station: str, layer: int) -> dict[str, np.nd
 
 
 def per_layer(a: Sequence[Mapping], b: Sequence[Mapping], station: str = "half",
-              sizes: Sizes | None = None) -> list[Judgement]:
+              sizes: Sizes | None = None, single_object: bool | None = None) -> list[Judgement]:
     """`compresses` of A against B at ``station`` of every layer ℓ = 1 … L, paired by seed: ``a``, ``b`` hold one
     profile per seed (as `at` reads them; e.g. a trained model and its own initialisation). The collapse floor is
-    that of the sizes the profiles record, else of ``sizes`` (`Sizes.of`)."""
+    that of the sizes the profiles record, else of ``sizes`` (`Sizes.of`, with ``single_object``)."""
     depth = len(a[0]["specific"][station])
-    floor = Sizes.of(a, sizes).floor
+    floor = Sizes.of(a, sizes, single_object=single_object).floor
     return [compresses(at(a, station, layer), at(b, station, layer), floor=floor) for layer in range(1, depth + 1)]
 
 
@@ -293,11 +306,11 @@ TRAINING_RULE = ("`holds` when the joint rule credits compression to training at
 
 
 def against_init(trained: Sequence[Mapping], init: Sequence[Mapping], station: str = "half",
-                 sizes: Sizes | None = None) -> Result:
+                 sizes: Sizes | None = None, single_object: bool | None = None) -> Result:
     """The `verify.registry.Result` of a "training compresses, jointly" claim: `per_layer` judgements of the trained
     profiles against the initialisation's, decided by `from_layer_2`, with the last layer as headline and the
     per-layer labels as the result's ``labels``."""
-    judged = per_layer(trained, init, station, sizes)
+    judged = per_layer(trained, init, station, sizes, single_object)
     return Result(describe(judged), from_layer_2(judged), {"per_layer": [j.as_dict() for j in judged]}, [],
                   Headline.of_judgement(f"ℓ {len(judged)}", judged[-1]), labels=layer_labels(judged))
 

@@ -7,8 +7,9 @@ taken (`CASES`: ``paper``):
 
 * tokens moved *exactly onto their own subspaces* — the signal model (10), the extreme of compression: balanced
   classes, unbalanced ones (shares 0.4/0.2/0.2/0.2), mildly coherent subspaces (largest principal cosine 0.3), and
-  at the digits CRATE's size (d 96, 5 tokens per input, each seed a mean over 40 inputs as its claims measure):
-  ``compression``;
+  at the digits CRATE's size (d 96, 5 tokens per input, each seed a mean over 40 inputs as its claims measure),
+  there also with every token of an input on one subspace (an image of one object; (10) leaves the law of an
+  input's memberships free): ``compression``;
 * each class pulled onto one point inside its own subspace: R^c falls to one point's rate per class, but the sparse
   rate reduction objective wants the features "diverse and expanded within their supporting subspaces, and in
   particular not collapsed to individual points" (Sec. 2.1, Remark 3): ``collapse``;
@@ -54,8 +55,8 @@ DIGITS = dict(size=(96, 5, 4), inputs=40, draws=2)
 class Case:
     """One calibration case: ``build(rng)`` → (A, U_A, B, U_B, labels) for one token set, at ``size`` (d, n, K);
     ``inputs`` token sets per seed (their measures averaged, as a trained model's over images) with ``draws``
-    yardstick sets each; ``label`` the rule's label the papers' definitions give, and why (``paper``); ``limit``:
-    for a case outside what the rule is built to read, why (the table shows it, the rule's label may differ)."""
+    yardstick sets each; ``label`` the rule's label the papers' definitions give, and why (``paper``);
+    ``single_object``: the case's inputs are images of one object (the floor of `verify.joint.Sizes` with it)."""
 
     name: str
     paper: str
@@ -64,7 +65,7 @@ class Case:
     size: tuple[int, int, int] = (32, 64, 4)
     inputs: int = 1
     draws: int = DRAWS
-    limit: str = ""
+    single_object: bool = False
 
 
 def _setting(rng, d: int, n: int, K: int, coherent: bool = False, balanced: bool = True):
@@ -147,16 +148,10 @@ CASES = (
          _rotated_alone),
     Case("ReLU of exact-subspace tokens", "the ISTA block's non-negative codes (Sec. 2.4, eq. 44): "
          "sparsification, judged by the sparsity claims", "sparsification", _relu),
+    Case("onto one subspace per input, digits size", ON_SUBSPACES + " (its law over an input's tokens is free: "
+         "an image of one object)", "compression", _one_subspace_per_input, **DIGITS, single_object=True),
 )
 """Every calibration case, its label written from the papers' definitions before the measure was run on it."""
-
-LIMITS = (
-    Case("onto one subspace per input, digits size", ON_SUBSPACES + " (its law over an input's tokens is free)",
-         "compression", _one_subspace_per_input, **DIGITS,
-         limit="outside the floor's constructions (memberships i.i.d. per token): every token of an input in one "
-               "subspace lowers spread by more than the floor"),
-)
-"""Cases the rule is known to misread, shown beside `CASES` so that the limit stays in sight."""
 
 MEASURED = ("specific", "alignment", "spread", "rate_reduction", "nonnegative")
 
@@ -168,7 +163,7 @@ def _measures(Z, U, labels, draws, seed) -> dict[str, float]:
 
 def _seed(case: Case, s: int) -> tuple[dict, dict]:
     """Per-seed measures of A and B: means over the case's inputs (the same yardstick seed for A and B)."""
-    rng = np.random.default_rng([(CASES + LIMITS).index(case), s])
+    rng = np.random.default_rng([CASES.index(case), s])
     d, n, K = case.size
     a, b = [], []
     for i in range(case.inputs):
@@ -193,7 +188,7 @@ class Row:
         cells = [f"{name} {c.difference.mean:+.4f} [{c.difference.low:+.4f}, {c.difference.high:+.4f}]"
                  for name, c in (("spread", j.spread), ("alignment", j.alignment), ("specific", j.specific),
                                  ("ΔR", j.rate_reduction))]
-        mark = "" if j.label == self.case.label else f"  ← differs: {self.case.limit or 'unexplained'}"
+        mark = "" if j.label == self.case.label else "  ← differs"
         return (f"{self.case.name} (d {self.case.size[0]}, n {self.case.size[1]}, K {self.case.size[2]}) — "
                 f"{self.case.paper}\n    expected {self.case.label}; measured {j.label}{mark} (before the floor: "
                 f"{self.former}); floor {self.floor:.4f}; " + "; ".join(cells))
@@ -202,16 +197,16 @@ class Row:
 @functools.cache
 def measure(name: str) -> Row:
     """The calibration case ``name`` (one of `CASES`) measured over `SEEDS` seeds and judged by the rule."""
-    case = next((c for c in CASES + LIMITS if c.name == name), None)
+    case = next((c for c in CASES if c.name == name), None)
     if case is None:
-        raise ValueError(f"name: expected one of {[c.name for c in CASES + LIMITS]}, got {name!r}")
+        raise ValueError(f"name: expected one of {[c.name for c in CASES]}, got {name!r}")
     pairs = [_seed(case, s) for s in range(SEEDS)]
     a, b = ({k: np.array([p[i][k] for p in pairs]) for k in MEASURED} for i in (0, 1))
-    floor = Sizes(*case.size).floor
+    floor = Sizes(*case.size, single_object=case.single_object).floor
     former = compresses({k: v for k, v in a.items() if k != "nonnegative"}, b, floor=0.0).label
     return Row(case, compresses(a, b, floor=floor), floor, former)
 
 
 def table() -> str:
-    """Every case's `Row.text`, one block each, then the known limits'."""
-    return "\n".join(measure(case.name).text() for case in CASES + LIMITS)
+    """Every case's `Row.text`, one block each."""
+    return "\n".join(measure(case.name).text() for case in CASES)

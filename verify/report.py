@@ -119,7 +119,7 @@ def _counts(verdicts: dict[str, int], scope: str | None = None) -> str:
             parts.append(f"{verdicts[v]} fail ({FAILS_READ[scope]})")
         elif verdicts[v] or v in ("holds", "fails"):
             parts.append(f"{verdicts[v]} {PLURAL[v]}")
-    stored = f"; {verdicts['stored']} {STORED_MARK} from stored runs" if verdicts.get("stored") else ""
+    stored = f"; {verdicts['stored']} {STORED_MARK} stored" if verdicts.get("stored") else ""
     return ", ".join(parts) + stored
 
 
@@ -150,7 +150,6 @@ def _scope_rows(outcomes: list[Outcome]) -> list[tuple[str, ...]]:
 
 
 SCOPE_HEADER = ("scope", "claims", *(PLURAL[v] for v in COUNTED), "as expected: analysis / measurement")
-SCOPE_WIDTHS = (28, 6, 4, 4, 5, 12, 6, 35)
 
 
 STORED_MARK = "†"
@@ -308,10 +307,9 @@ SUMMARY_HEADER = ("the papers say", "verdict", "number [95% interval]", "scope",
 
 
 def format_console(outcomes: list[Outcome]) -> str:
-    """What ``python -m verify`` prints: the headline, the counts per scope, the papers' errors, the central
-    question and the summary (≤ 40 lines of ≤ 120 columns)."""
-    lines = [format_summary(outcomes), *(textwrap.fill(t, 120) for t in stored_lines(outcomes)), ""]
-    lines += _text_table(SCOPE_HEADER, _scope_rows(outcomes), SCOPE_WIDTHS)
+    """What ``python -m verify`` prints: the headline (the verdicts per scope), the papers' errors, the central
+    question and the summary (≤ 40 lines of ≤ 120 columns; report.md adds the tables per scope and per kind)."""
+    lines = [format_summary(outcomes), *(textwrap.fill(t, 120) for t in stored_lines(outcomes))]
     errors = summary(outcomes)["errors_of_the_papers"]
     if errors:
         lines += [""] + textwrap.wrap("Errors of the papers (their statements that fail): " + ", ".join(errors), 120,

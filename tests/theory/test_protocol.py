@@ -275,6 +275,8 @@ def test_subspace_tokens_lie_on_their_subspaces_with_the_shares_asked():
     np.testing.assert_allclose(np.bincount(labels, minlength=4) / 4000, [0.4, 0.2, 0.2, 0.2], atol=0.031)
     Zs, stacked = protocol.subspace_tokens(U, 5, seed=2, sets=3)
     assert Zs.shape == (3, 16, 5) and stacked.shape == (3, 5)
+    _, per_input = protocol.subspace_tokens(U, 5, seed=2, sets=200, per_input=True)  # one membership per token set
+    assert (per_input == per_input[:, :1]).all() and len(np.unique(per_input[:, 0])) == 4
 
 
 def test_collapse_floor_is_the_largest_upper_bound_and_balanced_tokens_keep_the_spread():
@@ -287,6 +289,9 @@ def test_collapse_floor_is_the_largest_upper_bound_and_balanced_tokens_keep_the_
     assert floor.drops["unbalanced"][0] > 4 * floor.drops["unbalanced"][1]  # unequal shares do lower it
     assert set(floor.drops) == set(protocol.CONSTRUCTIONS) and "floor" in floor.text()
     assert protocol.collapse_floor(D, N, K, sets=128, seed=3) == floor  # deterministic for a seed
+    single = protocol.collapse_floor(D, N, K, sets=128, seed=3, single_object=True)
+    assert set(single.drops) == {*protocol.CONSTRUCTIONS, protocol.SINGLE_OBJECT}
+    assert single.drops[protocol.SINGLE_OBJECT][0] > floor.floor  # every token of a set on one subspace lowers it more
 
 
 def test_collapse_floor_and_constructions_reject_bad_input():

@@ -184,17 +184,17 @@ for _name in PROTOCOLS:
              "U^ℓ (ε = 0.1) on the test digits (quick: 8 epochs, 40 images; --full: 30 epochs, 360 images)",
     expected=TRAINING_RULE + ". Expected to fail (recorded after measuring; this claim replaces "
              "2.24-digits-relative, which held (−0.017, −0.018, −0.034) because R^c against isotropic tokens credits "
-             "collapse, and 2.24-digits-alignment, which failed). Quick (re-measured with the collapse floor, which "
-             "changed no label; the floor at d 96, 5 tokens, K 4 is 0.0011): layer 2 a collapse (spread −0.011 "
-             "[−0.018, −0.004], specific R^c −0.031 [−0.048, −0.013], own-subspace energy −0.003 [−0.023, +0.018]), "
-             "layer 3 a collapse (spread −0.078 [−0.089, −0.068], specific −0.001 [−0.012, +0.010]); layer 1 "
-             "undecided (specific −0.045 [−0.067, −0.024], energy +0.008 [−0.026, +0.042]). ΔR (reported beside) "
-             "rises at every layer (+2.0, +1.7, +2.7). Layer 2's drop of spread is the size that all five tokens of "
-             "an image lying in one subspace would cause (−0.0145 at this size): a configuration outside the floor's "
-             "constructions, which the rule reads as collapse. --full (measured before the floor, far beyond it): "
-             "layer 2 undecided (specific −0.033, energy −0.002 [−0.017, +0.013]), layer 3 a collapse (spread "
-             "−0.040 [−0.046, −0.035])",
-    expected_verdict="fails", expected_labels="layer 1 undecided, layer 2 collapse, layer 3 collapse",
+             "collapse, and 2.24-digits-alignment, which failed). Quick, re-measured with the collapse floor of one "
+             "object per image (0.0156 at d 96, 5 tokens, K 4: every token of a digit on one subspace drops the "
+             "spread by 0.015): layer 3 a collapse (spread −0.078 [−0.089, −0.068], specific −0.001 [−0.012, "
+             "+0.010]); layer 2 undecided (spread −0.011 [−0.018, −0.004], within what one object per image causes; "
+             "specific R^c −0.031 [−0.048, −0.013], own-subspace energy −0.003 [−0.023, +0.018]) — it read as "
+             "collapse before that construction; layer 1 undecided (specific −0.045 [−0.067, −0.024], energy +0.008 "
+             "[−0.026, +0.042]). ΔR (reported beside) rises at every layer (+2.0, +1.7, +2.7): by the papers' "
+             "objective training helps at every layer, layer 3 included. --full (measured before the floor): layer "
+             "2 undecided (specific −0.033, energy −0.002 [−0.017, +0.013]), layer 3 a collapse (spread −0.040 "
+             "[−0.046, −0.035], beyond the floor)",
+    expected_verdict="fails", expected_labels="layer 1 undecided, layer 2 undecided, layer 3 collapse",
     kind="trained", provenance="measurement",
 )
 def digits_joint(ctx) -> Result:
@@ -248,11 +248,12 @@ def verdicts_by_weight_decay(table: dict, joint: dict) -> dict[str, list[str]]:
              "decays. Expected to fail (found by measuring): weight decay shrinks ‖U‖ (5.7 → 3.5–3.9 at 1.0) "
              "and the paper-protocol R^c with it, so trained lies above init at 0.05 (layers 2–3) and below at "
              "1.0; the authors' per-head-normalised protocol keeps its verdict. The joint rule fails at every weight "
-             "decay (recorded after measuring; re-decided with the collapse floor, which changed no label; the stored "
-             "profiles predate ΔR): layer 3 is a collapse at 0.05, 0.5 and 1.0, layer 2 too at 0.05 and 0.5",
+             "decay (recorded after measuring; re-decided with the collapse floor of one object per image, 0.0156 at "
+             "this size; the stored profiles predate ΔR): layer 3 is a collapse at 0.05, 0.5 and 1.0; layer 2, a "
+             "collapse at 0.05 and 0.5 before that construction, is undecided at every weight decay",
     expected_verdict="fails",
-    expected_labels="wd 0.05: layer 1 undecided, layer 2 collapse, layer 3 collapse; wd 0.5: layer 1 compression, "
-                    "layer 2 collapse, layer 3 collapse; wd 1.0: layer 1 undecided, layer 2 undecided, layer 3 collapse",
+    expected_labels="wd 0.05: layer 1 undecided, layer 2 undecided, layer 3 collapse; wd 0.5: layer 1 compression, "
+                    "layer 2 undecided, layer 3 collapse; wd 1.0: layer 1 undecided, layer 2 undecided, layer 3 collapse",
     modes=("full",), committed="digits",
     kind="trained", provenance="measurement",
 )

@@ -294,7 +294,7 @@ def _joint_steps(ctx, model: str, part: str) -> list[joint.Judgement]:
     profiles = [run[model][f"joint_{part}"] for run in _measurements(ctx.quick, ctx.seed)]
     before, after = ("input", "half") if part == "encoder" else ("half", "output")
     rule = joint.compresses if part == "encoder" else joint.expands
-    depth, floor = len(profiles[0]["specific"][after]), joint.Sizes.of(profiles).floor
+    depth, floor = len(profiles[0]["specific"][after]), joint.Sizes.of(profiles, single_object=True).floor
     return [rule(joint.at(profiles, after, layer), joint.at(profiles, before, layer), floor=floor)
             for layer in range(1, depth + 1)]
 
@@ -347,26 +347,24 @@ def _step_claim(part: str, equation: str, expected_verdict: str, note: str, labe
                       Headline.of_judgement(f"ℓ {len(trained)}", trained[-1]), labels=joint.layer_labels(trained))
 
 
-_step_claim("encoder", "56", "fails", ". Expected to fail (recorded after measuring, quick, base seeds 0–2; the former "
-            "unnormalised-R^c claim failed too): at layers 2 and 3 the step is a collapse (base seed 0: spread −0.065 "
-            "[−0.089, −0.040] and −0.070 [−0.088, −0.052], far beyond the collapse floor 0.007 at d 64, 17 tokens, "
-            "K 4) which the untrained model's step shares — the architecture's, not training's; at layer 1 the "
-            "trained step is undecided or (base seed 1) a compression, the untrained one a collapse. ΔR (reported "
-            "beside) rises at layers 2–3 (+2.7, +1.9): the paper's objective does not see this collapse. The collapse "
-            "floor changed no label (base seed 0). --full (the preset, five seeds; measured before the floor, whose "
-            "size there is far below these drops) the same: layer 1 a compression (specific −0.062 [−0.092, −0.032], "
-            "energy +0.041) where the untrained step collapses, layers 2–3 a collapse shared by the untrained model",
-            "layer 1 undecided, layer 2 collapse, layer 3 collapse")
-_step_claim("decoder", "62", "fails", ". Expected to fail (recorded after measuring, quick, base seed 0): the "
-            "former claim held on unnormalised R^c, which grows with the tokens' norm; jointly the step is a collapse "
-            "at layers 2 and 3 (spread −0.039 [−0.046, −0.033] and −0.058 [−0.069, −0.047], beyond the collapse floor "
-            "0.007 at d 64, 17 tokens, K 4), shared by the untrained model at layer 2: the subtraction makes the "
-            "tokens more alike, it does not move them off their subspaces. Layer 1 is undecided (it read as collapse "
-            "before the floor: spread −0.021 [−0.037, −0.004] straddles −0.007, specific −0.000 [−0.007, +0.007]), "
-            "as is the untrained model's layer 3 (−0.014 [−0.024, −0.004]). --full (measured before the floor): "
-            "layer 3 a collapse shared by the untrained model (spread −0.054 [−0.061, −0.048], beyond any floor at "
-            "this size), layers 1–2 undecided",
-            "layer 1 undecided, layer 2 collapse, layer 3 collapse")
+_step_claim("encoder", "56", "inconclusive", ". Expected inconclusive (recorded after measuring, quick, base seed 0): "
+            "every drop of spread lies within the collapse floor of one object per image (0.136 at d 64, 17 tokens, "
+            "K 4: every token of a digit on one 16-dimensional subspace drops the spread that much), so the measure "
+            "cannot tell the steps' drops at layers 2 and 3 (−0.065 [−0.089, −0.040], −0.070 [−0.088, −0.052]; both "
+            "read as collapse shared by the untrained model before that construction) from compression onto one "
+            "subspace per image, and neither specific R^c nor the own-subspace energy moves decidedly at every "
+            "layer: undecided at layers 1–3. ΔR (reported beside) rises at layers 2–3 (+2.7, +1.9). --full (the "
+            "preset, five seeds; measured before the floor): layer 1 a compression (specific −0.062 [−0.092, "
+            "−0.032], energy +0.041), layers 2–3 drops of spread of the same size as here",
+            "layer 1 undecided, layer 2 undecided, layer 3 undecided")
+_step_claim("decoder", "62", "inconclusive", ". Expected inconclusive (recorded after measuring, quick, base seed "
+            "0): the former claim held on unnormalised R^c, which grows with the tokens' norm; jointly the step's "
+            "drops of spread (layer 1 −0.021 [−0.037, −0.004], layer 2 −0.039 [−0.046, −0.033], layer 3 −0.058 "
+            "[−0.069, −0.047]; layers 2–3 read as collapse before the floor of one object per image) lie within that "
+            "floor (0.136 at d 64, 17 tokens, K 4), and the specific R^c does not rise decidedly (layer 2 −0.004 "
+            "[−0.010, +0.001]): undecided at every layer, anti-compression nowhere. --full (measured before the "
+            "floor): layer 3's spread −0.054 [−0.061, −0.048], layers 1–2 undecided",
+            "layer 1 undecided, layer 2 undecided, layer 3 undecided")
 
 
 @claim(
@@ -399,7 +397,7 @@ _step_claim("decoder", "62", "fails", ". Expected to fail (recorded after measur
 def mae_joint(ctx) -> Result:
     runs = _measurements(ctx.quick, ctx.seed)
     return joint.against_init([run["trained"]["joint_encoder"] for run in runs],
-                              [run["init"]["joint_encoder"] for run in runs])
+                              [run["init"]["joint_encoder"] for run in runs], single_object=True)
 
 
 # ---------------------------------------------------------------------------------------------- Sec. 4.2
