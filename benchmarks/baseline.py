@@ -1,7 +1,7 @@
 """The authors' computation, re-implemented as the yardstick of the speed benchmarks.
 
-Written from the facts in ``../shared/docs/official-implementation.md`` and the Appendix D pseudocode
-(``paper-notes.md`` §5), not from the authors' code. It computes what their published model computes, the
+Written from the documented behaviour of the authors' code (github.com/Ma-Lab-Berkeley/CRATE) and the long paper's
+Appendix D pseudocode, not copied from the authors' code. It computes what their published model computes, the
 way it computes it, so that a speed ratio against it measures our implementation choices and nothing else:
 
 * MSSA: one bias-free projection ``w = y Uᵀ`` split into K heads of width p, an **explicit** softmax

@@ -1,7 +1,7 @@
 """crate_theory: a float64 NumPy/SciPy reference of the mathematics of CRATE (column convention, Z is d×n).
 
-Imports no torch. Every public function cites its equation in the long paper
-(``../shared/seeds/004_eed128db2d338623.txt``, arXiv 2311.13110).
+Imports no torch. Every public function cites its equation in the long paper (*White-Box Transformers via Sparse
+Rate Reduction: Compression Is All There Is?*, arXiv 2311.13110; docs/papers.md).
 
 Modules: :mod:`.coding_rate` (R, R^c, ΔR, gradients, Hessian — eqs. 7–17, 31, 109, 127), :mod:`.mssa`
 (Neumann gradient, SSA/MSSA, compression step — eqs. 26–37), :mod:`.ista` (LASSO, ISTA, MM step — eqs. 41–44,

@@ -275,7 +275,7 @@ def label_compression_rate(Z, labels, eps, weighting: str = "paper", num_classes
         labels: integer group of each token, shape ``(n,)``, values in ``0 .. K−1``.
         eps: ε > 0.
         weighting: ``"paper"`` — eq. (9) of this paper, unweighted sum; ``"mcr2"`` — the original MCR² (Yu et al.
-            2020) weights term k by ``tr(Π_k)/n = n_k/n`` (paper-notes §1.2: the long paper drops these weights).
+            2020) weights term k by ``tr(Π_k)/n = n_k/n`` (the long paper drops these weights).
         num_classes: K (default ``labels.max() + 1``); only matters for documenting empty groups.
 
     Returns:

@@ -132,7 +132,7 @@ def decoder_presets(encoder_layers, preset: str = "inverse", eta=1.0) -> list[De
         "printed" — E^ℓ = (D^{L−ℓ})*, the transpose printed in Remark 7. (The paper writes (D^ℓ)*, whose
             index is undefined for ℓ = 0 since encoder layers are numbered 1 … L; we pair it like V.)
         "inverse" — E^ℓ = D^{L−ℓ}: inverting the sparse coding Z^{ℓ+1/2} ≈ D Z^{ℓ+1} of (28)/(41) is
-            multiplication by D, not D* (paper-notes §1.14, §7.10; for orthogonal D, ISTA with η = 1, λ = 0 is
+            multiplication by D, not D* (Remark 7's E^ℓ = (D^ℓ)* reads as a typo; for orthogonal D, ISTA with η = 1, λ = 0 is
             ReLU(D*Z), whose inverse on its range is D).
         "first-order" — E^ℓ = I − η(D* − D*D), the first-order (in η) inverse of ISTA's linear part
             A = I + η(D* − D*D) at λ = 0 (eq. 44 without its ReLU); (1 + η)I − ηD* for orthogonal D.

@@ -180,7 +180,7 @@ def structured_denoising_ode(Z0, U, eps: float, T: float, times, method: str = "
 
     The probability-flow ODE (50) with the score replaced by −∇R^c/σ², σ²_{T−t} = T − t (432): it starts from
     the noisy tokens at t = 0 and compresses them towards the subspaces as t → T (the text after (51) states
-    the opposite direction, paper-notes §7.17). Z0: (d, n); U: (K, d, p) or a callable t ↦ U_[K](t);
+    the opposite direction). Z0: (d, n); U: (K, d, p) or a callable t ↦ U_[K](t);
     times: increasing grid in [0, T) (the drift is singular at T). Returns the path (T_s, d, n).
     """
     T = check_positive(T, "T")
@@ -212,7 +212,7 @@ def geometric_time_grid(T: float, kappa: float, L: int) -> np.ndarray:
     """Times t_1 < … < t_L = T with t_{ℓ+1} = (1 + 2κ) t_ℓ (436), so every Euler step (434) has coefficient
     (t_{ℓ+1} − t_ℓ)/(2t_ℓ) = κ. Returns an (L,) array.
 
-    Erratum (paper-notes §1.13, §7.11): the paper writes t_1 = T/(1 + 2κ)^L; with L times t_1 … t_L there are
+    Erratum (App. B.4, after (436)): the paper writes t_1 = T/(1 + 2κ)^L; with L times t_1 … t_L there are
     L − 1 ratios, so the consistent value — used here — is t_1 = T/(1 + 2κ)^{L−1} (giving L − 1 steps).
     """
     T = check_positive(T, "T")

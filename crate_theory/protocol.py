@@ -1,5 +1,5 @@
-"""Compression told apart from collapse: the joint measure of "layers compress" (long paper 004: Sec. 2.1–2.5,
-eqs. 8, 12–14, Approximation 9; Figs. 14–15; paper-notes §2.24), column convention.
+"""Compression told apart from collapse: the joint measure of "layers compress" (long paper, arXiv 2311.13110:
+Sec. 2.1–2.5, eqs. 8, 12–14, Approximation 9; Figs. 14–15), column convention.
 
 R^c(Z | U_[K]) of eq. (13) cannot by itself say that a layer compresses the tokens *onto their subspaces*:
 
@@ -176,7 +176,7 @@ def _own_energy(energy: np.ndarray, labels: np.ndarray | None) -> np.ndarray:
 
 def alignment(Z, U, labels=None) -> float:
     """Mean over tokens of the energy fraction in the token's own subspace, ``‖P_{s_i} z_i‖²/‖z_i‖²`` ∈ [0, 1]: 1 for
-    tokens of the signal model (10), ``z_i = U_{s_i} α_i`` (004 eq. 10).
+    tokens of the signal model (10), ``z_i = U_{s_i} α_i`` (eq. 10).
 
     Args:
         Z: tokens (d, n); U: bases (K, d, p); labels: memberships s_i (n,), or None for :func:`own_subspace`.
@@ -193,7 +193,7 @@ def _draws(draws: int | None) -> int:
 
 def isotropic_tokens(Z, seed=None, draws: int | None = None) -> np.ndarray:
     """The isotropic yardstick: uniformly random directions with the column norms of ``Z`` (d, n) — tokens with no
-    subspace structure, the ceiling of R^c (004 eq. 13); with ``draws``, a stack (draws, d, n) of independent sets."""
+    subspace structure, the ceiling of R^c (eq. 13); with ``draws``, a stack (draws, d, n) of independent sets."""
     Z = check_tokens(Z, batch=False)
     sets = normalize_columns(as_generator(seed).standard_normal((_draws(draws),) + Z.shape)) * np.linalg.norm(Z, axis=0)
     return sets[0] if draws is None else sets
@@ -201,7 +201,7 @@ def isotropic_tokens(Z, seed=None, draws: int | None = None) -> np.ndarray:
 
 def rotated_tokens(Z, seed=None, draws: int | None = None) -> np.ndarray:
     """The rotation yardstick: ``OZ`` for a Haar-random orthogonal O (d × d) — the same tokens (the same Gram matrix
-    Z*Z) in a uniformly random orientation, so that ``R^c(OZ | U) = R^c(Z | O*U)`` (004 Sec. 2.1: (13)–(14) are
+    Z*Z) in a uniformly random orientation, so that ``R^c(OZ | U) = R^c(Z | O*U)`` (Sec. 2.1: (13)–(14) are
     invariant to joint rotations); with ``draws``, a stack (draws, d, n) of independent rotations."""
     Z = check_tokens(Z, batch=False)
     rng = as_generator(seed)
@@ -248,7 +248,7 @@ def _stack(sets, name: str, shape: tuple[int, int]) -> np.ndarray:
 
 def profile_from_yardsticks(Z, U, eps, isotropic, rotated, labels=None) -> CompressionProfile:
     """The joint measure of ``Z`` given its yardsticks' token sets (deterministic; :func:`compression_profile`
-    draws them). Every set is normalised to unit columns (004 Approximation 9) before its R^c (004 eqs. 12–13) is
+    draws them). Every set is normalised to unit columns (Approximation 9) before its R^c (eqs. 12–13) is
     taken.
 
     Args:
@@ -278,7 +278,7 @@ def profile_from_yardsticks(Z, U, eps, isotropic, rotated, labels=None) -> Compr
 
 def compression_profile(Z, U, eps=OFFICIAL_EPS, *, labels=None, draws: int = 8, seed=None) -> CompressionProfile:
     """The joint measure of one token set: ``specific``, ``spread`` and ``alignment`` (module docstring) — R^c of
-    004 eqs. (12)–(13) on unit tokens (Approximation 9) against two yardsticks.
+    Eqs. (12)–(13) on unit tokens (Approximation 9) against two yardsticks.
 
     Args:
         Z: tokens (d, n); U: bases (K, d, p); eps: ε of the rates of unit tokens (default the authors' 0.1);

@@ -226,7 +226,7 @@ def _exact_signal_term(sample: Theorem16Sample, beta: float) -> np.ndarray:
 
 
 def exact_a_nominal_gradient(sample: Theorem16Sample, eps: float) -> np.ndarray:
-    """The "exact-A" nominal (paper-notes §2.16): P_{U[K]}(βΔΠ*)Π + [U_kA_k(β^{-1}I + A_k*A_k)^{-1}]_k Π.
+    """The "exact-A" nominal (the proof of Theorem 16, (264)–(311)): P_{U[K]}(βΔΠ*)Π + [U_kA_k(β^{-1}I + A_k*A_k)^{-1}]_k Π.
 
     Keeps the signal term of the proof exactly instead of Lemma 20's A_k/(1 + β^{-1}) (317)–(318), whose error
     is of order √(n/d) and does not vanish with σ. At Δ = 0 this equals ∇R^c(X_♮ | U) exactly.

@@ -16,7 +16,7 @@
 #
 # CRATE's objective, the *sparse rate reduction* (17), is built from two Gaussian coding rates of a token set
 # $Z = [z_1,\dots,z_n] \in \mathbb R^{d\times n}$ (equation numbers are those of the long paper, arXiv 2311.13110;
-# `paper-notes.md` reconstructs each one):
+# docs/papers.md lists the works):
 #
 # * (8) $R(Z) = \tfrac12 \log\det(I_n + \alpha Z^*Z) = \tfrac12\log\det(I_d + \alpha ZZ^*)$, $\alpha = d/(n\varepsilon^2)$;
 # * (12)–(13) $R^c(Z\mid U_{[K]}) = \sum_k R(U_k^*Z) = \tfrac12\sum_k \log\det(I_n + \beta (U_k^*Z)^*(U_k^*Z))$, $\beta = p/(n\varepsilon^2)$;
@@ -181,7 +181,7 @@ spectrum_gap = max(spectrum_gaps)
 # For orthogonal $D$: $D\nabla R(Z) = \nabla R(DZ)$ (120), and the natural Hessian statement is
 # $\langle D\Delta, \nabla^2R(DZ)(D\Delta)\rangle = \langle\Delta,\nabla^2R(Z)\Delta\rangle$. Eq. (121) *as printed*,
 # $\langle D\Delta, \nabla^2R(Z)(D\Delta)\rangle = \langle\Delta,\nabla^2R(DZ)\Delta\rangle$, swaps the arguments and is
-# false for a generic $D$ (paper-notes §7.11).
+# false for a generic $D$ (its arguments are swapped).
 
 # %%
 D = synthetic.random_orthogonal(d, rng)

@@ -32,7 +32,7 @@
 # $K$ orthogonal subspaces with $Kp=d$, so $\sum_k U_kU_k^*=I$):
 #
 # * the Neumann error against $\rho=\beta\max_k\|U_k^*Z\|^2$ — second order below $\rho=1$, divergent beyond
-#   (the validity condition the paper does not state, paper-notes §7.8);
+#   (the validity condition the paper does not state);
 # * what the attention matrices look like under the paper's normalisation (unit tokens, no temperature) and under
 #   the code's (LayerNorm scale $\sqrt d$, temperature $\sqrt p$);
 # * the cosine between the MSSA step and $-\nabla R^c$ against $\beta$, and how much of it the plain shrinkage
@@ -161,7 +161,7 @@ for row in zip(betas, mssa_cos, shrink_cos, mssa_err):
 # **Reading.** The MSSA step is a descent-compatible direction at every $\beta$ (positive cosine), as
 # Approximation 9 claims — but its cosine never beats that of the shrinkage $\beta Z$ alone, and at $\beta=5.2$ the
 # attention term makes it worse. On these tokens the softmax term does not reproduce the second-order part
-# $\nabla R^c - \beta Z$ of the gradient (the audit's claim 2.7-approx9-second-order measures its relative error
+# $\nabla R^c - \beta Z$ of the gradient (the audit's claim approx9-eq101-softmax measures its relative error
 # $r\approx 0.95$); the agreement comes from the first-order term.
 
 # %% [markdown]

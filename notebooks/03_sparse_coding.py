@@ -211,7 +211,7 @@ print(format_summary(audit))
 # * $\varphi$ decreases under the MM step; all three majorisers stay above $-R$ (slack $-10^{-9}$ for rounding);
 # * $\sup\|\nabla^2R\|/\alpha\in[0.99, 1+10^{-9}]$ — at least 0.99 because the smallest scale $10^{-4}$ gets within
 #   $10^{-6}$ of the limit 1, at most 1 by the closed-form spectrum — and $\lambda_{\max}(-\nabla^2R)/\alpha\le1/8$;
-# * every audit claim returns its expected verdict (2.4 and 2.11-mm-lipschitz are `loose`).
+# * every audit claim returns its expected verdict (2.4 and eq115-mm-curvature are `loose`).
 
 # %%
 assert prox_gap < 1e-12 and orthogonal_gap < 1e-12 and closed_gap < 1e-12, (prox_gap, orthogonal_gap, closed_gap)

@@ -121,7 +121,7 @@ print("approx. error", np.array2string(np.array(approx_err), precision=2), "| Ba
 # `structured_denoising_ode` integrates $dZ = -\frac{1}{2(T-t)}\nabla R^c(Z\mid U)\,dt$ (RK4) from noisy tokens of
 # (11). Along the flow $R^c$ never increases and the energy off the tokens' own subspaces shrinks. (It starts from
 # the noisy tokens at $t=0$ and compresses them as $t\to T$ — the text after (51) states the opposite direction,
-# paper-notes §7.17.) The geometric grid $t_{\ell+1} = (1+2\kappa)t_\ell$ makes every Euler coefficient
+# as the audit's `eq51-direction-as-printed` checks.) The geometric grid $t_{\ell+1} = (1+2\kappa)t_\ell$ makes every Euler coefficient
 # $(t_{\ell+1}-t_\ell)/(2t_\ell)$ equal to $\kappa$ — the constant step of a CRATE layer.
 
 # %%

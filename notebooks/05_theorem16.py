@@ -33,7 +33,7 @@
 #    $\sqrt{n/d}$ — the bound's own last term, never small at these sizes — while keeping the signal term exactly
 #    ("exact-A" nominal) leaves an $O(\sigma)$ residual;
 # 3. the noise retained by one step tends to Remark 17's $(p+(K-1)n/K)/d$ as $\varepsilon\to0$;
-# 4. the proof's "$\varepsilon\le1\Rightarrow\beta\ge1$" is false at CRATE-Base sizes (paper-notes §7.6).
+# 4. the proof's "$\varepsilon\le1\Rightarrow\beta\ge1$" is false at CRATE-Base sizes (it needs ε² ≤ p/n).
 #
 # The σ and ε sweeps run at $d=256$, $n=64$, $K=8$, $p=32$ (the audit's quick sizes: the same $n/d=1/4$ and $Kp=d$);
 # section 5 evaluates **one** sample at the CRATE-Base sizes themselves (≈3 s, 1 GB of memory for the blockwise

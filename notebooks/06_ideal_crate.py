@@ -113,13 +113,13 @@ print("R^c official protocol, ideal:", np.round(ideal_rc_official, 2))
 # near 30%. Compression does **not** show here: $R^c(Z^{\ell+1/2}\mid U)$ *grows* with depth. That is mostly scale —
 # at $\varepsilon = 1$ the unnormalised rate tracks the tokens' energy, and these raw tokens (norm ≈ 2.9) are smaller
 # than what the layers' LayerNorms make of them (≈ 5.7) — while the official measure, normalised per head, stays
-# flat within a few per cent. The audit's claim 2.24-ideal-compression measures it with a joint measure that tells
+# flat within a few per cent. The audit's claim sec2.5-ideal-compression measures it with a joint measure that tells
 # compression from collapse ($R^c$ of unit tokens against the same tokens in random orientations, the tokens'
 # spread, their own-subspace energy; 16 seeds): the first ISTA block's ReLU, acting on coordinates the randomly
 # oriented subspaces are not aligned with, collapses the tokens and takes half of their own-subspace energy
-# above the isotropic floor in its first step (2.24-ideal-orientation), and from layer 2 on the tokens keep losing
+# above the isotropic floor in its first step (fig3-ideal-orientation), and from layer 2 on the tokens keep losing
 # structure. Against an ISTA-only control attention leaves the tokens more alike — collapse, not compression
-# (2.24-ideal-attention-credit). "Layers decrease $R^c$" is not a property of the architecture alone, even with
+# (eq45-ideal-attention-credit). "Layers decrease $R^c$" is not a property of the architecture alone, even with
 # perfect weights.
 
 # %% [markdown]
@@ -153,7 +153,7 @@ print(f"largest off-block |coherence|: ideal {ideal_off:.1e};  mean off-block |c
 
 # %%
 with tempfile.TemporaryDirectory() as out:
-    audit = run_claims(select(all_claims(), ["2.24-ideal-compression", "2.24-ideal-sparsity"]), mode="quick",
+    audit = run_claims(select(all_claims(), ["sec2.5-ideal-compression", "fig14-ideal-sparsity"]), mode="quick",
                        seed=0, output_dir=out, progress=False)
 print(format_table(audit))
 print(format_summary(audit))

@@ -121,11 +121,11 @@ for protocol in measured:
 # and decreases with depth, while the initialisation's rises slightly: training does compress, as Fig. 15 says.
 # The paper protocol ($R^c$ of the un-normalised $Z^{\ell+1/2}$) is not a measure of training: it grows with the
 # tokens' energy and with $\|U\|$, which the weight decay shrinks, so whether the trained curve lies below the
-# initialisation's depends on the weight decay and the schedule (audit claims 2.24-digits-paper and
-# 2.24-digits-weight-decay); its *shape* across the 3 layers (high, low, higher) is set by the architecture, present
+# initialisation's depends on the weight decay and the schedule (audit claims fig15-digits-paper and
+# fig15-digits-weight-decay); its *shape* across the 3 layers (high, low, higher) is set by the architecture, present
 # already at initialisation.
 # Sparsity does not improve: with $\eta\lambda = 0.01$ on LayerNorm-ed inputs the ReLU zeroes about half the entries
-# whatever the weights (audit claim 2.24-digits-sparsity, `fails` as expected); the trained model's last layer is
+# whatever the weights (audit claim fig15-digits-sparsity, `fails` as expected); the trained model's last layer is
 # *denser* than its initialisation's, the uptick the paper reports for its last layer (footnote 17).
 
 # %% [markdown]
@@ -178,12 +178,12 @@ row_sums = traces[layer_index].attention.sum(-1)
 # ## The audit's view (claims 2.24-digits-*, five seeds)
 # `python -m verify --only 2.24` trains the preset five times (8 epochs in quick mode, the full 30 under `--full`,
 # each run against its own saved initialisation) and compares trained with initialisation over the seeds, with 95%
-# intervals, under every protocol. Its expected verdicts: `2.24-digits-official` holds (the authors' scale-free
-# protocol: trained below initialisation at every layer); `2.24-digits-paper` fails at the paper's weight decay 0.5
-# (the last layer is not below), and `2.24-digits-weight-decay` (`--full`) shows that its verdict moves with the
-# weight decay; the joint rule that tells compression from collapse (`2.24-digits-joint`) finds no compression at
+# intervals, under every protocol. Its expected verdicts: `fig15-digits-official` holds (the authors' scale-free
+# protocol: trained below initialisation at every layer); `fig15-digits-paper` fails at the paper's weight decay 0.5
+# (the last layer is not below), and `fig15-digits-weight-decay` (`--full`) shows that its verdict moves with the
+# weight decay; the joint rule that tells compression from collapse (`fig15-digits-joint`) finds no compression at
 # layer 2 and a collapse at layer 3;
-# `2.24-digits-depth` fails (3 layers cannot establish a depth trend), `2.24-digits-sparsity` fails (see above).
+# `fig14-digits-depth` fails (3 layers cannot establish a depth trend), `fig15-digits-sparsity` fails (see above).
 
 # %% [markdown]
 # ## Assertions (what CI checks)

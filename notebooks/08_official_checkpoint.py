@@ -18,7 +18,7 @@
 # scheduler}` whose `state_dict` names the tensors `to_patch_embedding.*`, `transformer.layers.{i}.0.fn.qkv.weight`
 # (the $[U_1\dots U_K]^*$ of (35)), `…0.fn.to_out.0.*` ($W$ and its bias, (37)), `…1.fn.weight` (the ISTA dictionary $D$
 # of (44)), `mlp_head.*`, with a `module.` prefix when trained with DistributedDataParallel
-# (`official-implementation.md`). `crate_nn.load_official_checkpoint` reads such a file with `weights_only=True`,
+# (github.com/Ma-Lab-Berkeley/CRATE). `crate_nn.load_official_checkpoint` reads such a file with `weights_only=True`,
 # infers the sizes from the tensors and checks every key and shape.
 #
 # The only released weights (CRATE-Small, ImageNet-1K) can no longer be downloaded, and nothing is downloaded here
@@ -145,7 +145,7 @@ for name, state in (("missing", damaged), ("shape", wrong)):
 # %% [markdown]
 # ## 4. The layer-wise measurements (Figs. 14 and 26), the authors' protocol
 # `measure_layers(..., protocol="official")` on the four images, with the thresholded sparsity of Fig. 26
-# (fraction of entries with $|Z^{\ell+1}|\ge\tau$ — the caption's "<" is inverted, paper-notes §4.2). For a random
+# (fraction of entries with $|Z^{\ell+1}|\ge\tau$ — the caption's "<" is inverted). For a random
 # network the codes are close to isotropic, so each layer's $R^c$ should be near that of unit-norm isotropic
 # Gaussian tokens: $K\cdot R$ of $n=197$ unit vectors in $\mathbb R^{p}$, $p = 48$, ε = 0.1, computed with
 # `crate_theory.coding_rate`. The trained CRATE-S of Fig. 14 sits at 600–1100, well below it: compression by

@@ -11,7 +11,7 @@ from crate_nn.checkpoint import read
 from crate_nn.official import crate_nn_to_official, official_to_crate_nn
 
 # Independent forward pass written from the documented semantics of the authors' code
-# (../shared/docs/official-implementation.md), with plain tensor operations only.
+# (github.com/Ma-Lab-Berkeley/CRATE), with plain tensor operations only.
 
 
 def _layer_norm(x, weight, bias, eps=1e-5):

@@ -10,7 +10,9 @@ runs than the committed file holds is refused. A failed or interrupted recording
 128 + the signal) leaves ``results/NAME`` as it was. Exit status 0 when every claim came out as expected.
 
 ``python -m verify.record --seal NAME …`` seals files recorded before seals existed, as their last commit holds
-them (`verify.committed.seal_as_committed`).
+them (`verify.committed.seal_as_committed`). ``python -m verify.record --report NAME …`` rewrites a replication's
+report (report.md, report.json, figures/) from its stored runs, by today's claims and rules — after a claim or a
+rule changed — training nothing and leaving the sealed file as it is.
 """
 from __future__ import annotations
 
@@ -80,6 +82,26 @@ def _move_into(work: Path, folder: Path) -> None:
             os.replace(item, target)
 
 
+def report(name: str, progress: bool = True) -> int:
+    """Rewrite ``results/NAME``'s report from its stored runs (module docstring): its claims measured as a quick
+    audit measures them (reading the sealed file, at the base seed it was recorded at)."""
+    claims = [c for c in all_claims() if c.committed == name]
+    folder = RESULTS / name
+    seed = committed.replication(name).base_seed
+    with tempfile.TemporaryDirectory(dir=folder.parent, prefix=f".{name}-report-") as tmp:
+        work = Path(tmp)
+        status = audit(claims, mode="quick", seed=seed, output_dir=work, progress=progress,
+                       command=f"python -m verify.record --report {name}", figures=True)
+        raised = [c["id"] for c in json.loads((work / "report.json").read_text())["claims"] if c["error"]]
+        if raised:
+            print(f"verify.record: {len(raised)} of {len(claims)} claims of {name} raised ({', '.join(raised)}): "
+                  f"nothing written, {committed.shown(folder)} is unchanged", file=sys.stderr)
+            return 1
+        _move_into(work, folder)
+    print(f"rewrote the report of {committed.shown(folder)} from its stored runs")
+    return status
+
+
 def seal(names: list[str]) -> int:
     """Seal each replication's committed file as its last commit holds it (`verify.committed.seal_as_committed`)."""
     for name in names:
@@ -103,10 +125,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="the audit's base seed to record at (default 0)")
     parser.add_argument("--seal", action="store_true", help="seal files recorded before seals existed, as their "
                         "last commit holds them (the seal names that commit's code); trains nothing")
+    parser.add_argument("--report", action="store_true", help="rewrite each replication's report from its stored "
+                        "runs by today's claims and rules; trains nothing, leaves the sealed file as it is")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     if args.seal:
         return seal(args.names)
+    if args.report:
+        return max(report(name, progress=not args.no_progress) for name in args.names)
     with stopping.on_signals():
         try:
             if len(args.names) == 1:

@@ -4,9 +4,11 @@ A claim module (``verify/claims/*.py``) declares a claim with the :func:`claim` 
 function::
 
     @claim(
-        id="lemma11-hessian-bound",
+        id="lemma11-hessian-bound", formerly="2.4-lemma11",
         tags=("calculus", "hessian"),
-        location="004 eq. (136), Lemma 11",
+        location="long version, Lemma 11, eq. (136)",
+        scope="paper",
+        quote="For all Z, sup over ‖Δ‖_F ≤ 1 of ‖∇²R(Z)[Δ]‖_F ≤ 9α/4.",
         statement="sup over ‖Δ‖_F ≤ 1 of ‖∇²R(Z)[Δ]‖_F / α is at most 9/4, for every Z",
         measures="sup of ‖∇²R(Z)‖/α over random and optimised Z",
         expected="≤ 9/4 (the lemma); `loose` when the supremum is below 2/3 of it",
@@ -19,6 +21,12 @@ function::
 The measurement function receives a :class:`~verify.context.Context` and returns a :class:`Result`: the
 measured figure(s), the verdict *computed from them* (see :mod:`verify.verdicts`) and the raw numbers, and
 optionally a :class:`Headline`: the one number the report's summary shows for the claim.
+
+``id`` names the papers' object the claim tests (``eq8-…``, ``fig15-…``; the long version's unless prefixed by
+another source) and ``formerly`` its ids before (``--only`` accepts them); ``scope`` says what it tests
+(:data:`SCOPES`: the papers' statement as printed, a replication at laptop scale whose ``setting`` names the scale,
+or a probe of the audit's own whose ``setting`` names the construct); ``quote`` is the statement as the source prints
+it and ``location`` where (starting with a label of :data:`SOURCES`).
 
 ``expected_verdict`` records the verdict the claim expects, so that the audit doubles as a regression check;
 ``expected_labels`` (optional) the labels it expects where one verdict covers several outcomes (the joint rule's
@@ -90,7 +98,7 @@ QUOTE_CHARS = 240
 
 PROVENANCES = {
     "analysis": "set before measuring, from an analysis: the paper's derivation or statement, an identity, a closed "
-                "form, paper-notes §2",
+                "form",
     "measurement": "set from a measurement: 'as expected' is a regression check only",
 }
 """Where a claim's expected verdict comes from."""
@@ -269,8 +277,8 @@ def claim(
     provenance: str,
     full_verdict: str | None = None,
     committed: str | None = None,
-    scope: str | None = None,
-    quote: str | None = None,
+    scope: str,
+    quote: str,
     setting: str | None = None,
     formerly: str | Iterable[str] = (),
     expected_labels: str | None = None,
@@ -339,7 +347,8 @@ def _broken_module_claim(module: str, trace: str) -> Claim:
 
     return Claim(id=f"0-import-{module}", tags=("import",), location="—", statement=f"verify.claims.{module} imports",
                  measures="import of the claim module", expected="imports", expected_verdict="holds",
-                 kind="identity", provenance="analysis", measure=measure, module=module)
+                 kind="identity", provenance="analysis", measure=measure, module=module, scope="probe",
+                 setting="the audit's own code")
 
 
 MODULE_ORDER = ("calculus", "compression", "sparsification", "cross_implementation", "denoising", "theorem16",

@@ -15,7 +15,7 @@ MaskCut (Wang et al. 2023, "Cut and Learn"; Algorithm 1 of the long paper) runs 
 4. `maskcut`: repeat for ``num_objects`` objects. Before each further cut the features of every patch found so
    far are set to zero (they then connect to everything with weight eps only), so the next cut looks for another
    object. This is the original MaskCut. Algorithm 1 *as printed* writes ``M ← M ⊙ mask``, which would keep the
-   found object and cut inside it again (paper-notes erratum 16). As in MaskCut (CutLER's ``maskcut_forward``), a
+   found object and cut inside it again (Algorithm 1 as printed multiplies by the mask, keeping the object). As in MaskCut (CutLER's ``maskcut_forward``), a
    further cut that overlaps the previous cut with IoU > 0.5 or covers ≤ 1% of the grid is dropped (left empty).
    The overlap is measured between the two cuts as the cuts found them: the previous one *before* the patches of
    earlier objects were removed from it (MaskCut's ``current_mask``; an empty mask when that cut was dropped).

@@ -6,7 +6,7 @@ maps, the patch codes and the MSSA affinity, PCA images, coarse masks from atten
   reads. For an MHSA layer the same code gives eq. (438), ``softmax_i(s ⟨K_k* z_i, Q_k* z_[CLS]⟩)``. The softmax runs
   over the patches only (the class token's weight on itself is left out), so it equals the class-token row of
   the block's attention matrix restricted to the patches and renormalised. ``s`` is the block's own logit scale
-  by default (p^(-1/2), what the network computes); eq. (437) as printed has none (paper-notes erratum 15):
+  by default (p^(-1/2), what the network computes); eq. (437) as printed has none:
   ``scale=1.0`` gives the printed formula.
 * `patch_codes` — per patch, the concatenated codes [U_1* z_i; …; U_K* z_i] of an MSSA layer (for MHSA the keys
   [K_1* z_i; …]): MaskCut's features (`crate_nn.analysis.maskcut`) and the PCA images' features.

@@ -20,7 +20,7 @@ Evaluators:
   percent, every ground-truth category mapped to one "object" class as unsupervised detectors are scored).
 * PASCAL VOC 2012 (``VOCdevkit/VOC2012``: ``JPEGImages``, ``SegmentationClass`` palette PNGs,
   ``ImageSets/Segmentation/<split>.txt``): `read_voc`, `voc_coarse_segmentation`. The papers call this "coarse
-  segmentation" and do not describe the protocol (paper-notes §4.1, Table 17). Here: the class token's
+  segmentation" and do not describe the protocol (Table 17). Here: the class token's
   attention at one layer, averaged over heads and thresholded at 60% of its mass (DINO's threshold) gives a
   foreground mask at patch resolution, upsampled to the image; its pixels receive the image's most frequent
   ground-truth object class (an oracle label: the score measures localisation, not recognition, since the

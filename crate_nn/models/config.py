@@ -3,7 +3,7 @@
 A model's own configuration (`CRATEConfig` for the image classifier, and the configs of the other systems)
 extends this dataclass with its depth and its input/output fields, so the block options are defined once and a
 language model or a decoder never carries image fields. The defaults are the authors' code
-(`../shared/docs/official-implementation.md`); every variant names the equation or the paper table it implements.
+(github.com/Ma-Lab-Berkeley/CRATE); every variant names the equation or the paper table it implements.
 """
 from __future__ import annotations
 

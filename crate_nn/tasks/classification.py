@@ -171,7 +171,7 @@ def imagenet() -> ClassificationConfig:
 def finetune() -> ClassificationConfig:
     """Full fine-tuning of an ImageNet-pre-trained CRATE (App. C.1), CIFAR-10 by default.
 
-    AdamW lr 5e-5, weight decay 0.01, batch 512 (the paper states both 256 and 512; paper-notes §7.5), inputs
+    AdamW lr 5e-5, weight decay 0.01, batch 512 (App. C.1 states both 256 and 512), inputs
     resized to 224, RandomResizedCrop + flip + RandAugment(n=2, m=14); the head is re-initialised when the class
     count differs. Not stated by the paper and chosen here: 200 epochs (the authors' fine-tuning table for
     CIFAR), cosine decay without warm-up, label smoothing 0.1.

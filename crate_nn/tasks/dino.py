@@ -498,7 +498,7 @@ def simdino_digits() -> DINOTrainConfig:
 
     Tuning history (ε, learning rate, expansion, alignment weight, longer runs, mnist5k; validation k-NN):
     ``results/presets/simdino_digits.md``. The preset keeps DINO's schedule so that the two objectives are compared at
-    one recipe (``4.1.3-simdino-vs-dino``).
+    one recipe (``simdino-readme-vs-dino``).
 
     Command:  crate-train --preset simdino_digits
     Expected: see the README's self-supervision table (``python -m verify --full --only simdino`` re-measures);

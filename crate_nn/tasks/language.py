@@ -441,7 +441,7 @@ def gpt_owt() -> CausalLMConfig:
     ids padded to 50,304 (crate-lm's, a multiple of 64; the padding rows are never targets). Left open by the paper
     and chosen here: micro-batches of 12 (32 accumulation steps on one GPU; 4 on 8), evaluation every 2,000 steps
     with Table 6's protocol (4 × 1,000 windows of the validation split), nanoGPT's 0.05% validation split. Fig. 12's
-    x-axis suggests 60k steps rather than 600k (paper-notes §7.5); pass --total-steps 60000 for that reading.
+    x-axis suggests 60k steps rather than App. C.4's 600k; pass --total-steps 60000 for that reading.
     ``--model gpt_base`` trains GPT-2 (124M) with the same recipe, ``--model-args feedforward=none`` the
     without-ISTA ablation (Table 16).
 
@@ -467,7 +467,7 @@ def bert_wiki() -> MaskedLMConfig:
 
     Adam with decoupled weight decay 0.01, β (0.9, 0.98), peak lr 1e-3 at step 1,800 after a linear warm-up, then
     linear decay to 0 at step 30,000; RoBERTa's tokenizer (V = 50,265); sequences of 512 tokens. Batch: the paper
-    prints 8,096, which divides by no power of two above 32 — read as 8,192 (paper-notes §7.5). Left open and chosen
+    prints 8,096, which divides by no power of two above 32 — read as 8,192. Left open and chosen
     here: gradient clipping 1.0 (Hugging Face's default), micro-batches of 32 (32 accumulation steps on 8 GPUs),
     bf16 autocast, evaluation every 1,000 steps on 100 × 8 validation windows with fixed masks, 0.1% of the
     documents held out. ``--model bert_base`` trains the MHSA + MLP baseline with the same recipe.

@@ -1,6 +1,6 @@
 """crate-lm (the public CRATE-GPT) and nanoGPT checkpoints: files in their format — ``{'model', 'model_args', …}``,
 ``_orig_mod.`` prefixes, causal-mask buffers, their key names — load into CRATEGPT with logits equal to an
-independent float64 forward written here from their layer semantics (official-implementation.md), round-trip
+independent float64 forward written here from their layer semantics (crate-lm's model code), round-trip
 through `to_crate_lm`, and bad files are refused by name."""
 import math
 

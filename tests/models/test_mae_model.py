@@ -18,7 +18,7 @@ from crate_nn.official import crate_nn_to_official_mae
 from crate_theory.decoder import DecoderLayerParams, decoder_layer
 
 # Ours: every tensor the forward pass uses. The authors' structure adds an unused decoder_embed Linear(d, d) and the
-# sine-cosine table twice as frozen parameters (official-implementation.md: small 25,405,824, base 44,638,464,
+# sine-cosine table twice as frozen parameters (the authors' code: small 25,405,824, base 44,638,464,
 # tiny 11,555,328; its depth-24 large 154,274,560). Table 9 prints 25.4M / 44.6M / 78.5M (large with L = 12).
 EXPECTED = {  # name: (ours, the authors' structure at the same size)
     "crate_mae_tiny": (11_256_192, 11_555_328),

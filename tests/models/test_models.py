@@ -10,7 +10,7 @@ import crate_nn
 from crate_nn import MHSA, MSSA, CRATEConfig, create_model, list_models, resample_pos_embed
 from crate_nn.models.mssa import fused_attention
 
-# CRATE: the authors' module structure counted by hand in paper-notes §3.1; Table 8 prints 6.09M/13.12M/22.80M/77.64M.
+# CRATE: the authors' module structure counted by hand from the authors' module structure; Table 8 prints 6.09M/13.12M/22.80M/77.64M.
 # ViT: timm's vit_{tiny,small,base,large}_patch16_224 (5,717,416 / 22,050,664 / 86,567,656 / 304,326,632) plus the
 # two LayerNorms of the CRATE stem all our models share (1,536 + 2d); Table 8 prints ViT-T 5.72M, ViT-S 22.05M.
 # Table 17's S/8 variants: d = 384, L = 12, K = 6, patch 8 (784 patches), counted from the module structure.

@@ -1,5 +1,5 @@
 """The authors' CRATE-MAE format: a random state dict in their layout, reconstructed by an independent float64
-forward pass written here from the documented behaviour of their code (../shared/docs/official-implementation.md:
+forward pass written here from the documented behaviour of their code (github.com/Ma-Lab-Berkeley/CRATE:
 gather-and-unshuffle masking, the class token, one table added after the mask tokens, encoder and decoder blocks,
 the masked-patch loss), against `load_official_mae`; FAIR-MAE files on disk; errors naming what is wrong."""
 import argparse

@@ -31,7 +31,7 @@ def test_digits_reaches_95_percent_and_compresses(digits_run):
             print(f"{protocol:8s} {kind:11s} random init {before}  trained {after}")
     # The authors' protocol (per-head unit-norm codes) is scale-free; the paper protocol's R^c follows ‖U‖ and hence
     # the weight decay, and its trained-vs-init ordering is not a property of training (audit claims
-    # 2.24-digits-paper, 2.24-digits-weight-decay), so only the former is asserted.
+    # fig15-digits-paper, fig15-digits-weight-decay), so only the former is asserted.
     official_init = [s["mean"] for s in init["official"]["compression"]]
     official_trained = [s["mean"] for s in trained["official"]["compression"]]
     assert all(t < i for t, i in zip(official_trained, official_init)), (official_init, official_trained)

@@ -1,4 +1,4 @@
-"""Values of the coding rates (crate_theory.coding_rate): eqs. (7)–(9), (12)–(17); paper-notes §2.1."""
+"""Values of the coding rates (crate_theory.coding_rate): eqs. (7)–(9), (12)–(17)."""
 import numpy as np
 import pytest
 from _theory_cases import (

@@ -72,7 +72,7 @@ def test_wirings_differ_and_equation_64_has_no_layer_norm():
 
 
 def encoder_and_decoder_error(seed, d, K, p, n, kappa, preset):
-    """‖g ∘ f(Z) − Z‖_F / ‖Z‖_F for one layer without LayerNorm (paper-notes §2.22).
+    """‖g ∘ f(Z) − Z‖_F / ‖Z‖_F for one layer without LayerNorm (Remark 7, eqs. (62)–(64)).
 
     Encoder f: Z^{1/2} = Z + κ W[SSA(Z|U_k)]_k, Z^1 = ISTA(Z^{1/2} | D) with D orthogonal, η = 1, λ = 0, i.e.
     ReLU(D*Z^{1/2}); Z = D·C with C ≥ 1 keeps the ReLU inactive (asserted), so f is smooth and invertible.
@@ -95,7 +95,7 @@ def test_decoder_with_E_equal_D_inverts_a_layer_to_second_order_and_E_equal_D_tr
     inverse = np.array([encoder_and_decoder_error(0, 12, 3, 4, 6, k, "inverse") for k in kappas])
     printed = np.array([encoder_and_decoder_error(0, 12, 3, 4, 6, k, "printed") for k in kappas])
     slope = np.polyfit(np.log(kappas), np.log(inverse), 1)[0]
-    assert abs(slope - 2) < 0.1  # O(κ²) (paper-notes §2.22); ±0.1 covers the O(κ³) curvature at these κ
+    assert abs(slope - 2) < 0.1  # O(κ²) (Remark 7); ±0.1 covers the O(κ³) curvature at these κ
     assert printed.min() > 0.5  # E = D* (Remark 7 as printed) leaves an O(1) error that does not shrink with κ
 
 

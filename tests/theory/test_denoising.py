@@ -122,7 +122,7 @@ def test_approximation_12_error_is_second_order_while_denoising_error_is_first_o
         approx_err.append(np.mean(np.linalg.norm(approx12_denoiser(U, X, sigma) - exact, axis=0)))
         bayes_err.append(np.mean(np.linalg.norm(exact - Z, axis=0)))
     slope = lambda e: np.polyfit(np.log(sigmas), np.log(e), 1)[0]  # noqa: E731
-    # Paper-notes §2.14 predicts slopes 2 and 1; ±0.15 leaves room for the sample's curvature, not for a wrong order.
+    # Approximation 12 and (46) predict slopes 2 and 1; ±0.15 leaves room for the sample's curvature, not for a wrong order.
     assert abs(slope(approx_err) - 2) < 0.15
     assert abs(slope(bayes_err) - 1) < 0.15
 

@@ -1,5 +1,5 @@
 """Gradients (31), (109) and the Hessian operator (127) of the coding rates: against the printed formulas, central
-finite differences, torch autograd in float64 and sympy; rotation equivariance (120)–(121); paper-notes §2.2–2.5."""
+finite differences, torch autograd in float64 and sympy; rotation equivariance (120)–(121)."""
 import numpy as np
 import pytest
 import sympy
@@ -202,7 +202,7 @@ def test_lemma11_bound_is_loose_sup_is_one():
 
 def test_rotation_equivariance_120_and_121():
     """(120) D∇R(Z) = ∇R(DZ) and the correct form of (121), ⟨DΔ, ∇²R(DZ)[DΔ]⟩ = ⟨Δ, ∇²R(Z)[Δ]⟩; the printed
-    (121), ⟨DΔ, ∇²R(Z)[DΔ]⟩ = ⟨Δ, ∇²R(DZ)[Δ]⟩, fails for a generic orthogonal D (arguments swapped, errata §7.11)."""
+    (121), ⟨DΔ, ∇²R(Z)[DΔ]⟩ = ⟨Δ, ∇²R(DZ)[Δ]⟩, fails for a generic orthogonal D (arguments swapped)."""
     rng = np.random.default_rng(4)
     Z = rng.standard_normal((5, 3))
     Delta = rng.standard_normal((5, 3))

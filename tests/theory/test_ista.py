@@ -1,4 +1,4 @@
-"""Sparsification by (non-negative) LASSO and ISTA (crate_theory.ista): eqs. (41)–(44), (118); paper-notes §2.9–2.10."""
+"""Sparsification by (non-negative) LASSO and ISTA (crate_theory.ista): eqs. (41)–(44), (118)."""
 import numpy as np
 import pytest
 from _theory_cases import seeds
@@ -65,7 +65,7 @@ def test_ista_is_one_prox_gradient_step_from_the_input(size, seed, eta, lam):
 
 @given(size=sizes, seed=seeds, lam=lams)
 def test_orthogonal_dictionary_unit_step_is_relu_of_rotation(size, seed, lam):
-    """D orthogonal, η = 1: ISTA(Z | D) = ReLU(D*Z − λ1) (paper-notes §1.8, inferred special case)."""
+    """D orthogonal, η = 1: ISTA(Z | D) = ReLU(D*Z − λ1) (a special case inferred from (44))."""
     d, n = size
     rng = np.random.default_rng(seed)
     D = np.linalg.qr(rng.standard_normal((d, d)))[0]

@@ -23,7 +23,7 @@ def _params(rng, K, d, p, tied=False, affine=True):
 
 
 def _row_convention_layer(x, P, eta, lam, skip, scale):
-    """The authors' layer as official-implementation.md states it, tokens as rows (x is (n, d)), in NumPy."""
+    """The authors' layer as the authors' code computes it, tokens as rows (x is (n, d)), in NumPy."""
 
     def ln(v, w, b):
         mu = v.mean(-1, keepdims=True)
@@ -62,7 +62,7 @@ def test_layer_norm_equals_torch_per_token(seed, d, n, affine):
 
 @given(seed=seeds, K=st.integers(1, 3), p=st.integers(1, 3), n=st.integers(1, 5), skip=st.sampled_from(["official", "paper"]))
 def test_crate_layer_matches_row_convention_statement(seed, K, p, n, skip):
-    """crate_layer (column convention) = the layer of official-implementation.md in the row convention, for both skip
+    """crate_layer (column convention) = the authors' layer in the row convention, for both skip
     wirings, with the code's temperature √p (logits × p^{-1/2}) as the default."""
     rng = np.random.default_rng(seed)
     d = K * p + int(rng.integers(0, 3))

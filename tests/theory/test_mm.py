@@ -1,5 +1,5 @@
 """The majorisation–minimisation sparsification step (App. A.2): (108), (111), (115)–(119), (122)–(123);
-paper-notes §2.11. Also measures how loose the paper's constant L = 9α/4 is."""
+Also measures how loose the paper's constant L = 9α/4 is."""
 import numpy as np
 import pytest
 from _theory_cases import seeds

@@ -1,5 +1,5 @@
 """The compression half-step (crate_theory.mssa): column softmax (94)–(95), causal mask (87), SSA/MSSA (35)–(37),
-Neumann gradient (32)–(33), compression step (26)–(27); paper-notes §2.6–2.8."""
+Neumann gradient (32)–(33), compression step (26)–(27)."""
 import numpy as np
 import pytest
 import torch
@@ -123,7 +123,7 @@ def test_neumann_gradient_formula_and_second_order_accuracy():
 
 
 def test_neumann_fails_beyond_its_radius_while_mssa_stays_a_descent_direction():
-    """Paper-notes §1.7 (not stated in the paper): the Neumann series needs β‖U_k*Z‖² < 1. On unit-norm
+    """Not stated in the paper: the Neumann series needs β‖U_k*Z‖² < 1. On unit-norm
     union-of-subspace tokens (d=16, K=4, p=4, n=20) at β‖G‖ ≈ 2.7 the Neumann gradient points against the exact
     one (cos < 0), while the MSSA direction βZ − βMSSA(Z) of Approximation 9 keeps cos > 0.9 and a small
     compression step (27) lowers R^c."""

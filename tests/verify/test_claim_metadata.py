@@ -1,7 +1,5 @@
 """What every claim declares: its scope, the statement it tests quoted with its location in the papers, ids named
-after the papers' objects (each former id kept in ``formerly``), and no verdict written by hand.
-
-``CONVERTED`` lists the claim modules whose claims carry the new metadata; the checks run on those."""
+after the papers' objects (each former id kept in ``formerly``), and no verdict written by hand."""
 from __future__ import annotations
 
 import ast
@@ -14,9 +12,6 @@ from verify.registry import SCOPES, SOURCES, VERDICTS, all_claims
 
 CLAIMS = all_claims()
 CLAIMS_DIR = Path(__file__).resolve().parents[2] / "verify" / "claims"
-CONVERTED: set[str] = {"decoder", "denoising", "diffusion", "theorem16", "dino", "language", "segmentation", "ablations",
-                       "tssa", "calculus", "compression", "sparsification", "cross_implementation", "params",
-                       "digits", "figures", "layers", "mae"}
 MODULES = sorted(p.stem for p in CLAIMS_DIR.glob("*.py") if p.stem != "__init__")
 
 FORMER_IDS = (
@@ -76,8 +71,6 @@ def _claims(module: str):
 
 @pytest.mark.parametrize("module", MODULES)
 def test_claims_declare_scope_quote_and_location(module):
-    if module not in CONVERTED:
-        pytest.skip(f"verify.claims.{module} not converted yet")
     for c in _claims(module):
         assert c.scope in SCOPES, c.id
         assert c.quote and len(c.quote) <= 240, c.id
@@ -93,8 +86,6 @@ def test_claims_declare_scope_quote_and_location(module):
 def test_no_verdict_written_by_hand(module):
     """A claim's verdict comes from a rule of verify.statistics (over seeds) or verify.verdicts (a figure against a
     threshold): no conditional expression or call argument in a claim module is a verdict string."""
-    if module not in CONVERTED:
-        pytest.skip(f"verify.claims.{module} not converted yet")
     tree = ast.parse((CLAIMS_DIR / f"{module}.py").read_text())
     found = []
     for node in ast.walk(tree):
@@ -111,8 +102,6 @@ def test_no_verdict_written_by_hand(module):
 
 def test_former_ids_are_kept():
     """Every former id names exactly one claim today (``--only`` accepts it), once every module is converted."""
-    if set(MODULES) - CONVERTED:
-        pytest.skip("not every claim module is converted yet")
     owners = {}
     for c in CLAIMS:
         for old in c.formerly:

@@ -67,7 +67,8 @@ def test_a_committed_claim_is_full_only_until_its_runs_are_committed(tmp_path, m
     monkeypatch.setattr(registry, "_REGISTRY", {})
     monkeypatch.setattr(registry, "RESULTS", tmp_path)
     spec = dict(tags=(), location="r", statement="s", measures="m", expected="e", expected_verdict="holds",
-                kind="trained", provenance="analysis", modes=("full",), committed="toy")
+                kind="trained", provenance="analysis", modes=("full",), committed="toy", scope="replication",
+                quote="q", setting="a toy")
     registry.claim(id="a", **spec)(lambda ctx: None)
     (tmp_path / "toy").mkdir()
     (tmp_path / "toy" / "runs.json").write_text("{}")

@@ -106,7 +106,7 @@ def test_a_claim_decorator_on_a_function_that_does_not_take_the_context_alone_is
     from verify.registry import claim
 
     spec = dict(id="test-helper-decorated", tags=(), location="r", statement="s", measures="m", expected="e",
-                expected_verdict="holds", kind="theory", provenance="analysis")
+                expected_verdict="holds", kind="theory", provenance="analysis", scope="paper", quote="q")
     with pytest.raises(TypeError, match=r"claim 'test-helper-decorated': .*helper must take the context alone, got "
                                         r"parameters \['ctx', 'control'\]"):
         @claim(**spec)
@@ -219,7 +219,7 @@ def test_full_only_claims_are_skipped_in_quick_mode_and_named(tmp_path):
 
 def _register(**fields):
     spec = dict(id="x", tags=(), location="r", statement="s", measures="m", expected="e", expected_verdict="holds",
-                kind="theory", provenance="analysis") | fields
+                kind="theory", provenance="analysis", scope="paper", quote="q") | fields
     return claim(**spec)(_holds)
 
 
@@ -251,10 +251,13 @@ def test_a_printed_number_can_only_hold_or_fail():
         _register(kind="printed", expected_verdict="loose")
 
 
-def test_kind_and_provenance_are_required():
+def test_kind_provenance_scope_and_quote_are_required():
     with pytest.raises(TypeError, match="kind"):
         claim(id="x", tags=(), location="r", statement="s", measures="m", expected="e", expected_verdict="holds",
-              provenance="analysis")
+              provenance="analysis", scope="paper", quote="q")
+    with pytest.raises(TypeError, match="'scope' and 'quote'"):
+        claim(id="x", tags=(), location="r", statement="s", measures="m", expected="e", expected_verdict="holds",
+              kind="theory", provenance="analysis")
 
 
 def test_headline_text():
@@ -374,7 +377,7 @@ def test_a_slope_guide_follows_its_series_and_keeps_to_the_data(figures, tmp_pat
 
 
 def test_a_full_verdict_is_expected_under_full_only(tmp_path):
-    claim = Claim(id="demo-modes", tags=("demo",), location="000", statement="s", measures="m", expected="e",
+    claim = Claim(id="demo-modes", tags=("demo",), location="NeurIPS 2023, eq. (0)", statement="s", measures="m", expected="e",
                   expected_verdict="fails", kind="trained", provenance="measurement", measure=_holds,
                   full_verdict="holds")
     assert claim.expected_in("quick") == "fails" and claim.expected_in("full") == "holds"
@@ -395,7 +398,7 @@ def test_expected_labels_must_match_too_in_their_mode(tmp_path):
         return Result("layer 1: collapse", "fails", labels="layer 1 collapse")
 
     def expecting(labels=None, full=None):
-        return Claim(id="demo-labels", tags=("demo",), location="000", statement="s", measures="m", expected="e",
+        return Claim(id="demo-labels", tags=("demo",), location="NeurIPS 2023, eq. (0)", statement="s", measures="m", expected="e",
                      expected_verdict="fails", kind="trained", provenance="measurement", measure=collapsed,
                      expected_labels=labels, full_labels=full)
 

@@ -178,7 +178,7 @@ APPROX9 = ("long version, App. A.1, Approximation 9, eqs. (91), (96)–(107); Se
              "(95% interval per β)",
     expected="cos > 0 at every β (a descent-compatible direction); the paper gives no rate, it is a heuristic. "
              "It holds through the step's first-order part: βZ alone scores as well or better "
-             "(2.7-approx9-attention-term)",
+             "(approx9-attention-term)",
     expected_verdict="holds",
     kind="theory", provenance="analysis",
 )
@@ -209,7 +209,7 @@ def approx9_cosine(ctx) -> Result:
     measures="R^c decrease of the MSSA step with κβ = 0.01 (95% interval over the draws, per β), relative to that "
              "of the exact gradient step of equal length",
     expected="decrease > 0 at every β (descent); the ratio shows how much of the exact step's decrease it achieves. "
-             "As for the cosine, the βZ shrink alone gives this descent (2.7-approx9-attention-term)",
+             "As for the cosine, the βZ shrink alone gives this descent (approx9-attention-term)",
     expected_verdict="holds",
     kind="theory", provenance="analysis",
 )
@@ -305,7 +305,7 @@ def free_output_contains_paper(ctx) -> Result:
              "loosely aligned with what it replaces. At the quick sizes (d 64, n 50) its gain over βZ's cosine is "
              "indistinguishable from 0 up to the papers' β ≈ 0.33 (≤ 5e-5, intervals containing 0) and negative "
              "beyond (−0.009 at β = 1.3, −0.22 at 5.2); at CRATE-Base sizes (--full) it is negative at every β "
-             "(−6e-7 at 0.02, −2e-4 at 0.33, −0.06 at 5.2). 2.7-approx9-cosine/-descent hold through the βZ shrink",
+             "(−6e-7 at 0.02, −2e-4 at 0.33, −0.06 at 5.2). approx9-cosine/-descent hold through the βZ shrink",
     expected_verdict="fails",
     kind="control", provenance="measurement",
 )

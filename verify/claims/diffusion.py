@@ -399,8 +399,8 @@ def _round_trips(mode: str, seed: int) -> dict[str, np.ndarray]:
     t = T − Te^{−5}, then diffused back by (52) from s = Te^{−5} to T; R^c and off-subspace energy at both ends
     of (51); the round-trip error ‖Z̃(T) − Z_0‖/‖Z_0‖ with 2·`RT_STEPS` steps a leg and its step-doubling
     difference from the `RT_STEPS` run; and (51) from tokens exactly on their subspaces (σ = 0)."""
-    ctx = Context(mode, seed, "2.20-round-trip", ".")
-    rng = ctx.rng_for("2.20-round-trip")
+    ctx = Context(mode, seed, "eqs51-52-round-trip", ".")
+    rng = ctx.rng_for("eqs51-52-round-trip")
     (d, n, K), seeds = ctx.pick((32, 40, 4), (96, 120, 6)), ctx.pick(5, 10)
     rows = []
     for _ in range(seeds):
@@ -438,7 +438,7 @@ def _round_trips(mode: str, seed: int) -> dict[str, np.ndarray]:
               "denoises them: R^c falls and the tokens approach their subspaces",
     measures="log of R^c(end)/R^c(start) and of the off-subspace energy Σ_i‖(I − U_{s_i}U_{s_i}*)z_i‖² end/start "
              "along (51) over T − t ∈ [Te^{−5}, T] (ε = 0.5, RK4, 64 steps), one value per seed (5 quick, 10 full; "
-             "2.20-structured-denoising-ode follows one path at ε = 1 to 0.95T)",
+             "eq51-structured-denoising follows one path at ε = 1 to 0.95T)",
     expected="`holds` when the 95% intervals over seeds of both log ratios lie below 0 (the flow is −∇R^c scaled by "
              "a positive rate, so R^c cannot rise; Theorem 16 reads −∇R^c as pointing to the subspaces); `fails` "
              "when either lies above",
@@ -503,7 +503,7 @@ def round_trip(ctx) -> Result:
               "t = T\" (as printed)",
     measures="along (51) over T − t ∈ [Te^{−5}, T]: the off-subspace energy end/start from noisy tokens, and the "
              "off-subspace share of the energy at the end from tokens exactly on their subspaces (the seeds of "
-             "2.20-round-trip)",
+             "eqs51-52-round-trip)",
     expected="as printed, the flow would add noise: `holds` when the 95% intervals over seeds of the log off-subspace "
              "energy ratio (from the noisy start) and of the off-subspace share's rise (from the clean one) lie above "
              "0 and 1e-12 (rounding), `fails` when either lies below. Expected to fail: (51) is "

@@ -5,7 +5,7 @@ Which R^c replicates Fig. 15: the authors' code measures the figure on per-head 
 ε² = 0.01, which bounds R^c by K·(p/2)·log(1 + 1/ε²) — 1,772 for CRATE-Base — and Fig. 15's plotted range
 (800–1,600) lies under that bound: the claims on that protocol are the replication. The caption's and the text's
 R^c(Z^{ℓ+1/2} | U^ℓ), taken literally and unnormalised, grows with ‖U^ℓ‖ and so follows the weight decay
-(2.24-digits-weight-decay): its claims are a stricter reading of the audit's own (probes). Footnote 17 exempts the
+(fig15-digits-weight-decay): its claims are a stricter reading of the audit's own (probes). Footnote 17 exempts the
 last layer from the sparsity trend (its features are mixed for the classifier): the sparsity claims decide on the
 other layers and report the last apart.
 
@@ -62,7 +62,7 @@ PROTOCOLS = {
     "official": (("official",), "the authors' hook protocol: per-head unit-norm codes of U^ℓ* LN1(Z^ℓ), ε² = 0.01"),
 }
 """name → (path in the measurements, what it is): the paper's and the authors' R^c, single measures that lower
-means more compressed (neither can tell compression from collapse: 2.24-digits-joint)."""
+means more compressed (neither can tell compression from collapse: fig15-digits-joint)."""
 
 JOINT = {name: ("profile", name, "half") for name in SIDES}
 """The joint measure of Z^{ℓ+1/2}: measure → path in the measurements."""
@@ -129,7 +129,7 @@ def _protocol_claim(name: str) -> None:
 
 
 def _protocols_figure(ctx) -> str:
-    """Trained and init per layer under every measure (means over seeds, 95% bands) — shared by 2.24-digits-*."""
+    """Trained and init per layer under every measure (means over seeds, 95% bands) — shared by the fig15-digits claims."""
     return _draw_protocols(str(ctx.output_dir), ctx.mode, ctx.seed)
 
 
@@ -154,13 +154,13 @@ EXPECTATIONS = {
               "not below its initialisation's at layers 2–3 (quick: −1.6 [−3.0, −0.2], +1.5 [+0.4, +2.7], +3.5 [+1.8, "
               "+5.1]). --full (30 epochs) layers 1–2 fall (−5.3 [−6.5, −4.1], −2.7 [−3.9, −1.5]) and layer 3 is "
               "undecided (+0.2 [−0.9, +1.4]): `inconclusive` (recorded after measuring). The previous `holds` came "
-              "from weight decay 1.0, whose shrink of ‖U‖ lowers this measure (2.24-digits-weight-decay): the "
+              "from weight decay 1.0, whose shrink of ‖U‖ lowers this measure (fig15-digits-weight-decay): the "
               "measure follows the weight decay, not compression",
               "probe", "R^c(Z^{ℓ+1/2} | U^ℓ) as the caption writes it, unnormalised (ε = 0.1): a stricter reading "
                        "than the figure's protocol, which follows ‖U^ℓ‖ and hence the weight decay"),
     "official": ("holds", None, "The authors' protocol normalises each head's codes, so neither the tokens' scale nor "
                           "‖U‖ enters it; like every R^c it cannot tell compression from collapse "
-                          "(2.24-digits-joint)",
+                          "(fig15-digits-joint)",
                  "replication", "the authors' protocol, on which Fig. 15 was measured"),
 }
 """Per protocol: (expected verdict, the one under --full where it differs, their note, scope, how the protocol reads
@@ -243,7 +243,7 @@ def verdicts_by_weight_decay(table: dict, joint: dict) -> dict[str, list[str]]:
     statement="The trained-vs-initialisation comparison of Fig. 15 measures training, not the recipe's weight "
               "decay: its verdict is the same at weight decay 0.05, 0.5 and 1.0, under each protocol",
     measures=f"trained − init per layer for weight decay {WEIGHT_DECAYS}, {digits.SEEDS} seeds each, 30 epochs, "
-             "the paper's and the authors' R^c and the joint rule (2.24-digits-joint); ‖U‖ per layer in the data",
+             "the paper's and the authors' R^c and the joint rule (fig15-digits-joint); ‖U‖ per layer in the data",
     expected="`holds` when, under the paper protocol, the every-layer verdict is the same at all three weight "
              "decays. Expected to fail (found by measuring): weight decay shrinks ‖U‖ (5.7 → 3.5–3.9 at 1.0) "
              "and the paper-protocol R^c with it, so trained lies above init at 0.05 (layers 2–3) and below at "
@@ -444,7 +444,7 @@ def _random_init_curves(mode: str, seed: int) -> dict[str, np.ndarray]:
     """Per-layer R^c (paper, official) of random CRATEs with 12 layers on the test digits resized to 32² (65
     tokens): (seeds, layers) per protocol."""
     images = digits.test_digits(32)[0][: digits.BUDGETS[mode].depth_images]
-    base = Context(mode, seed, "2.24-random-init-flat", ".")
+    base = Context(mode, seed, "fig15-random-init-flat", ".")
     curves = {"paper": [], "official": []}
     for i in range(digits.SEEDS):
         torch.manual_seed(base.torch_seed_for(f"init-{i}"))

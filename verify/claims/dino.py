@@ -46,7 +46,7 @@ QUICK = dict(epochs=1, warmup_epochs=0.5, knn_epochs=(), probe_epochs=(), measur
 SEEDS = {"quick": 10, "full": 3}
 """Runs per mode: ten of the 3-second quick runs, three of the preset (≈ 1 min each). In one epoch the teacher
 moves little (R^c changes by ≈ 0.1 of 94, non-zeros by ≈ 0.001), and with five runs the verdicts changed with the
-base seed (4.1.3-dino-compression-official-short: fails for base seeds 0 and 1, inconclusive for 2)."""
+base seed (fig15-dino-compression-official-short: fails for base seeds 0 and 1, inconclusive for 2)."""
 
 
 SYSTEMS = {"dino": "dino_digits", "simdino": "simdino_digits"}

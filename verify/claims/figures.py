@@ -9,7 +9,7 @@
 * Fig. 21 (CRATE-T/B with 12 layers, CRATE-L with 24): "models with more layers tend to optimize the objectives
   more effectively". Measured as the relative fall of a measure from the first layer to the last, (m_1 − m_L)/m_1,
   of the trained model minus that of its own random initialisation (the trivial control: a random CRATE's curve is
-  about flat, 2.24-random-init-flat), for the digits preset at depth 3, 6 and 12; deeper against shallower, Welch.
+  about flat, fig15-random-init-flat), for the digits preset at depth 3, 6 and 12; deeper against shallower, Welch.
 * Fig. 26 (timm ViT-S/B against CRATE-S): a ViT "does not optimize" the sparse rate reduction layer-wise. The ViT is
   the digits preset with ViT's blocks (MHSA + MLP, `vit_tiny` at d 96, L 3, K 4): the same recipe, everything but
   the blocks shared. A ViT has no subspaces U^ℓ; its R^c is measured against the value map V^ℓ_[K] (the rows of
@@ -23,7 +23,7 @@ layer, whose features are mixed for the classifier, is reported apart). Every co
 `inconclusive` when it contains its boundary; a per-layer statement needs every layer (`verify.statistics.every`).
 All of these train (≈ 20 s a digits run on one core, ≈ 35 s at depth 12): ``--full`` trains them, and quick mode
 reads the numbers of the committed runs in ``results/figures`` (`verify.committed`; ``python -m verify.record
-figures`` records them again). Table 2 (CRATE-MAE against ViT-MAE) is `verify.claims.mae`'s ``2.24-table2-vit-mae``.
+figures`` records them again). Table 2 (CRATE-MAE against ViT-MAE) is `verify.claims.mae`'s ``table2-mae-vs-vit-mae``.
 """
 from __future__ import annotations
 
@@ -209,7 +209,7 @@ PROGRESSION_NOTES = {
                                  "+0.0238]; the exempted layer 3 ends denser than after epoch 1, +0.058 [+0.039, "
                                  "+0.078] (0.369 → 0.427: footnote 17's last-layer uptick). ηλ = 0.01 on LayerNorm-ed "
                                  "inputs leaves the ReLU zeroing ≈ half the entries whatever the weights "
-                                 "(2.24-digits-sparsity)"),
+                                 "(fig15-digits-sparsity)"),
 }
 
 
@@ -282,7 +282,7 @@ DEPTH_NOTES = {
                           "[+0.050, +0.103]"),
     "paper": ("fails", "Recorded after measuring: every depth's trained fall is *below* its initialisation's (−0.056, "
                        "−0.075, −0.065), and 6 − 3 is −0.019 [−0.036, −0.002]; this measure follows ‖U‖, which "
-                       "the weight decay shrinks (2.24-digits-weight-decay)"),
+                       "the weight decay shrinks (fig15-digits-weight-decay)"),
     "sparsity": ("inconclusive", "Recorded after measuring, from layer 1 to the last but one (footnote 17): fall "
                                  "beyond init −0.021 ± 0.033, −0.008 ± 0.024, +0.062 ± 0.019 at depth 3, 6, 12; "
                                  "6 − 3 +0.013 [−0.037, +0.063], 12 − 6 +0.070 [+0.020, +0.120]. Counting the last "
@@ -448,7 +448,7 @@ def vit_sparsity(ctx) -> Result:
     expected="`holds` when every interval lies above 0. Expected to fail: the caption's inequality is inverted. "
              "The figure's own middle panel puts CRATE-S's non-zero fraction at 0.20–0.50, so at least half its "
              "entries are exact zeros, all below any τ > 0, and the caption's measure cannot fall to the plotted "
-             "0.05–0.45; here too CRATE's exact zeros — about half its entries (2.24-digits-sparsity) — put it above "
+             "0.05–0.45; here too CRATE's exact zeros — about half its entries (fig15-digits-sparsity) — put it above "
              "the ViT's. The plotted ordering is that of |Z| ≥ τ",
     expected_verdict="fails", modes=("full",), committed="figures",
     kind="trained", provenance="analysis",

@@ -369,7 +369,7 @@ def gpt_sparsity(ctx) -> Result:
     expected=joint.TRAINING_RULE + ". Expected to fail (recorded after measuring, quick, base seeds "
              "0–2): at both layers training collapses the tokens (spread −0.74 [−0.79, −0.69] and −0.67 [−0.71, "
              "−0.64] at base seed 0) while their specific R^c *rises* (+0.045, +0.038) — the authors' protocol's "
-             "decrease (2.24-gpt-official) is the collapse, not compression onto the subspaces, and ΔR (reported "
+             "decrease (fig15-gpt-compression-official) is the collapse, not compression onto the subspaces, and ΔR (reported "
              "beside) falls by 9.9 and 10.1: the paper's objective agrees. The collapse floor (0.011 at d 48, 64 "
              "tokens, K 2) changed no label. --full (the preset, three seeds; measured before the floor, far beyond "
              "it): a collapse at all four layers (spread −0.59 to −0.28), specific R^c higher by +0.04 to +0.10",
@@ -451,7 +451,7 @@ def bert_pretraining(ctx) -> Result:
               "least as well",
     measures=f"the bert_stdlib preset with CRATE's and with BERT's blocks, {BERT_SEEDS} seeds each: masked-byte "
              "validation loss (Welch; the decision) and the pairs accuracy after pairs_stdlib fine-tuning (reported); "
-             "(≈ 40 CPU min with 4.1.4-bert-pretraining's runs)",
+             "(≈ 40 CPU min with fig12-bert-pretraining's runs)",
     expected="`holds` when the 95% interval of BERT − CRATE-BERT masked-LM loss lies below 0. Recorded after "
              "measuring (it was `holds`, by analysis): seeds 0–2 give BERT 2.329, 2.735, 2.479 against CRATE-BERT "
              "2.467, 2.395, 2.437 nats, +0.08 [−0.41, +0.57] — one BERT run ends far above the others; fine-tuned "

@@ -244,7 +244,7 @@ def _labels(judgements: list[Judgement], first: int = 2) -> str:
 
 def _controls_figure(ctx) -> str:
     """R^c, subspace-specific R^c, spread and own-subspace energy at every station (x = ℓ in half-steps) for the
-    ideal CRATE and every control, means over seeds with 95% bands — one figure shared by the 2.24-ideal claims
+    ideal CRATE and every control, means over seeds with 95% bands — one figure shared by the ideal-stack claims
     (None when figures are off)."""
     if not plots.enabled():
         return None

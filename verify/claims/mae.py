@@ -12,7 +12,7 @@ the image); every comparison is the audit's rule (`verify.statistics.compare`: a
 paired by seed, since a seed fixes the initialisation, the data order and the masks). ``--full`` trains the
 ``mae_digits`` preset itself (60 epochs); quick mode trains the preset's model with its recipe for 20 epochs without
 the final linear probes (≈ 10 s a run on one core). Both modes take five seeds, so that they differ in the schedule
-only: with three, quick verdicts changed with the base seed (2.24-mae-compression-official: one seed's spread
+only: with three, quick verdicts changed with the base seed (sec4.2-mae-compression-official: one seed's spread
 widened the last layer's interval to [−9, +67]).
 The papers measure layer-wise compression and sparsity on classifiers only (Sec. 4.2) and never per-layer round
 trips: the claims on those, and the raw-pixel baseline, are probes of the audit's own; the parameter counts are the
@@ -47,7 +47,7 @@ from verify.registry import Headline, Result, claim
 from verify.statistics import Comparison, brief, compare, every, mean_std, per_column
 
 QUICK = dict(epochs=20, warmup_epochs=2.0, eval_every=20, probe=False)
-"""The quick runs: 20 epochs, no linear probes at the end (only --full's 2.24-mae-probe reads them; ≈ 9 s a run)."""
+"""The quick runs: 20 epochs, no linear probes at the end (only --full's table3-mae-probe reads them; ≈ 9 s a run)."""
 SEEDS = {"quick": 5, "full": 5}
 RATE_EPS = 0.1  # ε of R^c: the authors' ε² = 0.01, as crate_nn.measure_layers
 INVERSE = 0.5
@@ -269,7 +269,7 @@ _roundtrip_claim("-standardised", "round_trip_standardised", ", up to each token
           "other in reverse order. … this order unravels the transformation done in f^{L−ℓ}.",
     statement="Training moves each decoder layer toward an inverse of its encoder layer: the trained round-trip "
               "error lies below the random initialisation's at every layer",
-    measures="the per-layer round-trip errors of 2.22-mae-roundtrip, trained vs initialisation",
+    measures="the per-layer round-trip errors of fig10-mae-roundtrip, trained vs initialisation",
     expected="`holds` when the 95% interval of trained − init (paired by seed) lies below 0 at every layer. "
              "Recorded after measuring (quick, five 20-epoch runs; it was `holds` on one run with a strict <): lower "
              "than at initialisation on average at every layer, but the first layer's interval contains 0 for each "
@@ -437,7 +437,7 @@ def _encoder_claim(key: str, what: str, expected_verdict: str, note: str, modes=
 
 
 _RC_UP = (". Expected to fail (found by measuring, seeds 0–2): MAE training raises R^c at every layer (unlike the "
-          "supervised digits CRATE, 2.24-digits-*), and the trained R^c grows with depth")
+          "supervised digits CRATE, fig15-digits-*), and the trained R^c grows with depth")
 _encoder_claim("compression_paper", "R^c(Z^{ℓ+1/2} | U^ℓ) (paper protocol)", "fails", _RC_UP)
 _encoder_claim("compression_official", "R^c (the authors' protocol)", "fails", _RC_UP)
 _encoder_claim("sparsity", "fraction of non-zero ISTA outputs ‖Z^{ℓ+1}‖₀/(dn)", "inconclusive",
@@ -503,7 +503,7 @@ def mae_probe(ctx) -> Result:
     quote=TABLE_3_QUOTE,
     statement="Masked-autoencoding pre-training learns features worth having on the built-in data: a linear probe "
               "on the pre-trained encoder beats the same probe on the raw pixels",
-    measures="the probe of 2.24-mae-probe on the pre-trained encoder vs on the raw pixels (the images as the "
+    measures="the probe of table3-mae-probe on the pre-trained encoder vs on the raw pixels (the images as the "
              "encoder receives them, flattened), trained on the 1,293 training digits, tested on the 360 test digits",
     expected="`holds` when the 95% interval of pre-trained − raw pixels (paired by seed) lies above 0. Recorded "
              "from a measurement before the claim existed: the encoder's probe 87.7 ± 2.0% against 96.7% for a "

@@ -272,7 +272,7 @@ _table_claim("table17-attention", "4.3-table17-attention",
              "long version, App. C.7, Table 17 (VOC mIoU 23.9 vs 14.1); Sec. 4.3, Fig. 27",
              TABLE_17 + "ViT MHSA MLP 0.1 0.1 0.0 14.1 80.9",
              "crate", "vit", "attention_miou", "above", ". The statement's second half (\"a ViT's attention trained "
-             "the same way does not segment\") is its own claim, 4.3-table17-vit-attention. Measured on the "
+             "the same way does not segment\") is its own claim, fig27-vit-attention. Measured on the "
              "committed run (seeds 0–4): +2.9 [+1.3, +4.5] points; the former run (seeds 0–2, trained by older code) "
              "gave +3.0 [−0.7, +6.8], inconclusive",
              "holds")
@@ -285,7 +285,7 @@ _table_claim("fig27-vit-attention", "4.3-table17-vit-attention",
              "vit", "vit init", "attention_miou", "below", ". Expected to fail, recorded after measuring (the "
              "committed run, seeds 0–4): ViT's attention mIoU rises from 31.2 ± 0.6 at initialisation to 49.7 ± 1.3, "
              "+18.4 [+17.4, +19.4] points — on these data a ViT's attention segments too, a little less than "
-             "CRATE's (4.3-table17-attention)", "fails", provenance="measurement")
+             "CRATE's (table17-attention)", "fails", provenance="measurement")
 _table_claim("table17-maskcut", "4.3-table17-maskcut",
              "MaskCut on CRATE's patch codes localises objects better than on ViT's keys",
              "long version, App. C.7, Table 17 (COCO det AP50 2.1 vs 0.1); Sec. 4.3.2, Table 7",

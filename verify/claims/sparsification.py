@@ -336,7 +336,7 @@ def tight_step_verdict(paper_changes, tight_changes, slack: float = 1e-12) -> st
               "9α/4 is still a majorise–minimise step and a better one: under Z*Z = I it reads "
               "ReLU((1 + 8/(1+α))Z − 8λ/α) against (119)'s ReLU((1 + 4/(9(1+α)))Z − 4λ/(9α)). A construct of the "
               "audit's (the paper uses 9α/4), built on eq115-mm-curvature",
-    measures="φ(Z⁺) − φ(Z) for both constants over the random non-negative Z of 2.11-mm-descent (scales 0.1…10), "
+    measures="φ(Z⁺) − φ(Z) for both constants over the random non-negative Z of eq111-mm-descent (scales 0.1…10), "
              "and the ratio of the decreases",
     expected="`holds` when the α/8 step never increases φ (slack 1e-12 for rounding) and decreases it at least as "
              "much as the 9α/4 step on every sample (the majoriser with α/8 is valid because the Hessian of R has "
