@@ -76,7 +76,6 @@ from .run_dir import (
 from .schedule import Schedules
 from .task import RunPlan, Task, resolve_batches, task_for
 
-
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 """torch.compile modes that capture CUDA graphs (`compile_model`)."""
 

@@ -97,8 +97,8 @@ def test_the_same_draws_give_torchvisions_boxes(height, width, scale, ratio, see
     for b in range(count):
         tries = iter(torch.stack([area[b], log_ratio[b]], dim=1).flatten().tolist())
         positions = iter([top[b].item(), left[b].item()])
-        expected = reference_box(height, width, scale, ratio, lambda: next(tries),
-                                 lambda n: min(math.floor(next(positions) * n), n - 1))
+        expected = reference_box(height, width, scale, ratio, tries.__next__,
+                                 lambda n, positions=positions: min(math.floor(next(positions) * n), n - 1))
         assert tuple(boxes[b].tolist()) == expected
 
 

@@ -7,58 +7,16 @@ import copy
 
 import pytest
 import torch
+from _rounding import rel_error, rounding_bound
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import crate_nn
 from crate_nn.engine.optim import build_optimizer
 from crate_nn.models.blocks import CRATELayer, LayerNorm
 from crate_nn.tasks import get_preset
 
-U_BF16 = 2.0**-8
-"""bfloat16's unit roundoff: 8 significant bits, round to nearest: |fl(x) − x| ≤ 2^-8 |x|."""
 SIZE = dict(image_size=32, patch_size=8, num_classes=10, dim=64, depth=6, heads=4)
 """17 tokens × 8 images = 136 > d = 64: the folded ISTA step of training runs."""
-
-
-class RoundingModel(TorchDispatchMode):
-    """The standard model of floating-point arithmetic, fl(x) = x(1 + δ) with |δ| ≤ u, run in float64 with δ drawn
-    uniformly in [−u, u], independently for every element of every tensor an operation writes (views excepted)."""
-
-    def __init__(self, u: float, generator: torch.Generator) -> None:
-        super().__init__()
-        self.u, self.generator = u, generator
-
-    def perturb(self, t: torch.Tensor) -> None:
-        t.mul_(1 + self.u * (2 * torch.rand(t.shape, dtype=t.dtype, generator=self.generator) - 1))
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if not func.is_view:
-            for t in out if isinstance(out, (tuple, list)) else (out,):
-                if isinstance(t, torch.Tensor) and t.is_floating_point():
-                    self.perturb(t)
-        return out
-
-
-def rel_error(a: torch.Tensor, b: torch.Tensor) -> float:
-    return ((a.double() - b.double()).norm() / b.double().norm()).item()
-
-
-def modelled_errors(model: nn.Module, images: torch.Tensor, reference: torch.Tensor, draws: int = 3) -> list[float]:
-    """Relative logit errors of ``model`` under `RoundingModel` (u = bfloat16's), its parameters perturbed once per
-    draw like the bf16 copies autocast makes of them."""
-    errors = []
-    for seed in range(draws):
-        g = torch.Generator().manual_seed(seed)
-        perturbed = copy.deepcopy(model).double()
-        rounding = RoundingModel(U_BF16, g)
-        with torch.no_grad():
-            for p in perturbed.parameters():
-                rounding.perturb(p)
-            with rounding:
-                errors.append(rel_error(perturbed(images.double()), reference))
-    return errors
 
 
 def bf16_logits(model: nn.Module, images: torch.Tensor, keep: bool) -> torch.Tensor:
@@ -95,12 +53,11 @@ def test_bf16_activation_logits_stay_within_the_rounding_models_bound(name):
     autocast's float32 activations 5.5e-3 and 4.5e-3. CRATE-Base at 224² (batch 2): 3.2e-2 against 4.6e-2,
     autocast 6.8e-3 — the residual stream, rounded twice per layer, is what bf16 activations add."""
     model, images, reference = build(name)
-    modelled = torch.tensor(modelled_errors(model, images, reference))
-    bound = 2 * modelled.square().mean().sqrt().item()
+    bound = rounding_bound(model, images, reference)
     kept, autocast_only = bf16_logits(model, images, keep=True), bf16_logits(model, images, keep=False)
     assert kept.dtype == torch.bfloat16
     assert rel_error(autocast_only, reference) <= bound  # the model covers autocast's roundings too
-    assert rel_error(kept, reference) <= bound, (rel_error(kept, reference), modelled.tolist())
+    assert rel_error(kept, reference) <= bound, (rel_error(kept, reference), bound)
 
 
 def narrower(bits: int):
@@ -116,7 +73,7 @@ def narrower(bits: int):
 def test_the_bound_rejects_a_path_that_loses_precision():
     """The same check fails when every layer's output is rounded to 5 significant bits instead of bfloat16's 8."""
     model, images, reference = build("crate_tiny")
-    bound = 2 * torch.tensor(modelled_errors(model, images, reference)).square().mean().sqrt().item()
+    bound = rounding_bound(model, images, reference)
     handles = [m.register_forward_hook(narrower(5)) for m in model.modules() if isinstance(m, CRATELayer)]
     try:
         assert rel_error(bf16_logits(model, images, keep=True), reference) > bound
@@ -174,7 +131,7 @@ def test_compiled_bf16_activations_stay_within_the_bound():
     """torch.compile without graph breaks, and its bf16-activation logits within the same bound (inductor's fused
     kernels round at fewer places than eager, never at more)."""
     model, images, reference = build("crate_tiny")
-    bound = 2 * torch.tensor(modelled_errors(model, images, reference)).square().mean().sqrt().item()
+    bound = rounding_bound(model, images, reference)
     model.keep_activations(torch.bfloat16)
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         explained = torch._dynamo.explain(model)(images)
