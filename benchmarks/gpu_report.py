@@ -6,7 +6,9 @@
 From what is present in the folder:
 
 * **step** (``train_step_base.json``): CRATE-Base's training step in every variant timed (compile mode, bf16
-  activations) beside the authors' computation and timm's ViT-B/16 — images/s, MFU, peak memory; the best variant;
+  activations) beside the authors' computation and timm's ViT-B/16 — images/s, MFU, a step's memory beyond the
+  weights (its peak above the level before it, plus what it keeps between steps: optimizer state, CUDA graphs'
+  pools); the best variant;
 * **sizes** (``train_step_sizes.json`` and the base): per CRATE size its best variant's images/s, MFU and peak memory;
 * **pipeline** (``pipeline.json``): the bare preset step and ``crate-train`` end to end from shards per loader,
   as a fraction of the bare step;
@@ -47,18 +49,23 @@ def contenders(row: dict) -> dict[str, dict]:
                                               "variant": row.get("compile_mode") or "eager"}}
 
 
+def step_memory_gib(row: dict, key: str) -> float:
+    """A contender's memory beyond the weights: its peak during a step above the level before it, plus what it
+    keeps allocated between steps (optimizer state, CUDA graphs' pools) where the row records it."""
+    return (row[f"{key}_peak_mem_mb"] + (row.get(f"{key}_resident_mb") or 0.0)) / 1024
+
+
 def step_rows(row: dict) -> list[dict]:
     """One entry per contender of a `benchmarks.train_step` row (and the baseline and the beside model)."""
     out = [{"who": "authors' computation (fp16, eager)", "img_s": row["baseline_img_s"],
-            "mfu": row.get("baseline_mfu"), "peak_gib": row["baseline_peak_mem_mb"] / 1024}]
+            "mfu": row.get("baseline_mfu"), "peak_gib": step_memory_gib(row, "baseline")}]
     for key, what in contenders(row).items():
         out.append({"who": f"ours, {what['variant']} ({what['precision']})", "key": key, "variant": what["variant"],
-                    "img_s": row[f"{key}_img_s"], "mfu": row.get(f"{key}_mfu"),
-                    "peak_gib": row[f"{key}_peak_mem_mb"] / 1024})
+                    "img_s": row[f"{key}_img_s"], "mfu": row.get(f"{key}_mfu"), "peak_gib": step_memory_gib(row, key)})
     if row.get("beside"):
         out.append({"who": f"{row['beside']} (timm, {contenders(row)['ours']['variant']})",
                     "img_s": row["beside_img_s"], "mfu": row.get("beside_mfu"),
-                    "peak_gib": row["beside_peak_mem_mb"] / 1024})
+                    "peak_gib": step_memory_gib(row, "beside")})
     return out
 
 
@@ -105,7 +112,7 @@ def summarise(folder: Path) -> dict[str, Any]:
     inference = load(folder, "inference.json")
     if inference is not None:
         summary["evaluation"] = {r["model"]: {"img_s": r["ours_img_s"], "batch": r["batch"],
-                                              "peak_gib": r["ours_peak_mem_mb"] / 1024} for r in inference["rows"]}
+                                              "peak_gib": step_memory_gib(r, "ours")} for r in inference["rows"]}
     pipeline = load(folder, "pipeline.json")
     if pipeline is not None:
         bare = next(r for r in pipeline["rows"] if r.get("ratio_to_bare") == 1.0 and "windows_img_s" not in r)
@@ -141,11 +148,11 @@ def tables(summary: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
     if "step" in summary:
         s = summary["step"]
         out.append((f"Training step, {s['model']}, batch {s['batch']} (goal: MFU ≥ {MFU_GOAL:.0%}, stretch "
-                    f"{MFU_STRETCH:.0%})", ["who", "images/s", "MFU", "peak GiB"],
+                    f"{MFU_STRETCH:.0%})", ["who", "images/s", "MFU", "memory GiB"],
                     [[r["who"], _fmt(r["img_s"], ",.0f"), _fmt(r["mfu"], ".1%"), _fmt(r["peak_gib"], ".1f")]
                      for r in s["rows"]]))
     if "sizes" in summary:
-        out.append(("Every size, its fastest variant", ["model", "variant", "images/s", "MFU", "peak GiB"],
+        out.append(("Every size, its fastest variant", ["model", "variant", "images/s", "MFU", "memory GiB"],
                     [[m, r["variant"], _fmt(r["img_s"], ",.0f"), _fmt(r["mfu"], ".1%"), _fmt(r["peak_gib"], ".1f")]
                      for m, r in summary["sizes"].items()]))
     if "pipeline" in summary:

@@ -245,11 +245,19 @@ def pair_row(
         step = make_step(Variant(first.variant.mode).prepare(models["beside"]), images, labels, first.dtype,
                          "crate_nn")
         steps["beside"] = marking_steps(step) if graphs and first.variant.cuda_graphs else step
-    timings = common.interleaved(steps, args.repeats, args.warmup, device)
+    resident = {}  # what each contender keeps allocated between steps: optimizer state, CUDA graphs' memory pools
+    for key, fn in steps.items():
+        before = common.allocated_bytes(device)
+        for _ in range(args.warmup):
+            fn()
+        after = common.allocated_bytes(device)
+        resident[key] = None if before is None else (after - before) / 2**20
+    timings = common.interleaved(steps, args.repeats, 0, device)
     memory = {key: common.peak_memory_bytes(fn, device) for key, fn in steps.items()}
     for key in steps:
         row[f"{key}_img_s"] = args.batch_size / timings[key].median
         row[f"{key}_peak_mem_mb"] = memory[key] / 2**20
+        row[f"{key}_resident_mb"] = resident[key]
         row[f"{key}_timing"] = timings[key].summary()
     for c in contenders:  # ours' ratios are "ratio", "ratio_paired", ...; a further contender's "ours_bf16_ratio"
         prefix = "" if c.key == "ours" else f"{c.key}_"
@@ -326,7 +334,9 @@ def run_paired(
         f"median of {args.repeats} interleaved repeats (baseline, ours, baseline, ...) after {args.warmup} warm-up "
         "steps each; ours/baseline = ratio of the median wall times; paired ratio = median of the per-repeat "
         "ratios of adjacent runs; CPU-time ratio = ratio of the median process CPU times (steadier on a shared "
-        "CPU); peak memory = bytes allocated during one step above the level before it",
+        "CPU); peak memory = bytes allocated during one step above the level before it; resident (GPUs) = bytes "
+        "a contender keeps allocated between steps after its warm-up (optimizer state; CUDA graphs' memory pools, "
+        "which hold the activations of the captured steps): a step's memory beyond the weights is their sum",
     ]
     if peak is None:
         notes.append("MFU: not reported (CPU, or a GPU missing from benchmarks.common.PEAK_BF16_FLOPS)")

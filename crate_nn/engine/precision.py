@@ -181,4 +181,3 @@ def keep_activations(model: torch.nn.Module, activations: str) -> None:
         raise ValueError(f"activations: {type(model).__name__} cannot keep its activations in {activations} (the "
                          "image classifiers can); use --activations fp32")
     keep(ACTIVATIONS[activations])
-
