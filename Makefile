@@ -5,10 +5,12 @@ PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 PYTEST_ARGS ?= -n 2
 
-# The GPU check runs with the GPU machine's own python3 (its CUDA PyTorch), not with the virtual environment.
+# The GPU check runs with the GPU machine's own python3 (its CUDA PyTorch), not with the virtual environment;
+# GPU_CHECK_ARGS="--budget 600" keeps it within 10 minutes (benchmarks/gpu_check.py: the stages, most important first).
 GPU_PYTHON ?= python3
 GPU_CHECK_ARGS ?=
-# What the GPU image lacks, for its Python (3.12, x86-64): `make wheels` on a machine with a package registry.
+# A wheel bundle for a GPU machine without a package index (air-gapped clusters): `make wheels` on a machine with one
+# downloads what the project needs besides PyTorch, for CPython 3.12 on x86-64, into wheels/; gpu-check installs it.
 WHEELS := kornia==0.9.0 kornia_rs==0.2.0 lion-pytorch==0.2.5
 WHEEL_PLATFORMS := --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 \
 	--platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64

@@ -10,6 +10,10 @@ mean lies inside the first's 95% interval.
 
     python -m benchmarks.bf16_accuracy --out benchmarks/results/cpu/bf16_accuracy_digits.json
     python -m benchmarks.bf16_accuracy --seeds 3 --precision fp32 bf16-if-faster
+    python -m benchmarks.bf16_accuracy --precision bf16 bf16+bf16-activations   # activations kept in bf16
+
+A precision written ``PRECISION+bf16-activations`` also keeps the activations in bfloat16 between layers
+(``crate-train --activations bf16``).
 
 Time: ≈ 5 s per run on one core (5 seeds × 2 precisions ≈ 1 min). Expected: test top-1 ≈ 97.5 % in both, the
 difference inconclusive (benchmarks/RESULTS.md, "CPU: bf16 autocast and the GEMM limit").
@@ -41,10 +45,23 @@ COLUMNS: list[common.Column] = [
 ]
 
 
+KEPT = "+bf16-activations"
+
+
+def precision_option(text: str) -> str:
+    """``PRECISION`` or ``PRECISION+bf16-activations`` (argparse type)."""
+    if text.removesuffix(KEPT) not in PRECISIONS:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(PRECISIONS)}, optionally followed by {KEPT}, "
+                                         f"got {text!r}")
+    return text
+
+
 def run(precision: str, seed: int, device: str, tiny: bool) -> dict:
-    """Train the digits preset (no in-training measurements) in ``precision`` from ``seed``: its final metrics."""
+    """Train the digits preset (no in-training measurements) in ``precision`` (`precision_option`) from ``seed``:
+    its final metrics."""
     with tempfile.TemporaryDirectory(prefix="crate_bf16_accuracy_") as tmp, contextlib.redirect_stdout(io.StringIO()):
-        config = get_preset("digits", seed=seed, precision=precision, device=device, progress=False,
+        config = get_preset("digits", seed=seed, precision=precision.removesuffix(KEPT), device=device,
+                            activations="bf16" if precision.endswith(KEPT) else "fp32", progress=False,
                             measure_epochs=(), output_dir=str(Path(tmp) / "run"))
         result = train(config.smoke(4, 32) if tiny else config)  # tiny: 4 steps of 32 images
     return {"precision": precision, "seed": seed, "seconds": result.seconds,
@@ -71,8 +88,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--seeds", type=int, default=5, help="trainings per precision (seeds 0, 1, …)")
-    parser.add_argument("--precision", nargs=2, default=["fp32", "bf16"], choices=PRECISIONS,
-                        metavar=("REFERENCE", "CANDIDATE"), help="the two precisions (default: fp32 bf16)")
+    parser.add_argument("--precision", nargs=2, default=["fp32", "bf16"], type=precision_option,
+                        metavar=("REFERENCE", "CANDIDATE"),
+                        help=f"the two precisions (default: fp32 bf16), each optionally with {KEPT}")
     args = parser.parse_args(argv)
     if args.tiny:
         args.seeds = 2

@@ -144,6 +144,14 @@ def interleaved(
 
 
 # ----------------------------------------------------------------------------------------------- memory
+def allocated_bytes(device: torch.device) -> int | None:
+    """Bytes the caching allocator holds allocated on a CUDA device now (after synchronising); None on a CPU."""
+    if device.type != "cuda":
+        return None
+    synchronize(device)
+    return torch.cuda.memory_allocated(device)
+
+
 def peak_memory_bytes(fn: Callable[[], Any], device: torch.device) -> int:
     """Peak bytes allocated by one call of ``fn`` above what was allocated before it.
 

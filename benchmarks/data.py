@@ -4,11 +4,13 @@ A temporary ImageNet-layout folder (``train/<class>/*.JPEG``, ``--source-size`` 
 compressed like photographs) is written first. Then, in one run, interleaved:
 
 * ``files``: crate_nn.data's training pipeline as `crate_nn.train` uses it — `ImageFiles` (Pillow decode,
-  shorter side → ``load_size``, central square) in DataLoader workers, then `DeviceTransform` (kornia
-  RandomResizedCrop + flip + normalisation) on ``--device`` — for each ``--workers`` count;
+  shorter side → ``load_size``, central square) read by ``--workers`` workers of each ``--loaders`` kind
+  (DataLoader processes, or threads: ``crate-train --loader threads``; 0 workers: the main process), then
+  `DeviceTransform` (the batched RandomResizedCrop + flip, normalisation) on ``--device``;
 * ``shard``: the same augmentation fed from the folder packed by `crate_nn.data.shards` (``crate-pack``: the
   decoded ``load_size`` squares, memory-mapped by `ShardImages`): what is left when no JPEG is decoded;
-* ``augment``: `DeviceTransform` alone on a ready uint8 batch;
+* ``augment``: `DeviceTransform` alone on a ready uint8 batch, and beside it ``augment-kornia``: kornia's
+  per-image RandomResizedCrop + flip (what `DeviceTransform` ran before its batched crop) on the same batch;
 * ``pack``: ``crate-pack``'s decoding of the whole folder into shards, with Pillow in the largest ``--workers``
   count of processes, and with nvJPEG (`crate_nn.data.jpeg`) when torchvision is importable and the device is a
   GPU.
@@ -40,6 +42,15 @@ from crate_nn import data as cdata
 from crate_nn import model_config
 from crate_nn.data import jpeg
 from crate_nn.data.shards import Decoder, Geometry, ShardImages, pack_split, pillow_decoder
+from crate_nn.engine.config import LOADERS
+
+
+def kornia_crop_flip(size: int) -> torch.nn.Module:
+    """kornia's RandomResizedCrop(size) + horizontal flip: one crop and resize per image (kornia's default
+    cropping mode), what `DeviceTransform` ran before its batched crop."""
+    import kornia.augmentation as K
+
+    return torch.nn.Sequential(K.RandomResizedCrop((size, size)), K.RandomHorizontalFlip(p=0.5))
 
 
 def write_jpeg(path: Path, size: tuple[int, int], seed: int) -> None:
@@ -93,14 +104,15 @@ def decode_resize(path: str, load_size: int, draft: bool) -> np.ndarray:
 
 def epoch_runner(
     dataset, batch_size: int, workers: int, transform: Callable[[torch.Tensor], torch.Tensor] | None,
-    device: torch.device,
+    device: torch.device, threads: bool = False,
 ) -> Callable[[], None]:
-    """One epoch of the loader (fresh workers each time, as at every epoch of training); each uint8 batch is
-    moved to ``device`` and, when ``transform`` is given, augmented there."""
+    """One epoch of the loader (fresh workers each time, as at every epoch of training; ``threads``: threads of
+    this process instead of DataLoader processes); each uint8 batch is moved to ``device`` and, when ``transform``
+    is given, augmented there."""
 
     def run() -> None:
         batches = cdata.EpochBatches(len(dataset), global_batch=batch_size, micro_batch=batch_size, seed=0)
-        for batch in cdata.loader(dataset, batches, num_workers=workers):
+        for batch in cdata.loader(dataset, batches, num_workers=workers, threads=threads):
             images = batch.images.to(device, non_blocking=True)
             if transform is not None:
                 transform(images)
@@ -113,7 +125,8 @@ PIPELINES = {
     "files-augment": "JPEG files -> augmented batch",
     "shard-read": "uint8 shard -> uint8 batch (read only)",
     "shard-augment": "uint8 shard -> augmented batch",
-    "augment": "augment only (DeviceTransform rrc_flip, one batch)",
+    "augment": "augment only (DeviceTransform rrc_flip: one grid_sample, one batch)",
+    "augment-kornia": "augment only (kornia RandomResizedCrop + flip per image, one batch)",
     "decode_full": "decode + resize, Pillow full (1 process)",
     "decode_draft": "decode + resize, Pillow draft (1 process)",
     "pack-pillow": "crate-pack, Pillow (workers decode)",
@@ -124,7 +137,9 @@ PIPELINES = {
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.data", description=__doc__.splitlines()[0])
     common.add_common_args(parser, repeats=3, warmup=1)
-    parser.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2], help="DataLoader worker counts")
+    parser.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2], help="worker counts (0: main process)")
+    parser.add_argument("--loaders", nargs="+", default=list(LOADERS), choices=LOADERS,
+                        help="worker kinds: DataLoader processes, threads of this process (crate-train --loader)")
     parser.add_argument("--images", type=int, default=512, help="JPEGs in the generated folder (= one epoch)")
     parser.add_argument("--source-size", default="500x375", help="WIDTHxHEIGHT of the JPEGs (ImageNet-like)")
     parser.add_argument("--load-size", type=int, default=256, help="shorter side after decoding (crate_nn preset)")
@@ -162,30 +177,36 @@ def main(argv: list[str] | None = None) -> dict:
         transform = cdata.DeviceTransform(
             args.image_size, cdata.IMAGENET_MEAN, cdata.IMAGENET_STD, train=True, augment="rrc_flip"
         ).to(device)
+        kornia = kornia_crop_flip(args.image_size).to(device)
         ready = torch.stack([shards[i][0] for i in range(args.batch_size)]).to(device)
         paths = [path for path, _ in files.samples]
-        contenders: dict[str | tuple[str, int], Callable[[], None]] = {
+        contenders: dict[str | tuple, Callable[[], None]] = {
             "augment": lambda: transform(ready),
+            "augment-kornia": lambda: kornia(ready.float() / 255),
             "decode_full": lambda: [decode_resize(p, args.load_size, draft=False) for p in paths],
             "decode_draft": lambda: [decode_resize(p, args.load_size, draft=True) for p in paths],
             ("pack-pillow", max(args.workers)): packer(pillow_decoder(max(args.workers))),
         }
         if device.type == "cuda" and jpeg.available():
             contenders["pack-nvjpeg", max(args.workers)] = packer(jpeg.nvjpeg_decoder(device, max(args.workers)))
-        for w in args.workers:
+        readers = [(w, loader) for w in args.workers for loader in (args.loaders if w else ["main"])]
+        for w, loader in readers:
             for source, dataset in (("files", files), ("shard", shards)):
-                contenders[f"{source}-decode" if source == "files" else f"{source}-read", w] = epoch_runner(
-                    dataset, args.batch_size, w, None, device)
-                contenders[f"{source}-augment", w] = epoch_runner(dataset, args.batch_size, w, transform, device)
+                read = f"{source}-decode" if source == "files" else f"{source}-read"
+                for name, augment in ((read, None), (f"{source}-augment", transform)):
+                    contenders[name, w, loader] = epoch_runner(dataset, args.batch_size, w, augment, device,
+                                                               threads=loader == "threads")
         timings = common.interleaved(contenders, args.repeats, args.warmup, device)
 
     rows = []
     for key, timing in timings.items():
-        pipeline, workers = key if isinstance(key, tuple) else (key, None)
-        rate = (args.batch_size if pipeline == "augment" else args.images) / timing.median
+        pipeline, workers, loader = key if isinstance(key, tuple) and len(key) == 3 else (
+            (*key, "processes") if isinstance(key, tuple) else (key, None, None))
+        rate = (args.batch_size if pipeline.startswith("augment") else args.images) / timing.median
         rows.append({
             "pipeline": PIPELINES[pipeline],
             "workers": workers,
+            "loader": loader,
             "img_s": rate,
             "img_s_per_core": rate / max(workers or 0, 1),
             "timing": timing.summary(),
@@ -203,7 +224,7 @@ def main(argv: list[str] | None = None) -> dict:
         f"needs {needed / per_core:,.0f} cores",
     ]
     columns: list[common.Column] = [
-        ("pipeline", "pipeline", ""), ("workers", "workers", "d"), ("img_s", "images/s", ".1f"),
+        ("pipeline", "pipeline", ""), ("workers", "workers", "d"), ("loader", "read by", ""), ("img_s", "images/s", ".1f"),
         ("img_s_per_core", "images/s per core", ".1f"),
     ]
     extra = {"h100_crate_base_40pct_mfu_img_s": needed, "best_jpeg_decode_img_s_per_core": per_core}

@@ -5,8 +5,8 @@
 
 Draws what is present, each figure from one JSON (ratios are never taken across runs):
 
-    train_step.png   training-step images/s per CRATE size, the authors' computation beside ours (and the timm
-                     model run beside, if any), MFU printed on each bar   (train_step_base.json, train_step_sizes.json)
+    train_step.png   training-step images/s per CRATE size: the authors' computation, every variant of ours timed
+                     and the timm model run beside, if any; MFU on each bar (train_step_base.json, train_step_sizes.json)
     task_step.png    every preset's step: MFU and the step's peak memory                        (task_step.json)
     pipeline.png     images/s over an end-to-end crate-train run (shards, JPEG files) against the bare step
                                                                                                   (pipeline.json)
@@ -43,25 +43,28 @@ def device_name(result: dict) -> str:
 
 
 def train_step_figure(runs: list[dict], path: Path) -> None:
-    """Grouped bars per model: the authors' computation, ours and the model timed beside (each from its run)."""
+    """Grouped bars per model: the authors' computation, each variant of ours and the model timed beside (each
+    from its run)."""
+    from benchmarks.gpu_report import step_rows
+
     rows = [row for run in runs for row in run["rows"]]
-    fig, ax = plt.subplots(figsize=(7.5, 4))
-    width = 0.27
-    for i, row in enumerate(rows):
-        bars = [("authors' computation (fp16, eager)", row["baseline_img_s"], row.get("baseline_mfu"), "tab:gray"),
-                (f"ours (bf16{', compiled' if row.get('ours_compiled') else ''})", row["ours_img_s"],
-                 row.get("ours_mfu"), "tab:blue")]
-        if row.get("beside"):
-            bars.append((f"{row['beside']} (timm)", row["beside_img_s"], row.get("beside_mfu"), "tab:orange"))
-        for j, (label, value, mfu, colour) in enumerate(bars):
-            x = i + (j - 0.5) * width
-            ax.bar(x, value, width, color=colour, label=label if i == 0 or j == 2 else None)
-            if mfu is not None:
-                ax.text(x, value, f"{mfu:.0%}", ha="center", va="bottom", fontsize=7)
-    ax.set_xticks(range(len(rows)), [f"{r['model']}\n×{r['ratio']:.2f}" for r in rows])
-    ax.set_ylabel("images / s (224², batch 256)")
-    ax.set_title(f"Training step on {device_name(runs[0])} (MFU on the bars; × = ours / authors')", fontsize=9)
-    ax.legend(fontsize=7)
+    groups = [step_rows(row) for row in rows]
+    width = 0.8 / max(len(group) for group in groups)
+    colours = {}
+    fig, ax = plt.subplots(figsize=(max(7.5, 1.6 * len(rows) * max(len(g) for g in groups) / 3), 4))
+    for i, group in enumerate(groups):
+        for j, bar in enumerate(group):
+            label = bar["who"]
+            colour = colours.setdefault(label, f"C{len(colours)}")
+            x = i + (j - (len(group) - 1) / 2) * width
+            ax.bar(x, bar["img_s"], width, color=colour, label=label if label not in ax.get_legend_handles_labels()[1]
+                   else None)
+            if bar["mfu"] is not None:
+                ax.text(x, bar["img_s"], f"{bar['mfu']:.0%}", ha="center", va="bottom", fontsize=6)
+    ax.set_xticks(range(len(rows)), [f"{r['model']}\n(batch {r['batch']})" for r in rows])
+    ax.set_ylabel("images / s (224²)")
+    ax.set_title(f"Training step on {device_name(runs[0])} (MFU on the bars)", fontsize=9)
+    ax.legend(fontsize=6)
     save(fig, path)
 
 
@@ -94,7 +97,7 @@ def pipeline_figure(run: dict, path: Path) -> None:
     ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.set_xlabel(f"log window ({run['args']['log_every']} steps each; the first is dropped from the median)")
     ax.set_ylabel("images / s")
-    ax.set_title(f"crate-train end to end on {device_name(run)}, {run['args']['workers']} workers", fontsize=9)
+    ax.set_title(f"crate-train end to end on {device_name(run)}", fontsize=9)
     ax.legend(fontsize=7)
     save(fig, path)
 

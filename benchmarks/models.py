@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import copy
+import re
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -18,6 +20,8 @@ from tqdm import tqdm
 import crate_nn
 from benchmarks import common
 from benchmarks.baseline import Baseline, autocast_dtype
+from crate_nn.engine.config import COMPILE_MODES
+from crate_nn.engine.loop import CUDA_GRAPH_MODES, compile_model
 from crate_nn.engine.precision import autocast
 from crate_nn.engine.precision import autocast_dtype as precision_dtype
 
@@ -114,21 +118,75 @@ def precision_name(dtype: torch.dtype | None) -> str:
     return {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
 
 
-def ours_contenders(device: torch.device, precisions: list[str]) -> dict[str, torch.dtype | None]:
-    """``--precision``'s values as contenders: the first is ``ours``, each further one ``ours_<fp32|bf16|fp16>``
-    (ours again, timed in the same run in that precision)."""
+BF16_ACTIVATIONS = "+bf16-activations"
+VARIANT_MODES = ("eager", *COMPILE_MODES)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """How ours runs: eager or ``torch.compile`` in a mode (`crate_nn.engine.loop.compile_model`), with its
+    activations in float32 (autocast's) or kept in bfloat16 (``+bf16-activations``: ``crate-train --activations
+    bf16``). Written ``MODE[+bf16-activations]``, MODE one of `VARIANT_MODES` (``default``: torch.compile's default
+    mode)."""
+
+    mode: str
+    bf16_activations: bool = False
+
+    @classmethod
+    def parse(cls, text: str) -> Variant:
+        mode, kept = (text[:-len(BF16_ACTIVATIONS)], True) if text.endswith(BF16_ACTIVATIONS) else (text, False)
+        if mode not in VARIANT_MODES:
+            raise ValueError(f"--variants: expected MODE[{BF16_ACTIVATIONS}] with MODE one of "
+                             f"{', '.join(VARIANT_MODES)}, got {text!r}")
+        return cls(mode, kept)
+
+    @property
+    def name(self) -> str:
+        return self.mode + (BF16_ACTIVATIONS if self.bf16_activations else "")
+
+    @property
+    def cuda_graphs(self) -> bool:
+        return self.mode in CUDA_GRAPH_MODES
+
+    def prepare(self, model: nn.Module) -> nn.Module:
+        """A copy of ``model`` (the same weights; its own compiled code and settings) running this variant."""
+        model = copy.deepcopy(model)
+        if self.bf16_activations:
+            model.keep_activations(torch.bfloat16)
+        return model if self.mode == "eager" else compile_model(model, self.mode)
+
+
+@dataclass(frozen=True)
+class Contender:
+    """One way of timing ours: the row's key (``ours`` for the first), the autocast dtype and the `Variant`."""
+
+    key: str
+    dtype: torch.dtype | None
+    variant: Variant
+
+
+def ours_contenders(device: torch.device, precisions: list[str], variants: list[Variant]) -> list[Contender]:
+    """``--precision`` and ``--variants`` as contenders: the first precision in the first variant is ``ours``; each
+    further precision (first variant) is ``ours_<fp32|bf16|fp16>`` and each further variant (first precision)
+    ``ours_<variant>`` (e.g. ``ours_reduce_overhead_bf16_activations``), timed in the same run."""
     dtypes = [precision_dtype(device, p) for p in precisions]
     names = [precision_name(d) for d in dtypes]
     if len(set(names)) < len(names):
         raise ValueError(f"--precision: {' '.join(precisions)} names a precision twice on {device.type} ({names})")
-    return {"ours": dtypes[0], **{f"ours_{name}": dtype for name, dtype in zip(names[1:], dtypes[1:])}}
+    if len(set(variants)) < len(variants):
+        raise ValueError(f"--variants: {' '.join(v.name for v in variants)} names a variant twice")
+    first = variants[0]
+    return ([Contender("ours", dtypes[0], first)]
+            + [Contender(f"ours_{name}", dtype, first) for name, dtype in zip(names[1:], dtypes[1:])]
+            + [Contender("ours_" + re.sub(r"\W+", "_", v.name).strip("_"), dtypes[0], v) for v in variants[1:]])
 
 
 def contender_columns(key: str) -> list[common.Column]:
-    """The table's columns of a further precision of ours (see `ours_contenders`): images/s and the ratios."""
+    """The table's columns of a further contender of ours (see `ours_contenders`): images/s, MFU, the ratio to the
+    baseline and the peak memory."""
     label = key.replace("_", " ")
-    return [(f"{key}_img_s", f"{label} img/s", ".1f"), (f"{key}_ratio", f"{label}/baseline", ".2f"),
-            (f"{key}_ratio_paired", f"{label} paired", ".2f"), (f"{key}_ratio_cpu_time", f"{label} CPU-time", ".2f")]
+    return [(f"{key}_img_s", f"{label} img/s", ".1f"), (f"{key}_mfu", f"{label} MFU", ".1%"),
+            (f"{key}_ratio", f"{label}/baseline", ".2f"), (f"{key}_peak_mem_mb", f"{label} peak MiB", ".1f")]
 
 
 def beside_model(name: str, config, device: torch.device) -> nn.Module:
@@ -138,20 +196,25 @@ def beside_model(name: str, config, device: torch.device) -> nn.Module:
     return timm.create_model(name, pretrained=False, num_classes=config.num_classes, img_size=config.image_size).to(device)
 
 
-def compiled(model: nn.Module, args: argparse.Namespace) -> nn.Module:
-    if not args.compile:
-        return model
-    return torch.compile(model, mode=None if args.compile_mode == "default" else args.compile_mode)
+def marking_steps(step: Callable[[], None]) -> Callable[[], None]:
+    """``step`` preceded by a CUDA-graph step boundary (as crate-train marks each micro-batch)."""
+
+    def run() -> None:
+        torch.compiler.cudagraph_mark_step_begin()
+        step()
+
+    return run
 
 
 def pair_row(
-    name: str, overrides: dict, device: torch.device, args: argparse.Namespace,
-    ours_dtypes: dict[str, torch.dtype | None], make_step: StepFactory, flops_per_forward: int,
+    name: str, overrides: dict, device: torch.device, args: argparse.Namespace, contenders: list[Contender],
+    make_step: StepFactory, flops_per_forward: int,
 ) -> dict:
     """Build the pair (and timm's ``--beside`` model), check the pair in float64, time ``make_step``'s closures
-    interleaved — the baseline, ours in each of ``ours_dtypes`` (`ours_contenders`), the beside model — measure
-    their memory; count the FLOPs ours and the beside model run (`common.counted_flops`)."""
-    dtype = ours_dtypes["ours"]
+    interleaved — the baseline, each of ours' ``contenders`` (`ours_contenders`), the beside model (in the first
+    contender's precision and compile mode) — measure their memory; count the FLOPs ours and the beside model run
+    (`common.counted_flops`)."""
+    first = contenders[0]
     ours, baseline = build_pair(name, device, **overrides)
     config = ours.config
     logit_error = check_pair(ours, baseline, check_images(config))
@@ -162,30 +225,45 @@ def pair_row(
         models["beside"] = beside_model(args.beside, config, device)
     base_dtype = autocast_dtype(device)
     row = {"model": name, "batch": args.batch_size, "beside": args.beside,
-           "baseline_precision": precision_name(base_dtype), "ours_precision": precision_name(dtype), "ours_compiled": args.compile,
-           "compile_mode": args.compile_mode if args.compile else None,
+           "baseline_precision": precision_name(base_dtype), "ours_precision": precision_name(first.dtype),
+           "ours_compiled": first.variant.mode != "eager",
+           "compile_mode": None if first.variant.mode == "eager" else first.variant.mode,
+           "contenders": {c.key: {"precision": precision_name(c.dtype), "variant": c.variant.name}
+                          for c in contenders},
            "float64_logit_rel_error": logit_error, "forward_gflops_per_img": forward_flops(config) / 1e9}
     for key, model in models.items():  # eager, before compiling: what the step multiplies, per image
         def forward(model=model):
-            with torch.no_grad(), autocast(device, dtype):
+            with torch.no_grad(), autocast(device, first.dtype):
                 model.eval()(images)
         row[f"{key}_counted_gflops_per_img"] = flops_per_forward * common.counted_flops(forward) / args.batch_size / 1e9
+    graphs = device.type == "cuda"
     steps = {"baseline": make_step(baseline, images, labels, base_dtype, "authors")}
-    steps.update({key: make_step(compiled(model, args), images, labels, dtype, "crate_nn")
-                  for key, model in models.items()})
-    steps.update({key: make_step(compiled(ours, args), images, labels, extra, "crate_nn")
-                  for key, extra in ours_dtypes.items() if key != "ours"})
-    timings = common.interleaved(steps, args.repeats, args.warmup, device)
+    for c in contenders:
+        step = make_step(c.variant.prepare(ours), images, labels, c.dtype, "crate_nn")
+        steps[c.key] = marking_steps(step) if graphs and c.variant.cuda_graphs else step
+    if args.beside:  # timm's model in the first variant's compile mode (its activations are autocast's)
+        step = make_step(Variant(first.variant.mode).prepare(models["beside"]), images, labels, first.dtype,
+                         "crate_nn")
+        steps["beside"] = marking_steps(step) if graphs and first.variant.cuda_graphs else step
+    resident = {}  # what each contender keeps allocated between steps: optimizer state, CUDA graphs' memory pools
+    for key, fn in steps.items():
+        before = common.allocated_bytes(device)
+        for _ in range(args.warmup):
+            fn()
+        after = common.allocated_bytes(device)
+        resident[key] = None if before is None else (after - before) / 2**20
+    timings = common.interleaved(steps, args.repeats, 0, device)
     memory = {key: common.peak_memory_bytes(fn, device) for key, fn in steps.items()}
     for key in steps:
         row[f"{key}_img_s"] = args.batch_size / timings[key].median
         row[f"{key}_peak_mem_mb"] = memory[key] / 2**20
+        row[f"{key}_resident_mb"] = resident[key]
         row[f"{key}_timing"] = timings[key].summary()
-    for key in ours_dtypes:  # ours' ratios are "ratio", "ratio_paired", ...; a further precision's "ours_bf16_ratio"
-        prefix = "" if key == "ours" else f"{key}_"
-        row[f"{prefix}ratio"] = row[f"{key}_img_s"] / row["baseline_img_s"]
-        row[f"{prefix}ratio_paired"] = common.paired_ratio(timings["baseline"], timings[key])
-        row[f"{prefix}ratio_cpu_time"] = timings["baseline"].cpu_median / timings[key].cpu_median
+    for c in contenders:  # ours' ratios are "ratio", "ratio_paired", ...; a further contender's "ours_bf16_ratio"
+        prefix = "" if c.key == "ours" else f"{c.key}_"
+        row[f"{prefix}ratio"] = row[f"{c.key}_img_s"] / row["baseline_img_s"]
+        row[f"{prefix}ratio_paired"] = common.paired_ratio(timings["baseline"], timings[c.key])
+        row[f"{prefix}ratio_cpu_time"] = timings["baseline"].cpu_median / timings[c.key].cpu_median
     if args.profile:
         row["profile"] = {key: common.profile_table(fn, device) for key, fn in steps.items()}
         for key, table in row["profile"].items():
@@ -214,9 +292,12 @@ def run_paired(
                         help="ours: auto (bf16 on GPU, fp32 on CPU), bf16-if-faster, fp32, bf16, fp16; several: ours "
                              "is timed in each, in the same run (the first is 'ours', the others 'ours_bf16', ...)")
     parser.add_argument("--compile", action="store_true", help="ours (and --beside): torch.compile (crate-train --compile)")
-    parser.add_argument("--compile-mode", default="default",
-                        choices=("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
+    parser.add_argument("--compile-mode", default="default", choices=COMPILE_MODES,
                         help="torch.compile mode with --compile (reduce-overhead: CUDA graphs)")
+    parser.add_argument("--variants", nargs="+", default=None, metavar=f"MODE[{BF16_ACTIVATIONS}]",
+                        help=f"ours in each of these ways, in the same run (the first is 'ours'); MODE: "
+                             f"{', '.join(VARIANT_MODES)}; {BF16_ACTIVATIONS}: crate-train --activations bf16. "
+                             "Default: --compile/--compile-mode")
     parser.add_argument("--beside", default=None,
                         help="a timm model timed beside in the same run with ours' precision, compilation and "
                              "optimizer, e.g. vit_base_patch16_224 (needs timm)")
@@ -230,13 +311,14 @@ def run_paired(
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
     overrides = dict(TINY_OVERRIDES) if args.tiny else {}
-    ours_dtypes = ours_contenders(device, args.precision)
+    variants = [Variant.parse(v) for v in args.variants or [args.compile_mode if args.compile else "eager"]]
+    contenders = ours_contenders(device, args.precision, variants)
     peak = common.peak_bf16_flops(device)
     rows = []
     for name in tqdm(args.models, desc=benchmark, unit="model"):
-        row = pair_row(name, overrides, device, args, ours_dtypes, make_step, flops_per_forward)
+        row = pair_row(name, overrides, device, args, contenders, make_step, flops_per_forward)
         flops = flops_per_forward * row["forward_gflops_per_img"] * 1e9
-        for key in ("baseline", *ours_dtypes):
+        for key in ("baseline", *(c.key for c in contenders)):
             row[f"{key}_mfu"] = None if peak is None else flops * row[f"{key}_img_s"] / peak
         row["ours_hfu"] = None if peak is None else row["ours_counted_gflops_per_img"] * 1e9 * row["ours_img_s"] / peak
         if args.beside:
@@ -252,9 +334,11 @@ def run_paired(
         f"median of {args.repeats} interleaved repeats (baseline, ours, baseline, ...) after {args.warmup} warm-up "
         "steps each; ours/baseline = ratio of the median wall times; paired ratio = median of the per-repeat "
         "ratios of adjacent runs; CPU-time ratio = ratio of the median process CPU times (steadier on a shared "
-        "CPU); peak memory = bytes allocated during one step above the level before it",
+        "CPU); peak memory = bytes allocated during one step above the level before it; resident (GPUs) = bytes "
+        "a contender keeps allocated between steps after its warm-up (optimizer state; CUDA graphs' memory pools, "
+        "which hold the activations of the captured steps): a step's memory beyond the weights is their sum",
     ]
     if peak is None:
         notes.append("MFU: not reported (CPU, or a GPU missing from benchmarks.common.PEAK_BF16_FLOPS)")
-    columns = COLUMNS + [column for key in ours_dtypes if key != "ours" for column in contender_columns(key)]
+    columns = COLUMNS + [column for c in contenders[1:] for column in contender_columns(c.key)]
     return common.report(benchmark, device, args, rows, columns, notes, extra={"flops_formula": FLOPS_FORMULA})

@@ -27,8 +27,9 @@ from benchmarks import common
 from crate_nn.data.batching import EpochBatches, loader
 from crate_nn.engine import distributed
 from crate_nn.engine.config import TrainConfig
+from crate_nn.engine.loop import CUDA_GRAPH_MODES, compile_model
 from crate_nn.engine.optim import build_optimizer
-from crate_nn.engine.precision import autocast
+from crate_nn.engine.precision import autocast, keep_activations
 from crate_nn.engine.run_dir import seed_everything
 from crate_nn.engine.task import RunPlan, Task, task_for
 from crate_nn.tasks import PRESETS, get_preset
@@ -45,14 +46,17 @@ class TaskStep(NamedTuple):
 
 def build_step(config: TrainConfig) -> TaskStep:
     """Build ``config``'s task on its device and a closure running one optimizer step on one fixed micro-batch
-    of its training data, as `crate_nn.engine.train` runs a step (one process, no accumulation)."""
+    of its training data, as `crate_nn.engine.train` runs a step (one process, no accumulation; the config's
+    ``activations``, ``compile`` and ``compile_mode``)."""
     ctx = distributed.context(config.device)
     seed_everything(config.seed)
     task = task_for(config)(config, ctx)
     task.start(RunPlan.resolve(config, task, ctx.world_size))
     model = task.model.to(ctx.device)
+    keep_activations(model, config.activations)
     optimizer = build_optimizer(config, model)
-    running: nn.Module = torch.compile(model) if config.compile else model
+    running: nn.Module = compile_model(model, config.compile_mode) if config.compile else model
+    graphs = config.compile and config.compile_mode in CUDA_GRAPH_MODES and ctx.device.type == "cuda"
     batches = EpochBatches(len(task.train_set), global_batch=config.batch_size, micro_batch=config.batch_size,
                            seed=config.seed)
     batch = next(iter(loader(task.train_set, batches, 0, pin_memory=ctx.device.type == "cuda",
@@ -60,6 +64,8 @@ def build_step(config: TrainConfig) -> TaskStep:
     running.train()
 
     def step() -> None:
+        if graphs:  # as the engine marks each micro-batch
+            torch.compiler.cudagraph_mark_step_begin()
         with autocast(ctx.device, config.precision):
             out = task.loss(running, batch)
         out.loss.float().backward()

@@ -47,6 +47,10 @@ SLOW = {
     "tests/evaluation/test_features.py::test_two_processes_return_what_one_process_returns": "torchrun",
     "tests/engine/test_run_dir.py::test_a_bad_output_dir_stops_every_torchrun_process_with_its_message": "torchrun",
     "tests/models/test_models.py::test_torch_compile_agrees_with_eager": "torch.compile",
+    "tests/models/test_bf16_activations.py::test_compiled_bf16_activations_stay_within_the_bound": "torch.compile",
+    "tests/benchmarks/test_benchmarks.py::test_fusion_benchmark_lists_the_layer_norm_kernels": "torch.compile",
+    "tests/engine/test_engine_fast_paths.py::test_a_model_compiled_for_cuda_graphs_computes_what_the_eager_one_does":
+        "torch.compile",
     "tests/tasks": "trains every system's presets (seconds each, minutes in all)",
 }
 """Tests marked ``slow`` (node-id prefix → why): `make test-fast` (``-m "not slow"``) leaves them out for a quick

@@ -124,8 +124,8 @@ COMMANDS: dict[str, Run | StandIn | Parse] = {
     # GPUs
     "make wheels": Parse("downloads wheels from the package registry"),
     "make gpu-check": Parse("needs CUDA"),
-    "python3 -m benchmarks.gpu_check --only pipeline train_sizes data inference": Parse("needs CUDA"),
-    "python -m benchmarks.figures": Parse("draws from the GPU run's JSON into benchmarks/results/gpu (the checkout)"),
+    "make gpu-check 'GPU_CHECK_ARGS=--budget 600'": Parse("needs CUDA"),
+    "python3 -m benchmarks.gpu_report": Run(),
     "crate-pack /data/imagenet /data/imagenet-shards": StandIn(),
     "crate-pack /data/imagenet /data/imagenet-shards --decode gpu": Parse("nvJPEG: needs CUDA and torchvision"),
     "crate-pack /data/imagenet /data/imagenet-shards --verify-only": StandIn(),

@@ -2,17 +2,23 @@
 that stacks samples while naming (and dropping) unreadable files.
 
 The order of the training data is a deterministic function of (seed, epoch) (`EpochBatches`), so a resumed run
-skips exactly the batches it has already seen. Nothing here draws from the global RNG.
+skips exactly the batches it has already seen. Nothing here draws from the global RNG. The batches are read in the
+main process, by DataLoader worker processes, or by threads of the main process (`ThreadedBatches`: the same
+batches in the same order, without the copy of every batch from a worker process to the main one).
 """
 from __future__ import annotations
 
+import collections
 import math
 import signal
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from itertools import islice
 from typing import NamedTuple
 
 import torch
 from torch.utils.data import DataLoader, Dataset
+from torch.utils.data._utils.pin_memory import pin_memory as pin_batch
 
 
 class CorruptImageError(RuntimeError):
@@ -124,9 +130,53 @@ def _ignore_stop_signals(worker_id: int) -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
+class ThreadedBatches:
+    """The micro-batches of ``batches`` read by ``workers`` threads of this process, yielded in order: each thread
+    reads one batch's items (``dataset.__getitems__`` when the dataset has it, else one ``dataset[i]`` each),
+    collates them (and pins them with ``pin_memory``); at most ``prefetch`` batches per thread are read ahead.
+
+    For data whose reading releases the GIL — memory-mapped shards (NumPy copies), Pillow's decoding — threads read
+    in parallel, and a batch reaches the training step without the copy through shared memory that a DataLoader
+    worker process needs. An exception of a reader is raised where its batch is taken; a loop that stops early
+    (closing or dropping its iterator) cancels the reads not yet started."""
+
+    def __init__(self, dataset: Dataset, batches: EpochBatches, workers: int, pin_memory: bool = False,
+                 collate_fn: Callable = collate, prefetch: int = 2):
+        if workers < 1 or prefetch < 1:
+            raise ValueError(f"workers, prefetch: expected positive counts, got {workers}, {prefetch}")
+        self.dataset, self.batches, self.workers, self.prefetch = dataset, batches, workers, prefetch
+        self.pin_memory, self.collate_fn = pin_memory, collate_fn
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def read(self, indices: list[int]):
+        getitems = getattr(self.dataset, "__getitems__", None)
+        batch = self.collate_fn(getitems(indices) if getitems else [self.dataset[i] for i in indices])
+        return pin_batch(batch) if self.pin_memory else batch
+
+    def __iter__(self) -> Iterator:
+        todo = iter(self.batches)
+        executor = ThreadPoolExecutor(self.workers, thread_name_prefix="crate-batches")
+        pending = collections.deque(executor.submit(self.read, indices)
+                                    for indices in islice(todo, self.workers * self.prefetch))
+        try:
+            while pending:
+                batch = pending.popleft().result()
+                for indices in islice(todo, 1):
+                    pending.append(executor.submit(self.read, indices))
+                yield batch
+        finally:
+            executor.shutdown(wait=False, cancel_futures=True)
+
+
 def loader(dataset: Dataset, batches: EpochBatches, num_workers: int = 0, pin_memory: bool = False,
-           collate_fn: Callable = collate) -> DataLoader:
-    """A DataLoader over ``batches`` that draws nothing from the global RNG (resume stays exact)."""
+           collate_fn: Callable = collate, threads: bool = False) -> DataLoader | ThreadedBatches:
+    """The micro-batches of ``batches``, read by ``num_workers`` DataLoader processes (0: in this process), or by
+    that many threads (`ThreadedBatches`) with ``threads``; the same batches in the same order either way, and
+    nothing drawn from the global RNG (resume stays exact)."""
+    if threads and num_workers:
+        return ThreadedBatches(dataset, batches, num_workers, pin_memory, collate_fn)
     return DataLoader(
         dataset,
         batch_sampler=batches,

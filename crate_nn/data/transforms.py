@@ -1,10 +1,13 @@
-"""On-device augmentation and normalisation (kornia), applied to whole batches on the training device."""
+"""On-device augmentation and normalisation, applied to whole batches on the training device: RandomResizedCrop +
+flip in one kernel for the batch (`crate_nn.data.resized_crop`), kornia for the other operations."""
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 import torch
 from torch import nn
+
+from .resized_crop import RandomResizedCropFlip
 
 AUGMENTATIONS = ("none", "flip", "shift", "rrc_flip", "randaugment")
 KORNIA_MAX_MAGNITUDE = 29.9  # kornia's RandAugment takes m strictly inside (0, 30)
@@ -26,15 +29,17 @@ def kornia_magnitude(m: float) -> float:
 
 
 class DeviceTransform(nn.Module):
-    """Batch augmentation and normalisation on the training device (kornia), (B, C, H, W) → float (B, C, S, S).
+    """Batch augmentation and normalisation on the training device, (B, C, H, W) → float (B, C, S, S).
 
     uint8 input is scaled by 1/255, float input is taken as [0, 1]. ``augment``:
 
     * ``none``; ``flip`` (horizontal flip, p = 0.5);
     * ``shift`` (zero-pad by ``shift`` pixels, random crop back: integer translations, for images that are not
       flip-invariant such as digits);
-    * ``rrc_flip`` (RandomResizedCrop(S, scale) + flip: the papers' pre-training augmentation);
-    * ``randaugment`` (rrc_flip followed by RandAugment(n, m): fine-tuning).
+    * ``rrc_flip`` (RandomResizedCrop(S, scale) + flip: the papers' pre-training augmentation; boxes drawn as
+      torchvision draws them, all crops of the batch resampled by one ``grid_sample``,
+      `crate_nn.data.resized_crop.RandomResizedCropFlip`);
+    * ``randaugment`` (rrc_flip followed by kornia's RandAugment(n, m): fine-tuning).
 
 
     ``randaugment_m`` is on timm's scale (see `kornia_magnitude`). Evaluation (``train=False``) only resizes to S
@@ -62,10 +67,10 @@ class DeviceTransform(nn.Module):
         self.image_size = image_size
         ops: list[nn.Module] = []
         if train and augment in ("rrc_flip", "randaugment"):
-            ops.append(K.RandomResizedCrop((image_size, image_size), scale=tuple(crop_scale)))
+            ops.append(RandomResizedCropFlip(image_size, scale=tuple(crop_scale), flip_p=0.5))
         if train and augment == "shift":
             ops.append(K.RandomCrop((image_size, image_size), padding=shift))
-        if train and augment in ("flip", "rrc_flip", "randaugment"):
+        if train and augment == "flip":
             ops.append(K.RandomHorizontalFlip(p=0.5))
         if train and augment == "randaugment":
             from kornia.augmentation.auto import RandAugment

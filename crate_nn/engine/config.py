@@ -31,12 +31,14 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from .precision import MEASURED
+from .precision import ACTIVATIONS, MEASURED
 from .schedule import LR_SCHEDULES
 
 OPTIMIZERS = ("lion", "adamw")
 PRECISIONS = ("auto", MEASURED, "bf16", "fp32")
 GRAD_CLIP_MODES = ("global", "per_tensor")
+LOADERS = ("processes", "threads")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 _MISSING = dataclasses.MISSING
 
 
@@ -131,11 +133,20 @@ class RunSection(Section):
     precision: str = option("auto", f"auto: bf16 autocast on CUDA, float32 on CPU; {MEASURED}: bf16 also on a CPU "
                             "whose bf16 matrix products are measured faster (crate_nn.engine.precision)",
                             choices=PRECISIONS)
+    activations: str = option("fp32", "under bf16 autocast, the activations between layers: fp32 (autocast's) or bf16 "
+                              "(kept in bfloat16 from the embedding to the logits; weights, gradients and optimizer "
+                              "state stay float32; image classifiers)", choices=tuple(ACTIVATIONS))
     compile: bool = option(False, "torch.compile the model", resume_free=True)
+    compile_mode: str = option("default", "torch.compile's mode with compile (reduce-overhead: CUDA graphs, which "
+                               "the fixed training batches allow; max-autotune: also searches GEMM kernels)",
+                               choices=COMPILE_MODES, resume_free=True)
     output_dir: str = option("runs/run", "the run directory", resume_free=True)
     resume: bool = option(False, "continue the run in output_dir from checkpoints/last.pt", resume_free=True)
     overwrite: bool = option(False, "delete the run already in output_dir and start over", resume_free=True)
-    num_workers: int = option(8, "DataLoader worker processes", minimum=0, resume_free=True)
+    num_workers: int = option(8, "DataLoader workers reading the training batches (0: the main process)", minimum=0,
+                              resume_free=True)
+    loader: str = option("processes", "the workers are processes (DataLoader) or threads of this process (no copy "
+                         "between processes: for memory-mapped shards)", choices=LOADERS, resume_free=True)
     checkpoint_every: int = option(
         1000, "optimizer steps between checkpoints (also at every epoch end); 0 = epoch ends only", minimum=0,
         resume_free=True)

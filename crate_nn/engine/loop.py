@@ -9,14 +9,17 @@ micro-batch and the evaluation; the loop owns the rest:
   with its message instead of hanging it.
 * each optimizer step: ``batch_size`` samples over all processes, split into micro-batches (gradient
   accumulation, ``no_sync`` on all but the last), bf16 autocast on GPUs (with ``bf16-if-faster`` also on CPUs
-  measured to multiply bf16 faster: every process measures, bf16 only if all do), one all-reduce for the loss,
+  measured to multiply bf16 faster: every process measures, bf16 only if all do; ``--activations bf16`` keeps the
+  activations in bfloat16 between layers), ``torch.compile`` in a ``--compile-mode`` (CUDA graphs with
+  reduce-overhead: a step boundary is marked before every micro-batch), one all-reduce for the loss,
   the logged metrics and counters and the stop flag, optional global-norm clipping, a NaN/Inf stop *before* the
   update, the per-step schedules (learning rate, weight decay, EMA momentum), the optional EMA.
 * the run's arithmetic and position: micro-batch, accumulation, steps per epoch and the run's length are resolved
   once (`crate_nn.engine.task.RunPlan`) and handed to the task (`Task.start`); ``task.clock`` follows the optimizer
   steps (restored on resume), so the task's own schedules read the engine's numbers instead of counting.
 * data order: a deterministic function of (seed, epoch) (`crate_nn.data.batching.EpochBatches`), so a resumed
-  run sees exactly the batches the uninterrupted run would have seen.
+  run sees exactly the batches the uninterrupted run would have seen; ``num_workers`` DataLoader processes or,
+  with ``--loader threads``, threads read them (the same batches either way).
 * checkpoints (``checkpoints/step_XXXXXXX.pt`` and ``last.pt``, atomic): model, optimizer, per-rank RNG states,
   position, task state, EMA, counters and the partial log window — ``--resume`` continues bit-exactly on a CPU.
 * preemption: SIGTERM or SIGINT (what SLURM and cloud schedulers send before killing a job) lets the current
@@ -53,7 +56,7 @@ from tqdm import tqdm
 
 from ..data.batching import EpochBatches, loader
 from . import distributed, precision, report
-from .config import TrainConfig
+from .config import COMPILE_MODES, TrainConfig
 from .ema import EMA
 from .optim import build_optimizer, clip_gradients
 from .precision import autocast
@@ -72,6 +75,18 @@ from .run_dir import (
 )
 from .schedule import Schedules
 from .task import RunPlan, Task, resolve_batches, task_for
+
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+"""torch.compile modes that capture CUDA graphs (`compile_model`)."""
+
+
+def compile_model(model: nn.Module, mode: str = "default") -> nn.Module:
+    """``torch.compile(model)`` in ``mode`` (``--compile-mode``, `crate_nn.engine.config.COMPILE_MODES`). The CUDA
+    graphs of reduce-overhead and max-autotune are captured per input shape: training batches have one shape (an
+    incomplete last batch is dropped); evaluation captures its own graphs (eval mode, its last short batch)."""
+    if mode not in COMPILE_MODES:
+        raise ValueError(f"compile_mode: expected one of {', '.join(COMPILE_MODES)}, got {mode!r}")
+    return torch.compile(model, mode=None if mode == "default" else mode)
 
 
 class NonFiniteLossError(RuntimeError):
@@ -226,6 +241,7 @@ def _train(config: TrainConfig, ctx: distributed.Context, task_class: type[Task]
     schedules = Schedules(warmup_steps, total_steps, config.min_lr_ratio, config.weight_decay,
                           config.weight_decay_end, config.ema_momentum, config.ema_momentum_end, config.lr_schedule)
     raw_model = task.model.to(ctx.device)
+    precision.keep_activations(raw_model, config.activations)
     raw_model.preprocessing = task.preprocessing()  # saved with every checkpoint (crate_nn.preprocessing)
     optimizer = build_optimizer(config, raw_model)
     ema = EMA(raw_model) if config.ema else None
@@ -267,7 +283,13 @@ def _train(config: TrainConfig, ctx: distributed.Context, task_class: type[Task]
         **task.resolved(),
     })
 
-    model: nn.Module = torch.compile(raw_model) if config.compile else raw_model
+    if ctx.is_main and config.activations != "fp32" \
+            and precision.autocast_dtype(ctx.device, config.precision) != precision.ACTIVATIONS[config.activations]:
+        tqdm.write(f"crate-train: --activations {config.activations} changes nothing here: precision "
+                   f"{config.precision} on {ctx.device.type} does not autocast to {config.activations}",
+                   file=sys.stderr)
+    model: nn.Module = compile_model(raw_model, config.compile_mode) if config.compile else raw_model
+    graphs = config.compile and config.compile_mode in CUDA_GRAPH_MODES and ctx.device.type == "cuda"
     if ctx.distributed:
         model = nn.parallel.DistributedDataParallel(
             model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
@@ -326,7 +348,8 @@ def _train(config: TrainConfig, ctx: distributed.Context, task_class: type[Task]
                                    rank=ctx.rank, world_size=ctx.world_size, seed=config.seed, epoch=epoch,
                                    start_step=step_in_epoch)
             micro_batches = iter(loader(task.train_set, batches, config.num_workers,
-                                        pin_memory=ctx.device.type == "cuda", collate_fn=task.collate))
+                                        pin_memory=ctx.device.type == "cuda", collate_fn=task.collate,
+                                        threads=config.loader == "threads"))
             while step_in_epoch < steps_per_epoch and step < last_step:
                 multiplier, decay = schedules.lr_multiplier(step), schedules.weight_decay_at(step)
                 for group in optimizer.param_groups:
@@ -338,6 +361,8 @@ def _train(config: TrainConfig, ctx: distributed.Context, task_class: type[Task]
                 keys: tuple[list[str], list[str]] = ([], [])
                 for i in range(accumulation):
                     batch = next(micro_batches)
+                    if graphs:  # a new iteration: the CUDA graphs may reuse the previous one's output buffers
+                        torch.compiler.cudagraph_mark_step_begin()
                     sync = model.no_sync() if ctx.distributed and i < accumulation - 1 else contextlib.nullcontext()
                     with sync:
                         with autocast(ctx.device, config.precision):

@@ -19,6 +19,12 @@ authors' fp16 code (``benchmarks/``), since training in fp16 would need a gradie
 
 Autocast keeps the parameters, their gradients and the optimizer state in float32 ("master weights") and rounds
 only the inputs of matrix products to bfloat16; the float64 tests and the audit (``verify/``) never ask for bf16.
+
+Under bf16 autocast the activations between layers are float32 by default (autocast widens every LayerNorm's
+input and output to float32, and the next product rounds it back). ``activations="bf16"`` (`keep_activations`)
+keeps them in bfloat16 in the models that offer it (the image classifiers): fewer bytes moved and no casts, the
+same float32 master weights; the tokens are then rounded to bfloat16 at every residual sum too
+(tests/models/test_bf16_activations.py bounds what that does to the logits).
 """
 from __future__ import annotations
 
@@ -32,6 +38,8 @@ from dataclasses import dataclass
 import torch
 
 DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+ACTIVATIONS = {"fp32": None, "bf16": torch.bfloat16}
+"""``--activations``: the dtype the model keeps its activations in under an autocast of that dtype."""
 MEASURED = "bf16-if-faster"
 """The precision decided per device: bf16 autocast on CUDA, on a CPU only where `cpu_bf16_faster`."""
 
@@ -158,3 +166,18 @@ def autocast(device: torch.device, precision: str | torch.dtype | None):
     if dtype is None:
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def keep_activations(model: torch.nn.Module, activations: str) -> None:
+    """Ask ``model`` to keep its activations in the dtype ``activations`` names (`ACTIVATIONS`) under an autocast of
+    that dtype (its ``keep_activations`` method); ``"fp32"`` asks nothing. ValueError naming the option when the
+    model cannot."""
+    if activations not in ACTIVATIONS:
+        raise ValueError(f"activations: expected one of {', '.join(ACTIVATIONS)}, got {activations!r}")
+    if ACTIVATIONS[activations] is None:
+        return
+    keep = getattr(model, "keep_activations", None)
+    if keep is None:
+        raise ValueError(f"activations: {type(model).__name__} cannot keep its activations in {activations} (the "
+                         "image classifiers can); use --activations fp32")
+    keep(ACTIVATIONS[activations])

@@ -21,6 +21,10 @@ Decoder layer ℓ, eq. (64) ``Z̃^{ℓ+1} = E^ℓ Z̃^ℓ − MSSA(E^ℓ Z̃^ℓ
 Every layer maps (batch, n, d) → (batch, n, d) and offers ``forward_intermediates`` returning a `LayerTrace`
 of its input, its half-step (after the first block) and its output, and optionally the attention maps. Both take
 an optional ``attention_mask`` (batch, n), True for real tokens, that keeps attention off padding.
+
+The encoder layer's LayerNorms are `LayerNorm`: PyTorch's, which can keep bfloat16 activations in bfloat16 under
+autocast when asked (`crate_nn.models.classifier.CRATEClassifier.keep_activations`); by default they are
+``nn.LayerNorm`` exactly.
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ import dataclasses
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .baselines import MHSA, MLP
@@ -49,6 +54,21 @@ class LayerTrace:
     half: torch.Tensor
     output: torch.Tensor
     attention: torch.Tensor | None = None
+
+
+class LayerNorm(nn.LayerNorm):
+    """``nn.LayerNorm`` that can keep low-precision activations in their dtype: with ``keep_dtype`` set, a bfloat16
+    or float16 input gives an output of its dtype (the kernel still accumulates the statistics in float32, and the
+    weight, bias and their gradients stay float32), where autocast would widen it to float32 for the next matrix
+    product to round it back. Without ``keep_dtype`` (the default), and for float32 inputs, ``nn.LayerNorm``."""
+
+    keep_dtype: bool = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.keep_dtype and x.dtype in (torch.bfloat16, torch.float16):
+            with torch.autocast(x.device.type, enabled=False):
+                return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+        return super().forward(x)
 
 
 def build_attention(config: BlockConfig) -> HeadAttention:
@@ -80,10 +100,10 @@ class CRATELayer(nn.Module):
         self.skip, self.feedforward = config.skip, config.feedforward
         self.residual_ffn = config.feedforward == "mlp" or config.ista_skip
         self.attention_name = config.attention
-        self.norm1 = nn.LayerNorm(config.dim, eps=config.norm_eps)
+        self.norm1 = LayerNorm(config.dim, eps=config.norm_eps)
         setattr(self, config.attention, build_attention(config))
         if config.feedforward != "none":  # "none": Z^{ℓ+1} = Z^{ℓ+1/2} (Tables 15–16, without ISTA)
-            self.norm2 = nn.LayerNorm(config.dim, eps=config.norm_eps)
+            self.norm2 = LayerNorm(config.dim, eps=config.norm_eps)
             setattr(self, config.feedforward, build_feedforward(config))
 
     @property

@@ -5,6 +5,11 @@
     Z^{L+1}  = encoder(Z^1)
     logits   = Linear(LN(pool(Z^{L+1})))            pool = class token (66) or token mean (72)
 
+``keep_activations(torch.bfloat16)`` keeps the tokens in bfloat16 between layers under a bfloat16 autocast: Z^1 is
+rounded to bfloat16 once, the residual stream, the LayerNorms' outputs and every block's output stay bfloat16, so
+autocast's float32 copies around the LayerNorms disappear; the parameters, their gradients and the optimizer state
+stay float32 (``crate-train --activations bf16``). Outside such an autocast, and by default, nothing changes.
+
 The position embedding is stored for the configured grid; `resample_pos_embed` moves it to another grid
 (bicubic on the patch grid, class token kept), used on the fly when ``config.dynamic_img_size`` is set and by
 `crate_nn.load_official_checkpoint(..., image_size=...)`.
@@ -44,7 +49,7 @@ import torch
 from torch import nn
 
 from .backbone import CRATEEncoder, LayerStack
-from .blocks import LayerTrace
+from .blocks import LayerNorm, LayerTrace
 from .config import BlockConfig, check_choice, check_positive_int
 from .embedding import PATCH_EMBEDS, PatchEmbed, PatchGrid, check_images, resample_pos_embed
 from .registry import register_family, register_model
@@ -114,8 +119,9 @@ class CRATEClassifier(nn.Module):
         self.cls_token = nn.Parameter(torch.randn(1, 1, config.dim))  # std 1, as the authors
         self.pos_embed = nn.Parameter(torch.randn(1, config.num_patches + 1, config.dim))
         self.encoder: LayerStack = CRATEEncoder(config)
+        self.activation_dtype: torch.dtype | None = None  # keep_activations
         self.head = nn.Sequential(
-            OrderedDict(norm=nn.LayerNorm(config.dim, eps=config.norm_eps if config.head_norm_eps is None
+            OrderedDict(norm=LayerNorm(config.dim, eps=config.norm_eps if config.head_norm_eps is None
                                           else config.head_norm_eps),
                         fc=nn.Linear(config.dim, config.num_classes))
         )
@@ -142,8 +148,23 @@ class CRATEClassifier(nn.Module):
         x = self.patch_embed(images)
         grid = (images.shape[-2] // self.config.patch_size, images.shape[-1] // self.config.patch_size)
         pos = resample_pos_embed(self.pos_embed, grid, self.grid_size)
-        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
-        return x + pos
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + pos
+        if self.activation_dtype is not None and torch.is_autocast_enabled(x.device.type) \
+                and torch.get_autocast_dtype(x.device.type) == self.activation_dtype:
+            return x.to(self.activation_dtype)
+        return x
+
+    def keep_activations(self, dtype: torch.dtype | None) -> None:
+        """Under an autocast of ``dtype`` (bfloat16), keep the tokens in ``dtype`` from Z^1 to the logits (the
+        encoder's and the head's LayerNorms return their input's dtype, `crate_nn.models.blocks.LayerNorm`);
+        None: autocast's float32 activations (the default). The parameters stay float32 either way, and outside
+        such an autocast the model computes as without this setting."""
+        if dtype not in (None, torch.bfloat16, torch.float16):
+            raise ValueError(f"dtype: expected torch.bfloat16, torch.float16 or None, got {dtype!r}")
+        self.activation_dtype = dtype
+        for module in self.modules():
+            if isinstance(module, LayerNorm):
+                module.keep_dtype = dtype is not None
 
     def pool(self, z: torch.Tensor) -> torch.Tensor:
         """(B, n, d) → (B, d): the class token (eq. 66) or the mean over tokens (eq. 72)."""

@@ -18,7 +18,9 @@ from benchmarks import (
     data,
     fast_paths,
     figures,
+    fusion,
     gpu_check,
+    gpu_report,
     inference,
     limit,
     load,
@@ -30,6 +32,21 @@ from benchmarks import (
 )
 from benchmarks.models import LOGIT_RTOL, TINY_OVERRIDES, build_pair, check_pair, forward_flops
 from crate_nn import model_config
+
+
+@pytest.fixture(scope="module")
+def gpu_folder(tmp_path_factory):
+    """A results folder as `benchmarks.gpu_check` writes it: the committed training-step JSON of the last GPU run
+    and this CPU's --tiny pipeline and task_step results."""
+    folder = tmp_path_factory.mktemp("gpu")
+    committed = figures.ROOT / "benchmarks" / "results" / "gpu"
+    for name in ("train_step_base.json", "train_step_sizes.json"):
+        (folder / name).write_text((committed / name).read_text())
+    for module, name in ((pipeline, "pipeline.json"), (task_step, "task_step.json")):
+        work = tmp_path_factory.mktemp(name.split(".")[0])
+        run_tiny(module, work)
+        (work / "result.json").rename(folder / name)
+    return folder
 
 
 def run_tiny(module, tmp_path, *extra: str) -> dict:
@@ -67,6 +84,26 @@ def test_train_step_times_ours_in_several_precisions(tmp_path):
     assert row["ours_bf16_ratio_paired"] > 0 and row["ours_bf16_ratio_cpu_time"] > 0
     with pytest.raises(ValueError, match="--precision: auto fp32 names a precision twice on cpu"):
         train_step.main(["--tiny", "--device", "cpu", "--precision", "auto", "fp32"])
+
+
+def test_train_step_times_ours_in_several_variants(tmp_path):
+    result = run_tiny(train_step, tmp_path, "--precision", "bf16", "--variants", "eager", "eager+bf16-activations")
+    (row,) = result["rows"]
+    assert row["contenders"] == {"ours": {"precision": "bf16", "variant": "eager"},
+                                 "ours_eager_bf16_activations": {"precision": "bf16",
+                                                                 "variant": "eager+bf16-activations"}}
+    key = "ours_eager_bf16_activations"
+    assert row[f"{key}_img_s"] > 0 and row[f"{key}_peak_mem_mb"] > 0 and row[f"{key}_timing"]["repeats"] == 1
+    assert row[f"{key}_ratio"] == pytest.approx(row[f"{key}_img_s"] / row["baseline_img_s"])
+    for bad, message in ((["fastest"], "--variants: expected MODE"), (["eager", "eager"], "names a variant twice")):
+        with pytest.raises(ValueError, match=message):
+            train_step.main(["--tiny", "--device", "cpu", "--variants", *bad])
+
+
+def test_bf16_accuracy_takes_kept_activations_as_a_precision():
+    assert bf16_accuracy.precision_option("bf16+bf16-activations") == "bf16+bf16-activations"
+    with pytest.raises(Exception, match="expected one of"):
+        bf16_accuracy.precision_option("bf16+fp8-activations")
 
 
 def test_load_benchmark_writes_results(tmp_path):
@@ -134,34 +171,81 @@ def test_product_counter_records_the_counted_products():
 
 def test_data_benchmark_writes_results(tmp_path):
     result = run_tiny(data, tmp_path)
-    pipelines = {(row["pipeline"], row["workers"]) for row in result["rows"]}
-    for workers in (0, 1):  # the --tiny worker counts
-        for name in ("files-decode", "files-augment", "shard-read", "shard-augment"):
-            assert (data.PIPELINES[name], workers) in pipelines
-    assert (data.PIPELINES["decode_draft"], None) in pipelines
-    assert (data.PIPELINES["pack-pillow"], 1) in pipelines  # the largest --tiny worker count
+    pipelines = {(row["pipeline"], row["workers"], row["loader"]) for row in result["rows"]}
+    for name in ("files-decode", "files-augment", "shard-read", "shard-augment"):
+        assert (data.PIPELINES[name], 0, "main") in pipelines
+        for loader in ("processes", "threads"):  # the --tiny worker counts: 0 and 1
+            assert (data.PIPELINES[name], 1, loader) in pipelines
+    assert (data.PIPELINES["decode_draft"], None, None) in pipelines
+    assert (data.PIPELINES["augment"], None, None) in pipelines and (data.PIPELINES["augment-kornia"], None,
+                                                                      None) in pipelines
+    assert (data.PIPELINES["pack-pillow"], 1, "processes") in pipelines  # the largest --tiny worker count
     assert all(row["img_s"] > 0 and row["img_s_per_core"] > 0 for row in result["rows"])
     assert result["h100_crate_base_40pct_mfu_img_s"] > 0 and result["best_jpeg_decode_img_s_per_core"] > 0
 
 
-def test_task_step_benchmark_writes_results(tmp_path):
-    result = run_tiny(task_step, tmp_path)
+def test_task_step_benchmark_writes_results(gpu_folder):
+    result = json.loads((gpu_folder / "task_step.json").read_text())
     (row,) = result["rows"]
     assert (row["preset"], row["unit"], row["batch"]) == ("digits", "images", 8)
     assert row["units_per_s"] > 0 and row["step_gflops"] > 0 and row["mfu"] is None  # CPU: no MFU
     assert row["state_mb"] > 0 and row["parameters"] > 0
 
 
-def test_pipeline_benchmark_compares_the_engine_with_the_bare_step(tmp_path):
-    result = run_tiny(pipeline, tmp_path)
+def test_pipeline_benchmark_compares_the_engine_with_the_bare_step(gpu_folder):
+    result = json.loads((gpu_folder / "pipeline.json").read_text())
     stages = {row["stage"]: row for row in result["rows"]}
-    assert {"pack, Pillow", "bare training step (data loading excluded)", "crate-train from crate-pack shards",
-            "crate-train from JPEG files (Pillow in workers)"} <= set(stages)
-    for label in ("crate-train from crate-pack shards", "crate-train from JPEG files (Pillow in workers)"):
-        row = stages[label]
+    bare = stages["bare training step (data loading excluded)"]
+    assert {"pack, Pillow", "crate-train from crate-pack shards, 1 thread",
+            "crate-train from crate-pack shards, 1 process", "crate-train from crate-pack shards, main process",
+            "crate-train from JPEG files (Pillow), 1 process"} <= set(stages)
+    runs = [row for row in result["rows"] if "windows_img_s" in row]
+    assert [(row["source"], row["loader"], row["workers"]) for row in runs] == [
+        ("shards", "threads", 1), ("shards", "processes", 1), ("shards", "processes", 0),
+        ("imagenet", "processes", 1)]
+    for row in runs:
         assert len(row["windows_img_s"]) == 2 and row["img_s"] > 0  # 4 steps, windows of 2
-        assert row["ratio_to_bare"] == pytest.approx(row["img_s"] / stages[
-            "bare training step (data loading excluded)"]["img_s"])
+        assert row["ratio_to_bare"] == pytest.approx(row["img_s"] / bare["img_s"])
+    best = max(runs[:3], key=lambda row: row["img_s"])
+    assert result["best_from_shards"]["stage"] == best["stage"]
+    with pytest.raises(ValueError, match="--loaders"):
+        pipeline.loader_option("fibres:2")
+    assert pipeline.loader_option("main") == ("processes", 0) and pipeline.loader_option("threads:12") == (
+        "threads", 12)
+
+
+def test_fusion_benchmark_lists_the_layer_norm_kernels(tmp_path):
+    result = run_tiny(fusion, tmp_path)
+    assert [row["activations"] for row in result["rows"]] == ["fp32", "bf16"]
+    for row in result["rows"]:
+        assert row["kernels"] == len(row["all_kernels"]) > 0
+        assert row["layer_norm_forward"] and set(row["layer_norm_forward"]) <= set(row["all_kernels"])
+        assert row["sum_fused_with_layer_norm"] == any("_add_" in k for k in row["layer_norm_forward"])
+
+
+def test_the_projection_reproduces_the_hours_of_the_measured_rates():
+    """150 epochs of 625 batches of 2,048 images (ImageNet-1k's 1,281,167 training images), at the rates of the
+    2026-11-24 H100 run: 6,899 images/s (bare step) → 7.7 h, 4,721 (the preset's step) → 11.3 h, 3,655 (end to
+    end) → 14.6 h; an evaluation of 50,000 images per epoch at 20,000 images/s adds 150 × 2.5 s."""
+    assert gpu_report.imagenet_hours(6899, None) == pytest.approx(150 * 625 * 2048 / 6899 / 3600)
+    assert [round(gpu_report.imagenet_hours(rate, None), 1) for rate in (6899, 4721, 3655)] == [7.7, 11.3, 14.6]
+    assert gpu_report.imagenet_hours(6899, 20_000) - gpu_report.imagenet_hours(6899, None) == pytest.approx(
+        150 * 2.5 / 3600)
+
+
+def test_the_gpu_report_summarises_what_the_stages_wrote(gpu_folder, tmp_path, capsys):
+    results = gpu_folder
+    summary = gpu_report.main(["--results", str(results), "--markdown"])
+    out = capsys.readouterr().out
+    assert summary["step"]["model"] == "crate_base" and summary["step"]["best"]["img_s"] > 0
+    assert set(summary["sizes"]) == {"crate_tiny", "crate_small", "crate_base", "crate_large"}
+    assert summary["pipeline"]["best"]["source"] == "shards"
+    hours = {row["from"]: row["hours"] for row in summary["projection"]["rows"]}
+    assert hours["bare model step"] == pytest.approx(gpu_report.imagenet_hours(summary["step"]["best"]["img_s"], None))
+    assert "end to end from shards" in hours and summary["projection"]["evaluation_img_s"] is None
+    assert "| ours, default (bf16) |" in out and "evaluations not counted" in out
+    assert gpu_report.best_variant(results) == ("default", "fp32")
+    assert gpu_report.best_variant(tmp_path) == ("default", "fp32")  # no step results yet
 
 
 def test_gpu_check_skips_the_benchmarks_without_cuda(tmp_path, capsys):
@@ -173,8 +257,46 @@ def test_gpu_check_skips_the_benchmarks_without_cuda(tmp_path, capsys):
     assert gpu_check.main(["--list"]) == 0
     listed = capsys.readouterr().out
     assert "pytest -m gpu tests/gpu" in listed and "--beside vit_base_patch16_224" in listed
+    assert "--variants default default+bf16-activations reduce-overhead reduce-overhead+bf16-activations" in listed
+    assert [line.split()[0] for line in listed.splitlines()][:2] == ["step", "pipeline"]
     with pytest.raises(SystemExit):
         gpu_check.main(["--only", "nonsense"])
+
+
+def test_gpu_check_passes_the_fastest_variant_on_and_has_no_budget_by_default(tmp_path):
+    plan = {stage.name: stage for stage in gpu_check.stages(tmp_path, 12)}
+    assert "--compile-mode default --activations fp32" in " ".join(plan["pipeline"].command())  # nothing measured
+    row = {"model": "crate_base", "batch": 256, "beside": None, "baseline_img_s": 1.0, "baseline_peak_mem_mb": 1.0,
+           "contenders": {"ours": {"precision": "bf16", "variant": "default"},
+                          "ours_fast": {"precision": "bf16", "variant": "reduce-overhead+bf16-activations"}},
+           "ours_img_s": 2.0, "ours_peak_mem_mb": 1.0, "ours_fast_img_s": 3.0, "ours_fast_peak_mem_mb": 1.0}
+    (tmp_path / "train_step_base.json").write_text(json.dumps({"rows": [row], "environment": {}}))
+    assert "--compile-mode reduce-overhead --activations bf16" in " ".join(plan["pipeline"].command())
+    assert "--variants default reduce-overhead+bf16-activations" in " ".join(plan["sizes"].command())
+    with pytest.raises(SystemExit):
+        gpu_check.main(["--budget", "0"])
+
+
+def test_gpu_check_runs_every_stage_under_its_own_limit_unless_given_a_budget(tmp_path, monkeypatch, capsys):
+    """Without --budget a stage runs under its own time limit; with one, under what is left of it, and a stage that
+    needs more than is left is skipped and named (CUDA and the stage's process are stood in for)."""
+    limits = []
+
+    def run_stage(name, args, env, timeout, output):
+        limits.append(timeout)
+        return {"status": "ok"}
+
+    monkeypatch.setattr(gpu_check, "environment", lambda: {"cuda_available": True})
+    monkeypatch.setattr(gpu_check, "run_stage", run_stage)
+    common_args = ["--no-install", "--only", "inference", "--out-dir", str(tmp_path)]
+    limit = next(s.limit_s for s in gpu_check.stages(tmp_path, 1) if s.name == "inference")
+    assert gpu_check.main(common_args) == 0 and limits == [limit]
+    assert gpu_check.main([*common_args, "--budget", "100"]) == 0 and 90 < limits[-1] <= 100
+    fresh = ["--no-install", "--only", "inference", "--out-dir", str(tmp_path / "fresh")]  # no earlier record
+    assert gpu_check.main([*fresh, "--budget", "30"]) == 0 and len(limits) == 2
+    record = json.loads((tmp_path / "fresh" / "gpu_check.json").read_text())
+    assert record["stages"]["inference"]["status"].startswith("skipped: 30 s of the budget left")
+    assert "no GPU results to summarise" in capsys.readouterr().out
 
 
 def test_gpu_check_installs_only_missing_wheels(tmp_path):
@@ -280,9 +402,8 @@ def test_peak_memory_sees_a_temporary_allocation():
     assert size <= peak < 2 * size
 
 
-def test_figures_are_drawn_from_the_committed_gpu_results(tmp_path):
-    results = figures.ROOT / "benchmarks" / "results" / "gpu"
-    written = figures.main(["--results", str(results), "--out-dir", str(tmp_path)])
+def test_figures_are_drawn_from_the_gpu_results(gpu_folder, tmp_path):
+    written = figures.main(["--results", str(gpu_folder), "--out-dir", str(tmp_path / "figures")])
     assert sorted(p.name for p in written) == ["pipeline.png", "task_step.png", "train_step.png"]
     assert all(p.read_bytes()[:4] == b"\x89PNG" for p in written)
 

@@ -8,8 +8,11 @@ iterated, not listed by hand, so a model family or a task merged later is covere
   checkpoint written on the GPU read on the CPU and the other way round;
 * every preset of ``crate_nn.tasks.PRESETS``: a smoke run (`TrainConfig.smoke`: a few steps at the preset's model
   size, built-in data) through the engine on the GPU, with a falling loss and a checkpoint the CPU reads;
-* the engine with ``compile=True``; DistributedDataParallel over NCCL (one process on a one-GPU machine; a
+* the engine with ``compile=True``, and with CUDA graphs (``--compile-mode reduce-overhead``), bf16 activations and
+  the threads loader together; DistributedDataParallel over NCCL (one process on a one-GPU machine; a
   ``torchrun`` job over every GPU when there are several);
+* the batched RandomResizedCrop and bf16 activations on the GPU, each within the rounding bound its CPU test
+  derives (tests/data/test_resized_crop.py, tests/models/test_bf16_activations.py);
 * ``crate-pack``'s nvJPEG decoder against its Pillow decoder (when torchvision is installed).
 
 A model's inputs come from its ``example_inputs(batch_size)`` method when it has one; otherwise from its config
@@ -22,6 +25,7 @@ TF32 is switched off, so "fp32" means float32 arithmetic on both sides of every 
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import gc
 import json
@@ -35,6 +39,7 @@ from pathlib import Path
 import pytest
 import torch
 from _models import example_inputs, float_tensors
+from _rounding import rounding_bound
 from PIL import Image
 from torch import nn
 
@@ -42,6 +47,7 @@ import crate_nn
 from benchmarks.data import write_jpeg_folder
 from crate_nn.data import jpeg
 from crate_nn.data.images import image_folder
+from crate_nn.data.resized_crop import crop_boxes, resized_crop
 from crate_nn.data.shards import Geometry, ShardImages, pack_split
 from crate_nn.engine import train
 from crate_nn.engine.distributed import context
@@ -280,6 +286,48 @@ def test_engine_compiles_the_model_on_the_gpu(tmp_path):
     config = smoke_config("synthetic", tmp_path, compile=True, image_size=64, model_args=dict(patch_size=8, depth=2))
     train(config)
     assert_loss_falls(train_losses(tmp_path / "run"), "synthetic, compiled")
+
+
+def test_engine_trains_with_cuda_graphs_bf16_activations_and_threads(tmp_path):
+    config = smoke_config("synthetic", tmp_path, compile=True, compile_mode="reduce-overhead", activations="bf16",
+                          loader="threads", num_workers=2, image_size=64, model_args=dict(patch_size=8, depth=2))
+    result = train(config)
+    assert_loss_falls(train_losses(tmp_path / "run"), "synthetic, CUDA graphs, bf16 activations, threads")
+    model = crate_nn.load(result.checkpoint, map_location="cpu")
+    assert all(p.dtype == torch.float32 and torch.isfinite(p).all() for p in model.parameters())
+
+
+# ----------------------------------------------------------------------------------------------- fast paths
+def test_the_batched_crop_stays_within_its_float32_rounding_bound():
+    """256² squares cropped to 224² in float32 on the device against the float64 crop on the CPU (itself equal to
+    crop + F.interpolate to 1e-12, tests/data): within the bound tests/data/test_resized_crop.py derives."""
+    g = torch.Generator().manual_seed(0)
+    side, size = 256, 224
+    images = torch.rand(8, 3, side, side, dtype=torch.float64, generator=g)
+    boxes = crop_boxes(8, side, side, generator=g)
+    flip = torch.rand(8, generator=g) < 0.5
+    reference = resized_crop(images, boxes, size, flip)
+    ours = resized_crop(images.float().to(DEVICE), boxes, size, flip).double().cpu()
+    bound = 2 * 10 * (2 * side + 1) * 2**-24 + 9 * 2**-24
+    assert (ours - reference).abs().max().item() <= bound
+
+
+@pytest.mark.parametrize("name", ["crate_tiny", "vit_tiny"])
+def test_bf16_activations_stay_within_the_rounding_bound(name):
+    """The bound of tests/models/test_bf16_activations.py (a float64 model of bfloat16's roundings at every
+    operation's output, twice its rms), at 64² images (17 tokens) and full depth. The GPU's flash attention also
+    rounds its probabilities to bfloat16 inside the kernel: one rounding more per layer among the model's ≥ 10."""
+    torch.manual_seed(0)
+    model = crate_nn.create_model(name, image_size=64, patch_size=16).eval()
+    images = torch.randn(8, 3, 64, 64)
+    with torch.no_grad():
+        reference = copy.deepcopy(model).double()(images.double())
+    bound = rounding_bound(model, images, reference)
+    model.to(DEVICE).keep_activations(torch.bfloat16)
+    with torch.no_grad(), torch.autocast(DEVICE, dtype=torch.bfloat16):
+        kept = model(images.to(DEVICE))
+    assert kept.dtype == torch.bfloat16
+    assert rel_error(kept.cpu(), reference) <= bound, (rel_error(kept.cpu(), reference), bound)
 
 
 # ----------------------------------------------------------------------------------------------- NCCL
