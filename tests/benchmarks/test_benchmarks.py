@@ -23,6 +23,7 @@ from benchmarks import (
     limit,
     load,
     pipeline,
+    presets,
     task_step,
     theory,
     train_step,
@@ -192,6 +193,22 @@ def test_theory_benchmark_writes_results(tmp_path):
         # float64: the three forms are the same number up to rounding (1e-16 per operation, ~100 operations)
         assert row["max_rel_diff_vs_crate_theory"] < 1e-12
     assert result["verify_quick"]["status"].startswith("skipped")
+
+
+def test_presets_benchmark_writes_results(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    result = run_tiny(presets, tmp_path)
+    digits, cold, warm = result["rows"]
+    assert (digits["preset"], digits["steps"], digits["planned_steps"], digits["projected"]) == (
+        "digits", presets.TINY_STEPS, 600, True)
+    assert digits["wall_s"] == pytest.approx(digits["measured_wall_s"] * 600 / presets.TINY_STEPS)
+    assert (cold["preset"], warm["preset"]) == ("audit (cold cache)", "audit (warm cache)")
+    for row in result["rows"]:
+        assert row["wall_s"] > 0 and row["cpu_s"] > 0 and row["load_1min_before"] >= 0
+    assert result["environment"]["cpu_count"] > 0 and len(result["load_start_1_5_15"]) == 3
+    assert "projected from their first steps" in result["notes"][1]
+    with pytest.raises(SystemExit, match="--max-steps expects NAME=N"):
+        presets.main(["--max-steps", "imagenet=10"])
 
 
 @pytest.mark.parametrize("backward", [False, True], ids=["forward", "forward-backward"])
