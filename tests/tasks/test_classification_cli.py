@@ -122,7 +122,7 @@ def test_crate_eval_top_k_and_imagenet_real(tmp_path, capsys):
     assert (metrics["dataset"], metrics["split"]) == ("imagenet", "val")
     assert capsys.readouterr().out.splitlines() == [  # a table naming the data, the split, the count and the units
         f"{run.checkpoint} on imagenet, split val: 4 images (0 unreadable, skipped)",
-        f"  loss        {metrics['loss']:.4f}  cross-entropy, nats per image",
+        f"  loss        {metrics['loss']:7.4f}  cross-entropy, nats per image",  # values right-aligned
         f"  top-1       {100 * metrics['top1']:6.2f}%",
         "  top-5       100.00%",
         f"  ReaL top-1  {100 * metrics['real_top1']:6.2f}%  over the 3 images with a plausible label"]
