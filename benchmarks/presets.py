@@ -6,9 +6,11 @@ Each preset runs in a fresh process (``python -m crate_nn.train --preset NAME --
 folder, in the order of `PRESETS`, so ``pairs_stdlib`` starts from the ``bert_stdlib`` run as the README's command
 does. Per run it records the optimizer steps and the run's planned steps (the run's ``summary.json`` and
 ``config.json``), the wall time, the CPU time of the process and everything it waited for (user + system, from
-``getrusage(RUSAGE_CHILDREN)``) and the 1-minute load average before and after. ``--max-steps NAME=N`` times the
-first N steps of a preset whose full run is too long and projects its full wall and CPU time linearly from them
-(the row says so: ``projected``); the other rows are complete runs. The audit runs as ``python -m verify
+``getrusage(RUSAGE_CHILDREN)``) and the 1-minute load average before and after. ``--max-steps NAME=N`` times a
+preset whose full run is too long for the machine's time in two short runs instead, of 1 and of N steps, and
+projects its P planned steps on the line through them: ``t(P) = t(1) + (t(N) − t(1))·(P − 1)/(N − 1)`` (the 1-step
+run holds the start-up, the data, the final evaluation and checkpoint, which a longer run pays once; the
+evaluations during training come with the steps). The row says so (``projected``); the others are complete runs. The audit runs as ``python -m verify
 --no-progress`` with an empty temporary ``CRATE_WHITEBOX_CACHE`` (cold: it trains the small models it measures),
 then again with the same cache (warm). The presets that need your data (ImageNet, OpenWebText, GLUE, …) are not
 run.
@@ -20,7 +22,7 @@ shared them about equally with another job.
 
     python -m benchmarks.presets --out benchmarks/results/cpu/presets.json                    (everything; ~1–2 h)
     python -m benchmarks.presets --only digits gpt_stdlib --no-audit
-    python -m benchmarks.presets --only mnist5k --max-steps mnist5k=300      (the first 300 steps, projected)
+    python -m benchmarks.presets --only mnist5k --max-steps mnist5k=300      (1 and 300 steps, projected)
 """
 from __future__ import annotations
 
@@ -45,7 +47,7 @@ PRESETS = ("digits", "tost_digits", "mnist5k", "mae_digits", "mae_digits_finetun
            "tost_stdlib", "bert_stdlib", "pairs_stdlib")
 """The presets that train on built-in data, in the order they run (``pairs_stdlib`` after ``bert_stdlib``)."""
 
-TINY_STEPS = 2  # --tiny: two steps of digits and a one-claim audit (the CI smoke run)
+TINY_STEPS = 3  # --tiny: digits' first 3 steps (and 1 step, to project) and a one-claim audit (the CI smoke run)
 TINY_AUDIT = "2.11"
 
 
@@ -75,24 +77,34 @@ def repeated(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "runs": runs}
 
 
-def time_preset(name: str, folder: Path, env: dict[str, str], args: argparse.Namespace,
-                max_steps: int | None) -> dict[str, Any]:
-    """`timed` runs of ``crate-train --preset name`` (``--max-steps``: projected to the planned steps)."""
+def _train(name: str, folder: Path, env: dict[str, str], args: argparse.Namespace,
+           max_steps: int | None) -> tuple[dict[str, Any], int, int]:
+    """`repeated` runs of ``crate-train --preset name`` (in its default output directory unless ``max_steps`` is 1),
+    with the steps run and planned."""
     command = [sys.executable, "-m", "crate_nn.train", "--preset", name, "--no-progress", "--overwrite"]
-    if max_steps is not None:
-        command += ["--max-steps", str(max_steps)]
+    output = f"runs/{name}" if max_steps != 1 else f"runs/{name}-1step"
+    command += ["--output-dir", output] + (["--max-steps", str(max_steps)] if max_steps is not None else [])
     if args.device != "auto":
         command += ["--device", args.device]
-    runs = [timed(command, folder, env, folder / f"{name}.log") for _ in range(args.repeats)]
-    run_dir = folder / "runs" / name
-    summary = json.loads((run_dir / "summary.json").read_text())
-    planned = json.loads((run_dir / "config.json").read_text())["total_steps"]
-    row = {"preset": name, "steps": summary["steps"], "planned_steps": planned, **repeated(runs),
-           "projected": summary["steps"] < planned}
+    runs = [timed(command, folder, env, folder / f"{Path(output).name}.log") for _ in range(args.repeats)]
+    summary = json.loads((folder / output / "summary.json").read_text())
+    return repeated(runs), summary["steps"], json.loads((folder / output / "config.json").read_text())["total_steps"]
+
+
+def time_preset(name: str, folder: Path, env: dict[str, str], args: argparse.Namespace,
+                max_steps: int | None) -> dict[str, Any]:
+    """A preset's full run; with ``max_steps`` N, its runs of 1 and N steps and the projection of its planned steps
+    (module docstring)."""
+    measured, steps, planned = _train(name, folder, env, args, max_steps)
+    row = {"preset": name, "steps": steps, "planned_steps": planned, **measured, "projected": steps < planned}
     if row["projected"]:
-        scale = planned / summary["steps"]
-        row.update(measured_wall_s=row["wall_s"], measured_cpu_s=row["cpu_s"], wall_s=row["wall_s"] * scale,
-                   cpu_s=row["cpu_s"] * scale)
+        if steps < 2:
+            raise RuntimeError(f"{name}: --max-steps must be at least 2 to project from 1 and N steps")
+        one, _, _ = _train(name, folder, env, args, 1)
+        fraction = (planned - 1) / (steps - 1)
+        row.update({f"{key}_s": one[f"{key}_s"] + (row[f"{key}_s"] - one[f"{key}_s"]) * fraction for key in ("wall", "cpu")},
+                   one_step=one, measured_wall_s=row["wall_s"], measured_cpu_s=row["cpu_s"],
+                   load_1min_after=one["load_1min_after"])
     print(f"{name}: {row['steps']} of {planned} steps, {row['wall_s']:.0f} s wall, {row['cpu_s']:.0f} s CPU"
           f"{' (projected)' if row['projected'] else ''}, load {row['load_1min_before']:.1f} → "
           f"{row['load_1min_after']:.1f}", flush=True)
@@ -172,7 +184,8 @@ def main(argv: list[str] | None = None) -> dict:
     notes = [f"machine: {common.cpu_model()}, {os.cpu_count()} CPUs; 1-minute load average {start_load[0]:.1f} at the "
              f"start, {os.getloadavg()[0]:.1f} at the end; each command run {args.repeats}× (median)"]
     if projected:
-        notes.append(f"projected from their first steps (wall and CPU × planned / run steps): {', '.join(projected)}")
+        notes.append(f"projected from runs of 1 and N steps (the line through them, at the planned steps): "
+                     f"{', '.join(projected)}")
     return common.report("presets", device, args, rows, columns, notes=notes,
                          extra={"load_start_1_5_15": start_load, "load_end_1_5_15": list(os.getloadavg())})
 

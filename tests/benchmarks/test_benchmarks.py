@@ -201,12 +201,13 @@ def test_presets_benchmark_writes_results(tmp_path, monkeypatch):
     digits, cold, warm = result["rows"]
     assert (digits["preset"], digits["steps"], digits["planned_steps"], digits["projected"]) == (
         "digits", presets.TINY_STEPS, 600, True)
-    assert digits["wall_s"] == pytest.approx(digits["measured_wall_s"] * 600 / presets.TINY_STEPS)
+    one, steps = digits["one_step"]["wall_s"], presets.TINY_STEPS
+    assert digits["wall_s"] == pytest.approx(one + (digits["measured_wall_s"] - one) * 599 / (steps - 1))
     assert (cold["preset"], warm["preset"]) == ("audit (cold cache)", "audit (warm cache)")
-    for row in result["rows"]:
+    for row in (cold, warm, digits["one_step"], *digits["one_step"]["runs"]):  # measured (a projection may be anything)
         assert row["wall_s"] > 0 and row["cpu_s"] > 0 and row["load_1min_before"] >= 0
     assert result["environment"]["cpu_count"] > 0 and len(result["load_start_1_5_15"]) == 3
-    assert "projected from their first steps" in result["notes"][1]
+    assert "projected from runs of 1 and N steps" in result["notes"][1]
     with pytest.raises(SystemExit, match="--max-steps expects NAME=N"):
         presets.main(["--max-steps", "imagenet=10"])
 
