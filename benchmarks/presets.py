@@ -23,6 +23,7 @@ shared them about equally with another job.
     python -m benchmarks.presets --out benchmarks/results/cpu/presets.json                    (everything; ~1–2 h)
     python -m benchmarks.presets --only digits gpt_stdlib --no-audit
     python -m benchmarks.presets --only mnist5k --max-steps mnist5k=300      (1 and 300 steps, projected)
+    python -m benchmarks.presets --table-from benchmarks/results/cpu/presets.json   (the README's table)
 """
 from __future__ import annotations
 
@@ -135,6 +136,34 @@ def time_audit(folder: Path, env: dict[str, str], args: argparse.Namespace) -> l
     return rows
 
 
+def duration(seconds: float) -> str:
+    """``42 s``, ``3.5 min`` or ``1.2 h``: how the README quotes a time."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
+def readme_table(payload: dict[str, Any]) -> str:
+    """The README's table of a results JSON (``--table-from``): per command its steps, wall and CPU time and the
+    load, then the machine."""
+    lines = ["| command | steps | wall time | CPU time | 1-min load before → after |", "|---|---|---|---|---|"]
+    for row in payload["rows"]:
+        command = (f"`crate-train --preset {row['preset']}`" if row.get("steps") is not None or "failed" in row
+                   else f"`python -m verify`, {row['preset'][7:-1]}")
+        if "failed" in row:
+            lines.append(f"| {command} | failed: {row['failed'].splitlines()[-1]} | | | |")
+            continue
+        steps = "–" if row["steps"] is None else (
+            f"{row['planned_steps']:,} (projected from {row['steps']:,})" if row["projected"] else f"{row['steps']:,}")
+        lines.append(f"| {command} | {steps} | {duration(row['wall_s'])} | {duration(row['cpu_s'])} | "
+                     f"{row['load_1min_before']:.1f} → {row['load_1min_after']:.1f} |")
+    env = payload["environment"]
+    lines.append(f"\n{env['cpu_model']}, {env['cpu_count']} CPUs, torch {env['torch']} ({env['torch_threads']} threads), "
+                 f"{env['utc'][:10]}; 1-minute load average {payload['load_start_1_5_15'][0]:.1f} at the start and "
+                 f"{payload['load_end_1_5_15'][0]:.1f} at the end")
+    return "\n".join(lines)
+
+
 def _step_limits(items: list[str]) -> dict[str, int]:
     limits = {}
     for item in items:
@@ -153,8 +182,14 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--no-audit", action="store_true", help="leave out the cold and warm audit")
     parser.add_argument("--max-steps", nargs="+", default=[], metavar="PRESET=N",
                         help="time the first N steps of PRESET and project its full run")
+    parser.add_argument("--table-from", type=Path, default=None, metavar="JSON",
+                        help="print the README's table of a results file and exit")
     common.add_common_args(parser, repeats=1, warmup=0)
     args = parser.parse_args(argv)
+    if args.table_from is not None:
+        payload = json.loads(args.table_from.read_text())
+        print(readme_table(payload))
+        return payload
     limits = _step_limits(args.max_steps)
     if args.tiny:
         args.only, limits, args.repeats = ["digits"], {"digits": TINY_STEPS}, 1

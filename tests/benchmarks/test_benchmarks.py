@@ -210,6 +210,9 @@ def test_presets_benchmark_writes_results(tmp_path, monkeypatch):
     assert "projected from runs of 1 and N steps" in result["notes"][1]
     with pytest.raises(SystemExit, match="--max-steps expects NAME=N"):
         presets.main(["--max-steps", "imagenet=10"])
+    table = presets.readme_table(result).splitlines()
+    assert table[2].startswith(f"| `crate-train --preset digits` | 600 (projected from {presets.TINY_STEPS}) | ")
+    assert table[3].startswith("| `python -m verify`, cold cache | – | ") and "CPUs, torch" in table[-1]
 
 
 @pytest.mark.parametrize("backward", [False, True], ids=["forward", "forward-backward"])
