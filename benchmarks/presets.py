@@ -143,11 +143,12 @@ def duration(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
-def readme_table(payload: dict[str, Any]) -> str:
-    """The README's table of a results JSON (``--table-from``): per command its steps, wall and CPU time and the
-    load, then the machine."""
+def readme_table(*payloads: dict[str, Any]) -> str:
+    """The README's table of results JSONs (``--table-from``): per command its steps, wall and CPU time and the
+    load, then each file's machine and load; a later file's row replaces an earlier one of the same command."""
     lines = ["| command | steps | wall time | CPU time | 1-min load before → after |", "|---|---|---|---|---|"]
-    for row in payload["rows"]:
+    rows = {row["preset"]: row for payload in payloads for row in payload["rows"]}
+    for row in rows.values():
         command = (f"`crate-train --preset {row['preset']}`" if row.get("steps") is not None or "failed" in row
                    else f"`python -m verify`, {row['preset'][7:-1]}")
         if "failed" in row:
@@ -157,10 +158,13 @@ def readme_table(payload: dict[str, Any]) -> str:
             f"{row['planned_steps']:,} (projected from {row['steps']:,})" if row["projected"] else f"{row['steps']:,}")
         lines.append(f"| {command} | {steps} | {duration(row['wall_s'])} | {duration(row['cpu_s'])} | "
                      f"{row['load_1min_before']:.1f} → {row['load_1min_after']:.1f} |")
-    env = payload["environment"]
-    lines.append(f"\n{env['cpu_model']}, {env['cpu_count']} CPUs, torch {env['torch']} ({env['torch_threads']} threads), "
-                 f"{env['utc'][:10]}; 1-minute load average {payload['load_start_1_5_15'][0]:.1f} at the start and "
-                 f"{payload['load_end_1_5_15'][0]:.1f} at the end")
+    lines.append("")
+    for payload in payloads:
+        env, names = payload["environment"], ", ".join(row["preset"] for row in payload["rows"])
+        lines.append(f"{names}: {env['cpu_model']}, {env['cpu_count']} CPUs, torch {env['torch']} "
+                     f"({env['torch_threads']} threads), finished {env['utc'][:16].replace('T', ' ')} UTC; 1-minute load "
+                     f"average {payload['load_start_1_5_15'][0]:.1f} at the start and {payload['load_end_1_5_15'][0]:.1f} "
+                     "at the end")
     return "\n".join(lines)
 
 
@@ -182,14 +186,15 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--no-audit", action="store_true", help="leave out the cold and warm audit")
     parser.add_argument("--max-steps", nargs="+", default=[], metavar="PRESET=N",
                         help="time the first N steps of PRESET and project its full run")
-    parser.add_argument("--table-from", type=Path, default=None, metavar="JSON",
-                        help="print the README's table of a results file and exit")
+    parser.add_argument("--table-from", type=Path, nargs="+", default=None, metavar="JSON",
+                        help="print the README's table of results files (a later file's row of a command replaces "
+                        "an earlier one) and exit")
     common.add_common_args(parser, repeats=1, warmup=0)
     args = parser.parse_args(argv)
     if args.table_from is not None:
-        payload = json.loads(args.table_from.read_text())
-        print(readme_table(payload))
-        return payload
+        payloads = [json.loads(path.read_text()) for path in args.table_from]
+        print(readme_table(*payloads))
+        return {"payloads": payloads}
     limits = _step_limits(args.max_steps)
     if args.tiny:
         args.only, limits, args.repeats = ["digits"], {"digits": TINY_STEPS}, 1

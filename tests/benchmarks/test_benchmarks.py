@@ -213,6 +213,8 @@ def test_presets_benchmark_writes_results(tmp_path, monkeypatch):
     table = presets.readme_table(result).splitlines()
     assert table[2].startswith(f"| `crate-train --preset digits` | 600 (projected from {presets.TINY_STEPS}) | ")
     assert table[3].startswith("| `python -m verify`, cold cache | – | ") and "CPUs, torch" in table[-1]
+    again = {**result, "rows": [{**digits, "wall_s": 1.0}]}  # a later file's row replaces the earlier one's
+    assert presets.readme_table(result, again).splitlines()[2].split(" | ")[2] == "1 s"
 
 
 @pytest.mark.parametrize("backward", [False, True], ids=["forward", "forward-backward"])
