@@ -147,6 +147,7 @@ def readme_table(*payloads: dict[str, Any]) -> str:
     """The README's table of results JSONs (``--table-from``): per command its steps, wall and CPU time and the
     load, then each file's machine and load; a later file's row replaces an earlier one of the same command."""
     lines = ["| command | steps | wall time | CPU time | 1-min load before → after |", "|---|---|---|---|---|"]
+    source = {row["preset"]: i for i, payload in enumerate(payloads) for row in payload["rows"]}  # the last wins
     rows = {row["preset"]: row for payload in payloads for row in payload["rows"]}
     for row in rows.values():
         command = (f"`crate-train --preset {row['preset']}`" if row.get("steps") is not None or "failed" in row
@@ -159,9 +160,10 @@ def readme_table(*payloads: dict[str, Any]) -> str:
         lines.append(f"| {command} | {steps} | {duration(row['wall_s'])} | {duration(row['cpu_s'])} | "
                      f"{row['load_1min_before']:.1f} → {row['load_1min_after']:.1f} |")
     lines.append("")
-    for payload in payloads:
-        env, names = payload["environment"], ", ".join(row["preset"] for row in payload["rows"])
-        lines.append(f"{names}: {env['cpu_model']}, {env['cpu_count']} CPUs, torch {env['torch']} "
+    for i, payload in enumerate(payloads):
+        env = payload["environment"]
+        names = "all rows" if len(payloads) == 1 else ", ".join(name for name, j in source.items() if j == i)
+        lines.append(f"- {names}: {env['cpu_model']}, {env['cpu_count']} CPUs, torch {env['torch']} "
                      f"({env['torch_threads']} threads), finished {env['utc'][:16].replace('T', ' ')} UTC; 1-minute load "
                      f"average {payload['load_start_1_5_15'][0]:.1f} at the start and {payload['load_end_1_5_15'][0]:.1f} "
                      "at the end")
