@@ -15,7 +15,7 @@ WHEELS := kornia==0.9.0 kornia_rs==0.2.0 lion-pytorch==0.2.5
 WHEEL_PLATFORMS := --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 \
 	--platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
 
-.PHONY: setup test test-fast audit clean gpu-check wheels
+.PHONY: setup test test-fast audit notebooks clean gpu-check wheels
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -35,6 +35,10 @@ test-fast: setup
 
 audit: setup
 	MPLBACKEND=Agg $(PY) -m verify
+
+# the notebooks executed, with their outputs and figures, as notebooks/html/*.html
+notebooks: setup
+	$(PY) -m notebooks.run
 
 gpu-check:
 	$(GPU_PYTHON) -m benchmarks.gpu_check $(GPU_CHECK_ARGS)

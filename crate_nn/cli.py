@@ -12,6 +12,7 @@ a bug and keeps its traceback.
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 
 from .data.batching import CorruptImageError
 from .engine.loop import NonFiniteLossError
@@ -35,3 +36,10 @@ def fail(prog: str, err: BaseException, status: int) -> int:
     """Print ``<prog>: <one_line(err)>`` on stderr and return ``status``."""
     print(f"{prog}: {one_line(err)}", file=sys.stderr)
     return status
+
+
+def table(title: str, rows: Sequence[tuple[str, str, str]]) -> str:
+    """``title``, then one aligned line per ``(name, value, what it is)``: the short report an evaluating command
+    prints (its ``--json`` gives the same numbers as JSON)."""
+    names, values = max(len(r[0]) for r in rows), max(len(r[1]) for r in rows)
+    return "\n".join([title, *(f"  {n.ljust(names)}  {v.rjust(values)}  {w}".rstrip() for n, v, w in rows)])

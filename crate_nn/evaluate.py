@@ -7,7 +7,9 @@
 
 Data settings (dataset, image size, eval resize) come from the training config saved in the checkpoint unless given
 on the command line; the normalisation from the preprocessing the checkpoint records (`crate_nn.preprocessing`;
-ImageNet's mean and std for a file that records none, such as the authors'). Errors are one line naming the argument or file, exit status 2.
+ImageNet's mean and std for a file that records none, such as the authors'). It prints a short table naming the data,
+the split, the number of images and the units (--json: the same numbers as JSON; --output also writes them to a
+file). Errors are one line naming the argument or file, exit status 2.
 """
 from __future__ import annotations
 
@@ -47,6 +49,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--precision", default="auto", choices=("auto", "bf16", "fp32"))
     parser.add_argument("--real-json", default=None, help="ImageNet-ReaL labels (real.json)")
     parser.add_argument("--output", default=None, help="also write the metrics to this JSON file")
+    parser.add_argument("--json", action="store_true", help="print the metrics as JSON instead of a table")
     args = parser.parse_args(argv)
     for name in ("image_size", "eval_resize", "batch_size"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
@@ -117,8 +120,9 @@ def run(args: argparse.Namespace) -> dict:
 
     image_size = setting("image_size", model.config.image_size)
     ctx = distributed.context(args.device)
+    name, split = setting("dataset", "imagenet"), args.split or train_config.get("eval_split", "val")
     dataset = build_dataset(
-        setting("dataset", "imagenet"), args.split or train_config.get("eval_split", "val"),
+        name, split,
         data_dir=setting("data_dir", None), train=False, image_size=image_size,
         load_size=train_config.get("load_size", 256), eval_resize=setting("eval_resize", 256),
         seed=train_config.get("seed", 0), synthetic_samples=train_config.get("synthetic_samples", 1024),
@@ -139,18 +143,30 @@ def run(args: argparse.Namespace) -> dict:
         warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
         metrics = evaluate(model, dataset, transform, ctx, batch_size=args.batch_size, num_workers=workers,
                            precision=args.precision, real_labels=real_labels)
-    return metrics if ctx.is_main else {}
+    return {"dataset": name, "split": split, **metrics} if ctx.is_main else {}
+
+
+def report(checkpoint: str, metrics: dict) -> str:
+    """The metrics as a short table naming the data, the split, the count and the units."""
+    rows = [("loss", f"{metrics['loss']:.4f}", "cross-entropy, nats per image"),
+            ("top-1", f"{100 * metrics['top1']:.2f}%", ""), ("top-5", f"{100 * metrics['top5']:.2f}%", "")]
+    if "real_top1" in metrics:
+        rows.append(("ReaL top-1", f"{100 * metrics['real_top1']:.2f}%",
+                     f"over the {metrics['real_images']:,} images with a plausible label"))
+    return cli.table(f"{checkpoint} on {metrics['dataset']}, split {metrics['split']}: {metrics['images']:,} images "
+                     f"({metrics['skipped']:,} unreadable, skipped)", rows)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``crate-eval``: prints the metrics as JSON (unreadable files are named on stderr)."""
+    """Entry point of ``crate-eval``: prints the metrics as a table, or as JSON with ``--json`` (unreadable files
+    are named on stderr)."""
     args = parse_args(argv)
     try:
         metrics = run(args)
     except cli.EXPECTED as err:
         return cli.fail("crate-eval", err, 2)
     if metrics:
-        print(json.dumps(metrics, indent=2))
+        print(json.dumps(metrics, indent=2) if args.json else report(args.checkpoint, metrics))
         if args.output:
             Path(args.output).write_text(json.dumps(metrics, indent=2) + "\n")
     return 0

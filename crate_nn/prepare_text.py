@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from . import cli
-from .data.documents import BUILTIN_VAL_FRACTION, find_documents, stdlib_documents
+from .data.documents import BUILTIN_VAL_FRACTION, DECODE_ERRORS, find_documents, stdlib_documents
 from .data.preparation import SPLIT_BY, prepare, split_warnings
 from .data.tokenizers import get_tokenizer
 
@@ -43,6 +43,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="tokens per training sequence you plan (crate-train's --block-size): warn when a split "
                         "holds fewer than one window (default 1024)")
     parser.add_argument("--workers", type=int, default=1, help="tokenizing processes")
+    parser.add_argument("--errors", choices=DECODE_ERRORS, default=None,
+                        help="bytes that are not UTF-8: strict refuses the file naming the byte (the default), "
+                        "replace reads each undecodable sequence as U+FFFD and counts the bytes (the default with "
+                        "--builtin, whose standard-library files are read so)")
     args = parser.parse_args(argv)
     if args.block_size < 1:
         parser.error(f"argument --block-size: expected a positive integer, got {args.block_size}")
@@ -57,14 +61,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         tokenizer = get_tokenizer(args.tokenizer)
         documents = stdlib_documents() if args.builtin else find_documents(args.input, args.pattern)
         meta = prepare(documents, tokenizer, args.output_dir, fraction, args.workers,
-                       source="stdlib" if args.builtin else " ".join(args.input), split_by=split_by)
+                       source="stdlib" if args.builtin else " ".join(args.input), split_by=split_by,
+                       errors=args.errors or ("replace" if args.builtin else "strict"))
     except cli.EXPECTED as err:
         return cli.fail("crate-prepare-text", err, 1)
     for warning in split_warnings(meta, args.block_size):
         print(f"crate-prepare-text: warning: {warning}", file=sys.stderr)
+    bad = meta["undecodable"]
+    if bad["bytes"]:
+        print(f"crate-prepare-text: warning: {bad['bytes']:,} bytes that are not UTF-8 (in {bad['documents']:,} of "
+              f"{len(documents):,} documents) were replaced by U+FFFD", file=sys.stderr)
     print(json.dumps({"output_dir": args.output_dir, **{k: meta[k] for k in ("tokenizer", "vocab_size", "dtype",
                                                                             "split_by", "val_fraction", "train",
-                                                                            "val")}}, indent=2))
+                                                                            "val", "undecodable")}}, indent=2))
     return 0
 
 

@@ -135,20 +135,25 @@ def maps(args: argparse.Namespace) -> dict:
     grid = patch_grid(model, batch)
     attention = cls_attention(model, batch, args.layer)[0].unflatten(-1, grid).cpu()
     codes = patch_codes(model, batch, args.layer)[0].cpu()
-    boxes = {}
+    boxes, written = {}, {}
     for path, image, maps_, code in zip(args.images, images, attention, codes):
         stem = Path(path).stem
+        written[str(out / f"{stem}_attention.png")] = f"{path}: the class token's attention per head"
         plot_attention_maps(image, upsample(maps_, size), f"{stem}: [CLS] attention, layer {args.layer}").savefig(
             out / f"{stem}_attention.png", dpi=120)
         masks = upsample(torch.from_numpy(maskcut(code, grid, args.num_objects, tau=args.tau).masks), size)
         kept = masks[masks.flatten(1).any(dim=1)]
+        written[str(out / f"{stem}_maskcut.png")] = f"{path}: MaskCut's {len(kept)} object mask(s) and boxes"
         plot_masks(image, kept, mask_boxes(kept), f"{stem}: MaskCut, layer {args.layer}").savefig(
             out / f"{stem}_maskcut.png", dpi=120)
         boxes[path] = mask_boxes(kept).tolist()
     plot_pca(images, pca_images(codes, grid), f"PCA of the patch codes, layer {args.layer}").savefig(
         out / "pca.png", dpi=120)
     (out / "boxes.json").write_text(json.dumps(boxes, indent=1) + "\n")
-    return {"output_dir": str(out), "images": len(args.images), "boxes": boxes}
+    written[str(out / "pca.png")] = "every image: the first principal components of the patch codes"
+    written[str(out / "boxes.json")] = "every image: the MaskCut boxes (x0, y0, x1, y1)"
+    return {"output_dir": str(out), "images": len(args.images), "layer": args.layer, "written": written,
+            "boxes": boxes}
 
 
 def coco(args: argparse.Namespace) -> dict:
@@ -202,12 +207,18 @@ def experiment(args: argparse.Namespace) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``crate-segment`` (``python -m crate_nn.segment``): prints the results as JSON."""
+    """Entry point of ``crate-segment`` (``python -m crate_nn.segment``): ``maps`` lists the files it wrote, the
+    other commands print their results as JSON."""
     args = parse_args(argv)
     try:
         result = {"maps": maps, "coco": coco, "voc": voc, "experiment": experiment}[args.command](args)
     except cli.EXPECTED as err:
         return cli.fail("crate-segment", err, 2)
+    if args.command == "maps":  # the files it wrote, one per line (the numbers are in boxes.json)
+        print(cli.table(f"crate-segment maps: layer {result['layer']} of {args.checkpoint}, {result['images']} "
+                        f"image(s); wrote {len(result['written'])} files:",
+                        [(path, "", what) for path, what in result["written"].items()]))
+        return 0
     text = json.dumps(result, indent=2)
     print(text)
     if getattr(args, "output", None):

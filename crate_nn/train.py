@@ -22,6 +22,9 @@ proportion to the new length (one line on stderr says what changed; values given
 kept as given, and refused with what to pass instead when they do not fit); --max-steps stops the run early with
 the preset's schedules:
     crate-train --preset digits --epochs 15
+--model-args KEY=VALUE changes those keys of the preset's model arguments and keeps the others (KEY=default
+removes one: the model's own default applies):
+    crate-train --preset gpt_stdlib --model-args feedforward=none
 
 A run directory (--output-dir) holds config.json (the resolved config), metrics.jsonl, checkpoints/
 (step_XXXXXXX.pt and last.pt: ``crate_nn.load`` reads the model, ``--resume`` everything), summary.json and
@@ -40,7 +43,7 @@ import typing
 from collections.abc import Sequence
 
 from . import cli, extras
-from .engine.config import TrainConfig, strip_optional
+from .engine.config import DEFAULT, TrainConfig, strip_optional
 from .engine.loop import Preempted, train
 from .tasks import PRESETS, get_preset, list_presets
 
@@ -146,6 +149,8 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
                 continue
             choices = f.metadata.get("choices")
             text = f.metadata.get("help", "")
+            if strip_optional(hints[f.name])[0] is dict:
+                text += f"; merged into the preset's (KEY={DEFAULT} removes one, for the model's own default)"
             text += f" [{known.preset}: {getattr(defaults, f.name)!r}" + (
                 f"; one of {', '.join(map(str, choices))}]" if choices else "]")
             group.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=argparse.SUPPRESS,

@@ -53,13 +53,20 @@ both compute the per-head term ``−π_k ⊙ D_k (U_k*Z)`` of item 4 with c = 1 
 normalised per coordinate by their sum over all tokens; language: by their sum over the prefix, plus a learned
 per-position bias, with the prefix statistics of item 5). With the bias at 0 the language variant is the causal form
 of the vision one: every sum the vision variant takes over all tokens, it takes over the prefix.
+
+Scale. The energies and statistics are squares of the codes and overflow once the tokens reach ~1e154 (underflow
+below ~1e-154), where Π, R^c_var and the heads are still finite numbers. Every function therefore works on
+``Ẑ = Z/m`` with ``m = 2^⌊log2 max|Z|⌋`` (a power of two: exact, and equal to the plain formulas bit for bit
+wherever those do not overflow) and carries m apart: Π's logits are shifted before m² multiplies them (so a
+product beyond the float64 range gives the exact limit), ``log(1 + c m² ŝ)`` is taken in the log domain where
+``c m² ŝ`` overflows, and the gradient's coefficient ``c m/(1 + c m² ŝ)`` as ``1/(1/(c m) + m ŝ)`` there.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ._checks import as_float_array, check_bases, check_positive, check_same_size, check_tokens
-from .coding_rate import _lift_from_bases, project_onto_bases
+from .coding_rate import _lift_from_bases, _power_of_two_scale, project_onto_bases
 
 __all__ = [
     "membership",
@@ -101,10 +108,43 @@ def _visible_sums(X: np.ndarray, causal: bool) -> np.ndarray:
     return np.cumsum(X, axis=-1) if causal else np.broadcast_to(X.sum(axis=-1, keepdims=True), X.shape)
 
 
-def _softmax_groups(logits: np.ndarray) -> np.ndarray:
-    """Softmax over the K groups (axis −2 of (..., K, n)), returned as Π (..., n, K)."""
-    E = np.exp(logits - logits.max(axis=-2, keepdims=True))
+def _softmax_groups(logits: np.ndarray, m: np.ndarray | float = 1.0) -> np.ndarray:
+    """Softmax over the K groups (axis −2 of (..., K, n)) of ``logits · m²``, returned as Π (..., n, K). The shift by
+    the maximum comes first, so a product beyond the float64 range gives the exact limit: −inf, weight 0, for every
+    group below the maximum (m finite: the maximum's own logit stays exactly 0)."""
+    shifted = logits - logits.max(axis=-2, keepdims=True)
+    with np.errstate(over="ignore", under="ignore"):
+        E = np.exp(shifted * m * m)
     return np.swapaxes(E / E.sum(axis=-2, keepdims=True), -1, -2)
+
+
+def _scaled(Z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(Z/m, m)``, ``m = 2^⌊log2 max|Z|⌋`` per token set (..., 1, 1): the module docstring's "Scale"."""
+    m = _power_of_two_scale(Z)
+    return Z / m, m
+
+
+def _log1p_scaled(c: float, m: np.ndarray, s_hat: np.ndarray) -> np.ndarray:
+    """``log(1 + c·m²·ŝ)`` for ŝ ≥ 0: ``log1p`` of the product where it is finite (the plain formula's value bit for
+    bit), ``logaddexp(0, log c + 2 log m + log ŝ)`` where it overflows."""
+    with np.errstate(over="ignore", divide="ignore", under="ignore"):
+        x = c * (m * (m * s_hat))
+        direct = np.isfinite(x)
+        return np.where(direct, np.log1p(np.where(direct, x, 0.0)),
+                        np.logaddexp(0.0, np.log(c) + 2.0 * np.log(m) + np.log(s_hat)))
+
+
+def _codes_times_factor(c: float, m: np.ndarray, A_hat: np.ndarray, s_hat: np.ndarray, weights=1.0) -> np.ndarray:
+    """``w ⊙ D ⊙ A``, ``D = c/(1 + c s)``, for codes ``A = m·Â`` and statistics ``s = m²·ŝ`` (broadcasting): the plain
+    formula where ``c s`` is finite, ``w Â/(1/(c m) + m ŝ)`` where it overflows (the exact value, ~Â/(m ŝ), is
+    finite)."""
+    with np.errstate(over="ignore", divide="ignore", under="ignore"):
+        s = m * (m * s_hat)
+        overflow = ~np.isfinite(c * s)
+        plain = weights * (c / (1.0 + c * s)) * (m * A_hat)
+        if not overflow.any():
+            return plain
+        return np.where(overflow, weights * (A_hat / (1.0 / (c * m) + m * s_hat)), plain)
 
 
 def membership(Z, U, temperature=1.0, *, normalize: bool = False, causal: bool = False) -> np.ndarray:
@@ -127,11 +167,13 @@ def membership(Z, U, temperature=1.0, *, normalize: bool = False, causal: bool =
     Z, U = _inputs(Z, U)
     K = U.shape[0]
     t = np.broadcast_to(as_float_array(temperature, "temperature", ndim=(0, 1), shape_hint="() or (K,)"), (K,))
-    squares = project_onto_bases(Z, U) ** 2  # (..., K, p, n)
-    if normalize:
+    Z_hat, m = _scaled(Z)
+    squares = project_onto_bases(Z_hat, U) ** 2  # (..., K, p, n): the energies / m²
+    if normalize:  # the ratios do not depend on m
         totals = _visible_sums(squares, causal)
         squares = np.divide(squares, totals, out=np.zeros_like(squares), where=totals > 0)
-    return _softmax_groups(t[:, None] * squares.sum(axis=-2))
+        m = 1.0
+    return _softmax_groups(t[:, None] * squares.sum(axis=-2), m)
 
 
 def token_statistics(Z, U, Pi, causal: bool = False) -> np.ndarray:
@@ -147,16 +189,18 @@ def token_statistics(Z, U, Pi, causal: bool = False) -> np.ndarray:
     return np.divide(weighted, counts, out=np.zeros_like(weighted), where=counts > 0)
 
 
-def _global(Z, U, Pi, eps) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]:
-    """Checked (U, Π), the codes U_k*Z (..., K, p, n), the statistics s_k (..., K, p), n_k (..., K) and c = d/ε²."""
+def _global(Z, U, Pi, eps):
+    """Checked (U, Π), the scaled codes Â = U_k*Z/m (..., K, p, n), the scaled statistics ŝ_k = s_k/m² (..., K, p),
+    n_k (..., K), c = d/ε² and m (..., 1, 1) (the module docstring's "Scale")."""
     Z, U = _inputs(Z, U)
     Pi = _check_membership(Pi, Z, U.shape[0])
     c = Z.shape[-2] / check_positive(eps, "eps") ** 2
-    A = project_onto_bases(Z, U)
+    Z_hat, m = _scaled(Z)
+    A = project_onto_bases(Z_hat, U)
     nk = Pi.sum(axis=-2)
     weighted = np.einsum("...kpn,...nk->...kp", A**2, Pi)
     s = np.divide(weighted, nk[..., None], out=np.zeros_like(weighted), where=nk[..., None] > 0)
-    return U, Pi, A, s, nk, c
+    return U, Pi, A, s, nk, c, m
 
 
 def _scalar(out: np.ndarray) -> np.ndarray | float:
@@ -173,8 +217,8 @@ def variational_compression(Z, U, Pi, eps) -> np.ndarray | float:
     Returns:
         A float, or (...) for a batch; never below `projected_compression` (Hadamard's inequality, item 2).
     """
-    _, Pi, _, s, nk, c = _global(Z, U, Pi, eps)
-    return _scalar(0.5 * (nk / max(Pi.shape[-2], 1) * np.log1p(c * s).sum(axis=-1)).sum(axis=-1))
+    _, Pi, _, s, nk, c, m = _global(Z, U, Pi, eps)
+    return _scalar(0.5 * (nk / max(Pi.shape[-2], 1) * _log1p_scaled(c, m, s).sum(axis=-1)).sum(axis=-1))
 
 
 def projected_compression(Z, U, Pi, eps) -> np.ndarray | float:
@@ -187,12 +231,21 @@ def projected_compression(Z, U, Pi, eps) -> np.ndarray | float:
     Z, U = _inputs(Z, U)
     Pi = _check_membership(Pi, Z, U.shape[0])
     c = Z.shape[-2] / check_positive(eps, "eps") ** 2
-    A = project_onto_bases(Z, U)  # (..., K, p, n)
+    Z_hat, m = _scaled(Z)
+    A = project_onto_bases(Z_hat, U)  # (..., K, p, n): the codes / m
     nk = Pi.sum(axis=-2)  # (..., K)
     weighted = A * np.swapaxes(Pi, -1, -2)[..., None, :]
-    M = weighted @ np.swapaxes(A, -1, -2)  # (..., K, p, p): Σ_j π_kj a_kj a_kj*
+    M = weighted @ np.swapaxes(A, -1, -2)  # (..., K, p, p): Σ_j π_kj a_kj a_kj* / m²
     scale = np.divide(c, nk, out=np.zeros_like(nk), where=nk > 0)[..., None, None]
-    logdet = np.linalg.slogdet(np.eye(U.shape[2]) + scale * M)[1]
+    m = m[..., None]  # (..., 1, 1, 1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        scaled = scale * (m * (m * M))  # c M/n_k, as the plain formula where it is finite
+        logdet = np.linalg.slogdet(np.eye(U.shape[2]) + np.where(np.isfinite(scaled), scaled, 0.0))[1]
+    overflow = ~np.isfinite(scaled).all(axis=(-2, -1))
+    if overflow.any():  # Σ_i log(1 + (c/n_k) m² λ_i(M̂)) in the log domain, from M̂'s eigenvalues
+        lam = np.clip(np.linalg.eigvalsh(M[overflow]), 0.0, None)
+        full = lambda x: np.broadcast_to(x[..., 0, 0], overflow.shape)[overflow][:, None]  # noqa: E731
+        logdet[overflow] = _log1p_scaled(full(scale), full(m), lam).sum(axis=-1)
     n = Pi.shape[-2]
     return _scalar(0.5 * (nk / max(n, 1) * logdet).sum(axis=-1))
 
@@ -200,9 +253,9 @@ def projected_compression(Z, U, Pi, eps) -> np.ndarray | float:
 def variational_compression_grad(Z, U, Pi, eps) -> np.ndarray:
     """``∇_Z R^c_var = (1/n) Σ_k U_k D_k (U_k*Z) diag(π_k)``, ``D_k = diag(c/(1 + c s_k))``, with Π held fixed
     (item 3 of the module docstring). Shape of Z."""
-    U, Pi, A, s, _, c = _global(Z, U, Pi, eps)
-    D = c / (1.0 + c * s)  # (..., K, p)
-    return _lift_from_bases(D[..., None] * A * np.swapaxes(Pi, -1, -2)[..., None, :], U) / max(Pi.shape[-2], 1)
+    U, Pi, A, s, _, c, m = _global(Z, U, Pi, eps)
+    DA = _codes_times_factor(c, m[..., None], A, s[..., None])  # D_k (U_k*Z), (..., K, p, n)
+    return _lift_from_bases(DA * np.swapaxes(Pi, -1, -2)[..., None, :], U) / max(Pi.shape[-2], 1)
 
 
 def tssa_heads(Z, U, Pi, scale, causal: bool = False) -> np.ndarray:
@@ -214,9 +267,10 @@ def tssa_heads(Z, U, Pi, scale, causal: bool = False) -> np.ndarray:
     """
     Z, U = _inputs(Z, U)
     c = check_positive(scale, "scale")
-    s = token_statistics(Z, U, Pi, causal)
+    Z_hat, m = _scaled(Z)
+    s = token_statistics(Z_hat, U, Pi, causal)  # the statistics / m²
     weights = np.swapaxes(np.asarray(Pi, dtype=float), -1, -2)[..., None, :]
-    return -weights * (c / (1.0 + c * s)) * project_onto_bases(Z, U)
+    return _codes_times_factor(c, m[..., None], project_onto_bases(Z_hat, U), s, -weights)
 
 
 def tssa(Z, U, Pi, eps, step=1.0, causal: bool = False) -> np.ndarray:

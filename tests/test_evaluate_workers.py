@@ -42,7 +42,7 @@ def test_crate_eval_uses_the_default_and_warns_once(monkeypatch, checkpoint, cap
         return evaluate(*args, **kwargs)
 
     monkeypatch.setattr(crate_eval_module, "evaluate", recording)
-    common = [checkpoint, "--dataset", "synthetic", "--device", "cpu", "--batch-size", "512"]
+    common = [checkpoint, "--dataset", "synthetic", "--device", "cpu", "--batch-size", "512", "--json"]
     assert crate_eval(common) == 0
     captured = capsys.readouterr()
     assert used == [1] and captured.err == "" and json.loads(captured.out)["images"] == 1024

@@ -88,17 +88,21 @@ def test_available_and_tokenizer_package():
 
 
 def test_the_notebooks_extra_holds_what_running_the_notebooks_imports():
-    """Every third-party module tests/notebooks imports is in the ``notebooks`` extra, which ``dev`` includes."""
+    """Every third-party module that running the notebooks imports (``python -m notebooks.run``, and
+    tests/notebooks through it) is in the ``notebooks`` extra, which ``dev`` includes."""
     import ast
 
     tomllib = pytest.importorskip("tomllib")  # Python ≥ 3.11
     extras_of = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     names = {req.split(">")[0].split("=")[0].strip().replace("-", "_") for req in extras_of["notebooks"]}
-    tree = ast.parse((ROOT / "tests" / "notebooks" / "test_notebooks.py").read_text())
-    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
-                for alias in node.names}
-    imported |= {node.module.split(".")[0] for node in ast.walk(tree)
-                 if isinstance(node, ast.ImportFrom) and node.module and not node.level}
-    third_party = imported - set(sys.stdlib_module_names) - {"pytest", "crate_nn", "crate_theory", "verify"}
+    imported = set()
+    for path in (ROOT / "notebooks" / "run.py", ROOT / "tests" / "notebooks" / "test_notebooks.py"):
+        tree = ast.parse(path.read_text())
+        imported |= {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                     for alias in node.names}
+        imported |= {node.module.split(".")[0] for node in ast.walk(tree)
+                     if isinstance(node, ast.ImportFrom) and node.module and not node.level}
+    third_party = imported - set(sys.stdlib_module_names) - {"pytest", "crate_nn", "crate_theory", "verify",
+                                                              "notebooks"}
     assert third_party and third_party <= names, third_party - names
     assert "crate-whitebox[notebooks]" in extras_of["dev"]

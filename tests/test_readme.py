@@ -390,6 +390,15 @@ def preamble(directory: Path, body: str) -> None:
             write(directory / (HF_CACHE if name.startswith("hf-hub:") else name))
 
 
+def test_the_first_library_snippet_runs_as_printed_in_an_empty_folder(tmp_path, monkeypatch, capsys):
+    """The README's first python block is what a new user copies first: it runs in an empty folder, with no stand-in
+    written for it (it builds its own), and its layer measurements print as a table."""
+    monkeypatch.chdir(tmp_path)
+    body = next(body for lang, _, body in blocks(README.read_text()) if lang == "python")
+    exec(compile(body, "README.md:first-python-block", "exec"), {"__name__": "__readme__"})
+    assert "per-layer measurements (protocol official" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("body", [pytest.param(body, id=f"line{line}") for lang, line, body in blocks(README.read_text())
                                   if lang == "python"])
 def test_python_snippets_run(body, request, tmp_path, monkeypatch):

@@ -253,11 +253,11 @@ class Claim:
                                     and re.fullmatch(expected, result.labels) is not None)
 
     def matches(self, selector: str) -> bool:
-        """True when ``selector`` is this claim's id or a former id of it, an id prefix ending at a dash/dot
-        (``fig15``), a tag, or the claim module's name."""
+        """True when ``selector`` is this claim's id or a former id of it, a prefix of either ending at a dash/dot
+        (``fig15``; a former ``2.11``), a tag, or the claim module's name."""
         if selector == self.id or selector in self.formerly or selector in self.tags or selector == self.module:
             return True
-        return self.id.startswith(selector) and self.id[len(selector)] in "-."
+        return any(name.startswith(selector) and name[len(selector)] in "-." for name in (self.id, *self.formerly))
 
 
 _REGISTRY: dict[str, Claim] = {}
@@ -389,5 +389,8 @@ def select(claims: list[Claim], only: Iterable[str] | None) -> list[Claim]:
         for c in named:
             if s != c.id:
                 print(f"note: claim {s} is now {c.id}", file=sys.stderr)
-        chosen.update(c.id for c in (named or [c for c in claims if c.matches(s)]))
+        matched = named or [c for c in claims if c.matches(s)]
+        if not named and not any(c.id.startswith(s) or s in c.tags or s == c.module for c in matched):
+            print(f"note: {s} selects former ids, now {', '.join(c.id for c in matched)}", file=sys.stderr)
+        chosen.update(c.id for c in matched)
     return [c for c in claims if c.id in chosen]

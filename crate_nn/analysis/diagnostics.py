@@ -37,7 +37,7 @@ PROTOCOLS = ("paper", "official")
 OFFICIAL_EPS = 0.1  # ε² = 0.01 in the authors' measurement code
 
 
-@dataclass
+@dataclass(repr=False)
 class Stat:
     """A per-image quantity: ``values`` (batch,) float64 on the CPU, their ``mean`` and ``std`` (with ``ddof``)."""
 
@@ -51,16 +51,58 @@ class Stat:
         enough = self.values.numel() > self.ddof
         self.std = float(self.values.std(correction=self.ddof)) if enough else float("nan")
 
+    def __repr__(self) -> str:
+        return f"Stat({self.mean:.6g} ± {self.std:.2g} over {self.values.numel()} images)"
 
-@dataclass
+
+@dataclass(repr=False)
 class LayerMeasurements:
-    """Output of `measure_layers`: lists over layers ℓ = 1 … L of `Stat`."""
+    """Output of `measure_layers`: lists over layers ℓ = 1 … L of `Stat`. Printed (or shown at the prompt) it is a
+    table, one row per layer of mean ± std over the images; `to_dict` and `to_dataframe` give the same numbers."""
 
     protocol: str
     eps: float
     compression: list[Stat]
     sparsity: list[Stat]
     thresholded: dict[float, list[Stat]]
+
+    def _columns(self) -> dict[str, tuple[str, list[Stat]]]:
+        """key → (table header, the per-layer stats)."""
+        return {"compression": ("R^c", self.compression), "sparsity": ("‖Z‖₀/dn", self.sparsity),
+                **{f"above_{tau:g}": (f"|Z|≥{tau:g}", stats) for tau, stats in self.thresholded.items()}}
+
+    def rows(self) -> list[dict[str, float | int]]:
+        """One dict per layer: ``layer`` (1 … L) and ``<quantity>_mean``/``_std`` for compression, sparsity and
+        each threshold τ (``above_<τ>``)."""
+        return [{"layer": i + 1, **{f"{key}_{part}": getattr(stats[i], part) for key, (_, stats) in
+                                    self._columns().items() for part in ("mean", "std")}}
+                for i in range(len(self.compression))]
+
+    def to_dict(self) -> dict:
+        """``{"protocol", "eps", "images", "layers": rows()}``: plain Python numbers (JSON-ready)."""
+        return {"protocol": self.protocol, "eps": self.eps, "images": self.compression[0].values.numel()
+                if self.compression else 0, "layers": self.rows()}
+
+    def to_dataframe(self):
+        """`rows` as a pandas DataFrame indexed by layer (pandas is needed for this method only)."""
+        try:
+            import pandas
+        except ImportError as err:
+            raise ImportError("LayerMeasurements.to_dataframe needs pandas: pip install pandas (or use to_dict())") \
+                from err
+        return pandas.DataFrame(self.rows()).set_index("layer")
+
+    def __repr__(self) -> str:
+        columns = self._columns()
+        cells = [["layer", *(header for header, _ in columns.values())]]
+        cells += [[str(i + 1), *(f"{stats[i].mean:.4g} ± {stats[i].std:.2g}" for _, stats in columns.values())]
+                  for i in range(len(self.compression))]
+        widths = [max(len(row[j]) for row in cells) for j in range(len(cells[0]))]
+        head = (f"per-layer measurements (protocol {self.protocol}, ε = {self.eps:g}, {self.to_dict()['images']} "
+                "images): mean ± std over the images")
+        return "\n".join([head, *("  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells)])
+
+    __str__ = __repr__
 
 
 def _encoder_layers(model: nn.Module) -> nn.ModuleList:

@@ -113,7 +113,7 @@ def builtin_corpus() -> TokenCorpus:
     val = split_ids([d.id for d in documents], BUILTIN_VAL_FRACTION)
     tokenizer = ByteTokenizer()
     parts: dict[str, list[np.ndarray]] = {s: [] for s in SPLITS}
-    for document, ids in zip(documents, encode_documents(documents, tokenizer)):
+    for document, ids in zip(documents, encode_documents(documents, tokenizer, errors="replace")):
         parts["val" if document.id in val else "train"].append(ids.astype(np.uint16))
     train, val_ids = (np.concatenate(parts[s]) for s in SPLITS)
     return TokenCorpus(train, val_ids, tokenizer.spec, tokenizer.vocab_size, tokenizer.eot_id, tokenizer.mask_id,

@@ -20,6 +20,7 @@ import json
 import math
 import multiprocessing
 import os
+import re
 import sysconfig
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
@@ -63,22 +64,51 @@ class Document:
         return self.name, -1 if self.line is None else self.line
 
 
-def read_texts(documents: Iterable[Document]) -> Iterator[str]:
-    """The text of each document in order, reading each JSONL file once (documents sorted by `Document.key`)."""
+DECODE_ERRORS = ("strict", "replace")
+_ESCAPED = re.compile("[\udc80-\udcff]")  # the bytes surrogateescape could not decode, one character each
+
+
+def decode(data: bytes, where: str, errors: str = "strict") -> tuple[str, int]:
+    """``data`` read as UTF-8 and the number of its bytes that are not UTF-8 (``where`` names it in errors).
+
+    ``errors="strict"``: ValueError naming ``where``, the first such byte and its offset; ``"replace"``: each
+    undecodable sequence becomes U+FFFD (Python's ``errors="replace"``)."""
+    try:
+        return data.decode("utf-8"), 0
+    except UnicodeDecodeError as err:
+        if errors == "strict":
+            raise ValueError(f"corpus: {where} is not UTF-8 (byte {data[err.start]:#04x} at offset {err.start}); "
+                             "--errors replace reads it with U+FFFD for each undecodable sequence, counting the "
+                             "bytes") from None
+    return data.decode("utf-8", errors="replace"), len(_ESCAPED.findall(data.decode("utf-8", "surrogateescape")))
+
+
+def read_texts(documents: Iterable[Document], errors: str = "strict",
+               undecodable: dict[str, int] | None = None) -> Iterator[str]:
+    """The text of each document in order, reading each JSONL file once (documents sorted by `Document.key`).
+
+    Bytes that are not UTF-8 are refused (``errors="strict"``) or replaced (``"replace"``; `decode`); with
+    ``undecodable``, the number replaced is recorded under the id of each document that had any."""
+    if errors not in DECODE_ERRORS:
+        raise ValueError(f"errors: expected one of {', '.join(DECODE_ERRORS)}, got {errors!r}")
     handle, current, position = None, None, -1
     try:
         for document in documents:
             if document.line is None:
-                yield Path(document.path).read_bytes().decode("utf-8", errors="replace")
-                continue
-            if document.path != current or document.line <= position:
-                if handle is not None:
-                    handle.close()
-                handle, current, position = open(document.path, encoding="utf-8", errors="replace"), document.path, -1
-            row = ""
-            while position < document.line:
-                row, position = handle.readline(), position + 1
-            yield _jsonl_text(row, document.path, document.line)
+                text, bad = decode(Path(document.path).read_bytes(), document.path, errors)
+            else:
+                if document.path != current or document.line <= position:
+                    if handle is not None:
+                        handle.close()
+                    handle, current, position = open(document.path, "rb"), document.path, -1
+                row = b""
+                while position < document.line:
+                    row, position = handle.readline(), position + 1
+                row, bad = decode(row, f"line {document.line + 1} of {document.path}", errors)
+                text = _jsonl_text(row, document.path, document.line)
+            if bad and undecodable is not None:
+                undecodable[document.id] = bad
+            yield text
     finally:
         if handle is not None:
             handle.close()
@@ -106,7 +136,7 @@ def find_documents(inputs: Sequence[str | os.PathLike], pattern: str = "*") -> l
         for path in files:
             name = str(path.relative_to(root)) if root.is_dir() else path.name
             if path.suffix == ".jsonl":
-                with open(path, encoding="utf-8", errors="replace") as f:
+                with open(path, "rb") as f:  # lines split at b"\n" only, as read_texts reads them
                     documents += [Document(name, str(path), i) for i, row in enumerate(f) if row.strip()]
             else:
                 documents.append(Document(name, str(path)))
@@ -152,12 +182,15 @@ def _encode_text(text: str) -> np.ndarray:
 
 
 def encode_documents(documents: Sequence[Document], tokenizer: Tokenizer, workers: int = 1,
-                     progress: bool = False) -> Iterator[np.ndarray]:
-    """Each document's ids followed by the end-of-text id, in order (``workers`` processes when > 1)."""
+                     progress: bool = False, errors: str = "strict",
+                     undecodable: dict[str, int] | None = None) -> Iterator[np.ndarray]:
+    """Each document's ids followed by the end-of-text id, in order (``workers`` processes when > 1); ``errors``
+    and ``undecodable``: bytes that are not UTF-8, as in `read_texts`."""
     bar = functools.partial(tqdm, total=len(documents), disable=not progress, unit="doc", desc="tokenizing")
+    texts = read_texts(documents, errors, undecodable)
     if workers <= 1:
         _init_worker(tokenizer)
-        yield from bar(map(_encode_text, read_texts(documents)))
+        yield from bar(map(_encode_text, texts))
         return
     with multiprocessing.get_context("spawn").Pool(workers, _init_worker, (tokenizer.spec,)) as pool:
-        yield from bar(pool.imap(_encode_text, read_texts(documents), chunksize=64))
+        yield from bar(pool.imap(_encode_text, texts, chunksize=64))

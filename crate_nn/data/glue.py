@@ -72,7 +72,7 @@ def stdlib_next_lines(split: str, count: int, seed: int = 0) -> TextPairs:
     documents = stdlib_documents()
     val = split_ids([d.id for d in documents], BUILTIN_VAL_FRACTION)
     chosen = [d for d in documents if (d.id in val) == (split == "val")]
-    lines = [[line.strip() for line in text.splitlines() if line.strip()] for text in read_texts(chosen)]
+    lines = [[line.strip() for line in text.splitlines() if line.strip()] for text in read_texts(chosen, errors="replace")]
     lines = [ls for ls in lines if len(ls) >= 2]
     rng = np.random.default_rng([seed, zlib.crc32(split.encode())])
     texts, labels = [], []

@@ -69,15 +69,16 @@ def _copy_bytes(source, target, offset: int, size: int, chunk: int = 1 << 24) ->
 
 def prepare(documents: Sequence[Document], tokenizer: Tokenizer, output_dir: str | os.PathLike,
             val_fraction: float = 0.1, workers: int = 1, progress: bool = True, source: str = "",
-            split_by: str = "tokens") -> dict:
+            split_by: str = "tokens", errors: str = "strict") -> dict:
     """Tokenize ``documents`` into ``output_dir``/{train,val}.bin and meta.json (module docstring); returns the meta.
 
     ``split_by="tokens"`` (the default): validation holds round(``val_fraction`` · T) of the T tokens
     (`token_split`; one document is enough). ``split_by="documents"``: validation holds ⌈``val_fraction`` · N⌉
     whole documents (`split_ids`; the built-in corpus, and nanoGPT's OpenWebText split with 0.0005), whatever
     their lengths. The meta records per split its ``documents`` (a document cut in two counts in both), its
-    ``tokens`` and its ``share`` of the tokens. ValueError when the documents hold no text, or a split would be
-    empty.
+    ``tokens`` and its ``share`` of the tokens, and ``undecodable`` the ``bytes`` that were not UTF-8 and the
+    ``documents`` holding them. ValueError when the documents hold no text, a split would be empty, or (``errors=
+    "strict"``, the default) a document is not UTF-8; ``errors="replace"`` reads each undecodable sequence as U+FFFD.
     """
     if split_by not in SPLIT_BY:
         raise ValueError(f"split_by: expected one of {', '.join(SPLIT_BY)}, got {split_by!r}")
@@ -90,10 +91,10 @@ def prepare(documents: Sequence[Document], tokenizer: Tokenizer, output_dir: str
     out.mkdir(parents=True, exist_ok=True)
     (out / "meta.json").unlink(missing_ok=True)  # an interrupted preparation leaves no meta.json behind
     dtype = token_dtype(tokenizer.vocab_size)
-    stream, lengths, texts = out / ".all.bin.tmp", [], 0
+    stream, lengths, texts, undecodable = out / ".all.bin.tmp", [], 0, {}
     try:
         with open(stream, "wb") as f:  # every document's ids in order; the split is cut from this file
-            for ids_ in encode_documents(documents, tokenizer, workers, progress):
+            for ids_ in encode_documents(documents, tokenizer, workers, progress, errors, undecodable):
                 ids_.astype(dtype).tofile(f)
                 lengths.append(len(ids_))
                 texts += len(ids_) - (tokenizer.eot_id is not None)
@@ -132,7 +133,8 @@ def prepare(documents: Sequence[Document], tokenizer: Tokenizer, output_dir: str
         counts[s]["share"] = counts[s]["tokens"] / total
     meta = {"tokenizer": tokenizer.spec, "vocab_size": tokenizer.vocab_size, "dtype": dtype.name,
             "eot_id": tokenizer.eot_id, "mask_id": tokenizer.mask_id, "special_ids": list(tokenizer.special_ids),
-            "val_fraction": val_fraction, "split_by": split_by, "source": source, **{s: counts[s] for s in SPLITS}}
+            "val_fraction": val_fraction, "split_by": split_by, "source": source, **{s: counts[s] for s in SPLITS},
+            "undecodable": {"bytes": sum(undecodable.values()), "documents": len(undecodable)}}
     (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     return meta
 

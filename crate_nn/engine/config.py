@@ -327,6 +327,18 @@ class TrainConfig(RunSection, OptimSection, ScheduleSection, EvaluationSection):
         return dataclasses.replace(shrunk, **overrides)
 
 
+DEFAULT = "default"
+"""A dict option's value that removes its key from the preset's (``--model-args depth=default``): the model's own
+default applies (`merge_options`)."""
+
+
+def merge_options(preset: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
+    """A dict option (``model_args``) given on top of its preset's: the given keys replace the preset's, the others
+    are kept, and a key given as `DEFAULT` is removed."""
+    merged = {**preset, **given}
+    return {k: v for k, v in merged.items() if not (isinstance(v, str) and v == DEFAULT)}
+
+
 def fit_to_run(preset: TrainConfig, overrides: typing.Mapping[str, Any]) -> tuple[dict, list[str]]:
     """The changes that keep ``preset``'s shares of the run (its ``span`` fields: warm-ups, measurement, k-NN, probe
     and figure epochs, step cadences) in proportion when ``overrides`` give the run another length, and one

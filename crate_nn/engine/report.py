@@ -23,7 +23,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .config import TrainConfig
+from .config import DEFAULT, TrainConfig
 from .task import PRESETS
 
 SUMMARY = "summary.json"
@@ -84,8 +84,10 @@ def command_line(config: TrainConfig, *extra: str) -> str | None:
             words += [flag, "none"]
         elif isinstance(value, tuple):
             words += [flag, *map(str, value)]
-        elif isinstance(value, dict):
-            words += [flag, *(f"{k}={_literal(v)}" for k, v in value.items())]
+        elif isinstance(value, dict):  # merged into the preset's (`merge_options`): what changed, what was removed
+            given = getattr(preset, f.name)
+            words += [flag, *(f"{k}={_literal(v)}" for k, v in value.items() if k not in given or given[k] != v),
+                      *(f"{k}={DEFAULT}" for k in given if k not in value)]
         else:
             words += [flag, str(value)]
     return " ".join(shlex.quote(w) for w in [*words, *extra])

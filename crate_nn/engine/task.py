@@ -20,7 +20,7 @@ import abc
 import dataclasses
 import functools
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
@@ -30,7 +30,7 @@ from torch.utils.data import Dataset
 
 from ..data.batching import collate
 from ..preprocessing import Preprocessing, from_training
-from .config import TrainConfig, check_sections, fit_to_run
+from .config import TrainConfig, check_sections, fit_to_run, merge_options
 from .distributed import Context
 
 
@@ -253,7 +253,9 @@ def get_preset(name: str, **overrides) -> TrainConfig:
     When ``overrides`` change the run's length (``epochs``, ``total_steps``), the preset's warm-up and its
     measurement, k-NN, probe, figure and step cadences that ``overrides`` leave alone keep their share of the run
     (`crate_nn.engine.config.fit_to_run`), and one line on stderr says what changed. Values given in ``overrides``
-    are kept as given: one past the run's end is refused by ``validate`` with what to pass instead.
+    are kept as given: one past the run's end is refused by ``validate`` with what to pass instead. A dict field
+    (``model_args``) is merged into the preset's (`crate_nn.engine.config.merge_options`: the keys given replace the
+    preset's, the others are kept, a key given as ``"default"`` is removed).
     """
     if name not in PRESETS:
         raise ValueError(f"preset: expected one of {', '.join(sorted(PRESETS))}, got {name!r}")
@@ -263,6 +265,8 @@ def get_preset(name: str, **overrides) -> TrainConfig:
     if unknown:
         raise TypeError(f"unknown {type(config).__name__} field(s) {unknown} for preset {name!r}; known: "
                         f"{sorted(known)}")
+    overrides = {k: merge_options(getattr(config, k), v) if isinstance(v, Mapping) and isinstance(getattr(config, k), dict)
+                 else v for k, v in overrides.items()}
     fitted, changes = fit_to_run(config, overrides)
     if changes:
         length = ", ".join(f"{k}={overrides[k]}" for k in ("epochs", "total_steps") if k in overrides)

@@ -46,7 +46,8 @@ def evaluate(
 
     Under torchrun each process evaluates every ``world_size``-th image and the sums are all-reduced. Returns
     ``loss``, ``top1``, ``top5``, ``images`` and ``skipped`` (unreadable files), plus ``real_top1`` and
-    ``real_images`` when ``real_labels`` is given. Draws nothing from the global RNG.
+    ``real_images`` when ``real_labels`` is given. Draws nothing from the global RNG. ValueError when no image could
+    be read (or, with ``real_labels``, none has a plausible label): a mean over no image is undefined.
     """
     was_training = model.training
     model.eval()
@@ -79,10 +80,16 @@ def evaluate(
                     totals[6] += 1
     distributed.all_reduce_sum(totals, ctx)
     model.train(was_training)
-    n = max(totals[3].item(), 1.0)
+    n, skipped = int(totals[3].item()), int(totals[4].item())
+    if n == 0:  # a mean over no image is no number (not 0.0, which reads as a perfect loss)
+        raise ValueError(f"none of the {len(dataset)} images could be read ({skipped} unreadable, named above); a "
+                         "metric over no image is undefined")
     metrics = {"loss": totals[0].item() / n, "top1": totals[1].item() / n, "top5": totals[2].item() / n,
-               "images": int(totals[3].item()), "skipped": int(totals[4].item())}
+               "images": n, "skipped": skipped}
     if real_labels is not None:
-        metrics["real_top1"] = totals[5].item() / max(totals[6].item(), 1.0)
+        if totals[6] == 0:
+            raise ValueError(f"real_json: none of the {n} evaluated images has a plausible label; ReaL top-1 over no "
+                             "image is undefined")
+        metrics["real_top1"] = totals[5].item() / totals[6].item()
         metrics["real_images"] = int(totals[6].item())
     return metrics

@@ -105,7 +105,7 @@ def mlm_metrics(model: nn.Module, tokens: np.ndarray, block_size: int, ctx: dist
     """``loss`` (eq. 85: per-sequence mean over its masked tokens, then the mean over sequences), ``accuracy``
     (fraction of masked tokens predicted exactly) and the number of ``masked`` tokens of a masked LM on windows of
     ``tokens``. Each window is masked by ``mask`` with a generator seeded by (``seed``, window index), so it gets
-    the same mask on every call."""
+    the same mask on every call. ValueError when no token was masked (every one special)."""
     windows, mine = _evaluation_windows(model, tokens, block_size, 0, batch_size, batches, ctx)
 
     def body(net: nn.Module) -> torch.Tensor:
@@ -123,7 +123,10 @@ def mlm_metrics(model: nn.Module, tokens: np.ndarray, block_size: int, ctx: dist
         return totals
 
     loss_sum, sequences, hits, masked = _run(model, ctx, precision, 4, body).tolist()
-    return {"loss": loss_sum / max(sequences, 1.0), "accuracy": hits / max(masked, 1.0), "masked": int(masked)}
+    if masked == 0:  # a mean over no token is no number (not 0.0, which reads as a perfect loss)
+        raise ValueError(f"tokens: no token of the {len(spread(len(windows), batch_size * batches))} windows was "
+                         "masked (all special); a masked-LM metric over no token is undefined")
+    return {"loss": loss_sum / sequences, "accuracy": hits / masked, "masked": int(masked)}
 
 
 def classification_metrics(predictions: torch.Tensor, labels: torch.Tensor, num_classes: int) -> dict[str, float]:

@@ -440,9 +440,8 @@ def dino_digits() -> DINOTrainConfig:
     Expected (seeds 0–2, mean ± std; ``python -m verify --only dino --full`` re-measures): k-NN top-1 of the
     teacher on the 360 test digits 72.8 ± 1.7% vs 67.6 ± 1.1% for the same model at its initialisation (linear
     probe 77.8 ± 1.0% vs 75.2 ± 1.7%); the supervised ``digits`` preset with this backbone at 16² reaches k-NN
-    97.8 ± 0.7%. The teacher's output is uniform at the end (entropy 6.9313 of log K = 6.9315). Wall time 1 min 26 s
-    on a shared 2-core machine (53 s of CPU time on one core); validation k-NN logged at the start and after epochs 5
-    and 10.
+    97.8 ± 0.7%. The teacher's output is uniform at the end (entropy 6.9313 of log K = 6.9315). Validation k-NN
+    logged at the start and after epochs 5 and 10; time: the README's table of the presets' times (``python -m benchmarks.presets``).
     """
     return DINOTrainConfig(
         model="crate_tiny", model_args=dict(patch_size=4, dim=96, depth=3, heads=4), out_dim=1024, hidden_dim=256,
@@ -502,7 +501,7 @@ def simdino_digits() -> DINOTrainConfig:
 
     Command:  crate-train --preset simdino_digits
     Expected: see the README's self-supervision table (``python -m verify --full --only simdino`` re-measures);
-    ≈ 30 s of CPU on one core.
+    time: the README's table of the presets' times (``python -m benchmarks.presets``).
     """
     return dataclasses.replace(dino_digits(), objective="simdino", rate_eps=math.sqrt(0.05),
                                output_dir="runs/simdino_digits")

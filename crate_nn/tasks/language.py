@@ -502,7 +502,8 @@ def gpt_stdlib() -> CausalLMConfig:
     ``--model-args feedforward=none`` the without-ISTA ablation.
 
     Command:  crate-train --preset gpt_stdlib
-    Expected: see the README section (validation loss per byte for three seeds). Wall time ≈ 3 min on 1–2 cores.
+    Expected: see the README section (validation loss per byte for three seeds);
+    time: the README's table of the presets' times (``python -m benchmarks.presets``).
     """
     return CausalLMConfig(
         model="crate_gpt_small", model_args=dict(dim=128, heads=4, depth=4), block_size=128, output_dir="runs/gpt_stdlib",
@@ -521,8 +522,8 @@ def tost_stdlib() -> CausalLMConfig:
 
     Command:  crate-train --preset tost_stdlib
     Expected: validation loss 2.195 ± 0.004 nats per byte (seeds 0–2; on the same seeds CRATE-GPT reaches 2.208 ±
-    0.038 and the standard GPT 1.701 ± 0.016: claims tost-stdlib-*). Wall time ≈ 3–8 min on a 2-core CPU shared
-    under load (≈ 2× ``gpt_stdlib``'s, about the standard GPT's).
+    0.038 and the standard GPT 1.701 ± 0.016: claims tost-stdlib-*). About 2× ``gpt_stdlib``'s
+    work; time: the README's table of the presets' times (``python -m benchmarks.presets``).
     """
     return dataclasses.replace(gpt_stdlib(), model="tost_gpt_base", output_dir="runs/tost_stdlib")
 
@@ -537,7 +538,8 @@ def bert_stdlib() -> MaskedLMConfig:
     The rate and length were chosen on the validation loss: ``results/presets/bert_stdlib.md``.
 
     Command:  crate-train --preset bert_stdlib
-    Expected: see the README section (masked-byte loss and accuracy). Wall time ≈ 6 min on one core.
+    Expected: see the README section (masked-byte loss and accuracy);
+    time: the README's table of the presets' times (``python -m benchmarks.presets``).
     """
     return MaskedLMConfig(
         model="crate_bert_medium", model_args=dict(dim=128, heads=4, depth=4), block_size=128,
@@ -588,7 +590,8 @@ def pairs_stdlib() -> SequenceClassificationConfig:
     AdamW lr 1e-3, batch 32, 3 epochs, linear decay. ``--init-from none`` trains the same model from scratch.
 
     Command:  crate-train --preset bert_stdlib && crate-train --preset pairs_stdlib
-    Expected: see the README section (accuracy and F1, pre-trained vs from scratch). Wall time ≈ 2 min on one core.
+    Expected: see the README section (accuracy and F1, pre-trained vs from scratch);
+    time: the README's table of the presets' times (``python -m benchmarks.presets``).
     """
     return SequenceClassificationConfig(
         init_from="runs/bert_stdlib/checkpoints/last.pt", model="crate_bert_medium",

@@ -296,7 +296,7 @@ def mae_digits() -> MAEConfig:
     Command:  crate-train --preset mae_digits
     Expected (seeds 0–2, mean ± std): held-out test loss 0.395 ± 0.004 (predicting the training mean image gives
     0.521); linear probe 87.7 ± 2.0% for the pre-trained encoder vs 80.1 ± 3.6% for the same model at its
-    initialisation. Wall time ≈ 1.5 min of CPU time on one core (3–4 min on a busy 2-core machine).
+    initialisation. Time: the README's table of the presets' times (``python -m benchmarks.presets``).
     """
     return MAEConfig(
         model="crate_mae_tiny", model_args=dict(DIGITS_MODEL), dataset="digits",
@@ -343,8 +343,8 @@ def mae_digits_finetune() -> ClassificationConfig:
 
     Command:  crate-train --preset mae_digits_finetune --init-from runs/mae_digits/checkpoints/last.pt
               (from scratch: crate-train --preset mae_digits_finetune)
-    Expected: see the README (test top-1 pre-trained vs from scratch, mean ± std over seeds); wall time ≈ 20–40 s
-    on one CPU core.
+    Expected: see the README (test top-1 pre-trained vs from scratch, mean ± std over seeds);
+    time: the README's table of the presets' times (``python -m benchmarks.presets``).
     """
     return dataclasses.replace(get_preset("digits"), model="crate_tiny",
                                model_args=dict(DIGITS_MODEL, **_ENCODER_AS_CLASSIFIER), mean=DIGITS_MEAN,

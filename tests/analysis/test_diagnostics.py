@@ -1,4 +1,6 @@
 """crate_nn.analysis (diagnostics and plots): tracing without side effects, batching, coherence, figures."""
+import json
+
 import matplotlib
 import pytest
 import torch
@@ -59,6 +61,30 @@ def test_measure_layers_casts_to_the_model_and_rejects_bad_arguments():
         measure_layers(model, images, eps=0.0)
     with pytest.raises(TypeError, match="CRATE model with an encoder"):
         measure_layers(torch.nn.Linear(2, 2), images)
+
+
+def test_measurements_print_as_a_per_layer_table_and_convert(capsys):
+    """A result printed (or shown at the prompt) is one table row per layer, not the per-image tensors; to_dict()
+    is JSON-ready and to_dataframe() indexed by layer."""
+    model, images = model_and_images()
+    stats = measure_layers(model, images, protocol="official", thresholds=(0.5,))
+    print(stats)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0] == "per-layer measurements (protocol official, ε = 0.1, 5 images): mean ± std over the images"
+    assert lines[1].split() == ["layer", "R^c", "‖Z‖₀/dn", "|Z|≥0.5"]
+    assert len(lines) == 2 + 3 and "tensor" not in repr(stats) and repr(stats) == str(stats)
+    for layer, line in enumerate(lines[2:]):
+        words = line.split()
+        assert words[0] == str(layer + 1)
+        assert words[1:4] == [f"{stats.compression[layer].mean:.4g}", "±", f"{stats.compression[layer].std:.2g}"]
+    table = stats.to_dict()
+    assert json.loads(json.dumps(table)) == table
+    assert (table["protocol"], table["eps"], table["images"]) == ("official", 0.1, 5)
+    row = table["layers"][2]
+    assert row["layer"] == 3 and row["compression_mean"] == stats.compression[2].mean
+    assert row["sparsity_std"] == stats.sparsity[2].std and row["above_0.5_mean"] == stats.thresholded[0.5][2].mean
+    frame = stats.to_dataframe()
+    assert list(frame.index) == [1, 2, 3] and frame.loc[2, "compression_mean"] == stats.compression[1].mean
 
 
 def test_coherence_of_orthonormal_bases_is_identity():

@@ -306,6 +306,33 @@ def test_prepare_text_refuses_an_empty_file_and_a_bad_fraction_in_one_line(tmp_p
     assert not out.exists()
 
 
+def test_prepare_text_refuses_or_counts_bytes_that_are_not_utf8(tmp_path, capsys):
+    """Latin-1 text (é is the one byte 0xE9) was turned into U+FFFD without a word; by default it is refused naming
+    the file and the byte, and ``--errors replace`` accepts it, counting the bytes replaced."""
+    root = tmp_path / "c"
+    root.mkdir()
+    (root / "latin1.txt").write_bytes("café au lait\n".encode("latin-1") * 1000)  # 1,000 bytes 0xE9
+    (root / "ok.txt").write_text("plain\n")
+    (root / "lines.jsonl").write_bytes(b'{"text": "fine"}\n{"text": "na\xefve"}\n')
+    out = tmp_path / "t"
+    assert main(["--input", str(root / "ok.txt"), str(root / "latin1.txt"), "--output-dir", str(out)]) == 1
+    assert _messages(capsys.readouterr().err) == [
+        f"crate-prepare-text: corpus: {root / 'latin1.txt'} is not UTF-8 (byte 0xe9 at offset 3); --errors replace "
+        "reads it with U+FFFD for each undecodable sequence, counting the bytes"]
+    assert not out.exists()
+    assert main(["--input", str(root / "lines.jsonl"), "--output-dir", str(out)]) == 1
+    assert _messages(capsys.readouterr().err)[0].startswith(
+        f"crate-prepare-text: corpus: line 2 of {root / 'lines.jsonl'} is not UTF-8 (byte 0xef at offset 12)")
+    assert main(["--input", str(root), "--output-dir", str(out), "--errors", "replace"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["undecodable"] == {"bytes": 1001, "documents": 2}
+    assert _messages(captured.err) == [
+        "crate-prepare-text: warning: 1,001 bytes that are not UTF-8 (in 2 of 4 documents) were replaced by U+FFFD"]
+    corpus = load_corpus(out)
+    tokens = np.concatenate([corpus.train, corpus.val]).tolist()
+    assert tokens.count(0xE9) == 0 and bytes(t for t in tokens if t < 256).count("\ufffd".encode()) == 1001
+
+
 # ----------------------------------------------------------------------------------------------- built-in corpus
 def test_builtin_corpus_is_the_standard_library_split_by_file():
     documents = stdlib_documents()

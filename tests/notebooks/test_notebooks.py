@@ -1,7 +1,8 @@
 """Execute every notebook of ``notebooks/`` top to bottom; a notebook fails its test on any cell error.
 
 The notebooks are stored as jupytext percent-format ``.py`` files (readable diffs, no outputs in git). Each test
-converts one to a notebook with jupytext and runs it with nbclient in a kernel started from *this* interpreter
+runs one as ``python -m notebooks.run`` does (`notebooks.run.execute`): converted with jupytext and executed with
+nbclient in a kernel started from *this* interpreter
 (a kernelspec written to a temporary directory, so no user-level or system kernel named ``python3`` can be picked
 up instead of the project's ``.venv``). The kernel's working directory is the repository root and the root is on
 its ``PYTHONPATH``, so ``import crate_theory`` works from a fresh clone before ``pip install -e .``.
@@ -12,23 +13,13 @@ printed (``pytest -s``) and also visible with ``--durations``.
 """
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
 
-import jupytext
 import pytest
-from ipykernel.kernelspec import write_kernel_spec
-from jupyter_client.kernelspec import KernelSpecManager
-from jupyter_client.manager import KernelManager
-from nbclient import NotebookClient
 
-ROOT = Path(__file__).resolve().parents[2]
-NOTEBOOK_DIR = ROOT / "notebooks"
-NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.py"))
-KERNEL_NAME = "crate-notebooks"
-CELL_TIMEOUT_S = 600  # generous: the machine running CI may be shared; the budget is checked by wall time, not here
+from notebooks.run import NOTEBOOKS, execute, kernel_environment, main, write_kernel
 
 
 def test_the_eight_notebooks_exist():
@@ -38,29 +29,27 @@ def test_the_eight_notebooks_exist():
 @pytest.fixture(scope="session")
 def kernel_dir(tmp_path_factory) -> Path:
     """A kernelspec directory holding one kernel that runs ``sys.executable -m ipykernel_launcher``."""
-    root = tmp_path_factory.mktemp("kernels")
-    write_kernel_spec(root / KERNEL_NAME)
-    return root
+    return write_kernel(tmp_path_factory.mktemp("kernels"))
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_runs(path: Path, kernel_dir: Path, tmp_path: Path, monkeypatch):
-    nb = jupytext.read(path)
-    # The kernel inherits this environment: the repository importable, the Agg backend, one thread per kernel
-    # (CI runs two pytest workers on two cores), and a private cache so the notebooks never touch ~/.cache.
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
-    monkeypatch.setenv("MPLBACKEND", "Agg")
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    monkeypatch.setenv("MKL_NUM_THREADS", "1")
-    monkeypatch.setenv("CRATE_WHITEBOX_CACHE", str(tmp_path / "cache"))
-    km = KernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernel_dir)]))
-    client = NotebookClient(
-        nb,
-        km=km,
-        timeout=CELL_TIMEOUT_S,
-        allow_errors=False,
-        resources={"metadata": {"path": str(ROOT)}},
-    )
+def test_notebook_runs(path: Path, kernel_dir: Path, tmp_path: Path):
+    # The kernel's environment: the repository importable, a private cache so the notebooks never touch ~/.cache,
+    # the Agg backend and one thread per kernel (CI runs two pytest workers on two cores).
+    env = {**kernel_environment(tmp_path / "cache"), "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1",
+           "MKL_NUM_THREADS": "1"}
     start = time.perf_counter()
-    client.execute()
+    execute(path, kernel_dir, env)
     print(f"{path.name}: executed in {time.perf_counter() - start:.1f} s", file=sys.stderr)
+
+
+def test_the_run_command_writes_html_a_browser_opens(tmp_path, capsys):
+    """``python -m notebooks.run 01``: the executed notebook, its printed numbers and figures inside, as HTML."""
+    assert main(["01", "--output-dir", str(tmp_path)]) == 0
+    page = tmp_path / "01_coding_rates.html"
+    assert capsys.readouterr().out.startswith(f"{page}  (")
+    html = page.read_text()
+    assert html.startswith("<!DOCTYPE html>") and "Sylvester" in html
+    assert html.count("data:image/png;base64") >= 2  # the notebook's figures, drawn inline
+    with pytest.raises(SystemExit, match="no notebook"):
+        main(["99"])

@@ -115,9 +115,17 @@ def test_crate_eval_top_k_and_imagenet_real(tmp_path, capsys):
     # ReaL label sets for val images 1..4 (file numbers), one image without any plausible label
     real = [[0], [1, 0], [], [1]]
     (tmp_path / "real.json").write_text(json.dumps(real))
+    capsys.readouterr()
     assert crate_eval([run.checkpoint, "--real-json", str(tmp_path / "real.json"), "--num-workers", "0",
                        "--device", "cpu", "--output", str(tmp_path / "m.json")]) == 0
     metrics = json.loads((tmp_path / "m.json").read_text())
+    assert (metrics["dataset"], metrics["split"]) == ("imagenet", "val")
+    assert capsys.readouterr().out.splitlines() == [  # a table naming the data, the split, the count and the units
+        f"{run.checkpoint} on imagenet, split val: 4 images (0 unreadable, skipped)",
+        f"  loss        {metrics['loss']:7.4f}  cross-entropy, nats per image",  # values right-aligned
+        f"  top-1       {100 * metrics['top1']:6.2f}%",
+        "  top-5       100.00%",
+        f"  ReaL top-1  {100 * metrics['real_top1']:6.2f}%  over the 3 images with a plausible label"]
     model = crate_nn.load(run.checkpoint).eval()
     val = build_dataset("imagenet", "val", data_dir=str(root), train=False, image_size=16, load_size=20,
                         eval_resize=20)

@@ -94,9 +94,15 @@ def test_causal_lm_command_trains_evaluates_measures_and_samples(corpus_dir, tmp
                         "--device", "cpu"]) == 0
     samples = capsys.readouterr().out.split("\n" + "-" * 40 + "\n")
     assert len(samples) == 2 and all(s.startswith("def ") for s in samples)
-    assert eval_lm_main([checkpoint, "--batches", "3", "--batch-size", "2", "--device", "cpu"]) == 0
+    assert eval_lm_main([checkpoint, "--batches", "3", "--batch-size", "2", "--device", "cpu", "--json"]) == 0
     metrics = json.loads(capsys.readouterr().out)
     assert metrics["tokens"] == 3 * 2 * 16 and math.isfinite(metrics["loss"])
+    assert (metrics["unit"], metrics["split"], metrics["tokenizer"]) == ("nats per token", "val", "bytes")
+    assert eval_lm_main([checkpoint, "--batches", "3", "--batch-size", "2", "--device", "cpu"]) == 0
+    assert capsys.readouterr().out.splitlines() == [  # without --json: a table naming the data, count and units
+        f"{checkpoint} on split val of {metrics['source']}: 96 predicted tokens in windows of 16",
+        f"  loss        {metrics['loss']:.4f}  cross-entropy, nats per token (bytes tokenizer: nats per byte)",
+        f"  perplexity  {metrics['perplexity']:>6.2f}  e^loss"]
     assert sample_main([str(gpt_run / "missing.pt")]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert eval_lm_main([checkpoint, "--block-size", "99"]) == 2
@@ -234,11 +240,12 @@ def test_eval_lm_reads_the_token_dtype_from_meta_json(corpus_dir, tmp_path, caps
     np.asarray(load_corpus(corpus_dir).val, dtype=np.uint32).tofile(wide / "val.bin")
     meta = json.loads((corpus_dir / "meta.json").read_text())
     (wide / "meta.json").write_text(json.dumps({**meta, "dtype": "uint32"}))
-    common = ["--batches", "3", "--batch-size", "2", "--device", "cpu"]
+    common = ["--batches", "3", "--batch-size", "2", "--device", "cpu", "--json"]
+    numbers = lambda out: {k: v for k, v in json.loads(out).items() if k in ("loss", "perplexity", "tokens")}  # noqa: E731
     assert eval_lm_main([checkpoint, "--data-dir", str(corpus_dir), *common]) == 0
-    expected = json.loads(capsys.readouterr().out)
+    expected = numbers(capsys.readouterr().out)
     assert eval_lm_main([checkpoint, "--tokens", str(wide / "val.bin"), *common]) == 0
-    assert json.loads(capsys.readouterr().out) == expected  # the same ids through the same code: equal to the bit
+    assert numbers(capsys.readouterr().out) == expected  # the same ids through the same code: equal to the bit
     assert eval_lm_main([checkpoint, "--tokens", str(wide / "val.bin"), "--dtype", "uint16", *common]) == 2
     assert capsys.readouterr().err == (f"crate-eval-lm: dtype: uint16 contradicts {wide / 'meta.json'}, which records "
                                        "uint32 for val.bin\n")

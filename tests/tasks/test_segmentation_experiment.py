@@ -88,8 +88,12 @@ def test_crate_segment_maps_and_errors(smoke, tmp_path, capsys):
     image = tmp_path / "photo.png"
     Image.fromarray(np.random.default_rng(0).integers(0, 256, (40, 50, 3), dtype=np.uint8)).save(image)
     out = tmp_path / "maps"
+    capsys.readouterr()
     assert crate_segment(["maps", ckpt, str(image), "--layer", "-2", "--output-dir", str(out)]) == 0
     assert {p.name for p in out.iterdir()} == {"photo_attention.png", "photo_maskcut.png", "pca.png", "boxes.json"}
+    lines = capsys.readouterr().out.splitlines()  # what it wrote, one file per line
+    assert lines[0] == f"crate-segment maps: layer -2 of {ckpt}, 1 image(s); wrote 4 files:"
+    assert sorted(line.split()[0] for line in lines[1:]) == sorted(str(p) for p in out.iterdir())
     assert crate_segment(["maps", ckpt, str(image), "--image-size", "30", "--output-dir", str(out)]) == 2
     assert "not divisible by the model's patch size 4" in capsys.readouterr().err
     assert crate_segment(["maps", str(tmp_path / "none.pt"), str(image)]) == 2

@@ -83,6 +83,58 @@ def test_membership_locality_scale_invariance_and_hard_limit():
     assert hard.max(1).min() > 1 - 1e-12
 
 
+# Extreme token scales: the reference values are written in the log domain from the statistics of the unscaled
+# tokens; exp of a log-domain sum whose terms reach |2 log c| ≈ 1,400 carries ~1,400·u ≈ 3e-13 relative, and
+# scaling the tokens by a c that is not a power of two rounds each entry once (u relative).
+EXTREME_RTOL = 1e-11
+EXTREME_SCALES = [1e155, 1e160, 1e300, 1e-155, 1e-300]
+
+
+def _log1p_scaled(log_a):
+    """log(1 + e^{log_a}) without overflow: the reference's log-domain form."""
+    return np.logaddexp(0.0, log_a)
+
+
+@pytest.mark.parametrize("scale", EXTREME_SCALES)
+def test_tssa_functions_are_finite_and_exact_at_extreme_token_scales(scale):
+    """Π, R^c_var, R^c_U, ∇R^c_var and the TSSA heads at tokens scaled by 1e±155 … 1e±300, against their exact values
+    from the unscaled tokens (Π of the normalised rule does not depend on the scale; the energy rule's logits scale
+    by c², so Π goes to the hard argmax at large scales and to uniform at small ones). The energies overflowed at
+    ~1e154 before: Π was NaN, R^c_var inf, the heads 0."""
+    rng = np.random.default_rng(3)
+    K, d, p, n, eps = 3, 8, 2, 7, 0.7
+    U = random_bases(rng, K, d, p)
+    Z = rng.standard_normal((d, n))
+    big = scale * Z
+    log_c, log_ceps = np.log(scale), np.log(d / eps**2)
+    for causal in (False, True):
+        np.testing.assert_allclose(T.membership(big, U, 1.5, normalize=True, causal=causal),
+                                   T.membership(Z, U, 1.5, normalize=True, causal=causal), rtol=EXTREME_RTOL)
+    energies = (np.einsum("kdp,dn->kpn", U, Z) ** 2).sum(1)  # (K, n)
+    limit = np.eye(K)[energies.argmax(0)] if scale > 1 else np.full((n, K), 1 / K)
+    np.testing.assert_allclose(T.membership(big, U, 1.5), limit, rtol=0, atol=1e-300)
+    Pi = T.membership(Z, U, 1.0, normalize=True)
+    A = np.einsum("kdp,dn->kpn", U, Z)
+    nk = Pi.sum(0)
+    s = np.einsum("kpn,nk->kp", A**2, Pi) / nk[:, None]
+    variational = 0.5 * (nk / n * _log1p_scaled(log_ceps + 2 * log_c + np.log(s)).sum(1)).sum()
+    assert rel_err(T.variational_compression(big, U, Pi, eps), variational) < EXTREME_RTOL
+    M = np.einsum("kpn,kqn,nk->kpq", A, A, Pi) / nk[:, None, None]
+    projected = 0.5 * (nk / n * _log1p_scaled(log_ceps + 2 * log_c + np.log(np.linalg.eigvalsh(M))).sum(1)).sum()
+    assert rel_err(T.projected_compression(big, U, Pi, eps), projected) < EXTREME_RTOL
+    # the coefficient of each code in the gradient: c_ε·c/(1 + c_ε c² s), in the log domain
+    factor = np.exp(log_ceps + log_c - _log1p_scaled(log_ceps + 2 * log_c + np.log(s)))
+    grad = np.einsum("kdp,kpn->dn", U, factor[:, :, None] * A * Pi.T[:, None, :]) / n
+    assert rel_err(T.variational_compression_grad(big, U, Pi, eps), grad) < EXTREME_RTOL
+    for causal in (False, True):
+        stats = T.token_statistics(Z, U, Pi, causal)  # (K, p, n)
+        factor = np.exp(log_ceps + log_c - _log1p_scaled(log_ceps + 2 * log_c + np.log(stats)))
+        heads = -Pi.T[:, None, :] * factor * A
+        assert rel_err(T.tssa_heads(big, U, Pi, d / eps**2, causal), heads) < EXTREME_RTOL
+        counts = np.arange(1, n + 1) if causal else n
+        assert rel_err(T.tssa(big, U, Pi, eps, causal=causal), np.einsum("kdp,kpn->dn", U, heads) / counts) < EXTREME_RTOL
+
+
 # ----------------------------------------------------------------------------------------------- the objective
 @given(shape=bases_shapes(max_d=6, max_n=7), seed=seeds, causal=st.booleans())
 def test_token_statistics_are_weighted_mean_squares(shape, seed, causal):

@@ -244,6 +244,8 @@ def test_an_old_id_selects_its_claim_and_names_the_new_one(capsys):
     new = Claim(**{**new.__dict__, "formerly": ("2.1-old",)})
     assert select([new], ["2.1-old"]) == [new]
     assert "claim 2.1-old is now eq8-new" in capsys.readouterr().err
+    assert select([new], ["2.1"]) == [new]  # a prefix of former ids, as scripts wrote them
+    assert "2.1 selects former ids, now eq8-new" in capsys.readouterr().err
 
 
 def test_a_printed_number_can_only_hold_or_fail():
