@@ -265,29 +265,45 @@ def _summary_cells(said: str, o: Outcome, width: int, expected: str = "expected 
     return said, _verdict_cell(o, expected), number, SCOPE_SHORT[o.claim.scope], seeds
 
 
+def _last_layer(o: Outcome | None) -> dict:
+    """The last layer's judgement of a joint claim (`verify.joint.Judgement.as_dict`), {} where there is none."""
+    layers = (o.result.data.get("per_layer") or []) if o is not None and o.result else []
+    return layers[-1] if layers and isinstance(layers[-1], dict) else {}
+
+
 def _joint_cell(o: Outcome) -> str:
-    """A joint claim's verdict and the label of its deciding layer (`verify.joint`), e.g. ``fails: collapse``."""
-    label = o.result.headline.label.split(",")[0].split(" ", 2)[-1] if o.result and o.result.headline else ""
-    return f"{_verdict_cell(o, '≠')}" + (f": {label}" if label else "")
+    """A joint claim's verdict and its last layer's label (`verify.joint`), e.g. ``fails: ℓ 3 collapse``."""
+    judged = _last_layer(o)
+    depth = len(o.result.data.get("per_layer", [])) if o.result else 0
+    return _verdict_cell(o, "≠") + (f": ℓ {depth} {judged['label']}" if judged.get("label") else "")
 
 
-def layers_compress_rows(outcomes: list[Outcome]) -> list[tuple[str, ...]]:
-    """The central question's rows measured in this run: (model, scope and setting, then per protocol the verdict
-    of the claim that answers it, "—" where none was measured)."""
+def _delta_r(o: Outcome | None) -> str:
+    """ΔR = R − R^c (the papers' objective) of a joint claim's last layer, A − B with its 95% interval."""
+    d = _last_layer(o).get("rate_reduction")
+    if not d:
+        return "—" if o is None else "not stored"
+    return f"{d['mean']:+.2g} [{d['ci_low']:.2g}, {d['ci_high']:.2g}]"
+
+
+def layers_compress_rows(outcomes: list[Outcome], setting: bool = True) -> list[tuple[str, ...]]:
+    """The central question's rows measured in this run: (model, scope — and its setting —, then per protocol the
+    verdict of the claim that answers it, "—" where none was measured, and ΔR at the last layer beside the joint
+    rule)."""
     rows = []
     for model, ids in LAYERS_COMPRESS:
         found = [_find(outcomes, i) for i in ids]
         if not any(found):
             continue
         first = next(o for o in found if o is not None)
-        where = SCOPE_SHORT[first.claim.scope] + (f", {first.claim.setting}" if first.claim.setting else "")
+        where = SCOPE_SHORT[first.claim.scope] + (f": {first.claim.setting}" if setting and first.claim.setting else "")
         cells = ["—" if o is None else (_joint_cell(o) if i == 2 else _verdict_cell(o, "≠")) for i, o in enumerate(found)]
-        rows.append((model, where, *cells))
+        rows.append((model, where, *cells, _delta_r(found[2])))
     return rows
 
 
-LAYERS_HEADER = ("do layers compress?", "scope, scale", *PROTOCOLS)
-LAYERS_WIDTHS = (22, 32, 17, 17, 24)
+LAYERS_HEADER = ("do layers compress?", "scope", *PROTOCOLS, "ΔR, last layer")
+LAYERS_WIDTHS = (24, 6, 17, 16, 22, 24)
 
 
 def _text_table(header: tuple[str, ...], rows: list[tuple[str, ...]], widths: tuple[int, ...]) -> list[str]:
@@ -314,7 +330,7 @@ def format_console(outcomes: list[Outcome]) -> str:
     if errors:
         lines += [""] + textwrap.wrap("Errors of the papers (their statements that fail): " + ", ".join(errors), 120,
                                       break_on_hyphens=False)
-    layers = layers_compress_rows(outcomes)
+    layers = layers_compress_rows(outcomes, setting=False)
     if layers:
         lines += [""] + _text_table(LAYERS_HEADER, layers, LAYERS_WIDTHS)
     rows = [_summary_cells(said, o, SUMMARY_WIDTHS[2], "≠") for said, o in paper_rows(outcomes)]
