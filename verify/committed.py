@@ -126,8 +126,8 @@ class NotStored(StoredDataError, LookupError):
 class StoredRun:
     """A run of a committed replication: what `verify.experiments.Run` gives, read from ``runs.json``; no weights."""
 
-    def __init__(self, config: TrainConfig, entry: dict, name: str):
-        self.config, self._entry, self._name = config, entry, name
+    def __init__(self, config: TrainConfig, entry: dict, name: str, store: Store):
+        self.config, self._entry, self._name, self._store = config, entry, name, store
         self.folder = experiments.location(config)  # where the run would be cached: a run names another by this path
 
     def _missing(self, what: str) -> NotStored:
@@ -154,7 +154,7 @@ class StoredRun:
     def derived(self, name: str, compute, code, **params) -> Any:
         key = _params(params)
         for item in self._entry.get("derived", []):
-            if item["name"] == name and item["params"] == key:
+            if item["name"] == name and self._store.today(item["params"]) == key:
                 return item["value"]
         raise self._missing(f"the derived number {name!r} ({key})")
 
@@ -259,12 +259,26 @@ class Store:
 
     def __init__(self, name: str):
         self.name, self.runs = name, replication(name).runs
+        self.names: dict[str, str] = {}
+        """A stored run's name when it was recorded (``<task>-<config hash>``) → its name for today's config of
+        it: an option added since changes a config's hash, and a run names another (a fine-tuning's ``init_from``,
+        a derived number's parameters) by it."""
+
+    def today(self, value: Any) -> Any:
+        """``value`` (a recipe, or a derived number's parameters as stored) with the names of the stored runs looked
+        up so far as today's config names them."""
+        text = json.dumps(value)
+        for recorded, now in self.names.items():
+            text = text.replace(recorded, now)
+        return json.loads(text)
 
     def run(self, config: TrainConfig) -> StoredRun:
         for entry in self.runs:
             if (entry["task"] == config.task and entry["seed"] == config.seed
-                    and not experiments.recipe_differences(local(entry["recipe"]), config)):
-                return StoredRun(config, entry, self.name)
+                    and not experiments.recipe_differences(self.today(local(entry["recipe"])), config)):
+                recorded = experiments.fields_hash(entry["task"], {**entry["recipe"], "seed": entry["seed"]})
+                self.names[f"{entry['task']}-{recorded}"] = f"{config.task}-{experiments.config_hash(config)}"
+                return StoredRun(config, entry, self.name, self)
         seeds = sorted({e["seed"] for e in self.runs if e["task"] == config.task})
         raise NotStored(f"{shown(path(self.name))} holds no {config.task} run of this recipe with seed {config.seed} "
                         f"(its {config.task} seeds: {seeds}); the recipe or the base seed changed since it was "

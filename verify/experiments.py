@@ -117,9 +117,14 @@ made while an audit runs never labels a run trained by the code loaded before it
 
 def config_hash(config: TrainConfig) -> str:
     """A hash of the config's task and of every field not in `NOT_IN_KEY` (the seed included)."""
-    fields = {k: v for k, v in config.to_dict().items() if k not in NOT_IN_KEY}
-    text = json.dumps([config.task, fields], sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return fields_hash(config.task, config.to_dict())
+
+
+def fields_hash(task: str, fields: dict) -> str:
+    """`config_hash` of a task and its config's fields (a dict as ``to_dict`` gives, or a stored recipe with its
+    seed): the fields not in `NOT_IN_KEY`."""
+    kept = {k: v for k, v in fields.items() if k not in NOT_IN_KEY}
+    return hashlib.sha256(json.dumps([task, kept], sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 @functools.cache

@@ -76,3 +76,23 @@ def test_a_committed_claim_is_full_only_until_its_runs_are_committed(tmp_path, m
     assert registry._REGISTRY["a"].modes == ("full",) and registry._REGISTRY["b"].modes == MODES
     with pytest.raises(ValueError, match="committed is for a claim that trains under --full only"):
         registry.claim(id="c", **{**spec, "modes": MODES})(lambda ctx: None)
+
+
+def test_runs_recorded_before_an_option_was_added_still_name_each_other(cache, results, monkeypatch):  # noqa: F811
+    """An option added to the config since a replication was recorded changes every config's hash, and a stored run
+    names another by it (a fine-tuning's init_from, a derived number's parameters): the store maps each recorded
+    name to today's, so the stored runs still answer."""
+    module = sys.modules[__name__]
+    base = experiments.run(tiny())
+    named = base.derived("weights", _measure, module, of=experiments.location(tiny()).name)
+    experiments.run(tiny(seed=1, init_from=str(base.folder / "trained.pt")))
+    committed.write("toy", 0)
+    today = experiments.config_hash
+    monkeypatch.setattr(experiments, "config_hash",  # as if an option with a default were added to every config
+                        lambda config: experiments.fields_hash(config.task, {**config.to_dict(), "new": None}))
+    assert experiments.config_hash(tiny()) != today(tiny())
+    with committed.reading("toy"):
+        stored = experiments.run(tiny())
+        assert stored.derived("weights", _measure, module, of=experiments.location(tiny()).name) == named
+        tuned = experiments.run(tiny(seed=1, init_from=str(stored.folder / "trained.pt")))
+        assert tuned.metrics
