@@ -26,6 +26,8 @@ def test_same_text_compares_words_exactly_and_numbers_within_a_tolerance():
     assert documents.same_text("−0.78 [−1.1, −0.46]", "−0.60 [−1.1, −0.46]", 0.1, 0.0) == ["−0.78 ≠ −0.60"]
     assert documents.same_text("169 claims", "170 claims", 0.0, 0.0) == ["169 ≠ 170"]
     assert documents.same_text("a\nb 1", "a\nc 1", 0.1, 0.0)[0].startswith("line 2")
+    assert documents.same_text("Sec. 4.1.1, 2.5", "Sec. 4.1.1, 2.6", 0.1, 0.0) == []  # a section number is a label
+    assert documents.same_text("Sec. 4.1.1", "Sec. 4.1.2", 0.5, 1.0) == ["4.1.1 ≠ 4.1.2"]
 
 
 def test_a_part_is_rewritten_between_its_markers_only(tmp_path):
