@@ -10,7 +10,7 @@ of every object of the papers the audit checks and its table of former claim ids
 
 ``python -m verify.documents [REPORT]`` rewrites every part from a report (default ``verify-report/report.json``: a
 quick audit at base seed 0, what ``python -m verify`` writes); ``--check`` only says which parts differ (exit 1).
-tests/verify/test_documents.py regenerates them from the test session's own quick audit and fails when a file says
+tests/verify/test_documents.py regenerates them from the test run's own quick audit and fails when a file says
 something else (`same_text`: the words exactly, each number within the tolerance stated there), so no number in
 these parts is typed by hand.
 """

@@ -115,7 +115,7 @@ def mp_grad_and_hvp(Z: np.ndarray, V: np.ndarray, eps: float) -> tuple[np.ndarra
 
 # ----------------------------------------------------------------------------------------------------------------
 # The previous implementation of R, ∇R and ∇²R[V] (a thin LAPACK SVD of Z), kept here only as the reference the
-# smaller-Gram evaluation of crate_theory.coding_rate is cross-checked against (issue 32).
+# smaller-Gram evaluation of crate_theory.coding_rate is cross-checked against.
 # ----------------------------------------------------------------------------------------------------------------
 def svd_rate(Z: np.ndarray, eps: float) -> float:
     """½ Σ_i logaddexp(0, log α + 2 log s_i) over the singular values of Z (LAPACK SVD) — eq. (8)."""

@@ -209,7 +209,7 @@ def test_edge_shapes_explicitly(K, d, p, n):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Issue 32: the smaller-Gram evaluation against the previous thin-SVD one (tests/theory/_theory_cases.py)
+# The smaller-Gram evaluation against the previous thin-SVD one (tests/theory/_theory_cases.py)
 # ----------------------------------------------------------------------------------------------------------------
 # Both evaluations are spectral functions of singular values/vectors of Z, and each computes those with an error
 # that rounding bounds in terms of s_max (LAPACK's SVD: |δs_i| ≤ c·u·s_max; the Gram path: the row norms of W*Ẑ

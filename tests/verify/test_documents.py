@@ -1,11 +1,11 @@
-"""The parts of README.md and docs/papers.md written from the audit's report say what this session's quick audit says
+"""The parts of README.md and docs/papers.md written from the audit's report say what this test run's quick audit says
 (`verify.documents`): no number in them is typed by hand, and none is left stale by a change of rule or claim."""
 import pytest
 
 from verify import documents
 
 REL, FLOOR = 0.15, 0.02
-"""How far a number in a committed part may lie from this session's: the parts print numbers of trained models to
+"""How far a number in a committed part may lie from this test run's: the parts print numbers of trained models to
 two significant digits, and CI may run on another CPU model whose BLAS kernels move a trained model's numbers in
 that last digit (a shift of one unit in the second digit of 1.0 is 10%); a number typed by hand, or left from an
 earlier rule or recipe, is off by more."""
