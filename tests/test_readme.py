@@ -441,3 +441,30 @@ def test_python_snippets_run(body, request, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / HF_CACHE))
     preamble(tmp_path, body)
     exec(compile(body, request.node.callspec.id, "exec"), {"__name__": "__readme__"})
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading: lower case, punctuation dropped (word characters, spaces and hyphens
+    kept), spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_relative_link_resolves():
+    """Each relative link of the documents (and of ARCHITECTURE.md and benchmarks/RESULTS.md, which they link to)
+    names a file of the repository and, after ``#``, a heading of that file."""
+    broken = []
+    for document in [*DOCUMENTS, ROOT / "ARCHITECTURE.md", ROOT / "benchmarks" / "RESULTS.md"]:
+        text = re.sub(r"^```.*?^```$", "", document.read_text(), flags=re.S | re.M)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            file = (document.parent / path).resolve() if path else document
+            if not file.exists():
+                broken.append(f"{_name(document)}: {target} (no such file)")
+            elif anchor and file.suffix == ".md":
+                headings = re.findall(r"^#+ (.+)$", re.sub(r"^```.*?^```$", "", file.read_text(), flags=re.S | re.M),
+                                      re.M)
+                if anchor not in {_anchor(h) for h in headings}:
+                    broken.append(f"{_name(document)}: {target} (no such heading)")
+    assert not broken, "\n".join(broken)
