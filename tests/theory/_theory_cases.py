@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 MP_DPS = 50  # decimal digits of the high-precision references: far beyond float64's 16
 
-# Token scales drawn log-uniformly over the range the issue asks for (1e-3 .. 30).
+# Token scales drawn log-uniformly over the range the reference must cover (1e-3 .. 30).
 scales = st.floats(min_value=-3.0, max_value=float(np.log10(30.0))).map(lambda e: 10.0**e)
 seeds = st.integers(min_value=0, max_value=2**32 - 1)
 eps_values = st.sampled_from([0.1, 0.5, 1.0, 2.0])
