@@ -19,8 +19,8 @@ A fourth table compares, per image in one process, Pillow's full decode + resize
 (``Image.draft``: libjpeg decodes directly at 1/2, 1/4 or 1/8 scale when that still covers ``load_size``).
 
 images/s = images of one epoch / wall time of the epoch (worker start-up included); median of the repeats.
-"images/s per core" divides by max(workers, 1). The notes state what a GPU training crate_base at the issue's
-target (40% MFU on an H100) consumes, and how many such cores feed it.
+"images/s per core" divides by max(workers, 1). The notes state what a GPU training crate_base at a target of
+40% MFU (on an H100) consumes, and how many such cores feed it.
 
     python -m benchmarks.data --workers 0 1 2 --images 512 --out data.json
 """

@@ -1,9 +1,9 @@
-"""How long a user waits: every built-in preset's run (``crate-train --preset NAME``, as the README prints it) and the
+"""How long a user waits: every built-in preset's run (``crate-train --preset NAME``, as the docs print it) and the
 quick audit (``python -m verify``) from a cold and from a warm cache, in wall and CPU time, with the machine and its
 load. Every time the docs quote for these commands comes from this script's JSON.
 
 Each preset runs in a fresh process (``python -m crate_nn.train --preset NAME --no-progress``) in one temporary
-folder, in the order of `PRESETS`, so ``pairs_stdlib`` starts from the ``bert_stdlib`` run as the README's command
+folder, in the order of `PRESETS`, so ``pairs_stdlib`` starts from the ``bert_stdlib`` run as docs/language.md's command
 does. Per run it records the optimizer steps and the run's planned steps (the run's ``summary.json`` and
 ``config.json``), the wall time, the CPU time of the process and everything it waited for (user + system, from
 ``getrusage(RUSAGE_CHILDREN)``) and the 1-minute load average before and after. ``--max-steps NAME=N`` times a
@@ -23,7 +23,7 @@ shared them about equally with another job.
     python -m benchmarks.presets --out benchmarks/results/cpu/presets.json                    (everything; ~1–2 h)
     python -m benchmarks.presets --only digits gpt_stdlib --no-audit
     python -m benchmarks.presets --only mnist5k --max-steps mnist5k=300      (1 and 300 steps, projected)
-    python -m benchmarks.presets --table-from benchmarks/results/cpu/presets.json   (the README's table)
+    python -m benchmarks.presets --table-from benchmarks/results/cpu/presets.json   (docs/training.md's table)
 """
 from __future__ import annotations
 
@@ -137,14 +137,14 @@ def time_audit(folder: Path, env: dict[str, str], args: argparse.Namespace) -> l
 
 
 def duration(seconds: float) -> str:
-    """``42 s``, ``3.5 min`` or ``1.2 h``: how the README quotes a time."""
+    """``42 s``, ``3.5 min`` or ``1.2 h``: how the docs quote a time."""
     if seconds < 90:
         return f"{seconds:.0f} s"
     return f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
 def readme_table(*payloads: dict[str, Any]) -> str:
-    """The README's table of results JSONs (``--table-from``): per command its steps, wall and CPU time and the
+    """docs/training.md's table of results JSONs (``--table-from``): per command its steps, wall and CPU time and the
     load, then each file's machine and load; a later file's row replaces an earlier one of the same command."""
     lines = ["| command | steps | wall time | CPU time | 1-min load before → after |", "|---|---|---|---|---|"]
     source = {row["preset"]: i for i, payload in enumerate(payloads) for row in payload["rows"]}  # the last wins
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--max-steps", nargs="+", default=[], metavar="PRESET=N",
                         help="time the first N steps of PRESET and project its full run")
     parser.add_argument("--table-from", type=Path, nargs="+", default=None, metavar="JSON",
-                        help="print the README's table of results files (a later file's row of a command replaces "
+                        help="print docs/training.md's table of results files (a later file's row of a command replaces "
                         "an earlier one) and exit")
     common.add_common_args(parser, repeats=1, warmup=0)
     args = parser.parse_args(argv)

@@ -1,7 +1,7 @@
 """Training-step throughput of every preset (every task the engine knows), through the engine's own parts.
 
-For each preset (``crate_nn.tasks.PRESETS``: the classification presets, and the MAE, DINO, language-model …
-presets once their tasks are merged) the task is built from the preset's smoke config
+For each preset (``crate_nn.tasks.PRESETS``: every task's presets — classification, MAE, DINO, language models, …)
+the task is built from the preset's smoke config
 (`crate_nn.engine.TrainConfig.smoke`: the preset's model, optimizer and precision; built-in data, at most
 ``--batch-size`` samples), and one optimizer step is timed as the engine runs it, data loading excepted: the
 micro-batch (pinned on GPUs) goes through ``task.loss`` under the preset's autocast (device transfer and

@@ -9,7 +9,7 @@ For token sets Z (d, n) in float64, in one run, interleaved, each contender chec
   vs the smaller-Gram Cholesky solve;
 * the compression term R^c(Z | U_[K]) = Σ_k R(U_kᵀZ), eq. (13): ``compression_rate`` vs K naive n×n logdets.
 
-Scaling (issue 32): time and peak memory of each float64 reference function against the number of tokens n at
+Scaling: time and peak memory of each float64 reference function against the number of tokens n at
 d = 64 and 384 (n = 1e3, 1e4 by default; ``--large`` adds n = 1e5), with the least-squares log-log slope against
 n per function and d. Each point is called once for its peak memory (also the warm-up), then timed: the fastest of up to ``--repeats``
 calls within about a second (a call slower than ``SLOW_S`` is not repeated: the memory call is its timing). Peak
@@ -131,7 +131,7 @@ def bench_case(label: str, d: int, n: int, K: int, rng: np.random.Generator, arg
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# scaling against n (issue 32)
+# scaling against n
 # ----------------------------------------------------------------------------------------------------------------
 SCALING_FUNCTIONS = ("coding_rate", "coding_rate_grad", "compression_rate", "compression_rate_grad",
                      "coding_rate_hvp", "ista", "mm_step", "mssa")

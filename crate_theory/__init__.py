@@ -88,7 +88,7 @@ __all__ = [
     "synthetic",
 ]
 
-# Part 2 (issue 3): Gaussian-mixture denoising, diffusion, Theorem 16, the white-box decoder; and ToST (arXiv
+# Sec. 3 of the long version: Gaussian-mixture denoising, diffusion, Theorem 16, the white-box decoder; and ToST (arXiv
 # 2412.17810): the variational compression term, the membership Π and TSSA.
 from . import decoder, denoising, diffusion, theorem16, tssa
 from .decoder import DecoderLayerParams, crate_decode, decoder_layer, decoder_presets

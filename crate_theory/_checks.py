@@ -5,8 +5,8 @@ Each helper converts a user argument to the form the mathematics needs (float64 
 wrong value: number of dimensions, mismatched sizes, NaN/Inf, non-positive ε). Every message names the argument
 and says what was expected, so a bad call never ends in a silent NaN or a bare NumPy broadcasting error.
 
-The helpers are deliberately small and general so that every module (and part 2: denoising, diffusion, Theorem 16,
-decoder) validates the same way.
+The helpers are deliberately small and general so that every module (denoising, diffusion, Theorem 16 and the
+decoder included) validates the same way.
 """
 from __future__ import annotations
 

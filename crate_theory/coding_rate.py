@@ -26,7 +26,7 @@ Accuracy: against a LAPACK SVD of Z (2000 Gaussian draws, d, n ≤ 5, token scal
 1.4e-15 relative and ∇R to 3.6e-14; in general the singular *vectors* of the small singular values inherit the
 rounding of the Gram matrix, so ∇R and ∇²R[V] may differ from the SVD's by up to ~u·h(s_min)·s_max, u the unit
 roundoff and h(s) = α/(1+αs²) — i.e. ~u·κ relative, κ = 1 + α‖Z‖² the condition number of ``I + αZZ*``; the tests
-(tests/theory/test_coding_rate.py, issue 32) bound every difference by such propagated-rounding terms, on
+(tests/theory/test_coding_rate.py) bound every difference by such propagated-rounding terms, on
 rank-deficient, duplicated and zero tokens, n < d and n ≫ d and scales 1e±300. The previous implementation (a thin
 SVD of the wide ``(d, n)`` array, super-linear in n: 7.8 s for R and 24.8 s for ∇R^c at d = 384, n = 1e5 on one
 core, benchmarks/RESULTS.md "float64 reference") is kept in the tests as that reference.

@@ -37,7 +37,7 @@ SLOW = {
     "tests/verify/test_documents.py::test_each_generated_part_says_what_the_quick_audit_says":
         "reads the whole quick audit (test_claims.py runs it)",
     "tests/verify/test_seed_independence.py": "the fast claims again at two other base seeds (≈ 1 min)",
-    "tests/test_readme.py": "every README command and snippet (≈ 100 s)",
+    "tests/test_readme.py": "every command and snippet of README.md, docs/ and results/README.md (≈ 100 s)",
     "tests/notebooks": "executes every notebook in a kernel (≈ 140 s)",
     "tests/engine/test_engine_ddp.py": "torchrun with two processes",
     "tests/engine/test_engine_toy.py::test_hard_kills_and_terminations_at_random_steps_then_resume_equal_uninterrupted":

@@ -100,7 +100,7 @@ def test_official_logits_equal_an_independent_forward_in_float64():
     cfg = model.config
     assert (cfg.dim, cfg.depth, cfg.heads, cfg.patch_size, cfg.image_size, cfg.num_classes) == (12, 2, 3, 4, 12, 4)
     ours, theirs = model(img), authors_forward(sd, img, heads=3)
-    # Same float64 arithmetic in a different order through 2 layers: observed ~1e-15; 1e-10 is the bar.
+    # Same float64 arithmetic in a different order through 2 layers: observed ~1e-15; the bar is 1e-10.
     assert (ours - theirs).abs().max() < 1e-10
     assert theirs.abs().max() > 0.1  # a non-degenerate comparison
 

@@ -1,13 +1,16 @@
-"""Every command and snippet of README.md runs as printed on a fresh clone.
+"""Every command and snippet of the documentation — README.md, docs/*.md and results/README.md (`DOCUMENTS`) — runs as
+printed on a fresh clone.
 
-The README's fenced ``bash`` blocks are split into commands (backslash continuations joined, comments stripped, one
-command a line; plain ````` blocks are output and are skipped), and every command must be classified in `COMMANDS`
-below: a README command without a classification fails `test_every_readme_command_is_classified`, which names it.
+The documents' fenced ``bash`` blocks are split into commands (backslash continuations joined, comments stripped, one
+command a line; plain ````` blocks are output and ``text`` blocks are shown only: both are skipped), and every command
+must be classified in `COMMANDS` below: a command without a classification fails
+`test_every_documented_command_is_classified`, which names it and its document.
 
-- `Run` — CPU-sized: run as printed, in README order, all in one temporary directory (so a later command finds the
-  ``runs/…`` an earlier one wrote). ``Run(short=True)`` marks a long training: it gets ``--max-steps 2`` appended,
+- `Run` — CPU-sized: run as printed, in the order of `DOCUMENTS` and of each document, all in one temporary
+  directory (so a later command finds the ``runs/…`` an earlier one wrote, in its own document or in README.md); a
+  command printed in several documents runs once. ``Run(short=True)`` marks a long training: it gets ``--max-steps 2`` appended,
   so the test checks that the command parses, builds its data and model, trains and writes its outputs; the full
-  run's wall time is the README's number, not this test's.
+  run's wall time is the documents' number, not this test's.
 - `StandIn` — needs a user's data or checkpoint (``/data/imagenet``, ``crate_small.pth``, ``photo.jpg``, …): run as
   printed against small stand-ins the test makes (`make_stand_ins`; ``/data/…`` paths point at them), with
   ``--max-steps 2`` where it trains and any extra arguments a stand-in needs (stated in the entry).
@@ -40,6 +43,16 @@ from _train_cases import ROOT, fake_cifar, fake_imagenet, image_file
 from crate_nn import extras
 
 README = ROOT / "README.md"
+
+
+def documents() -> list[Path]:
+    """The documents whose commands and snippets run: README.md, then docs/*.md by name, then results/README.md."""
+    return [README, *sorted((ROOT / "docs").glob("*.md")), ROOT / "results" / "README.md"]
+
+
+DOCUMENTS = documents()
+LANGUAGES = {"bash", "python", "text", ""}
+"""Fenced blocks: ``bash`` commands (classified and run), ``python`` snippets (run), ``text`` and plain (shown)."""
 # pyproject.toml's [project.scripts] (crate-train → crate_nn.train:main); tomllib is Python ≥ 3.11, we support 3.10
 SCRIPTS = dict(re.findall(r'^(crate-[\w-]+) = "([\w.:]+)"$', (ROOT / "pyproject.toml").read_text(), re.M))
 
@@ -66,10 +79,13 @@ GPU = "a GPU job (CRATE-Base/-Small at ImageNet batch sizes); tests/gpu smoke-tr
 EIGHT = "torchrun with 8 processes (GPUs); tests/engine runs torchrun on the CPU with 2"
 SHORT = Run(short=True)
 COMMANDS: dict[str, Run | StandIn | Parse] = {
-    # The two commands
+    # README.md: the two commands
     "make audit": Parse("runs the whole audit (minutes from a cold cache); tests/verify covers it"),
     "make test": Parse("the test suite itself (recursive)"),
-    # Training
+    # docs/audit.md
+    "python -m verify --only eq121 lemma11": Run(),
+    "python -m verify --list": Run(),
+    # docs/training.md (the first three also in README.md), docs/checkpoints.md
     "crate-train --preset digits": Run(),
     "crate-train --preset digits --epochs 15 --output-dir runs/digits15": Run(),
     "crate-compare runs/digits runs/digits15 --out digits.png": Run(),
@@ -94,7 +110,7 @@ COMMANDS: dict[str, Run | StandIn | Parse] = {
     "crate-train --preset finetune --init-from runs/crate_base/checkpoints/last.pt --dataset cifar10 "
     "--data-dir /data/cifar10 --output-dir runs/finetune_cifar10":
         StandIn(short=True, extra=("--batch-size", "4"), why="batch 512 > the stand-in's 20 images"),
-    # CRATE-MAE
+    # docs/mae.md
     "crate-train --preset mae_digits": SHORT,
     "crate-train --preset mae_digits_finetune --init-from runs/mae_digits/checkpoints/last.pt": SHORT,
     "crate-train --preset mae_imagenet --data-dir /data/imagenet --micro-batch-size 256 --output-dir "
@@ -103,7 +119,7 @@ COMMANDS: dict[str, Run | StandIn | Parse] = {
     "--micro-batch-size 256 --output-dir runs/mae_imagenet": Parse(EIGHT),
     "crate-train --preset mae_finetune --init-from runs/mae_imagenet/checkpoints/last.pt --dataset cifar10 "
     "--data-dir /data/cifar10": Parse(GPU + " (its --init-from is the mae_imagenet run's)"),
-    # CRATE-GPT and CRATE-BERT
+    # docs/language.md
     "crate-train --preset gpt_stdlib": SHORT,
     "crate-train --preset gpt_stdlib --model-args feedforward=none --output-dir runs/gpt_stdlib_noista": SHORT,
     "crate-train --preset bert_stdlib": SHORT,
@@ -116,12 +132,12 @@ COMMANDS: dict[str, Run | StandIn | Parse] = {
     "torchrun --standalone --nproc_per_node 8 -m crate_nn.train --preset bert_wiki --data-dir data/wiki": Parse(EIGHT),
     "crate-train --preset glue_sst2 --data-dir /data/glue/SST-2 --init-from runs/bert_wiki/checkpoints/last.pt":
         Parse("fine-tunes the bert_wiki run (8 GPUs) on GLUE"),
-    # ToST
+    # docs/tost.md
     "crate-train --preset tost_digits": SHORT,
     "crate-train --preset tost_stdlib": SHORT,
     "python -m benchmarks.tssa --threads 1": Parse("a benchmark (minutes; n up to 16,384 tokens)"),
     "python -m verify --only tost": Run(),
-    # GPUs
+    # docs/gpu.md
     "make wheels": Parse("downloads wheels from the package registry"),
     "make gpu-check": Parse("needs CUDA"),
     "make gpu-check 'GPU_CHECK_ARGS=--budget 600'": Parse("needs CUDA"),
@@ -131,14 +147,14 @@ COMMANDS: dict[str, Run | StandIn | Parse] = {
     "crate-pack /data/imagenet /data/imagenet-shards --verify-only": StandIn(),
     "crate-train --preset imagenet --dataset shards --data-dir /data/imagenet-shards --micro-batch-size 256 --compile":
         Parse(GPU + " (--compile)"),
-    # CRATE-DINO
+    # docs/dino.md
     "crate-train --preset dino_digits": SHORT,
     "crate-train --preset dino_imagenet --data-dir /data/imagenet --micro-batch-size 128": Parse(GPU),
     "crate-train --preset simdino_digits": SHORT,
     "crate-train --preset simdino_imagenet --data-dir /data/imagenet --micro-batch-size 64": Parse(GPU),
     "torchrun --standalone --nproc_per_node 8 -m crate_nn.train --preset dino_imagenet --data-dir /data/imagenet "
     "--micro-batch-size 128": Parse(EIGHT),
-    # Emergent segmentation
+    # docs/segmentation.md
     "crate-train --preset objects_crate": SHORT,
     "crate-segment maps runs/objects_crate/checkpoints/last.pt photo.jpg --layer -2 --output-dir seg/": StandIn(),
     "crate-segment maps crate_small.pth --model crate_small photo.jpg": StandIn(),
@@ -148,9 +164,13 @@ COMMANDS: dict[str, Run | StandIn | Parse] = {
         Parse("PASCAL VOC 2012 (a user's data set of GBs)"),
     "crate-segment experiment --seeds 0 1 2 3 4 --output-dir runs/objects --report-dir results/segmentation":
         Parse("20 trainings, ≈ 1 hour; tests/tasks/test_segmentation_experiment.py runs it with --max-steps"),
+    # results/README.md
+    "python -m verify --only table11 table12 table13 table15": Run(),
+    "python -m verify.record digits": Parse("retrains a replication and rewrites results/digits in the repository"),
+    "python -m verify.record --report ablations": Parse("rewrites results/ablations/report.* in the repository"),
 }
 
-# /data/… paths of the README and the stand-ins (under the run's directory) that replace them
+# /data/… paths of the documents and the stand-ins (under the run's directory) that replace them
 DATA = {"/data/imagenet-shards": "stand-in/imagenet-shards", "/data/imagenet": "stand-in/imagenet",
         "/data/cifar10": "stand-in/cifar10"}
 # files the parse-only commands need at parse time (crate-train checks --init-from exists before any work)
@@ -174,21 +194,35 @@ def commands(body: str) -> list[str]:
     return out
 
 
-def readme_commands() -> list[str]:
-    return [c for lang, _, body in blocks(README.read_text()) if lang == "bash" for c in commands(body)]
+def _name(document: Path) -> str:
+    return str(document.relative_to(ROOT))
 
 
-def test_every_readme_command_is_classified():
-    languages = {lang for lang, _, _ in blocks(README.read_text())}
-    assert languages <= {"bash", "python", ""}, (f"README.md has {languages - {'bash', 'python', ''}} blocks, which "
-                                                 "this test neither runs nor skips: use bash, python or a plain block")
-    found = readme_commands()
-    missing = [c for c in found if c not in COMMANDS]
-    assert not missing, ("README.md commands without a classification: add each to COMMANDS in tests/test_readme.py "
-                         "as Run(), Run(short=True), StandIn(...) or Parse(reason):\n  " + "\n  ".join(missing))
+def document_commands(document: Path) -> list[str]:
+    return [c for lang, _, body in blocks(document.read_text()) if lang == "bash" for c in commands(body)]
+
+
+def all_commands() -> list[str]:
+    """Every documented command once, in the order of `DOCUMENTS` (its first place)."""
+    return list(dict.fromkeys(c for document in DOCUMENTS for c in document_commands(document)))
+
+
+def test_every_documented_command_is_classified():
+    assert DOCUMENTS[0] == README and len(DOCUMENTS) > 2, DOCUMENTS
+    missing, repeated = [], []
+    for document in DOCUMENTS:
+        languages = {lang for lang, _, _ in blocks(document.read_text())}
+        assert languages <= LANGUAGES, (f"{_name(document)} has {languages - LANGUAGES} blocks, which this test "
+                                        "neither runs nor skips: use bash, python, text or a plain block")
+        found = document_commands(document)
+        missing += [f"{_name(document)}: {c}" for c in found if c not in COMMANDS]
+        repeated += [f"{_name(document)}: {c}" for c in set(found) if found.count(c) > 1]
+    assert not missing, ("commands without a classification: add each to COMMANDS in tests/test_readme.py as Run(), "
+                         "Run(short=True), StandIn(...) or Parse(reason):\n  " + "\n  ".join(missing))
+    assert not repeated, "a command printed twice in one document:\n  " + "\n  ".join(repeated)
+    found = set(all_commands())
     stale = [c for c in COMMANDS if c not in found]
-    assert not stale, "COMMANDS entries no longer in README.md (remove them):\n  " + "\n  ".join(stale)
-    assert len(found) == len(set(found)), "a command is printed twice in README.md"
+    assert not stale, "COMMANDS entries no longer in any document (remove them):\n  " + "\n  ".join(stale)
 
 
 def entry_point(words: list[str]):
@@ -304,19 +338,19 @@ def test_parse_only_commands_parse(tmp_path, monkeypatch):
     for file in PARSE_FILES:
         (tmp_path / file).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / file).touch()
-    for command in readme_commands():
+    for command in all_commands():
         if isinstance(COMMANDS.get(command), Parse):
             parse_only(with_stand_ins(shlex.split(command)))
 
 
 def test_runnable_commands_run_in_order(tmp_path, monkeypatch):
-    """Every `Run` and `StandIn` command, in README order in one directory, exits with 0 (≈ 100 s on 2 busy cores;
-    ``pytest -s`` prints each command's time). The audit's cache goes to the temporary directory too."""
+    """Every `Run` and `StandIn` command, in the documents' order in one directory, exits with 0 (≈ 100 s on 2 busy
+    cores; ``pytest -s`` prints each command's time). The audit's cache goes to the temporary directory too."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("CRATE_WHITEBOX_CACHE", str(tmp_path / "cache"))
     make_stand_ins(tmp_path)
     official_crate_small(tmp_path / "crate_small.pth")
-    for command in readme_commands():
+    for command in all_commands():
         entry = COMMANDS.get(command)
         if isinstance(entry, Parse) or entry is None:
             continue
@@ -337,7 +371,7 @@ def test_runnable_commands_run_in_order(tmp_path, monkeypatch):
             with contextlib.redirect_stderr(io.StringIO()):
                 run = tmp_path / parse_args(words[1:]).output_dir
             assert (run / "checkpoints" / "last.pt").is_file() and (run / "summary.json").is_file(), run
-    # the one full training here, as printed: the README's "≈97% test accuracy"
+    # the one full training here, as printed: the documents' "≈97% test accuracy"
     assert json.loads((tmp_path / "runs" / "digits" / "summary.json").read_text())["metrics"]["test_top1"]["final"] > 0.95
 
 
@@ -353,13 +387,13 @@ def official_crate_demo(path: Path) -> None:
     torch.save({"state_dict": crate_nn_to_official(model.state_dict())}, path)
 
 
-HUB_ALPHA = "UCSC-VLAA/CRATE-alpha"  # the repository of the README's hf-hub: line
+HUB_ALPHA = "UCSC-VLAA/CRATE-alpha"  # the repository of docs/checkpoints.md's hf-hub: line
 
 
 def hub_crate_alpha(cache: Path) -> None:
     """A Hugging Face cache (``cache``) holding ``HUB_ALPHA`` at ``main`` in its published layout: ``refs/main`` → a
     commit whose snapshot holds ``torch/crate_alpha_B16.pth``, a one-layer CRATE-α B/16 under CRATE-α's key names
-    (random weights), beside another weights file (so the README's line must name its path)."""
+    (random weights), beside another weights file (so the documented line must name its path)."""
     import crate_nn
     from crate_nn.official import crate_nn_to_crate_alpha
 
@@ -390,20 +424,47 @@ def preamble(directory: Path, body: str) -> None:
             write(directory / (HF_CACHE if name.startswith("hf-hub:") else name))
 
 
-def test_the_first_library_snippet_runs_as_printed_in_an_empty_folder(tmp_path, monkeypatch, capsys):
-    """The README's first python block is what a new user copies first: it runs in an empty folder, with no stand-in
-    written for it (it builds its own), and its layer measurements print as a table."""
+def test_the_quickstart_runs_as_printed_in_an_empty_folder(tmp_path, monkeypatch, capsys):
+    """The README's first python block, the quickstart, is what a new user copies first: it runs in an empty folder,
+    with no stand-in written for it (it builds its own), and its layer measurements print as a table."""
     monkeypatch.chdir(tmp_path)
     body = next(body for lang, _, body in blocks(README.read_text()) if lang == "python")
     exec(compile(body, "README.md:first-python-block", "exec"), {"__name__": "__readme__"})
     assert "per-layer measurements (protocol official" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("body", [pytest.param(body, id=f"line{line}") for lang, line, body in blocks(README.read_text())
-                                  if lang == "python"])
+@pytest.mark.parametrize("body", [pytest.param(body, id=f"{_name(document)}:line{line}") for document in DOCUMENTS
+                                  for lang, line, body in blocks(document.read_text()) if lang == "python"])
 def test_python_snippets_run(body, request, tmp_path, monkeypatch):
-    """Each python block runs as printed, in a fresh namespace, after `preamble`."""
+    """Each python block of every document runs as printed, in a fresh namespace, after `preamble`."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / HF_CACHE))
     preamble(tmp_path, body)
-    exec(compile(body, f"README.md:{request.node.callspec.id}", "exec"), {"__name__": "__readme__"})
+    exec(compile(body, request.node.callspec.id, "exec"), {"__name__": "__readme__"})
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading: lower case, punctuation dropped (word characters, spaces and hyphens
+    kept), spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_relative_link_resolves():
+    """Each relative link of the documents (and of ARCHITECTURE.md and benchmarks/RESULTS.md, which they link to)
+    names a file of the repository and, after ``#``, a heading of that file."""
+    broken = []
+    for document in [*DOCUMENTS, ROOT / "ARCHITECTURE.md", ROOT / "benchmarks" / "RESULTS.md"]:
+        text = re.sub(r"^```.*?^```$", "", document.read_text(), flags=re.S | re.M)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            file = (document.parent / path).resolve() if path else document
+            if not file.exists():
+                broken.append(f"{_name(document)}: {target} (no such file)")
+            elif anchor and file.suffix == ".md":
+                headings = re.findall(r"^#+ (.+)$", re.sub(r"^```.*?^```$", "", file.read_text(), flags=re.S | re.M),
+                                      re.M)
+                if anchor not in {_anchor(h) for h in headings}:
+                    broken.append(f"{_name(document)}: {target} (no such heading)")
+    assert not broken, "\n".join(broken)

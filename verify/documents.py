@@ -1,8 +1,8 @@
 """``python -m verify.documents``: the parts of the repository's documents that are written from the audit's report.
 
-README.md's headline (the verdicts per scope and the errors of the papers) and its answer to "do CRATE layers
-compress?", and docs/papers.md's index of every object of the papers the audit checks and its table of former claim
-ids. Each part lies between two markers, which the command keeps::
+README.md's headline (the verdicts per scope, naming the errors of the papers) and its answer to "do CRATE layers
+compress?", and docs/papers.md's list of the errors of the papers (each with its location and measurement), its index
+of every object of the papers the audit checks and its table of former claim ids. Each part lies between two markers, which the command keeps::
 
     <!-- generated: NAME (python -m verify.documents) -->
     …
@@ -10,7 +10,7 @@ ids. Each part lies between two markers, which the command keeps::
 
 ``python -m verify.documents [REPORT]`` rewrites every part from a report (default ``verify-report/report.json``: a
 quick audit at base seed 0, what ``python -m verify`` writes); ``--check`` only says which parts differ (exit 1).
-tests/verify/test_documents.py regenerates them from the test session's own quick audit and fails when a file says
+tests/verify/test_documents.py regenerates them from the test run's own quick audit and fails when a file says
 something else (`same_text`: the words exactly, each number within the tolerance stated there), so no number in
 these parts is typed by hand.
 """
@@ -56,6 +56,11 @@ def _md(text: str) -> str:
     return " ".join(str(text).replace("|", "\\|").split())
 
 
+def _errors(report: dict) -> list[dict]:
+    """The report's entries of the papers' statements (scope ``paper``) that fail: the errors of the papers."""
+    return [e for e in report["claims"] if e.get("scope") == "paper" and e["verdict"] == "fails"]
+
+
 def headline(report: dict, claims: list[Claim]) -> str:
     """The audit's verdicts per scope, and each of the papers' statements that fails (an error of the papers)."""
     by_scope = report["summary"]["by_scope"]
@@ -68,12 +73,21 @@ def headline(report: dict, claims: list[Claim]) -> str:
     meta = report["meta"]
     lines = [f"The audit's {meta['mode']} mode at base seed {meta['seed']}: {report['summary']['claims']} claims, "
              f"{report['summary']['claims'] - len(report['summary']['mismatches'])} as expected.", "", *rows, ""]
-    errors = [e for e in report["claims"] if e.get("scope") == "paper" and e["verdict"] == "fails"]
+    errors = _errors(report)
     if errors:
-        lines += ["The errors of the papers (their statements that fail, as printed):", ""]
-        lines += [f"- `{e['id']}` ({_md(e['location'])}): {_md(e['statement'])} — measured: {_md(e['measured'])}"
-                  for e in errors]
-    return "\n".join(lines)
+        lines += [f"The {len(errors)} errors of the papers (their statements that fail, as printed; each with its "
+                  "location and measurement in [docs/papers.md](docs/papers.md#the-errors-of-the-papers)): "
+                  + ", ".join(f"`{e['id']}`" for e in errors) + "."]
+    return "\n".join(lines).rstrip("\n")
+
+
+def papers_errors(report: dict, claims: list[Claim]) -> str:
+    """Each of the papers' statements that fails, with its location, the statement and what was measured."""
+    errors = _errors(report)
+    if not errors:
+        return "None: no statement of the papers fails in this report."
+    return "\n".join(f"- `{e['id']}` ({_md(e['location'])}): {_md(e['statement'])} — measured: {_md(e['measured'])}"
+                     for e in errors)
 
 
 def _delta_r(entry: dict) -> str:
@@ -145,6 +159,7 @@ def former_ids(report: dict, claims: list[Claim]) -> str:
 PARTS: dict[str, tuple[str, Callable[[dict, list[Claim]], str]]] = {
     "audit-headline": ("README.md", headline),
     "layers-compress": ("README.md", layers_compress),
+    "papers-errors": ("docs/papers.md", papers_errors),
     "claims-index": ("docs/papers.md", claims_index),
     "former-ids": ("docs/papers.md", former_ids),
 }
@@ -202,6 +217,10 @@ def same_text(committed: str, regenerated: str, rel: float, floor: float) -> lis
                 f"{b[line] if line < len(b) else '(none)'!r}"]
     out = []
     for x, y in zip(*(NUMBER.findall(t) for t in (committed, regenerated))):
+        if x.count(".") > 1 or y.count(".") > 1:  # a section number (Sec. 4.1.1): a label, equal or not
+            if x != y:
+                out.append(f"{x} ≠ {y}")
+            continue
         u, v = (float(s.replace("−", "-").replace(",", "")) for s in (x, y))
         if abs(u - v) > max(floor, rel * max(abs(u), abs(v))):
             out.append(f"{x} ≠ {y}")

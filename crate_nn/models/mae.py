@@ -19,7 +19,7 @@ App. C.2, Table 9 of the long paper), in two wirings chosen by one flag, ``wirin
     X̂       = W_post(g(f(Z^1)) − E_pos)                                 no LayerNorms            (70)
     loss    = mean over all patches of the per-patch pixel MSE (the whole image)                     (71)
 
-    Kept from the official wiring (the issue asks for one flag that changes the listed points only): E_pos is the
+    Kept from the official wiring (one flag changes the listed points only): E_pos is the
     same fixed sine-cosine table (eq. 69 calls it trainable), W_pre is the Conv2d patch embedding and W_post a
     Linear, both with biases (eqs. 69–70 print none).
 

@@ -204,7 +204,7 @@ def digits() -> ClassificationConfig:
 
     Command:  crate-train --preset digits            (``--epochs 15``: half the time, warm-up 1.5 epochs,
                                                      validation ≈ 97%)
-    Expected: validation 95–98% (seed-dependent), test 97.3 ± 0.3%; time: the README's table of the presets' times (``python -m benchmarks.presets``).
+    Expected: validation 95–98% (seed-dependent), test 97.3 ± 0.3%; time: the table of the presets' times in docs/training.md (``python -m benchmarks.presets``).
     """
     return ClassificationConfig(
         model="crate_tiny", model_args=dict(patch_size=4, dim=96, depth=3, heads=4),
@@ -227,7 +227,7 @@ def mnist5k() -> ClassificationConfig:
     Command:  crate-train --preset mnist5k
     Expected: test top-1 94.4% (seed 0; validation 92.8%; before this preset existed one run each gave CRATE 94.0%
     and ViT 94.6% with ``--model vit_tiny`` and the same ``--model-args``). About 5× a digits run's work per
-    epoch (2.8× the images, 17 tokens instead of 5); time: the README's table of the presets' times (``python -m benchmarks.presets``).
+    epoch (2.8× the images, 17 tokens instead of 5); time: the table of the presets' times in docs/training.md (``python -m benchmarks.presets``).
     """
     return dataclasses.replace(digits(), model_args=dict(patch_size=7, dim=96, depth=3, heads=4), dataset="mnist5k",
                                image_size=28, output_dir="runs/mnist5k", measure_samples=1000)
@@ -245,7 +245,7 @@ def tost_digits() -> ClassificationConfig:
     Command:  crate-train --preset tost_digits
     Expected: validation 96.1 ± 0.8%, test 97.4 ± 0.9% (three runs: data orders 0–2 with the audit's
     initialisations; on the same three, ``digits`` reaches 98.1 ± 0.0% and its ViT 97.1 ± 0.6%: claims
-    tost-digits-*). Time: the README's table of the presets' times (``python -m benchmarks.presets``).
+    tost-digits-*). Time: the table of the presets' times in docs/training.md (``python -m benchmarks.presets``).
     """
     return dataclasses.replace(digits(), model="tost_tiny", output_dir="runs/tost_digits", measure_epochs=())
 

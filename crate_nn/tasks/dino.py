@@ -351,7 +351,7 @@ class DINOTask(Task):
             found = self.objective.collapse(monitors)
             if found:
                 print(f"{self.config.objective}: warning: the head has collapsed at step {step} ({found}); the "
-                      "backbone's k-NN may stop improving (see the README's CRATE-DINO section)", file=sys.stderr)
+                      "backbone's k-NN may stop improving (see docs/dino.md)", file=sys.stderr)
                 self.collapse_warned = True
         evals = due(self.config.evals, epoch)
         return {**monitors, **self.frozen_evaluator()(
@@ -441,7 +441,7 @@ def dino_digits() -> DINOTrainConfig:
     teacher on the 360 test digits 72.8 ± 1.7% vs 67.6 ± 1.1% for the same model at its initialisation (linear
     probe 77.8 ± 1.0% vs 75.2 ± 1.7%); the supervised ``digits`` preset with this backbone at 16² reaches k-NN
     97.8 ± 0.7%. The teacher's output is uniform at the end (entropy 6.9313 of log K = 6.9315). Validation k-NN
-    logged at the start and after epochs 5 and 10; time: the README's table of the presets' times (``python -m benchmarks.presets``).
+    logged at the start and after epochs 5 and 10; time: the table of the presets' times in docs/training.md (``python -m benchmarks.presets``).
     """
     return DINOTrainConfig(
         model="crate_tiny", model_args=dict(patch_size=4, dim=96, depth=3, heads=4), out_dim=1024, hidden_dim=256,
@@ -500,8 +500,8 @@ def simdino_digits() -> DINOTrainConfig:
     one recipe (``simdino-readme-vs-dino``).
 
     Command:  crate-train --preset simdino_digits
-    Expected: see the README's self-supervision table (``python -m verify --full --only simdino`` re-measures);
-    time: the README's table of the presets' times (``python -m benchmarks.presets``).
+    Expected: see the self-supervision table of docs/dino.md (``python -m verify --full --only simdino`` re-measures);
+    time: the table of the presets' times in docs/training.md (``python -m benchmarks.presets``).
     """
     return dataclasses.replace(dino_digits(), objective="simdino", rate_eps=math.sqrt(0.05),
                                output_dir="runs/simdino_digits")

@@ -502,8 +502,8 @@ def gpt_stdlib() -> CausalLMConfig:
     ``--model-args feedforward=none`` the without-ISTA ablation.
 
     Command:  crate-train --preset gpt_stdlib
-    Expected: see the README section (validation loss per byte for three seeds);
-    time: the README's table of the presets' times (``python -m benchmarks.presets``).
+    Expected: see docs/language.md (validation loss per byte for three seeds);
+    time: the table of the presets' times in docs/training.md (``python -m benchmarks.presets``).
     """
     return CausalLMConfig(
         model="crate_gpt_small", model_args=dict(dim=128, heads=4, depth=4), block_size=128, output_dir="runs/gpt_stdlib",
@@ -523,7 +523,7 @@ def tost_stdlib() -> CausalLMConfig:
     Command:  crate-train --preset tost_stdlib
     Expected: validation loss 2.195 ± 0.004 nats per byte (seeds 0–2; on the same seeds CRATE-GPT reaches 2.208 ±
     0.038 and the standard GPT 1.701 ± 0.016: claims tost-stdlib-*). About 2× ``gpt_stdlib``'s
-    work; time: the README's table of the presets' times (``python -m benchmarks.presets``).
+    work; time: the table of the presets' times in docs/training.md (``python -m benchmarks.presets``).
     """
     return dataclasses.replace(gpt_stdlib(), model="tost_gpt_base", output_dir="runs/tost_stdlib")
 
@@ -538,8 +538,8 @@ def bert_stdlib() -> MaskedLMConfig:
     The rate and length were chosen on the validation loss: ``results/presets/bert_stdlib.md``.
 
     Command:  crate-train --preset bert_stdlib
-    Expected: see the README section (masked-byte loss and accuracy);
-    time: the README's table of the presets' times (``python -m benchmarks.presets``).
+    Expected: see docs/language.md (masked-byte loss and accuracy);
+    time: the table of the presets' times in docs/training.md (``python -m benchmarks.presets``).
     """
     return MaskedLMConfig(
         model="crate_bert_medium", model_args=dict(dim=128, heads=4, depth=4), block_size=128,
@@ -590,8 +590,8 @@ def pairs_stdlib() -> SequenceClassificationConfig:
     AdamW lr 1e-3, batch 32, 3 epochs, linear decay. ``--init-from none`` trains the same model from scratch.
 
     Command:  crate-train --preset bert_stdlib && crate-train --preset pairs_stdlib
-    Expected: see the README section (accuracy and F1, pre-trained vs from scratch);
-    time: the README's table of the presets' times (``python -m benchmarks.presets``).
+    Expected: see docs/language.md (accuracy and F1, pre-trained vs from scratch);
+    time: the table of the presets' times in docs/training.md (``python -m benchmarks.presets``).
     """
     return SequenceClassificationConfig(
         init_from="runs/bert_stdlib/checkpoints/last.pt", model="crate_bert_medium",

@@ -268,8 +268,8 @@ def mae_imagenet() -> MAEConfig:
                  --data-dir /data/imagenet --micro-batch-size 256
     Expected: reconstruction loss train 0.266 / val 0.303 (Table 2, CRATE-MAE-Base; the paper does not say whether
     with normalised targets); fine-tuned and probed as Table 3 (``mae_finetune``). ``--model crate_mae_small`` for
-    CRATE-MAE-S. Wall time: not measured (the session that wrote this preset had no GPU) and not reported by the
-    paper; one epoch is 1.28M images through a 44.6M-parameter encoder-decoder over all 197 tokens.
+    CRATE-MAE-S. Wall time: not measured on a GPU yet (the tasks stage of ``make gpu-check`` times its step) and not
+    reported by the paper; one epoch is 1.28M images through a 44.6M-parameter encoder-decoder over all 197 tokens.
     """
     return MAEConfig(
         model="crate_mae_base", dataset="imagenet", output_dir="runs/mae_imagenet", optimizer="adamw",
@@ -296,7 +296,7 @@ def mae_digits() -> MAEConfig:
     Command:  crate-train --preset mae_digits
     Expected (seeds 0–2, mean ± std): held-out test loss 0.395 ± 0.004 (predicting the training mean image gives
     0.521); linear probe 87.7 ± 2.0% for the pre-trained encoder vs 80.1 ± 3.6% for the same model at its
-    initialisation. Time: the README's table of the presets' times (``python -m benchmarks.presets``).
+    initialisation. Time: the table of the presets' times in docs/training.md (``python -m benchmarks.presets``).
     """
     return MAEConfig(
         model="crate_mae_tiny", model_args=dict(DIGITS_MODEL), dataset="digits",
@@ -343,8 +343,8 @@ def mae_digits_finetune() -> ClassificationConfig:
 
     Command:  crate-train --preset mae_digits_finetune --init-from runs/mae_digits/checkpoints/last.pt
               (from scratch: crate-train --preset mae_digits_finetune)
-    Expected: see the README (test top-1 pre-trained vs from scratch, mean ± std over seeds);
-    time: the README's table of the presets' times (``python -m benchmarks.presets``).
+    Expected: see docs/mae.md (test top-1 pre-trained vs from scratch, mean ± std over seeds);
+    time: the table of the presets' times in docs/training.md (``python -m benchmarks.presets``).
     """
     return dataclasses.replace(get_preset("digits"), model="crate_tiny",
                                model_args=dict(DIGITS_MODEL, **_ENCODER_AS_CLASSIFIER), mean=DIGITS_MEAN,

@@ -82,7 +82,7 @@ PRESET_DOC = """{label} on the built-in ``objects`` dataset: its row of the lapt
     here on validation accuracy only: ``results/presets/objects.md``.
 
     Command:  crate-train --preset objects_{variant}        (the whole table: crate-segment experiment)
-    Expected and wall time: ``results/segmentation/table.md`` (README, "Emergent segmentation").
+    Expected and wall time: ``results/segmentation/table.md`` (docs/segmentation.md).
     """
 
 

@@ -364,7 +364,7 @@ def test_ddp_over_nccl_matches_one_process():
 
 @needs_cuda
 def test_torchrun_job_over_every_gpu(tmp_path):
-    """The README's torchrun command, shrunk: one process per GPU (NCCL when there are several)."""
+    """The documented torchrun command, shrunk: one process per GPU (NCCL when there are several)."""
     gpus = torch.cuda.device_count()
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={gpus}",
                "-m", "crate_nn.train", "--preset", "synthetic", "--image-size", "64", "--model-args", "patch_size=8",

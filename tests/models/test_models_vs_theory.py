@@ -5,7 +5,7 @@ crate_nn's ``x[b]`` (n, d) is crate_theory's ``Z.T``; the qkv weight (K·p, d) i
 crate_theory divides by ``temperature`` (temperature = 1/scale).
 
 Tolerance: every comparison is float64 arithmetic of O(1)–O(10) numbers through at most a few layers, performed in a
-different order on each side; observed agreement is ~1e-14, the bar is the issue's 1e-10.
+different order on each side; observed agreement is ~1e-14, the bar is 1e-10.
 """
 import numpy as np
 import torch

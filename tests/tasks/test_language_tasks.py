@@ -111,7 +111,7 @@ def test_causal_lm_command_trains_evaluates_measures_and_samples(corpus_dir, tmp
 
 @pytest.mark.parametrize("preset, model", [("gpt_stdlib", "gpt_small"), ("bert_stdlib", "bert_medium")])
 def test_standard_baseline_trains_through_the_crate_preset(preset, model, corpus_dir, tmp_path):
-    """The README's baseline command (the CRATE preset with ``--model gpt_small``/``bert_medium``): an MHSA model has
+    """docs/language.md's baseline command (the CRATE preset with ``--model gpt_small``/``bert_medium``): an MHSA model has
     no U^ℓ to measure R^c with, so the run trains without layer-wise measurements and says so in config.json."""
     run = tmp_path / "run"
     assert train_main(["--preset", preset, "--model", model, "--data-dir", str(corpus_dir), "--output-dir", str(run),

@@ -1,5 +1,5 @@
 """``--model-args KEY=VALUE`` changes the named keys of the preset's model arguments and keeps the others (a key set
-to ``default`` is removed, so the model's own default applies): the README's commands build the models they name."""
+to ``default`` is removed, so the model's own default applies): the documented commands build the models they name."""
 import shlex
 
 import pytest
@@ -15,7 +15,7 @@ def _parameters(config) -> int:
 
 
 def test_the_readme_table16_command_builds_crate_gpt_without_ista():
-    """The README's "CRATE-GPT without ISTA, 0.18M" row: the gpt_stdlib model (d 128, K 4, L 4) without its ISTA
+    """docs/language.md's "CRATE-GPT without ISTA, 0.18M" row: the gpt_stdlib model (d 128, K 4, L 4) without its ISTA
     block — 181,760 parameters at a vocabulary of 256, 182,016 with the byte tokenizer's 258 ids (256 bytes,
     end-of-text, mask) the task builds. Replacing the preset's arguments instead built crate_gpt_small's d 512,
     L 12: 6,507,520 parameters."""

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 MP_DPS = 50  # decimal digits of the high-precision references: far beyond float64's 16
 
-# Token scales drawn log-uniformly over the range the issue asks for (1e-3 .. 30).
+# Token scales drawn log-uniformly over the range the reference must cover (1e-3 .. 30).
 scales = st.floats(min_value=-3.0, max_value=float(np.log10(30.0))).map(lambda e: 10.0**e)
 seeds = st.integers(min_value=0, max_value=2**32 - 1)
 eps_values = st.sampled_from([0.1, 0.5, 1.0, 2.0])
@@ -115,7 +115,7 @@ def mp_grad_and_hvp(Z: np.ndarray, V: np.ndarray, eps: float) -> tuple[np.ndarra
 
 # ----------------------------------------------------------------------------------------------------------------
 # The previous implementation of R, ∇R and ∇²R[V] (a thin LAPACK SVD of Z), kept here only as the reference the
-# smaller-Gram evaluation of crate_theory.coding_rate is cross-checked against (issue 32).
+# smaller-Gram evaluation of crate_theory.coding_rate is cross-checked against.
 # ----------------------------------------------------------------------------------------------------------------
 def svd_rate(Z: np.ndarray, eps: float) -> float:
     """½ Σ_i logaddexp(0, log α + 2 log s_i) over the singular values of Z (LAPACK SVD) — eq. (8)."""

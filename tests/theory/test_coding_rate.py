@@ -20,7 +20,7 @@ from hypothesis import given
 import crate_theory as ct
 from verify.numerics import rel_err
 
-# Values: 1e-10 relative is the issue's target. Against the 50-digit reference the SVD evaluation is accurate to a
+# Values: 1e-10 relative is the target. Against the 50-digit reference the SVD evaluation is accurate to a
 # few ulps (measured ≤ 2e-15 over 400 draws), so 1e-12 is a strict check. The naive float64 slogdet of a matrix
 # I + E close to I has an *absolute* error of a few ulps per dimension (measured ≤ 5e-12 for R up to ~40), which is
 # large relative to R when R → 0 (tokens at scale 1e-3): hence rtol 1e-10 plus atol 1e-13 against naive formulas.
@@ -111,7 +111,7 @@ def test_batch_equals_loop(shape, eps, seed):
     ids=["zero", "duplicated", "rank1-wide", "tiny", "huge", "near-max"],
 )
 def test_coding_rate_finite_on_extreme_inputs(Z):
-    """R, ∇R, the HVP and the Hessian norm stay finite for every finite input (the issue's requirement)."""
+    """R, ∇R, the HVP and the Hessian norm stay finite for every finite input."""
     for eps in (1e-3, 1.0, 1e3):
         R = ct.coding_rate(Z, eps)
         assert np.isfinite(R) and R >= 0
@@ -196,7 +196,7 @@ def test_label_compression_rate_paper_and_mcr2_weighting():
     ids=["K1-p=d-n1", "d1", "K1-p=d-square", "n1", "n>d", "K1-p=d-n<d", "p=d-n>d"],
 )
 def test_edge_shapes_explicitly(K, d, p, n):
-    """The edge shapes the issue names (n = 1, K = 1, p = d, n < d, n > d), independently of hypothesis' draws:
+    """The edge shapes (n = 1, K = 1, p = d, n < d, n > d), independently of hypothesis' draws:
     values against the 50-digit reference and R^c = Σ_k R(U_k*Z); with p = d and K = 1, R^c(Z|U) = R(Z)."""
     rng = np.random.default_rng(K * 1000 + d * 100 + p * 10 + n)
     U = random_bases(rng, K, d, p)
@@ -209,7 +209,7 @@ def test_edge_shapes_explicitly(K, d, p, n):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Issue 32: the smaller-Gram evaluation against the previous thin-SVD one (tests/theory/_theory_cases.py)
+# The smaller-Gram evaluation against the previous thin-SVD one (tests/theory/_theory_cases.py)
 # ----------------------------------------------------------------------------------------------------------------
 # Both evaluations are spectral functions of singular values/vectors of Z, and each computes those with an error
 # that rounding bounds in terms of s_max (LAPACK's SVD: |δs_i| ≤ c·u·s_max; the Gram path: the row norms of W*Ẑ

@@ -22,7 +22,7 @@ from hypothesis import given
 import crate_theory as ct
 from verify.numerics import directional_difference, finite_difference_gradient, rel_err
 
-# Tolerances. 1e-8 relative is the target for gradients and HVPs.
+# Tolerances. 1e-8 relative is the target for gradients and HVPs.
 # * vs the printed formulas evaluated in 50-digit arithmetic: the SVD evaluation is accurate to ~1e-13 (measured),
 #   so 1e-10 is strict.
 # * vs finite differences: 5-point central stencil with h = 1e-3/√α (the length scale on which R varies):

@@ -107,7 +107,7 @@ def test_unrolled_ista_is_monotone_and_converges_to_reference(seed, lam, step, n
     assert np.all(np.diff(obj) <= 1e-13 * np.abs(obj[:-1]).max())
     ref = ct.nonneg_lasso_reference(X, D, lam, nonneg=nonneg)
     # ISTA's stopping rule 1e-14 on a problem with contraction ≤ 1 − 0.25/2.25 leaves ~1e-13 error; the reference
-    # is polished to machine precision on its support: 1e-9 is the 1e-8 target with margin.
+    # is polished to machine precision on its support: 1e-9 is the 1e-8 target with margin.
     assert rel_err(res.Z, ref) < 1e-9
     assert _kkt_residual(X, D, res.Z, lam, nonneg) < 1e-10
     assert _kkt_residual(X, D, ref, lam, nonneg) < 1e-10

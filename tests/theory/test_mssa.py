@@ -179,7 +179,7 @@ def test_compression_step_batch_equals_loop(method):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# orthonormality of the bases (issue 13, item 8.3): the check sample_tokens uses, shared via _checks.check_bases
+# orthonormality of the bases: the check sample_tokens uses, shared via _checks.check_bases
 # ----------------------------------------------------------------------------------------------------------------
 def _bad_bases():
     """Orthonormal bases with U_1 scaled by 1.001: U_1*U_1 − I = (1.001² − 1) I, deviation 2.001e-3 at k = 1."""
@@ -255,7 +255,7 @@ def test_layer_and_decoder_still_take_learned_non_orthonormal_bases():
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Issue 32: MSSA in column blocks
+# MSSA in column blocks
 # ----------------------------------------------------------------------------------------------------------------
 @given(shape=bases_shapes(max_d=6, max_n=9), seed=seeds, causal=st.booleans(), block=st.integers(1, 11),
        c=st.sampled_from([1e-300, 1e-150, 1.0, 1e150, 1e300]), batch=st.booleans())

@@ -1,4 +1,4 @@
-"""Issue 13, item 8: the Neumann gradient (33) at large n (p × p form), and the Hessian spectrum of R (127) and
+"""The Neumann gradient (33) at large n (p × p form), and the Hessian spectrum of R (127) and
 MSSA (36) at extreme scales (1e±150, 1e±300), checked against moderate-scale values through their scaling laws."""
 import time
 import tracemalloc

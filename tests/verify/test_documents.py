@@ -1,11 +1,11 @@
-"""The parts of README.md and docs/papers.md written from the audit's report say what this session's quick audit says
+"""The parts of README.md and docs/papers.md written from the audit's report say what this test run's quick audit says
 (`verify.documents`): no number in them is typed by hand, and none is left stale by a change of rule or claim."""
 import pytest
 
 from verify import documents
 
 REL, FLOOR = 0.15, 0.02
-"""How far a number in a committed part may lie from this session's: the parts print numbers of trained models to
+"""How far a number in a committed part may lie from this test run's: the parts print numbers of trained models to
 two significant digits, and CI may run on another CPU model whose BLAS kernels move a trained model's numbers in
 that last digit (a shift of one unit in the second digit of 1.0 is 10%); a number typed by hand, or left from an
 earlier rule or recipe, is off by more."""
@@ -26,6 +26,8 @@ def test_same_text_compares_words_exactly_and_numbers_within_a_tolerance():
     assert documents.same_text("−0.78 [−1.1, −0.46]", "−0.60 [−1.1, −0.46]", 0.1, 0.0) == ["−0.78 ≠ −0.60"]
     assert documents.same_text("169 claims", "170 claims", 0.0, 0.0) == ["169 ≠ 170"]
     assert documents.same_text("a\nb 1", "a\nc 1", 0.1, 0.0)[0].startswith("line 2")
+    assert documents.same_text("Sec. 4.1.1, 2.5", "Sec. 4.1.1, 2.6", 0.1, 0.0) == []  # a section number is a label
+    assert documents.same_text("Sec. 4.1.1", "Sec. 4.1.2", 0.5, 1.0) == ["4.1.1 ≠ 4.1.2"]
 
 
 def test_a_part_is_rewritten_between_its_markers_only(tmp_path):

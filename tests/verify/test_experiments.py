@@ -114,7 +114,7 @@ def test_a_changed_training_code_retrains_and_replaces_the_stale_entry(cache, mo
     assert experiments.code_hash(copy) == experiments.code_hash() == experiments.CODE
     stale = experiments.run(tiny())
     _unused_for(stale.folder, experiments.STALE_AFTER + 60)  # the old code's audits are over
-    loop_py = copy / "engine" / "loop.py"  # the example: a loop that skips 3 of every 4 optimizer steps
+    loop_py = copy / "engine" / "loop.py"  # a loop that skips 3 of every 4 optimizer steps
     source = loop_py.read_text()
     assert source.count("optimizer.step()") == 1
     loop_py.write_text(source.replace("optimizer.step()", "optimizer.step() if step % 4 == 0 else None"))

@@ -315,7 +315,7 @@ def _joint_claim(expected_verdict: str, note: str, labels: str) -> None:
 
 _ONE_EPOCH = "; the teacher moves little in 21 steps at λ ≥ 0.99, so every difference is small"
 EXPECTED = {
-    # measured (see the README's CRATE-DINO section and the preset's docstring); a `fails` is a finding.
+    # measured (see docs/dino.md and the preset's docstring); a `fails` is a finding.
     # quick, 1 epoch, ten seeds, base seed 0: R^c paper dino − init +0.20 [+0.10, +0.29], +0.16 [+0.05, +0.26],
     # +0.12 [−0.03, +0.28] (above at layers 1–2: fails, at base seeds 0–2); non-zeros −0.0009 [−0.0013, −0.0005],
     # −0.0019 [−0.0027, −0.0011], −0.0015 [−0.0025, −0.0005] (below: holds, at base seeds 0–2).
