@@ -49,7 +49,7 @@ from torch import nn
 import crate_nn
 from crate_nn import checkpoint
 from crate_nn.engine import TrainConfig, initial_model, train
-from crate_nn.engine.run_dir import rng_state, set_rng_state
+from crate_nn.engine.rng import rng_state, set_rng_state
 from verify.context import cache_dir
 
 CODE_ROOT = Path(crate_nn.__file__).resolve().parent

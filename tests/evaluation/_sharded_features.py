@@ -17,7 +17,7 @@ from torch.utils.data import Dataset
 
 from crate_nn.data.batching import Corrupt
 from crate_nn.engine.distributed import Context, context, joined
-from crate_nn.engine.run_dir import seed_everything
+from crate_nn.engine.rng import seed_everything
 from crate_nn.engine.task import RunPlan
 from crate_nn.evaluation.features import extract_features
 from crate_nn.evaluation.frozen import FrozenEvaluator, model_features
