@@ -43,6 +43,7 @@ from ..engine.config import DataSection, Section, TrainConfig, option
 from ..engine.precision import autocast
 from ..engine.task import LossOutput, Task, preset, register_task, require_classes
 from ..evaluation.language import as_float, classification_metrics, lm_loss, mlm_metrics, sequence_losses, spread
+from ..evaluation.sharded import map_reduce
 from ..models.language import BERTClassifierConfig
 from ..models.registry import build_model, create_model, list_models, model_config, unwrap_model
 from ..official.gpt import gpt_config_of
@@ -434,28 +435,23 @@ class SequenceClassificationTask(Task):
         return LossOutput(F.cross_entropy(logits, labels),
                           metrics={"accuracy": (logits.detach().argmax(-1) == labels).float().mean()})
 
-    @torch.no_grad()
     def evaluate(self, model: nn.Module) -> dict[str, float]:
-        net = unwrap_model(model)
-        was_training = net.training
-        net.eval()
-        mine = list(range(self.ctx.rank, len(self.eval_set), self.ctx.world_size))
-        predictions, labels, loss = [], [], torch.zeros((), dtype=torch.float64, device=self.ctx.device)
-        micro = self.plan.micro_batch
-        for start in range(0, len(mine), micro):
-            tokens, mask, target = (t.to(self.ctx.device) for t in
-                                    pad_examples([self.eval_set[i] for i in mine[start:start + micro]]))
-            with autocast(self.ctx.device, self.config.precision):
+        ctx = self.ctx
+
+        def body(net: nn.Module, batch) -> dict:
+            tokens, mask, target = (t.to(ctx.device) for t in batch)
+            with autocast(ctx.device, self.config.precision):
                 logits = as_float(net(tokens, mask))
-            loss += F.cross_entropy(logits, target, reduction="sum").double()
-            predictions.append(logits.argmax(-1).cpu())
-            labels.append(target.cpu())
-        net.train(was_training)
-        gathered = distributed.all_gather_objects((torch.cat(predictions), torch.cat(labels)), self.ctx)
-        loss = distributed.all_reduce_sum(loss, self.ctx).item()
-        predicted, truth = (torch.cat(parts) for parts in zip(*gathered))
+            return {"loss": F.cross_entropy(logits, target, reduction="sum"), "predictions": logits.argmax(-1),
+                    "labels": target}
+
+        data = (f"eval_file {self.config.eval_file!r}" if self.config.data_dir is not None else
+                "the built-in pairs' dev split")
+        result = map_reduce(unwrap_model(model), self.eval_set, body, ctx, batch_size=self.plan.micro_batch,
+                            sums=("loss",), collate_fn=pad_examples, what=data)
+        predicted, truth = result.rows["predictions"], result.rows["labels"]
         metrics = classification_metrics(predicted, truth, len(self.eval_set.classes))
-        return {"val_loss": loss / len(truth), **{f"val_{k}": v for k, v in metrics.items()}}
+        return {"val_loss": result.sums["loss"] / len(truth), **{f"val_{k}": v for k, v in metrics.items()}}
 
     def resolved(self) -> dict:
         return {**super().resolved(), "classes": self.train_set.classes, "train_examples": len(self.train_set),
