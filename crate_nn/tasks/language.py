@@ -135,9 +135,11 @@ class LMEvaluationSection(Section):
 
 @dataclass
 class TokenMaskingSection(Section):
-    """BERT's masking of the input tokens (`crate_nn.data.masking.Masking`)."""
+    """BERT's masking of the input tokens: the options of `crate_nn.data.masking.Masking`, which this section builds
+    with the corpus's vocabulary."""
 
     title = "masking"
+    component = Masking
 
     mask_probability: float = option(0.15, "share of non-special tokens selected for prediction", above=0.0,
                                      maximum=1.0)
@@ -147,9 +149,7 @@ class TokenMaskingSection(Section):
 
     def validate(self) -> None:
         super().validate()
-        if self.mask_fraction + self.random_fraction > 1:
-            raise ValueError(f"mask_fraction, random_fraction: their sum {self.mask_fraction + self.random_fraction} "
-                             "exceeds 1")
+        Masking.check(**self.arguments(TokenMaskingSection))
 
 
 @dataclass
@@ -274,8 +274,8 @@ class MaskedLMTask(LanguageModelTask):
         if self.corpus.mask_id is None:
             raise ValueError(f"data_dir: the tokenizer {self.corpus.tokenizer} has no <mask> token; a masked LM needs "
                              "one (hf:roberta-base, or the built-in bytes)")
-        self.masking = Masking(self.corpus.mask_id, self.corpus.vocab_size, self.corpus.special_ids,
-                               config.mask_probability, config.mask_fraction, config.random_fraction)
+        self.masking = config.build(TokenMaskingSection, mask_id=self.corpus.mask_id,
+                                    vocab_size=self.corpus.vocab_size, special_ids=self.corpus.special_ids)
 
     def loss(self, model: nn.Module, batch: torch.Tensor) -> LossOutput:
         inputs, labels = (t.to(self.ctx.device, non_blocking=True) for t in self.masking(batch))
