@@ -1,10 +1,13 @@
-"""Shared pytest configuration: hypothesis profiles, BLAS threads and the matplotlib backend.
+"""Shared pytest configuration: hypothesis profiles, BLAS threads, the matplotlib backend, and the ``slow`` marker
+derived from the recorded test durations (``tests/durations.json``, `SLOW_SECONDS`).
 
 The ``ci`` profile (derandomised, no deadline, no example database, bounded examples) is selected when the
 ``CI`` environment variable is set, so CI runs are reproducible and bounded in time; ``dev`` draws more
 examples for local runs.
 """
+import json
 import os
+from pathlib import Path
 
 # OpenBLAS's own threads oversubscribe the 2 cores when pytest-xdist runs workers side by side: a 768×196 SVD
 # then takes ~2 s instead of ~10 ms. One BLAS thread per process is both faster and reproducible.
@@ -32,30 +35,43 @@ settings.register_profile("dev", deadline=None, max_examples=50)
 settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
-SLOW = {
-    "tests/verify/test_claims.py": "runs the whole quick audit from an empty cache (≈ 2.5 min)",
-    "tests/verify/test_documents.py::test_each_generated_part_says_what_the_quick_audit_says":
-        "reads the whole quick audit (test_claims.py runs it)",
-    "tests/verify/test_seed_independence.py": "the fast claims again at two other base seeds (≈ 1 min)",
-    "tests/test_readme.py": "every README command and snippet (≈ 100 s)",
-    "tests/notebooks": "executes every notebook in a kernel (≈ 140 s)",
-    "tests/engine/test_engine_ddp.py": "torchrun with two processes",
-    "tests/engine/test_engine_toy.py::test_hard_kills_and_terminations_at_random_steps_then_resume_equal_uninterrupted":
-        "kills and resumes many subprocesses",
-    "tests/engine/test_engine_toy.py::test_torchrun_two_processes_equal_one_process_and_stop_together":
-        "torchrun with two processes",
-    "tests/evaluation/test_features.py::test_two_processes_return_what_one_process_returns": "torchrun",
-    "tests/engine/test_run_dir.py::test_a_bad_output_dir_stops_every_torchrun_process_with_its_message": "torchrun",
-    "tests/models/test_models.py::test_torch_compile_agrees_with_eager": "torch.compile",
-    "tests/tasks": "trains every system's presets (seconds each, minutes in all)",
-}
-"""Tests marked ``slow`` (node-id prefix → why): `make test-fast` (``-m "not slow"``) leaves them out for a quick
-check while developing; CI and `make test` run everything."""
+DURATIONS = Path(__file__).with_name("durations.json")
+"""Every test's duration (seconds: setup + call + teardown) in a run of the whole suite as CI runs it (``-n 2``, the
+``ci`` hypothesis profile, an empty audit cache), written by ``make durations``: re-record it after adding or
+speeding up tests, and commit it."""
+SLOW_SECONDS = 2.0
+"""A test is marked ``slow`` when its recorded duration exceeds this: `make test-fast` (``-m "not slow"``) runs every
+test recorded at or under it, and the tests recorded since (none yet: not slow); CI and `make test` run everything.
+Two seconds keeps what checks the arithmetic (losses, layers, configs, files) and leaves out what trains, spawns
+processes or runs the audit, notebooks and README."""
+
+
+def pytest_addoption(parser):
+    parser.addoption("--record-durations", metavar="PATH", default=None,
+                     help="write every test's duration (setup + call + teardown, seconds) to PATH as JSON "
+                          "(`make durations` writes tests/durations.json, which marks the slow tests)")
+
+
+_DURATIONS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    _DURATIONS[report.nodeid] = _DURATIONS.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session, exitstatus):
+    path = session.config.getoption("--record-durations")
+    if path and not hasattr(session.config, "workerinput"):  # the controller of pytest-xdist (or the only process)
+        record = {"recorded": {"command": "make durations", "cpus": os.cpu_count(),
+                               "load_average": [round(x, 1) for x in os.getloadavg()]},
+                  "durations": {k: round(v, 3) for k, v in sorted(_DURATIONS.items())}}
+        Path(path).write_text(json.dumps(record, indent=0) + "\n")
 
 
 def pytest_collection_modifyitems(config, items):
     import pytest
 
-    for item in items:  # a prefix names a folder, a file or a test (with or without its parameters)
-        if any(item.nodeid == p or item.nodeid.startswith((p + "/", p + "::", p + "[")) for p in SLOW):
+    recorded = json.loads(DURATIONS.read_text())["durations"] if DURATIONS.is_file() else {}
+    for item in items:
+        if recorded.get(item.nodeid, 0.0) > SLOW_SECONDS:
             item.add_marker(pytest.mark.slow)
