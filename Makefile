@@ -15,7 +15,7 @@ WHEELS := kornia==0.9.0 kornia_rs==0.2.0 lion-pytorch==0.2.5
 WHEEL_PLATFORMS := --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 \
 	--platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
 
-.PHONY: setup test test-fast audit notebooks clean gpu-check wheels
+.PHONY: setup test test-fast durations audit notebooks clean gpu-check wheels
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -29,9 +29,16 @@ setup: $(VENV)/.installed
 test: setup
 	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MPLBACKEND=Agg $(PY) -m pytest $(PYTEST_ARGS)
 
-# while developing: everything but the tests marked slow (tests/conftest.py SLOW); CI runs `make test`
+# while developing: every test recorded in tests/durations.json at or under tests/conftest.py's SLOW_SECONDS (the
+# others are marked slow); CI runs `make test`
 test-fast: setup
 	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MPLBACKEND=Agg $(PY) -m pytest $(PYTEST_ARGS) -m "not slow"
+
+# the whole suite as CI runs it (the ci hypothesis profile, an empty audit cache), recording every test's duration in
+# tests/durations.json, from which tests/conftest.py marks the slow ones; re-record after adding tests and commit it
+durations: setup
+	CI=1 CRATE_WHITEBOX_CACHE=$$(mktemp -d) OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MPLBACKEND=Agg \
+		$(PY) -m pytest $(PYTEST_ARGS) -q --record-durations tests/durations.json
 
 audit: setup
 	MPLBACKEND=Agg $(PY) -m verify

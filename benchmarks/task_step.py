@@ -30,7 +30,7 @@ from crate_nn.engine.config import TrainConfig
 from crate_nn.engine.loop import CUDA_GRAPH_MODES, compile_model
 from crate_nn.engine.optim import build_optimizer
 from crate_nn.engine.precision import autocast, keep_activations
-from crate_nn.engine.run_dir import seed_everything
+from crate_nn.engine.rng import seed_everything
 from crate_nn.engine.task import RunPlan, Task, task_for
 from crate_nn.tasks import PRESETS, get_preset
 

@@ -178,8 +178,8 @@ def voc(args: argparse.Namespace) -> dict:
 
 
 def experiment(args: argparse.Namespace) -> dict:
+    from .table17 import VARIANTS, extra_backbone, run_experiment, splits, write_report
     from .tasks import get_preset
-    from .tasks.segmentation import VARIANTS, extra_backbone, run_experiment, splits, write_report
 
     variants = args.variants or list(VARIANTS)
     unknown = [v for v in variants if v not in VARIANTS]

@@ -43,7 +43,7 @@ import typing
 from collections.abc import Sequence
 
 from . import cli, extras
-from .engine.config import DEFAULT, TrainConfig, strip_optional
+from .engine.config import DEFAULT, TrainConfig, own_fields, strip_optional
 from .engine.loop import Preempted, train
 from .tasks import PRESETS, get_preset, list_presets
 
@@ -55,6 +55,10 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+METAVARS = {int: "N", float: "X", str: "TEXT"}
+"""What ``--help`` shows after a flag, by the field's type: short, so that most flags keep their help on their line."""
+
+
 def _field_parser(hint) -> dict:
     """argparse keyword arguments for a config field of type ``hint``."""
     hint, optional = strip_optional(hint)
@@ -62,10 +66,18 @@ def _field_parser(hint) -> dict:
     if hint is bool:
         return {"action": argparse.BooleanOptionalAction}
     if origin is tuple:
-        return {"nargs": "*", "type": _none_or(typing.get_args(hint)[0], False), "metavar": "VALUE"}
+        item = typing.get_args(hint)[0]
+        return {"nargs": "*", "type": _none_or(item, False), "metavar": METAVARS.get(item, "VALUE")}
     if hint is dict or origin is dict:
         return {"nargs": "*", "type": _key_value, "metavar": "KEY=VALUE"}
-    return {"type": _none_or(hint, optional)}
+    return {"type": _none_or(hint, optional), "metavar": METAVARS.get(hint, "VALUE")}
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """The description and epilog as written; flags and their help in two columns, the help from column 30."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=30)
 
 
 def _none_or(kind, optional: bool):
@@ -89,6 +101,9 @@ def _key_value(text: str) -> tuple[str, object]:
         return key, ast.literal_eval(value)
     except (ValueError, SyntaxError):
         return key, value
+
+
+USAGE_POINTER = "crate-train --help: several GPUs, resume, start over, shorten a preset; what a run directory holds.\n\n"
 
 
 def _presets_text() -> str:
@@ -118,9 +133,10 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
     if known.list_presets:
         print(_presets_text())
         raise SystemExit(0)
-    parser = OneLineParser(prog="crate-train", description=__doc__.split("\n\n")[0],
-                                     epilog=__doc__.split("\n\n", 1)[1] + "\n" + _presets_text(),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    general = __doc__.split("\n\n", 1)[1] + "\n"
+    parser = OneLineParser(prog="crate-train", usage="crate-train --preset NAME [--FIELD VALUE ...]",
+                           description=__doc__.split("\n\n")[0], formatter_class=_HelpFormatter,
+                           epilog=(general if known.preset is None else USAGE_POINTER) + _presets_text())
     parser.add_argument("--preset", choices=sorted(PRESETS), metavar="NAME",
                         help="the experiment whose values the other flags override (required; see below)")
     parser.add_argument("--list-presets", action="store_true", help="list the presets of every task and exit")
@@ -144,14 +160,13 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
     for title, sections in _flag_groups(config_class).items():
         names = ", ".join(section.__name__ for section in sections)
         group = parser.add_argument_group(f"{title} ({names})")
-        for f in dataclasses.fields(config_class):
-            if f.name == "preset" or config_class.section_of(f.name) not in sections:
-                continue
+        fields = {f.name: f for f in dataclasses.fields(config_class)}
+        for f in (fields[name] for section in sections for name in own_fields(section) if name != "preset"):
             choices = f.metadata.get("choices")
             text = f.metadata.get("help", "")
             if strip_optional(hints[f.name])[0] is dict:
                 text += f"; merged into the preset's (KEY={DEFAULT} removes one, for the model's own default)"
-            text += f" [{known.preset}: {getattr(defaults, f.name)!r}" + (
+            text += f" [{getattr(defaults, f.name)!r}" + (
                 f"; one of {', '.join(map(str, choices))}]" if choices else "]")
             group.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=argparse.SUPPRESS,
                                help=text.replace("%", "%%"), **_field_parser(hints[f.name]))

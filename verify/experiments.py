@@ -57,7 +57,7 @@ from torch import nn
 import crate_nn
 from crate_nn import checkpoint
 from crate_nn.engine import Preempted, TrainConfig, initial_model, train
-from crate_nn.engine.run_dir import rng_state, set_rng_state
+from crate_nn.engine.rng import rng_state, set_rng_state
 from verify import integrity
 from verify.context import cache_dir
 from verify.stopping import Interrupted

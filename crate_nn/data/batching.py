@@ -9,7 +9,6 @@ batches in the same order, without the copy of every batch from a worker process
 from __future__ import annotations
 
 import collections
-import math
 import signal
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -67,11 +66,11 @@ def collate(items: list) -> Batch:
 class EpochBatches:
     """Index lists of this rank's micro-batches for one epoch, a deterministic function of (seed, epoch).
 
-    Training (``shuffle=True``): a permutation of ``range(n)`` drawn from ``torch.Generator(seed, epoch)``; optimizer
-    step s of the epoch takes the global batch ``perm[s*B:(s+1)*B]`` (``B = global_batch``; an incomplete last
-    batch is dropped); rank r takes every ``world_size``-th element of it starting at r, split into consecutive
-    micro-batches of ``micro_batch``. ``start_step`` skips the epoch's first steps (resume). Evaluation
-    (``shuffle=False``): rank r takes ``range(r, n, world_size)`` in micro-batches, the last one possibly short.
+    A permutation of ``range(n)`` drawn from ``torch.Generator(seed, epoch)``; optimizer step s of the epoch takes
+    the global batch ``perm[s*B:(s+1)*B]`` (``B = global_batch``; an incomplete last batch is dropped); rank r takes
+    every ``world_size``-th element of it starting at r, split into consecutive micro-batches of ``micro_batch``.
+    ``start_step`` skips the epoch's first steps (resume). Evaluation shards its data by one rule of its own
+    (`crate_nn.evaluation.sharded`).
     """
 
     def __init__(
@@ -84,7 +83,6 @@ class EpochBatches:
         world_size: int = 1,
         seed: int = 0,
         epoch: int = 0,
-        shuffle: bool = True,
         start_step: int = 0,
     ):
         if global_batch % (micro_batch * world_size):
@@ -92,23 +90,18 @@ class EpochBatches:
                 f"batch_size: the global batch {global_batch} is not divisible by micro_batch_size × world size "
                 f"= {micro_batch} × {world_size}"
             )
-        if shuffle and global_batch > n:
+        if global_batch > n:
             raise ValueError(f"batch_size: the global batch {global_batch} exceeds the {n} training samples")
         self.n, self.global_batch, self.micro_batch = n, global_batch, micro_batch
-        self.rank, self.world_size, self.shuffle = rank, world_size, shuffle
+        self.rank, self.world_size = rank, world_size
         self.seed, self.epoch, self.start_step = seed, epoch, start_step
 
     @property
     def steps(self) -> int:
-        """Optimizer steps in one epoch (training)."""
+        """Optimizer steps in one epoch."""
         return self.n // self.global_batch
 
     def __iter__(self) -> Iterator[list[int]]:
-        if not self.shuffle:
-            mine = list(range(self.rank, self.n, self.world_size))
-            for i in range(0, len(mine), self.micro_batch):
-                yield mine[i:i + self.micro_batch]
-            return
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
         perm = torch.randperm(self.n, generator=g).tolist()
         for step in range(self.start_step, self.steps):
@@ -117,8 +110,6 @@ class EpochBatches:
                 yield mine[i:i + self.micro_batch]
 
     def __len__(self) -> int:
-        if not self.shuffle:
-            return math.ceil(len(range(self.rank, self.n, self.world_size)) / self.micro_batch)
         per_step = self.global_batch // (self.world_size * self.micro_batch)
         return (self.steps - self.start_step) * per_step
 
@@ -172,8 +163,9 @@ class ThreadedBatches:
 
 def loader(dataset: Dataset, batches: EpochBatches, num_workers: int = 0, pin_memory: bool = False,
            collate_fn: Callable = collate, threads: bool = False) -> DataLoader | ThreadedBatches:
-    """The micro-batches of ``batches``, read by ``num_workers`` DataLoader processes (0: in this process), or by
-    that many threads (`ThreadedBatches`) with ``threads``; the same batches in the same order either way, and
+    """The micro-batches of ``batches`` (`EpochBatches`, or any batch sampler with a ``seed`` and an ``epoch``, such
+    as `crate_nn.evaluation.sharded.ShardBatches`), read by ``num_workers`` DataLoader processes (0: in this process),
+    or by that many threads (`ThreadedBatches`) with ``threads``; the same batches in the same order either way, and
     nothing drawn from the global RNG (resume stays exact)."""
     if threads and num_workers:
         return ThreadedBatches(dataset, batches, num_workers, pin_memory, collate_fn)

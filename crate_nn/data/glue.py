@@ -1,5 +1,6 @@
-"""Sequence-classification data of the language models: GLUE-format TSV files (`read_glue_tsv`) and a built-in
-sentence-pair task drawn from the built-in corpus (`stdlib_next_lines`)."""
+"""Sequence-classification data of the language models: GLUE-format TSV files (`read_glue_tsv`), a built-in
+sentence-pair task drawn from the built-in corpus (`stdlib_next_lines`), and the examples tokenized
+(`EncodedExamples`) and padded into batches (`pad_examples`)."""
 from __future__ import annotations
 
 import os
@@ -10,9 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
+from torch.utils.data import Dataset
 
 from ..files import read_text
 from .documents import BUILTIN_VAL_FRACTION, read_texts, split_ids, stdlib_documents
+from .tokenizers import get_tokenizer
 
 
 @dataclass
@@ -86,3 +90,43 @@ def stdlib_next_lines(split: str, count: int, seed: int = 0) -> TextPairs:
             texts.append((lines[f][j], lines[g][int(rng.integers(len(lines[g])))]))
         labels.append(i % 2)
     return TextPairs(texts, labels, ["0", "1"])
+
+
+class EncodedExamples(Dataset):
+    """Tokenized examples: item i is (ids (n_i,) int64, label)."""
+
+    def __init__(self, pairs: TextPairs, tokenizer_spec: str, max_length: int) -> None:
+        tokenizer = get_tokenizer(tokenizer_spec)
+        separator = [] if tokenizer.eot_id is None else [tokenizer.eot_id]
+        self.examples = [(encode_example(parts, tokenizer, separator, max_length), label)
+                         for parts, label in zip(pairs.texts, pairs.labels)]
+        self.classes = pairs.classes
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        ids, label = self.examples[i]
+        return torch.as_tensor(ids, dtype=torch.int64), label
+
+
+def encode_example(parts: tuple[str, ...], tokenizer, separator: list[int], max_length: int) -> list[int]:
+    """``a`` or ``a <sep> b`` (the end-of-text id separates a pair), cut to ``max_length`` by removing tokens from
+    the end of the longer text first (Hugging Face's "longest_first"); an empty example keeps one separator."""
+    ids = [list(tokenizer.encode(text)) for text in parts]
+    budget = max_length - (len(separator) if len(ids) == 2 else 0)
+    while sum(map(len, ids)) > budget:
+        longest = max(range(len(ids)), key=lambda k: len(ids[k]))
+        ids[longest].pop()
+    out = ids[0] + (separator + ids[1] if len(ids) == 2 else [])
+    return out or (separator or [0])
+
+
+def pad_examples(items: list[tuple[torch.Tensor, int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(tokens (B, n) padded with id 0, attention_mask (B, n) bool, labels (B,)) with n the longest example."""
+    length = max(len(ids) for ids, _ in items)
+    tokens = torch.zeros(len(items), length, dtype=torch.int64)
+    mask = torch.zeros(len(items), length, dtype=torch.bool)
+    for row, (ids, _) in enumerate(items):
+        tokens[row, :len(ids)], mask[row, :len(ids)] = ids, True
+    return tokens, mask, torch.as_tensor([label for _, label in items], dtype=torch.int64)

@@ -54,61 +54,49 @@ def _border_resized_crop():
 class MultiCrop(nn.Module):
     """Images (B, C, H, W) (uint8, or float in [0, 1]) → (global crops (G·B, C, S, S), local crops (N·B, C, s, s) or
     None when N = 0), normalised with ``mean``/``std``, stacked view after view (rows v·B … (v+1)·B − 1 are view v
-    of images 0 … B − 1).
+    of images 0 … B − 1). The arguments are named as the options of DINO's config that set them (its crops
+    section builds this module: `crate_nn.tasks.dino.CropsSection`).
 
     Args:
-        global_size, local_size: S and s, the crops' sides (s ≤ S).
+        image_size, local_crop_size: S and s, the crops' sides (s ≤ S).
         global_crops, local_crops: G ≥ 1 and N ≥ 0, with at least two crops in all (the loss pairs views).
-        global_scale, local_scale: area fractions (min, max) of the RandomResizedCrops, in (0, 1].
-        source_size: resize the images to source_size² first (bilinear, antialiased) when their size differs,
-            so that crops of tiny images (8×8 digits) are drawn on a finer grid; None keeps the input size.
-        flip_p, jitter, jitter_p, grayscale_p, blur_sigma, blur_p, solarize_p: the photometric operations (module
-            docstring); ``jitter`` = (brightness, contrast, saturation, hue); ``blur_p`` = (first global crop,
-            second global crop, local crops).
+        global_crop_scale, local_crop_scale: area fractions (min, max) of the RandomResizedCrops, in (0, 1].
+        load_size: resize the images to load_size² first (bilinear, antialiased) when their size differs, so that
+            crops of tiny images (8×8 digits) are drawn on a finer grid; None keeps the input size.
+        flip_p, color_jitter, color_jitter_p, grayscale_p, blur_sigma, blur_p, solarize_p: the photometric
+            operations (module docstring); ``color_jitter`` = (brightness, contrast, saturation, hue); ``blur_p`` =
+            (first global crop, second global crop, local crops).
     """
 
     def __init__(
         self,
-        global_size: int = 224,
-        local_size: int = 96,
+        image_size: int = 224,
+        local_crop_size: int = 96,
         *,
         mean: Sequence[float],
         std: Sequence[float],
         global_crops: int = 2,
         local_crops: int = 8,
-        global_scale: tuple[float, float] = (0.4, 1.0),
-        local_scale: tuple[float, float] = (0.05, 0.4),
-        source_size: int | None = None,
+        global_crop_scale: tuple[float, float] = (0.4, 1.0),
+        local_crop_scale: tuple[float, float] = (0.05, 0.4),
+        load_size: int | None = None,
         flip_p: float = 0.5,
-        jitter: tuple[float, float, float, float] = (0.4, 0.4, 0.2, 0.1),
-        jitter_p: float = 0.8,
+        color_jitter: tuple[float, float, float, float] = (0.4, 0.4, 0.2, 0.1),
+        color_jitter_p: float = 0.8,
         grayscale_p: float = 0.2,
         blur_sigma: tuple[float, float] = (0.1, 2.0),
         blur_p: tuple[float, float, float] = (1.0, 0.1, 0.5),
         solarize_p: float = 0.2,
     ) -> None:
         super().__init__()
+        self.check(image_size, local_crop_size, mean=mean, std=std, global_crops=global_crops,
+                   local_crops=local_crops, global_crop_scale=global_crop_scale, local_crop_scale=local_crop_scale,
+                   load_size=load_size, blur_sigma=blur_sigma)
         import kornia.augmentation as K
 
-        for name, value in (("global_size", global_size), ("local_size", local_size), ("global_crops", global_crops),
-                            ("source_size", source_size or 1)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: expected a positive integer, got {value!r}")
-        if isinstance(local_crops, bool) or not isinstance(local_crops, int) or local_crops < 0:
-            raise ValueError(f"local_crops: expected a non-negative integer, got {local_crops!r}")
-        if global_crops + local_crops < 2:
-            raise ValueError(f"global_crops, local_crops: the loss compares two views at least, got {global_crops} "
-                             f"global and {local_crops} local crops")
-        if local_size > global_size:
-            raise ValueError(f"local_size: a local crop ({local_size}) larger than the global crops ({global_size})")
-        for name, (low, high) in (("global_scale", global_scale), ("local_scale", local_scale)):
-            if not 0 < low <= high <= 1:
-                raise ValueError(f"{name}: expected 0 < min ≤ max ≤ 1, got {(low, high)}")
-        if len(mean) != len(std):
-            raise ValueError(f"mean, std: expected one value per channel in each, got {mean} and {std}")
-        self.global_crops, self.local_crops, self.source_size = global_crops, local_crops, source_size
+        self.global_crops, self.local_crops, self.load_size = global_crops, local_crops, load_size
         color = len(mean) == 3
-        brightness, contrast, saturation, hue = jitter
+        brightness, contrast, saturation, hue = color_jitter
         if not color:
             saturation, hue = 0.0, 0.0
         support = math.ceil(3 * blur_sigma[1])  # kernel half-width: ±3σ_max
@@ -121,8 +109,8 @@ class MultiCrop(nn.Module):
                                     nn.Hardtanh(0.0, 1.0)]
             if flip_p:
                 ops.append(K.RandomHorizontalFlip(p=flip_p))
-            if jitter_p and any((brightness, contrast, saturation, hue)):
-                ops.append(K.ColorJitter(brightness, contrast, saturation, hue, p=jitter_p))
+            if color_jitter_p and any((brightness, contrast, saturation, hue)):
+                ops.append(K.ColorJitter(brightness, contrast, saturation, hue, p=color_jitter_p))
             if color and grayscale_p:
                 ops.append(K.RandomGrayscale(p=grayscale_p))
             if blur:  # reflect padding needs a half-width below the side
@@ -132,10 +120,39 @@ class MultiCrop(nn.Module):
             return nn.Sequential(*ops)
 
         self.global_views = nn.ModuleList(
-            view(global_size, global_scale, blur_p[i % 2], solarize_p if i % 2 else 0.0) for i in range(global_crops))
-        self.local_view = view(local_size, local_scale, blur_p[2], 0.0)
+            view(image_size, global_crop_scale, blur_p[i % 2], solarize_p if i % 2 else 0.0)
+            for i in range(global_crops))
+        self.local_view = view(local_crop_size, local_crop_scale, blur_p[2], 0.0)
         self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1), persistent=False)
         self.register_buffer("std", torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1), persistent=False)
+
+    @staticmethod
+    def check(image_size: int = 224, local_crop_size: int = 96, *, mean: Sequence[float], std: Sequence[float],
+              global_crops: int = 2, local_crops: int = 8, global_crop_scale: tuple[float, float] = (0.4, 1.0),
+              local_crop_scale: tuple[float, float] = (0.05, 0.4), load_size: int | None = None,
+              blur_sigma: tuple[float, float] = (0.1, 2.0), **photometric) -> None:
+        """ValueError naming the first argument `MultiCrop` cannot use: the constructor's checks, which DINO's config
+        runs on its options before any work (the photometric probabilities are checked by their declarations)."""
+        for name, value in (("image_size", image_size), ("local_crop_size", local_crop_size),
+                            ("global_crops", global_crops), ("load_size", load_size or 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+        if isinstance(local_crops, bool) or not isinstance(local_crops, int) or local_crops < 0:
+            raise ValueError(f"local_crops: expected a non-negative integer, got {local_crops!r}")
+        if global_crops + local_crops < 2:
+            raise ValueError(f"global_crops, local_crops: the loss compares two crops at least, got {global_crops} "
+                             f"global and {local_crops} local")
+        if local_crop_size > image_size:
+            raise ValueError(f"local_crop_size: a local crop ({local_crop_size}) larger than the global crops "
+                             f"(image_size={image_size})")
+        for name, (low, high) in (("global_crop_scale", global_crop_scale), ("local_crop_scale", local_crop_scale)):
+            if not 0 < low <= high <= 1:
+                raise ValueError(f"{name}: expected 0 < min ≤ max ≤ 1, got {(low, high)}")
+        if not 0 < blur_sigma[0] <= blur_sigma[1]:
+            raise ValueError(f"blur_sigma: expected 0 < min ≤ max, got {tuple(blur_sigma)}")
+        if len(mean) != len(std):
+            raise ValueError(f"mean, std: expected one value per channel in each, got {mean} and {std}")
+
 
     @torch.no_grad()
     def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -143,8 +160,8 @@ class MultiCrop(nn.Module):
             raise ValueError(f"images: expected (batch, {self.mean.shape[1]}, height, width), got "
                              f"{tuple(images.shape)}")
         x = images.float() / 255.0 if images.dtype == torch.uint8 else images.float()
-        if self.source_size is not None and x.shape[-2:] != (self.source_size, self.source_size):
-            x = F.interpolate(x, size=(self.source_size, self.source_size), mode="bilinear", align_corners=False,
+        if self.load_size is not None and x.shape[-2:] != (self.load_size, self.load_size):
+            x = F.interpolate(x, size=(self.load_size, self.load_size), mode="bilinear", align_corners=False,
                               antialias=True)
         globals_ = self._normalise(torch.cat([view(x) for view in self.global_views]))
         if not self.local_crops:

@@ -42,7 +42,7 @@ import torch
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
-from ..files import read_json, writing
+from ..files import atomic_write, read_json, write_json
 from .images import DatasetInfo
 from .registry import register_dataset
 
@@ -86,24 +86,10 @@ def listing_digest(samples: Sequence[tuple[str, int]], root: Path) -> str:
     return digest.hexdigest()
 
 
-def write_json_atomic(path: Path, payload: dict) -> None:
-    """Write ``payload`` as ``path`` through a temporary file and a rename (`WriteError` naming it on failure)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with writing("output", path):
-        tmp.write_text(json.dumps(payload, indent=1) + "\n")
-        os.replace(tmp, path)
-
-
-def save_npy_atomic(path: Path, array: np.ndarray) -> str:
-    """Write ``array`` as ``path`` (.npy) through a temporary file, fsync, rename; return the file's SHA-256. A write
-    the operating system refuses (a full disk) raises `crate_nn.files.WriteError` naming ``path``."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with writing("output", path):
-        with open(tmp, "wb") as f:
-            np.save(f, array)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+def save_npy(path: Path, array: np.ndarray) -> str:
+    """Write ``array`` as ``path`` (.npy, `crate_nn.files.atomic_write`); return the file's SHA-256."""
+    with atomic_write(path, "output") as f:
+        np.save(f, array)
     return sha256_file(path)
 
 
@@ -234,7 +220,7 @@ def verify_split(folder: str | Path, progress: bool = False, only_changed: bool 
                                  "and run crate-pack again to rewrite it)")
     if files != recorded:
         with contextlib.suppress(OSError):
-            write_json_atomic(folder / STAMP, {"manifest_sha256": manifest_sha, "files": files})
+            write_json(folder / STAMP, {"manifest_sha256": manifest_sha, "files": files}, "output")
     return sum(e["images"] for e in shards)
 
 
@@ -312,7 +298,7 @@ def pack_split(
                              "choose another output folder or delete it")
     else:
         manifest = {**plan, "shards": [None] * n_shards, "skipped": {}, "complete": False}
-        write_json_atomic(folder / MANIFEST, manifest)
+        write_json(folder / MANIFEST, manifest, "output")
     spans = [range(k * shard_size, min((k + 1) * shard_size, len(samples))) for k in range(n_shards)]
     todo = [k for k, entry in enumerate(manifest["shards"]) if entry is None or not _files_intact(folder, entry)]
     paths = [str(path) for path, _ in samples]
@@ -333,15 +319,15 @@ def pack_split(
         entry = {"name": name, "images": len(keep), "first_file": span.start}
         for suffix, key, array in ((".npy", "sha256", np.ascontiguousarray(images, dtype=np.uint8)),
                                    (".labels.npy", "labels_sha256", labels[keep])):
-            entry[key] = save_npy_atomic(folder / f"{name}{suffix}", array)
+            entry[key] = save_npy(folder / f"{name}{suffix}", array)
             entry[f"{key}_bytes"] = (folder / f"{name}{suffix}").stat().st_size
         manifest["shards"][k] = entry
         manifest["skipped"].update({paths[span[j]]: reason for j, reason in failed.items()})
-        write_json_atomic(folder / MANIFEST, manifest)
+        write_json(folder / MANIFEST, manifest, "output")
         bar.update(len(span))
     bar.close()
     manifest["complete"] = all(entry is not None for entry in manifest["shards"])
-    write_json_atomic(folder / MANIFEST, manifest)
+    write_json(folder / MANIFEST, manifest, "output")
     return manifest
 
 

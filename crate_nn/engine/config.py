@@ -27,7 +27,7 @@ import math
 import re
 import types
 import typing
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -95,9 +95,30 @@ class Section:
     """
 
     title: ClassVar[str] = ""
+    component: ClassVar[Callable[..., Any] | None] = None
+    """What the section configures when that is one object (DINO's crops: `crate_nn.data.multicrop.MultiCrop`): each
+    field the section declares is a keyword argument of ``component`` under the field's own name, so `build` makes
+    it without copying fields one by one, and a new option is a field here and a parameter there
+    (``tests/engine/test_config_sections.py`` checks that every field is one)."""
+    reads: ClassVar[tuple[str, ...]] = ()
+    """Fields of other sections that ``component`` takes too, under the same names (the crops: the data section's
+    ``image_size``, ``load_size``, ``mean`` and ``std``)."""
 
     def validate(self) -> None:
         """The checks of this section's fields beyond their declarations (the root: none)."""
+
+    def arguments(self, section: type[Section]) -> dict[str, Any]:
+        """The keyword arguments of ``section``'s ``component`` that this config holds: the values of the fields
+        ``section`` declares (and the sections it extends), then of its ``reads``."""
+        names = [n for c in reversed(section.__mro__) if issubclass(c, Section) for n in own_fields(c)]
+        return {name: getattr(self, name) for name in [*names, *section.reads]}
+
+    def build(self, section: type[Section], /, **context) -> Any:
+        """``section``'s ``component`` made from this config (`arguments`) and ``context`` (what the run supplies: the
+        number of prototypes, the processes; it overrides an argument of the same name)."""
+        if section.__dict__.get("component") is None:
+            raise TypeError(f"{section.__name__} configures no component")
+        return section.component(**{**self.arguments(section), **context})
 
     @classmethod
     def sections(cls) -> list[type]:

@@ -41,7 +41,6 @@ micro-batch and the evaluation; the loop owns the rest:
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import signal
 import sys
@@ -60,19 +59,9 @@ from .config import COMPILE_MODES, TrainConfig
 from .ema import EMA
 from .optim import build_optimizer, clip_gradients
 from .precision import autocast
-from .run_dir import (
-    RunFiles,
-    RunLock,
-    check_output_dir,
-    check_same_data,
-    clear_run,
-    data_identity,
-    read_metrics,
-    read_run_state,
-    rng_state,
-    seed_everything,
-    set_rng_state,
-)
+from .resume import check_resumable, check_same_data, data_identity, read_run_state
+from .rng import rng_state, seed_everything, set_rng_state
+from .run_dir import RunFiles, RunLock, check_output_dir, clear_run, read_metrics
 from .schedule import Schedules
 from .task import RunPlan, Task, resolve_batches, task_for
 
@@ -110,17 +99,6 @@ class TrainResult:
     metrics: dict
     steps: int
     seconds: float
-
-
-def check_resumable(saved: dict, config: TrainConfig) -> None:
-    """Refuse to resume with a config that changes the run (anything but its ``resume_free`` fields; an option
-    added since the checkpoint was written passes at its default, `TrainConfig.differences`)."""
-    changed = config.differences(saved, ignore=config.resume_free_fields())
-    if changed:
-        current = json.loads(json.dumps(config.to_dict(), default=str))
-        details = "; ".join(f"{k}: saved {saved.get(k, '(none)')!r}, now {current.get(k, '(none)')!r}"
-                            for k in changed)
-        raise ValueError(f"resume: the config differs from the checkpoint's in {details}")
 
 
 class StopSignals:
@@ -232,233 +210,345 @@ def train(config: TrainConfig) -> TrainResult:
 
 
 def _train(config: TrainConfig, ctx: distributed.Context, task_class: type[Task]) -> TrainResult:
-    started = time.perf_counter()
-    task = start_task(config, ctx, task_class)
-    plan = RunPlan.resolve(config, task, ctx.world_size)
-    task.start(plan)
-    micro, accumulation, steps_per_epoch = plan.micro_batch, plan.accumulation, plan.steps_per_epoch
-    total_steps, warmup_steps = plan.total_steps, plan.warmup_steps
-    schedules = Schedules(warmup_steps, total_steps, config.min_lr_ratio, config.weight_decay,
-                          config.weight_decay_end, config.ema_momentum, config.ema_momentum_end, config.lr_schedule)
-    raw_model = task.model.to(ctx.device)
-    precision.keep_activations(raw_model, config.activations)
-    raw_model.preprocessing = task.preprocessing()  # saved with every checkpoint (crate_nn.preprocessing)
-    optimizer = build_optimizer(config, raw_model)
-    ema = EMA(raw_model) if config.ema else None
-    # Augmentation randomness differs between processes; the initialisation above is the same everywhere.
-    torch.manual_seed(config.seed * 1000 + 1 + ctx.rank)
-    if ctx.is_main and config.overwrite:
-        clear_run(config.output_dir)
-    distributed.join(ctx)
-    if config.precision == precision.MEASURED and ctx.device.type == "cpu":
-        # every process measures; they train alike: in bf16 only if each of them found it faster
-        slower = torch.tensor([float(not precision.cpu_bf16_faster())], dtype=torch.float64)
-        precision.settle_cpu_bf16(distributed.all_reduce_sum(slower, ctx).item() == 0)
-    run = RunFiles(config.output_dir, ctx.is_main, config.keep_checkpoints, config.tensorboard)
-
-    epoch, step_in_epoch, step = 0, 0, 0
-    totals: dict[str, float] = {}
-    window = LogWindow()
-    data = data_identity(task.train_set)
+    """The run, phase by phase (`Training`)."""
+    run = Training(config, ctx, task_class)
     if config.resume:
-        state = read_run_state(run.last)
-        check_resumable(state["train_config"], config)
-        check_same_data(state.get("data"), data)
-        raw_model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        epoch, step_in_epoch, step = (state["position"][k] for k in ("epoch", "step_in_epoch", "step"))
-        task.clock = plan.clock(step)
-        set_rng_state(state["rng"][ctx.rank] if ctx.rank < len(state["rng"]) else state["rng"][0])
-        task.load_state_dict(state.get("task") or {})
-        if ema is not None:
-            ema.load_state_dict(state["ema"])
-        totals = dict(state.get("totals") or {})
-        window = LogWindow.from_state(state.get("log_window"))
-        run.forget_after(step)
-    run.write_config({
-        **config.to_dict(), "task": config.task, "world_size": ctx.world_size, "micro_batch_size": micro,
-        "accumulation_steps": accumulation, "steps_per_epoch": steps_per_epoch, "total_steps": total_steps,
-        "warmup_steps": warmup_steps,
-        "no_weight_decay": [n for g in optimizer.param_groups if not g["decay"] for n in g["names"]],
-        **task.resolved(),
-    })
+        run.restore()
+    run.write_config()
+    run.wrap()
+    run.loop()
+    return run.finish()
 
-    if ctx.is_main and config.activations != "fp32" \
-            and precision.autocast_dtype(ctx.device, config.precision) != precision.ACTIVATIONS[config.activations]:
-        tqdm.write(f"crate-train: --activations {config.activations} changes nothing here: precision "
-                   f"{config.precision} on {ctx.device.type} does not autocast to {config.activations}",
-                   file=sys.stderr)
-    model: nn.Module = compile_model(raw_model, config.compile_mode) if config.compile else raw_model
-    graphs = config.compile and config.compile_mode in CUDA_GRAPH_MODES and ctx.device.type == "cuda"
-    if ctx.distributed:
-        model = nn.parallel.DistributedDataParallel(
-            model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
-    fork = dict(devices=[ctx.device] if ctx.device.type == "cuda" else [])
 
-    def evaluate_now() -> dict:
-        with torch.random.fork_rng(**fork):
-            metrics = task.evaluate(model)
-            if ema is not None:
-                metrics.update({f"ema_{k}": v for k, v in task.evaluate(ema.module).items()})
+class Training:
+    """One run of the loop, in named phases (`_train` calls them in this order): the constructor starts it (the task,
+    its `RunPlan`, the model, the optimizer, the process group, the run directory); `restore` loads a resumed run's
+    checkpoint; `wrap` compiles the model and wraps it for DDP; `loop` runs the epochs, each optimizer step being
+    `step` (schedules, micro-batches, `reduce`, `update`), then `log_step`, `preempt_or_checkpoint` and
+    `evaluate_by_steps`, each epoch ending with `end_epoch`; `finish` evaluates once more, writes the summary and
+    returns the result. The position (``step``, ``epoch``, ``step_in_epoch``), the counters (``totals``) and the
+    log window are attributes, which `checkpoint` saves and `restore` loads."""
+
+    def __init__(self, config: TrainConfig, ctx: distributed.Context, task_class: type[Task]) -> None:
+        self.started = time.perf_counter()
+        self.config, self.ctx = config, ctx
+        self.task = task = start_task(config, ctx, task_class)
+        self.plan = plan = RunPlan.resolve(config, task, ctx.world_size)
+        task.start(plan)
+        self.schedules = Schedules(plan.warmup_steps, plan.total_steps, config.min_lr_ratio, config.weight_decay,
+                                   config.weight_decay_end, config.ema_momentum, config.ema_momentum_end,
+                                   config.lr_schedule)
+        self.raw_model = task.model.to(ctx.device)
+        precision.keep_activations(self.raw_model, config.activations)
+        self.raw_model.preprocessing = task.preprocessing()  # saved with every checkpoint (crate_nn.preprocessing)
+        self.model: nn.Module = self.raw_model  # `wrap` compiles and wraps it
+        self.optimizer = build_optimizer(config, self.raw_model)
+        self.ema = EMA(self.raw_model) if config.ema else None
+        # Augmentation randomness differs between processes; the initialisation above is the same everywhere.
+        torch.manual_seed(config.seed * 1000 + 1 + ctx.rank)
+        if ctx.is_main and config.overwrite:
+            clear_run(config.output_dir)
+        distributed.join(ctx)
+        if config.precision == precision.MEASURED and ctx.device.type == "cpu":
+            # every process measures; they train alike: in bf16 only if each of them found it faster
+            slower = torch.tensor([float(not precision.cpu_bf16_faster())], dtype=torch.float64)
+            precision.settle_cpu_bf16(distributed.all_reduce_sum(slower, ctx).item() == 0)
+        self.files = RunFiles(config.output_dir, ctx.is_main, config.keep_checkpoints, config.tensorboard)
+        self.epoch, self.step_in_epoch, self.step = 0, 0, 0
+        self.totals: dict[str, float] = {}
+        self.window = LogWindow()
+        self.data = data_identity(task.train_set)
+        self.metrics: dict = {}  # the last evaluation's
+        self.last_step = plan.total_steps if config.max_steps is None else min(plan.total_steps, config.max_steps)
+        self.stop = StopSignals()
+        self.fork = dict(devices=[ctx.device] if ctx.device.type == "cuda" else [])
+        self.bar = None
+
+    # -- before the first step ------------------------------------------------------------------------------
+    def restore(self) -> None:
+        """Continue from ``checkpoints/last.pt``: the same config (but its ``resume_free`` fields) and data, then the
+        model, the optimizer, the position, this process's random state, the task's state, the EMA, the counters and
+        the partial log window; metrics.jsonl forgets what the run will write again."""
+        state = read_run_state(self.files.last)
+        check_resumable(state["train_config"], self.config)
+        check_same_data(state.get("data"), self.data)
+        self.raw_model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.epoch, self.step_in_epoch, self.step = (state["position"][k] for k in ("epoch", "step_in_epoch", "step"))
+        self.task.clock = self.plan.clock(self.step)
+        rank = self.ctx.rank
+        set_rng_state(state["rng"][rank] if rank < len(state["rng"]) else state["rng"][0])
+        self.task.load_state_dict(state.get("task") or {})
+        if self.ema is not None:
+            self.ema.load_state_dict(state["ema"])
+        self.totals = dict(state.get("totals") or {})
+        self.window = LogWindow.from_state(state.get("log_window"))
+        self.files.forget_after(self.step)
+
+    def write_config(self) -> None:
+        """config.json: the config, and what the engine and the task resolved from it."""
+        plan, optimizer = self.plan, self.optimizer
+        self.files.write_config({
+            **self.config.to_dict(), "task": self.config.task, "world_size": self.ctx.world_size,
+            "micro_batch_size": plan.micro_batch, "accumulation_steps": plan.accumulation,
+            "steps_per_epoch": plan.steps_per_epoch, "total_steps": plan.total_steps,
+            "warmup_steps": plan.warmup_steps,
+            "no_weight_decay": [n for g in optimizer.param_groups if not g["decay"] for n in g["names"]],
+            **self.task.resolved(),
+        })
+
+    def wrap(self) -> None:
+        """The model the steps run: compiled (``compile``, in ``compile_mode``), then wrapped by
+        DistributedDataParallel (torchrun); says so when ``activations`` changes nothing on this device."""
+        config, ctx = self.config, self.ctx
+        if ctx.is_main and config.activations != "fp32" \
+                and precision.autocast_dtype(ctx.device, config.precision) != precision.ACTIVATIONS[config.activations]:
+            tqdm.write(f"crate-train: --activations {config.activations} changes nothing here: precision "
+                       f"{config.precision} on {ctx.device.type} does not autocast to {config.activations}",
+                       file=sys.stderr)
+        model = compile_model(self.raw_model, config.compile_mode) if config.compile else self.raw_model
+        if self.ctx.distributed:
+            model = nn.parallel.DistributedDataParallel(
+                model, device_ids=[self.ctx.device.index] if self.ctx.device.type == "cuda" else None)
+        self.model = model
+
+    # -- the epochs -----------------------------------------------------------------------------------------
+    def loop(self) -> None:
+        """From the current position to ``last_step``: the initial evaluation of a new run, then epoch after epoch
+        of optimizer steps."""
+        config, steps_per_epoch = self.config, self.plan.steps_per_epoch
+        if self.step == 0:
+            if config.eval_at_start:
+                self.log_evaluation("start", {"epoch": 0.0, "step": 0}, self.evaluate())
+            self.epoch_end(0)
+        self.bar = tqdm(total=self.last_step, initial=self.step, disable=not (self.ctx.is_main and config.progress),
+                        unit="step", dynamic_ncols=True)
+        self.model.train()
+        self.window.start = time.perf_counter()
+        with self.stop:
+            while self.step < self.last_step:
+                micro_batches = self.epoch_data()
+                while self.step_in_epoch < steps_per_epoch and self.step < self.last_step:
+                    lr, any_stopping = self.step_once(micro_batches)
+                    self.log_step(lr)
+                    self.preempt_or_checkpoint(any_stopping)
+                    self.evaluate_by_steps()
+                if self.step_in_epoch == steps_per_epoch:
+                    self.end_epoch()
+        self.bar.close()
+
+    def epoch_data(self):
+        """The micro-batches of this process for the rest of the current epoch (`EpochBatches`)."""
+        config, ctx, task = self.config, self.ctx, self.task
+        if self.step_in_epoch > self.plan.steps_per_epoch:  # cannot follow the data check of a resume; never spin on it
+            raise RuntimeError(f"position {self.step_in_epoch} is past the {self.plan.steps_per_epoch} steps of epoch "
+                               f"{self.epoch}")
+        batches = EpochBatches(len(task.train_set), global_batch=config.batch_size, micro_batch=self.plan.micro_batch,
+                               rank=ctx.rank, world_size=ctx.world_size, seed=config.seed, epoch=self.epoch,
+                               start_step=self.step_in_epoch)
+        return iter(loader(task.train_set, batches, config.num_workers, pin_memory=ctx.device.type == "cuda",
+                           collate_fn=task.collate, threads=config.loader == "threads"))
+
+    # -- one optimizer step ---------------------------------------------------------------------------------
+    def step_once(self, micro_batches) -> tuple[float, bool]:
+        """One optimizer step: the schedules, the micro-batches' gradients (`accumulate`), `reduce`, `update`; then
+        the position and the log window move on. Returns (the step's learning rate, whether a process received a stop
+        signal before the step's all-reduce)."""
+        lr = self.apply_schedules()
+        sums, metric_keys, count_keys = self.accumulate(micro_batches)
+        loss, metrics, any_stopping = self.reduce(sums, metric_keys, count_keys)
+        self.update(loss)
+        self.step += 1
+        self.step_in_epoch += 1
+        self.task.clock = self.plan.clock(self.step)
+        self.window.add(loss, metrics, self.config.batch_size * self.task.units_per_sample())
+        self.bar.update(1)
+        return lr, any_stopping
+
+    def apply_schedules(self) -> float:
+        """The learning rate and weight decay of the current step in every parameter group; returns the rate."""
+        multiplier, decay = self.schedules.lr_multiplier(self.step), self.schedules.weight_decay_at(self.step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = group["initial_lr"] * multiplier
+            if group["decay"]:
+                group["weight_decay"] = decay
+        return self.optimizer.param_groups[0]["lr"]
+
+    def accumulate(self, micro_batches) -> tuple[dict[str, torch.Tensor], list[str], list[str]]:
+        """Forward and backward the step's micro-batches (autocast; DDP's gradient sync on the last only): float64
+        sums of the loss, the task's metrics and counts, and the names of the metrics and of the counts."""
+        ctx, accumulation = self.ctx, self.plan.accumulation
+        sums: dict[str, torch.Tensor] = {}
+        keys: tuple[list[str], list[str]] = ([], [])
+        graphs = self.config.compile and self.config.compile_mode in CUDA_GRAPH_MODES and ctx.device.type == "cuda"
+        for i in range(accumulation):
+            batch = next(micro_batches)
+            if graphs:  # a new iteration: the CUDA graphs may reuse the previous one's output buffers
+                torch.compiler.cudagraph_mark_step_begin()
+            sync = (self.model.no_sync() if ctx.distributed and i < accumulation - 1 else contextlib.nullcontext())
+            with sync:
+                with autocast(ctx.device, self.config.precision):
+                    out = self.task.loss(self.model, batch)
+                loss = out.loss.to(torch.promote_types(out.loss.dtype, torch.float32))
+                (loss / accumulation).backward()
+            keys = (sorted(out.metrics), sorted(out.counts))
+            for key, value in [("loss", loss.detach()), *out.metrics.items(), *out.counts.items()]:
+                value = torch.as_tensor(value, dtype=torch.float64, device=ctx.device).detach()
+                sums[key] = sums[key] + value if key in sums else value
+        return sums, *keys
+
+    def reduce(self, sums: dict[str, torch.Tensor], metric_keys: list[str],
+               count_keys: list[str]) -> tuple[float, dict[str, float], bool]:
+        """One all-reduce: the mean loss and metrics over processes, the counters (added to ``totals``) and whether
+        any process received a stop signal. Returns (loss, metrics, that flag)."""
+        ctx, accumulation = self.ctx, self.plan.accumulation
+        reduced = distributed.all_reduce_sum(torch.stack(
+            [sums["loss"] / accumulation, *(sums[k] / accumulation for k in metric_keys),
+             *(sums[k] for k in count_keys),
+             torch.tensor(float(self.stop.received != 0), dtype=torch.float64, device=ctx.device)]), ctx).tolist()
+        metrics = {k: v / ctx.world_size for k, v in zip(metric_keys, reduced[1:])}
+        for k, v in zip(count_keys, reduced[1 + len(metric_keys):]):
+            self.totals[k] = self.totals.get(k, 0) + int(round(v))
+        return reduced[0] / ctx.world_size, metrics, reduced[-1] > 0
+
+    def update(self, loss: float) -> None:
+        """Clip, stop on a non-finite loss or gradient before touching the weights, then the task's hooks around the
+        optimizer's update and the EMA."""
+        config, optimizer = self.config, self.optimizer
+        grad_norm = (clip_gradients(self.model.parameters(), config.grad_clip, config.grad_clip_mode)
+                     if config.grad_clip is not None else None)
+        if not (math.isfinite(loss) and (grad_norm is None or torch.isfinite(grad_norm))):
+            optimizer.zero_grad(set_to_none=True)
+            where = self.files.last if self.files.last.is_file() else "none written yet"
+            norm = "not computed" if grad_norm is None else grad_norm.item()
+            raise NonFiniteLossError(
+                f"training loss is {loss} (gradient norm {norm}) at optimizer step {self.step + 1} "
+                f"(epoch {self.epoch}); stopped without updating the weights; last good checkpoint: {where}"
+            )
+        self.task.before_optimizer_step(self.model, self.step, self.epoch)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if self.ema is not None:
+            self.ema.update(self.raw_model, self.schedules.ema_momentum_at(self.step))
+        self.task.after_optimizer_step(self.raw_model, self.step)
+
+    # -- after a step ---------------------------------------------------------------------------------------
+    def log_step(self, lr: float) -> None:
+        """Every ``log_every`` steps (and at the last) a metrics.jsonl line of the window's means; a partial window
+        at the last step is marked final and goes on in a resumed run."""
+        step, window = self.step, self.window
+        scheduled = step % self.config.log_every == 0
+        if not (scheduled or step == self.last_step):
+            return
+        elapsed = time.perf_counter() - window.start
+        record = {"epoch": step / self.plan.steps_per_epoch, "step": step, "train_loss": window.loss / window.steps,
+                  "lr": lr, f"{self.task.unit}_per_s": window.samples / max(elapsed, 1e-9),
+                  **{f"train_{k}": v / window.steps for k, v in window.metrics.items()}, **self.totals}
+        self.files.log(record if scheduled else {**record, "final": True})
+        self.bar.set_postfix(loss=f"{record['train_loss']:.4f}", lr=f"{lr:.2e}")
+        if scheduled:
+            self.window = LogWindow()
+
+    def preempt_or_checkpoint(self, any_stopping: bool) -> None:
+        """After a stop signal (`StopSignals`): a checkpoint, then `Preempted`. One process stops after the step in
+        which the signal arrived; several processes after the step whose all-reduce carried it (``any_stopping``),
+        so that all stop together (at most one step later). Otherwise a checkpoint every ``checkpoint_every``
+        steps (an epoch's last step saves at its end)."""
+        if any_stopping if self.ctx.distributed else self.stop.received:
+            self.checkpoint()
+            self.bar.close()
+            signum = self.stop.received or signal.SIGTERM
+            raise Preempted(f"stopped by {signal.Signals(signum).name} after optimizer step {self.step}; checkpoint "
+                            f"{self.files.last}; continue with the same command plus --resume", signum, self.step)
+        every = self.config.checkpoint_every
+        if every and self.step % every == 0 and self.step_in_epoch < self.plan.steps_per_epoch:
+            self.checkpoint()
+
+    def evaluate_by_steps(self) -> None:
+        """Every ``eval_every_steps`` steps inside an epoch (epoch ends and the last step evaluate anyway)."""
+        every, step = self.config.eval_every_steps, self.step
+        if every and step % every == 0 and step < self.last_step and self.step_in_epoch < self.plan.steps_per_epoch:
+            paused = time.perf_counter()
+            self.log_evaluation(f"step {step}", {"epoch": step / self.plan.steps_per_epoch, "step": step},
+                                self.evaluate())
+            self.window.start += time.perf_counter() - paused
+
+    def end_epoch(self) -> None:
+        """After an epoch's last step: the evaluation (every ``eval_every`` epochs, and at the last step), the
+        task's `epoch_end` and a checkpoint; none of them counts against the throughput."""
+        paused = time.perf_counter()
+        self.epoch, self.step_in_epoch = self.epoch + 1, 0
+        scheduled = self.epoch % self.config.eval_every == 0
+        if scheduled or self.step == self.last_step:
+            self.metrics = self.evaluate()
+            self.log_evaluation(f"epoch {self.epoch}", {"epoch": float(self.epoch), "step": self.step,
+                                                        **({} if scheduled else {"final": True})}, self.metrics)
+        self.epoch_end(self.epoch)
+        self.checkpoint()
+        self.window.start += time.perf_counter() - paused
+
+    # -- what the phases share ------------------------------------------------------------------------------
+    def evaluate(self) -> dict:
+        """The task's evaluation of the model (and of the EMA's, as ``ema_*``), leaving the random state as it was."""
+        with torch.random.fork_rng(**self.fork):
+            metrics = self.task.evaluate(self.model)
+            if self.ema is not None:
+                metrics.update({f"ema_{k}": v for k, v in self.task.evaluate(self.ema.module).items()})
         return metrics
 
-    def log_evaluation(when: str, position: dict, evaluated: dict) -> None:
-        run.log({**position, **evaluated})
-        if ctx.is_main:
+    def log_evaluation(self, when: str, position: dict, evaluated: dict) -> None:
+        self.files.log({**position, **evaluated})
+        if self.ctx.is_main:
             tqdm.write(f"{when}: " + " ".join(f"{k} {report.format_value(v)}" for k, v in evaluated.items()))
 
-    def epoch_end(done_epochs: int) -> None:
-        if ctx.is_main:
-            with torch.random.fork_rng(**fork):
-                raw_model.eval()
-                task.epoch_end(raw_model, done_epochs, run.root)
-                raw_model.train()
+    def epoch_end(self, done_epochs: int) -> None:
+        """The task's `Task.epoch_end` (main process, eval mode, the random state left as it was)."""
+        if self.ctx.is_main:
+            with torch.random.fork_rng(**self.fork):
+                self.raw_model.eval()
+                self.task.epoch_end(self.raw_model, done_epochs, self.files.root)
+                self.raw_model.train()
 
-    stop = StopSignals()
-
-    def save_checkpoint() -> None:
+    def checkpoint(self) -> None:
+        """``checkpoints/step_XXXXXXX.pt`` and ``last.pt``: everything `restore` needs (a collective call: every
+        process's random state is gathered)."""
+        optimizer = self.optimizer
         payload = {
             "optimizer": optimizer.state_dict(),
             "scheduler": {"lr": [g["lr"] for g in optimizer.param_groups],
                           "weight_decay": [g["weight_decay"] for g in optimizer.param_groups]},
-            "rng": distributed.all_gather_objects(rng_state(), ctx), "train_config": config.to_dict(),
-            "position": {"epoch": epoch, "step_in_epoch": step_in_epoch, "step": step},
-            "task": task.state_dict(), "ema": ema.state_dict() if ema is not None else None,
-            "totals": dict(totals), "log_window": window.state(), "data": data,
+            "rng": distributed.all_gather_objects(rng_state(), self.ctx), "train_config": self.config.to_dict(),
+            "position": {"epoch": self.epoch, "step_in_epoch": self.step_in_epoch, "step": self.step},
+            "task": self.task.state_dict(), "ema": self.ema.state_dict() if self.ema is not None else None,
+            "totals": dict(self.totals), "log_window": self.window.state(), "data": self.data,
         }
-        with stop.saving():
-            run.save(raw_model, step, payload)
+        with self.stop.saving():
+            self.files.save(self.raw_model, self.step, payload)
 
-    last_step = total_steps if config.max_steps is None else min(total_steps, config.max_steps)
-    if step == 0:
-        if config.eval_at_start:
-            log_evaluation("start", {"epoch": 0.0, "step": 0}, evaluate_now())
-        epoch_end(0)
-    metrics: dict = {}
-    unit_key = f"{task.unit}_per_s"
-    bar = tqdm(total=last_step, initial=step, disable=not (ctx.is_main and config.progress), unit="step",
-               dynamic_ncols=True)
-    model.train()
-    window.start = time.perf_counter()
-    with stop:
-        while step < last_step:
-            if step_in_epoch > steps_per_epoch:  # cannot follow the data check of a resume; never spin on it
-                raise RuntimeError(f"position {step_in_epoch} is past the {steps_per_epoch} steps of epoch {epoch}")
-            batches = EpochBatches(len(task.train_set), global_batch=config.batch_size, micro_batch=micro,
-                                   rank=ctx.rank, world_size=ctx.world_size, seed=config.seed, epoch=epoch,
-                                   start_step=step_in_epoch)
-            micro_batches = iter(loader(task.train_set, batches, config.num_workers,
-                                        pin_memory=ctx.device.type == "cuda", collate_fn=task.collate,
-                                        threads=config.loader == "threads"))
-            while step_in_epoch < steps_per_epoch and step < last_step:
-                multiplier, decay = schedules.lr_multiplier(step), schedules.weight_decay_at(step)
-                for group in optimizer.param_groups:
-                    group["lr"] = group["initial_lr"] * multiplier
-                    if group["decay"]:
-                        group["weight_decay"] = decay
-                lr = optimizer.param_groups[0]["lr"]
-                sums: dict[str, torch.Tensor] = {}
-                keys: tuple[list[str], list[str]] = ([], [])
-                for i in range(accumulation):
-                    batch = next(micro_batches)
-                    if graphs:  # a new iteration: the CUDA graphs may reuse the previous one's output buffers
-                        torch.compiler.cudagraph_mark_step_begin()
-                    sync = model.no_sync() if ctx.distributed and i < accumulation - 1 else contextlib.nullcontext()
-                    with sync:
-                        with autocast(ctx.device, config.precision):
-                            out = task.loss(model, batch)
-                        loss = out.loss.to(torch.promote_types(out.loss.dtype, torch.float32))
-                        (loss / accumulation).backward()
-                    keys = (sorted(out.metrics), sorted(out.counts))
-                    for key, value in [("loss", loss.detach()), *out.metrics.items(), *out.counts.items()]:
-                        value = torch.as_tensor(value, dtype=torch.float64, device=ctx.device).detach()
-                        sums[key] = sums[key] + value if key in sums else value
-                metric_keys, count_keys = keys
-                # one all-reduce: mean loss and metrics over processes, counters, and whether any process must stop
-                reduced = distributed.all_reduce_sum(torch.stack(
-                    [sums["loss"] / accumulation, *(sums[k] / accumulation for k in metric_keys),
-                     *(sums[k] for k in count_keys),
-                     torch.tensor(float(stop.received != 0), dtype=torch.float64, device=ctx.device)]), ctx).tolist()
-                loss_value = reduced[0] / ctx.world_size
-                step_metrics = {k: v / ctx.world_size for k, v in zip(metric_keys, reduced[1:])}
-                for k, v in zip(count_keys, reduced[1 + len(metric_keys):]):
-                    totals[k] = totals.get(k, 0) + int(round(v))
-                grad_norm = (clip_gradients(model.parameters(), config.grad_clip, config.grad_clip_mode)
-                             if config.grad_clip is not None else None)
-                if not (math.isfinite(loss_value) and (grad_norm is None or torch.isfinite(grad_norm))):
-                    optimizer.zero_grad(set_to_none=True)
-                    where = run.last if run.last.is_file() else "none written yet"
-                    norm = "not computed" if grad_norm is None else grad_norm.item()
-                    raise NonFiniteLossError(
-                        f"training loss is {loss_value} (gradient norm {norm}) at optimizer step {step + 1} "
-                        f"(epoch {epoch}); stopped without updating the weights; last good checkpoint: {where}"
-                    )
-                task.before_optimizer_step(model, step, epoch)
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-                if ema is not None:
-                    ema.update(raw_model, schedules.ema_momentum_at(step))
-                task.after_optimizer_step(raw_model, step)
-                step += 1
-                step_in_epoch += 1
-                task.clock = plan.clock(step)
-                window.add(loss_value, step_metrics, config.batch_size * task.units_per_sample())
-                bar.update(1)
-                scheduled = step % config.log_every == 0
-                if scheduled or step == last_step:
-                    elapsed = time.perf_counter() - window.start
-                    record = {"epoch": step / steps_per_epoch, "step": step,
-                              "train_loss": window.loss / window.steps, "lr": lr,
-                              unit_key: window.samples / max(elapsed, 1e-9),
-                              **{f"train_{k}": v / window.steps for k, v in window.metrics.items()}, **totals}
-                    run.log(record if scheduled else {**record, "final": True})
-                    bar.set_postfix(loss=f"{record['train_loss']:.4f}", lr=f"{lr:.2e}")
-                    if scheduled:  # a partial window at a stop goes on in a resumed run
-                        window = LogWindow()
-                # one process stops after the step in which the signal arrived; several processes after the step
-                # whose all-reduce carried it, so that all stop together (at most one step later)
-                if (reduced[-1] > 0) if ctx.distributed else stop.received:
-                    save_checkpoint()
-                    bar.close()
-                    name = signal.Signals(stop.received or signal.SIGTERM).name
-                    raise Preempted(f"stopped by {name} after optimizer step {step}; checkpoint {run.last}; continue "
-                                    "with the same command plus --resume", stop.received or signal.SIGTERM, step)
-                if config.checkpoint_every and step % config.checkpoint_every == 0 and step_in_epoch < steps_per_epoch:
-                    save_checkpoint()
-                if (config.eval_every_steps and step % config.eval_every_steps == 0 and step < last_step
-                        and step_in_epoch < steps_per_epoch):  # epoch ends and the last step evaluate anyway
-                    paused = time.perf_counter()
-                    log_evaluation(f"step {step}", {"epoch": step / steps_per_epoch, "step": step}, evaluate_now())
-                    window.start += time.perf_counter() - paused
-            if step_in_epoch == steps_per_epoch:
-                paused = time.perf_counter()  # evaluation and checkpoints do not count against throughput
-                epoch, step_in_epoch = epoch + 1, 0
-                scheduled = epoch % config.eval_every == 0
-                if scheduled or step == last_step:
-                    metrics = evaluate_now()
-                    log_evaluation(f"epoch {epoch}", {"epoch": float(epoch), "step": step,
-                                                      **({} if scheduled else {"final": True})}, metrics)
-                epoch_end(epoch)
-                save_checkpoint()
-                window.start += time.perf_counter() - paused
-    bar.close()
-    if step_in_epoch:  # stopped inside an epoch (max_steps)
-        save_checkpoint()
-        metrics = evaluate_now()
-        run.log({"epoch": step / steps_per_epoch, "step": step, **metrics, "final": True})
-    if not metrics:  # resumed a finished run
-        metrics = evaluate_now()
-    final = task.final_evaluate(model)
-    if final:
-        run.log({"epoch": step / steps_per_epoch, "step": step, **final, "final": True})
-    metrics = {**metrics, **final, **totals}
-    run.close()
-    seconds = time.perf_counter() - started
-    if ctx.is_main:
-        if config.curves:
-            report.plot_curves({run.root.name: read_metrics(run.root / "metrics.jsonl")}, run.root / report.CURVES)
-        summary = report.run_summary(run.root, config, steps=step, seconds=seconds, checkpoint=str(run.last),
-                                     evaluate_command=task.evaluate_command)
-        report.write_summary(run.root, summary)
-        tqdm.write(report.summary_text(summary))
-    return TrainResult(str(run.root), str(run.last), metrics, step, seconds)
+    # -- after the last step --------------------------------------------------------------------------------
+    def finish(self) -> TrainResult:
+        """A run stopped inside an epoch (``max_steps``) is saved and evaluated; then the task's final evaluation,
+        the curves and the summary (main process)."""
+        config, files, task = self.config, self.files, self.task
+        position = {"epoch": self.step / self.plan.steps_per_epoch, "step": self.step}
+        if self.step_in_epoch:
+            self.checkpoint()
+            self.metrics = self.evaluate()
+            files.log({**position, **self.metrics, "final": True})
+        if not self.metrics:  # resumed a finished run
+            self.metrics = self.evaluate()
+        final = task.final_evaluate(self.model)
+        if final:
+            files.log({**position, **final, "final": True})
+        metrics = {**self.metrics, **final, **self.totals}
+        files.close()
+        seconds = time.perf_counter() - self.started
+        if self.ctx.is_main:
+            if config.curves:
+                report.plot_curves({files.root.name: read_metrics(files.root / "metrics.jsonl")},
+                                   files.root / report.CURVES)
+            summary = report.run_summary(files.root, config, steps=self.step, seconds=seconds,
+                                         checkpoint=str(files.last), evaluate_command=task.evaluate_command)
+            report.write_summary(files.root, summary)
+            tqdm.write(report.summary_text(summary))
+        return TrainResult(str(files.root), str(files.last), metrics, self.step, seconds)

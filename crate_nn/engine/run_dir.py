@@ -1,4 +1,4 @@
-"""The run directory and the random state a run must save to resume exactly.
+"""The run directory: its checks before a run starts, its lock while it trains, and the files the engine writes in it.
 
     <output_dir>/config.json            the resolved config (engine, task, model)
     <output_dir>/metrics.jsonl          one JSON line per log window, evaluation and end-of-run result
@@ -12,25 +12,20 @@ every process before any process group forms. While a run trains, its main proce
 ``<output_dir>/.lock``: a second run started on the same directory at the same time is refused with one line naming
 the first one's process (the lock is the operating system's, so it ends with its process, however that ends).
 
-The data a run trains on is part of its identity: every checkpoint stores `data_identity` of the training set, and a
-``resume`` on other data is refused.
+The random state and the data identity a checkpoint also stores are `crate_nn.engine.rng`'s and
+`crate_nn.engine.resume`'s.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import random
 import shutil
-import socket
 import sys
 from pathlib import Path
 
-import numpy as np
-import torch
 from torch import nn
 
-from ..files import writing
+from ..files import FileLock, atomic_write, write_json
 from ..weights import ours
 
 OWNED = ("checkpoints", "metrics.jsonl", "config.json", "summary.json", "measurements", "figures",
@@ -62,90 +57,14 @@ def check_output_dir(output_dir: str, resume: bool, overwrite: bool) -> None:
         raise ValueError(f"output_dir: cannot write to {str(parent)!r}")
 
 
-class RunLock:
-    """An exclusive lock on ``<output_dir>/.lock`` (POSIX ``flock``) for as long as a run trains, taken by the main
-    process only (``enabled``): a second process asking for it gets ValueError naming the holder's process and host.
-    The operating system drops the lock with its process, so a killed run never leaves a stale lock."""
+class RunLock(FileLock):
+    """The lock on ``<output_dir>/.lock`` (`crate_nn.files.FileLock`) for as long as a run trains, taken by the main
+    process only (``enabled``): a second process asking for it gets ValueError naming the holder's process and host."""
 
     def __init__(self, output_dir: str, enabled: bool = True) -> None:
-        self.path = Path(output_dir) / ".lock"
-        self.enabled = enabled
-        self._file = None
-
-    def __enter__(self) -> RunLock:
-        if not self.enabled:
-            return self
-        try:
-            import fcntl
-        except ImportError:  # not POSIX: no lock (the read-only checks still apply)
-            return self
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(self.path, "a+")
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            handle.close()
-            raise ValueError(f"output_dir: {str(self.path.parent)!r} is in use by a run that is training now "
-                             f"({holder}); wait for it to end or choose another --output-dir") from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"process {os.getpid()} on {socket.gethostname()}: {' '.join(sys.argv)[:200]}\n")
-        handle.flush()
-        self._file = handle
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self._file is not None:
-            self._file.close()  # closing the file releases the lock
-            self._file = None
-
-
-def data_identity(dataset) -> dict:
-    """What identifies the training data of a run: the number of samples and, where the dataset exposes them, a
-    SHA-256 of its labels (``labels``: a tensor or array) or of its samples' file names and labels (``samples``:
-    (path, label) pairs; the folder itself may move, hence names only)."""
-    identity: dict = {"samples": len(dataset)}
-    digest = hashlib.sha256()
-    labels, samples = getattr(dataset, "labels", None), getattr(dataset, "samples", None)
-    if isinstance(labels, (torch.Tensor, np.ndarray)):
-        digest.update(np.ascontiguousarray(torch.as_tensor(labels).cpu().numpy()).tobytes())
-    elif isinstance(samples, (list, tuple)) and all(isinstance(s, (list, tuple)) and len(s) == 2 for s in samples):
-        for path, label in samples:
-            digest.update(f"{Path(str(path)).name}\t{label}\n".encode())
-    else:
-        return identity
-    identity["fingerprint"] = digest.hexdigest()[:16]
-    return identity
-
-
-RUN_STATE = ("train_config", "optimizer", "position", "rng")
-"""What a training run's checkpoint holds beside the model, and ``--resume`` needs."""
-
-
-def read_run_state(path: Path) -> dict:
-    """The checkpoint a resumed run continues from (`crate_nn.weights.ours.read`, on the CPU); ValueError naming it
-    when it holds a model only (``crate_nn.save``, ``crate-export``), without the run's state."""
-    state = ours.read(path, map_location="cpu")
-    missing = [key for key in RUN_STATE if key not in state]
-    if missing:
-        raise ValueError(f"resume: {path} holds no training run's state ({', '.join(missing)} missing: a model-only "
-                         "checkpoint, as crate_nn.save and crate-export write); --resume continues a run from the "
-                         "last.pt it wrote itself")
-    return state
-
-
-def check_same_data(saved: dict | None, current: dict) -> None:
-    """Refuse to resume on other training data than the checkpoint's (``saved`` None: a checkpoint written before
-    the data were recorded, accepted as it is)."""
-    if saved is not None and saved != current:
-        def describe(identity: dict) -> str:
-            tail = f", fingerprint {identity['fingerprint']}" if "fingerprint" in identity else ""
-            return f"{identity['samples']} samples{tail}"
-
-        raise ValueError(f"resume: the training data differ from the checkpoint's ({describe(saved)} then, "
-                         f"{describe(current)} now); resume with the data the run started on, or start a new run")
+        super().__init__(Path(output_dir) / ".lock", enabled=enabled, refuse=lambda holder: ValueError(
+            f"output_dir: {str(Path(output_dir))!r} is in use by a run that is training now ({holder}); wait for it to "
+            "end or choose another --output-dir"))
 
 
 def clear_run(output_dir: str) -> None:
@@ -204,11 +123,12 @@ class RunFiles:
         path = self.root / "metrics.jsonl"
         if self.enabled and path.is_file():
             kept = [r for r in read_metrics(path, repair=True) if r["step"] <= step and not r.get("final")]
-            path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+            with atomic_write(path, "metrics") as f:
+                f.write("".join(json.dumps(r) + "\n" for r in kept).encode())
 
     def write_config(self, resolved: dict) -> None:
         if self.enabled:
-            (self.root / "config.json").write_text(json.dumps(resolved, indent=2) + "\n")
+            write_json(self.root / "config.json", resolved, "config", indent=2)
 
     def log(self, record: dict) -> None:
         if not self.enabled:
@@ -226,10 +146,8 @@ class RunFiles:
             return
         path = self.checkpoints / f"step_{step:07d}.pt"
         ours.save(path, model, extra)
-        tmp = self.checkpoints / ".last.pt.tmp"
-        with writing("checkpoint", self.last):
-            shutil.copyfile(path, tmp)
-            os.replace(tmp, self.last)
+        with atomic_write(self.last, "checkpoint") as copy, open(path, "rb") as source:
+            shutil.copyfileobj(source, copy)
         if self.keep > 0:
             for old in sorted(self.checkpoints.glob("step_*.pt"))[:-self.keep]:
                 old.unlink()
@@ -237,33 +155,3 @@ class RunFiles:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
-
-
-def rng_state() -> dict:
-    """Python, NumPy, torch and CUDA generator states in weights_only-safe types (numpy's array as a tensor)."""
-    name, keys, pos, has_gauss, cached = np.random.get_state()
-    return {
-        "python": list(random.getstate()[1]) + [random.getstate()[2]],
-        "python_version": random.getstate()[0],
-        "numpy": {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
-                  "has_gauss": int(has_gauss), "cached": float(cached)},
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-    }
-
-
-def set_rng_state(state: dict) -> None:
-    """Inverse of ``rng_state``."""
-    python = state["python"]
-    random.setstate((state["python_version"], tuple(python[:-1]), python[-1]))
-    n = state["numpy"]
-    np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"]))
-    torch.set_rng_state(state["torch"])
-    if state["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)

@@ -16,10 +16,10 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
-from ..data.batching import EpochBatches, loader
 from ..data.transforms import DeviceTransform
 from ..engine import distributed
 from ..engine.precision import autocast
+from .sharded import map_reduce
 
 
 def real_index(path: str) -> int:
@@ -30,7 +30,6 @@ def real_index(path: str) -> int:
     return int(match.group(1)) - 1
 
 
-@torch.no_grad()
 def evaluate(
     model: nn.Module,
     dataset,
@@ -41,55 +40,46 @@ def evaluate(
     num_workers: int = 0,
     precision: str = "auto",
     real_labels: Sequence[Sequence[int]] | None = None,
+    what: str = "dataset",
 ) -> dict[str, float]:
     """Loss (plain cross-entropy) and top-1/top-5 accuracy (fractions) of ``model`` on ``dataset``.
 
-    Under torchrun each process evaluates every ``world_size``-th image and the sums are all-reduced. Returns
-    ``loss``, ``top1``, ``top5``, ``images`` and ``skipped`` (unreadable files), plus ``real_top1`` and
-    ``real_images`` when ``real_labels`` is given. Draws nothing from the global RNG. ValueError when no image could
-    be read (or, with ``real_labels``, none has a plausible label): a mean over no image is undefined.
+    Under torchrun each process evaluates its shard of the images and the sums are all-reduced
+    (`crate_nn.evaluation.sharded.map_reduce`). Returns ``loss``, ``top1``, ``top5``, ``images`` and ``skipped``
+    (unreadable files), plus ``real_top1`` and ``real_images`` when ``real_labels`` is given. ValueError naming
+    ``what`` (the data) when no image could be evaluated, naming ``real_json`` when none has a plausible label.
+    Draws nothing from the global RNG.
     """
-    was_training = model.training
-    model.eval()
-    batches = EpochBatches(len(dataset), global_batch=batch_size * ctx.world_size, micro_batch=batch_size,
-                           rank=ctx.rank, world_size=ctx.world_size, shuffle=False)
-    # loss sum, top-1, top-5, images, skipped, ReaL correct, ReaL counted
-    totals = torch.zeros(7, dtype=torch.float64, device=ctx.device)
-    for batch in loader(dataset, batches, num_workers, pin_memory=ctx.device.type == "cuda"):
-        totals[4] += len(batch.skipped)
+
+    def body(net: nn.Module, batch) -> dict:
         for path in batch.skipped:
             tqdm.write(f"skipped unreadable image {path}", file=sys.stderr)
+        sums = {"skipped": len(batch.skipped)}
         if not batch.labels.numel():  # every file of this batch was unreadable
-            continue
+            return sums
         images = transform(batch.images.to(ctx.device, non_blocking=True))
         labels = batch.labels.to(ctx.device)
         with autocast(ctx.device, precision):
-            logits = model(images)
+            logits = net(images)
         logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
         top = logits.topk(min(5, logits.shape[-1]), dim=-1).indices
-        totals[0] += F.cross_entropy(logits, labels, reduction="sum").double()
-        totals[1] += (top[:, 0] == labels).sum()
-        totals[2] += (top == labels[:, None]).any(dim=-1).sum()
-        totals[3] += labels.numel()
+        sums.update(loss=F.cross_entropy(logits, labels, reduction="sum"), top1=(top[:, 0] == labels).sum(),
+                    top5=(top == labels[:, None]).any(dim=-1).sum(), images=labels.numel())
         if real_labels is not None:
-            predictions = top[:, 0].tolist()
-            for i, predicted in zip(batch.indices.tolist(), predictions):
-                plausible = real_labels[real_index(dataset.samples[i][0])]
-                if plausible:
-                    totals[5] += predicted in plausible
-                    totals[6] += 1
-    distributed.all_reduce_sum(totals, ctx)
-    model.train(was_training)
-    n, skipped = int(totals[3].item()), int(totals[4].item())
-    if n == 0:  # a mean over no image is no number (not 0.0, which reads as a perfect loss)
-        raise ValueError(f"none of the {len(dataset)} images could be read ({skipped} unreadable, named above); a "
-                         "metric over no image is undefined")
-    metrics = {"loss": totals[0].item() / n, "top1": totals[1].item() / n, "top5": totals[2].item() / n,
-               "images": n, "skipped": skipped}
+            plausible = [real_labels[real_index(dataset.samples[i][0])] for i in batch.indices.tolist()]
+            hits = [predicted in allowed for predicted, allowed in zip(top[:, 0].tolist(), plausible) if allowed]
+            sums.update(real_correct=sum(hits), real_images=len(hits))
+        return sums
+
+    names = ("loss", "top1", "top5", "images", "skipped", "real_correct", "real_images")
+    totals = map_reduce(model, dataset, body, ctx, batch_size=batch_size, num_workers=num_workers, sums=names,
+                        count="images", what=what).sums
+    n = totals["images"]
+    metrics = {"loss": totals["loss"] / n, "top1": totals["top1"] / n, "top5": totals["top5"] / n,
+               "images": int(n), "skipped": int(totals["skipped"])}
     if real_labels is not None:
-        if totals[6] == 0:
-            raise ValueError(f"real_json: none of the {n} evaluated images has a plausible label; ReaL top-1 over no "
-                             "image is undefined")
-        metrics["real_top1"] = totals[5].item() / totals[6].item()
-        metrics["real_images"] = int(totals[6].item())
+        if not totals["real_images"]:
+            raise ValueError(f"real_json: none of the {int(n)} images evaluated has a plausible label in it")
+        metrics["real_top1"] = totals["real_correct"] / totals["real_images"]
+        metrics["real_images"] = int(totals["real_images"])
     return metrics

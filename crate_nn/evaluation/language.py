@@ -10,24 +10,27 @@ accuracy, sequence-classification accuracy and F1.
   full windows, masked by `crate_nn.data.masking.Masking` with a fixed seed (the same masks every call).
 * `classification_metrics`: accuracy, and F1 of class 1 for two classes (GLUE's MRPC and QQP).
 
-Under torchrun every process evaluates every ``world_size``-th window and the sums are all-reduced. The functions
-evaluate the unwrapped model in eval mode and restore its mode; they draw nothing from the global RNG.
+Under torchrun every process evaluates its shard of the windows and the sums are all-reduced
+(`crate_nn.evaluation.sharded.map_reduce`). The functions evaluate the unwrapped model in eval mode and restore its
+mode; they draw nothing from the global RNG. No window evaluated (no token predicted, no token masked) is a
+ValueError, never a loss of 0.
 """
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.data import Dataset
 
 from ..data.corpus import TokenBlocks
 from ..data.masking import IGNORE, Masking
 from ..engine import distributed
 from ..engine.precision import autocast
 from ..models.registry import unwrap_model
+from .sharded import map_reduce
 
 
 def as_float(logits: torch.Tensor) -> torch.Tensor:
@@ -43,49 +46,32 @@ def spread(available: int, count: int) -> list[int]:
 
 
 def _evaluation_windows(model: nn.Module, tokens: np.ndarray, block_size: int, extra: int, batch_size: int,
-                        batches: int, ctx: distributed.Context) -> tuple[TokenBlocks, list[list[int]]]:
-    """The windows (ids checked against ``model``'s vocabulary) and this process's batches of window indices
-    (every world_size-th window of the spread)."""
+                        batches: int) -> tuple[TokenBlocks, list[int]]:
+    """The windows (ids checked against ``model``'s vocabulary) and those evaluated: ``batch_size × batches`` of them
+    spread over the split (`spread`)."""
     if batch_size < 1 or batches < 1:
         raise ValueError(f"batch_size, batches: expected positive integers, got {batch_size}, {batches}")
     windows = TokenBlocks(tokens, block_size, extra, unwrap_model(model).config.vocab_size)
-    mine = spread(len(windows), batch_size * batches)[ctx.rank::ctx.world_size]
-    return windows, [mine[i:i + batch_size] for i in range(0, len(mine), batch_size)]
-
-
-def _run(model: nn.Module, ctx: distributed.Context, precision: str, count: int,
-         body: Callable[[nn.Module], torch.Tensor]) -> torch.Tensor:
-    """``body(model)`` → float64 sums (``count`` of them) on the unwrapped model in eval mode, all-reduced."""
-    model = unwrap_model(model)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad(), autocast(ctx.device, precision):
-            totals = body(model)
-    finally:
-        model.train(was_training)
-    assert totals.shape == (count,)
-    return distributed.all_reduce_sum(totals, ctx)
+    return windows, spread(len(windows), batch_size * batches)
 
 
 def lm_loss(model: nn.Module, tokens: np.ndarray, block_size: int, ctx: distributed.Context, *, batch_size: int = 4,
             batches: int = 1000, precision: str = "auto") -> dict[str, float]:
     """``loss`` (nats per token), ``perplexity`` and the number of predicted ``tokens`` of a causal LM on
     ``tokens`` (a 1-D array of ids): the module docstring's protocol."""
-    windows, mine = _evaluation_windows(model, tokens, block_size, 1, batch_size, batches, ctx)
+    windows, items = _evaluation_windows(model, tokens, block_size, 1, batch_size, batches)
 
-    def body(net: nn.Module) -> torch.Tensor:
-        totals = torch.zeros(2, dtype=torch.float64, device=ctx.device)
-        for indices in mine:
-            batch = torch.stack([windows[i] for i in indices]).to(ctx.device)
+    def body(net: nn.Module, batch: torch.Tensor) -> dict:
+        with autocast(ctx.device, precision):
+            batch = batch.to(ctx.device)
             logits = as_float(net(batch[:, :-1]))
-            totals[0] += F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten(), reduction="sum").double()
-            totals[1] += batch[:, 1:].numel()
-        return totals
+            return {"loss": F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten(), reduction="sum"),
+                    "tokens": batch[:, 1:].numel()}
 
-    total, count = _run(model, ctx, precision, 2, body).tolist()
-    loss = total / count
-    return {"loss": loss, "perplexity": math.exp(loss), "tokens": int(count)}
+    sums = map_reduce(unwrap_model(model), windows, body, ctx, batch_size=batch_size, items=items,
+                      collate_fn=torch.stack, sums=("loss", "tokens"), count="tokens", what="tokens").sums
+    loss = sums["loss"] / sums["tokens"]
+    return {"loss": loss, "perplexity": math.exp(loss), "tokens": int(sums["tokens"])}
 
 
 def sequence_losses(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -100,33 +86,48 @@ def sequence_losses(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return sums[kept] / counts[kept]
 
 
+class MaskedWindows(Dataset):
+    """The windows of ``windows`` masked by ``mask``, window i always alike: by a generator seeded with (``seed``, i).
+    Item i is (inputs (1, T), labels (1, T)); `cat_pairs` stacks items into a batch."""
+
+    def __init__(self, windows: TokenBlocks, mask: Masking, seed: int) -> None:
+        self.windows, self.mask, self.seed = windows, mask, seed
+
+    def __len__(self) -> int:
+        return len(self.windows)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.mask(self.windows[i][None], torch.Generator().manual_seed(self.seed * 1_000_003 + i))
+
+
+def cat_pairs(items: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(inputs (B, T), labels (B, T)) of `MaskedWindows` items."""
+    inputs, labels = zip(*items)
+    return torch.cat(inputs), torch.cat(labels)
+
+
 def mlm_metrics(model: nn.Module, tokens: np.ndarray, block_size: int, ctx: distributed.Context, mask: Masking, *,
                 batch_size: int = 8, batches: int = 100, seed: int = 0, precision: str = "auto") -> dict[str, float]:
     """``loss`` (eq. 85: per-sequence mean over its masked tokens, then the mean over sequences), ``accuracy``
     (fraction of masked tokens predicted exactly) and the number of ``masked`` tokens of a masked LM on windows of
     ``tokens``. Each window is masked by ``mask`` with a generator seeded by (``seed``, window index), so it gets
-    the same mask on every call. ValueError when no token was masked (every one special)."""
-    windows, mine = _evaluation_windows(model, tokens, block_size, 0, batch_size, batches, ctx)
+    the same mask on every call (`MaskedWindows`)."""
+    windows, items = _evaluation_windows(model, tokens, block_size, 0, batch_size, batches)
 
-    def body(net: nn.Module) -> torch.Tensor:
-        totals = torch.zeros(4, dtype=torch.float64, device=ctx.device)  # Σ sequence losses, sequences, hits, masked
-        for indices in mine:
-            pairs = [mask(windows[i][None], torch.Generator().manual_seed(seed * 1_000_003 + i)) for i in indices]
-            inputs, labels = (torch.cat(parts).to(ctx.device) for parts in zip(*pairs))
+    def body(net: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> dict:
+        with autocast(ctx.device, precision):
+            inputs, labels = (t.to(ctx.device) for t in batch)
             selected = labels != IGNORE
             logits = as_float(net(inputs, selected=selected))
             losses = sequence_losses(logits, labels)
-            totals[0] += losses.double().sum()
-            totals[1] += losses.numel()
-            totals[2] += (logits.argmax(dim=-1) == labels[selected]).sum()
-            totals[3] += selected.sum()
-        return totals
+            return {"loss": losses.double().sum(), "sequences": losses.numel(),
+                    "hits": (logits.argmax(dim=-1) == labels[selected]).sum(), "masked": selected.sum()}
 
-    loss_sum, sequences, hits, masked = _run(model, ctx, precision, 4, body).tolist()
-    if masked == 0:  # a mean over no token is no number (not 0.0, which reads as a perfect loss)
-        raise ValueError(f"tokens: no token of the {len(spread(len(windows), batch_size * batches))} windows was "
-                         "masked (all special); a masked-LM metric over no token is undefined")
-    return {"loss": loss_sum / sequences, "accuracy": hits / masked, "masked": int(masked)}
+    sums = map_reduce(unwrap_model(model), MaskedWindows(windows, mask, seed), body, ctx, batch_size=batch_size,
+                      items=items, collate_fn=cat_pairs, sums=("loss", "sequences", "hits", "masked"),
+                      count="masked", what="masked tokens").sums
+    return {"loss": sums["loss"] / sums["sequences"], "accuracy": sums["hits"] / sums["masked"],
+            "masked": int(sums["masked"])}
 
 
 def classification_metrics(predictions: torch.Tensor, labels: torch.Tensor, num_classes: int) -> dict[str, float]:

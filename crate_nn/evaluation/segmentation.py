@@ -14,7 +14,7 @@ Evaluators:
 * `score_masks` — all of the above for foreground masks against an `crate_nn.data.objects.ObjectImages` split.
 * `evaluate_objects` — per encoder layer, the masks of a model's class-token attention (`attention_masks`,
   mean over heads, 60% of the mass) and of MaskCut on its patch codes (one object per image), scored by
-  `score_masks`: the numbers of the controlled experiment (`crate_nn.tasks.segmentation`).
+  `score_masks`: the numbers of the controlled experiment (`crate_nn.table17`).
 * COCO (``pycocotools``, installed by the ``seg`` extra): `read_coco_images`, `maskcut_predictions` (MaskCut on
   every image: boxes and masks, class-agnostic) and `coco_ap` (COCO detection and segmentation AP, AP50, AP75 in
   percent, every ground-truth category mapped to one "object" class as unsupervised detectors are scored).

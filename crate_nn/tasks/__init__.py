@@ -1,17 +1,20 @@
 """One task per system, each with its config and presets; importing this package registers them all.
 
-    classification   supervised image classification (CRATE and the ViT-family baselines)
-    language         causal and masked language modelling (CRATE-GPT, CRATE-BERT), GLUE fine-tuning
+    classification   supervised image classification (CRATE and the ViT-family baselines; Table 17's objects_* presets)
+    causal_lm        causal language modelling (CRATE-GPT and the GPT-2 baseline)
+    masked_lm        masked language modelling (CRATE-BERT and the BERT baseline)
+    sequence_classification   GLUE fine-tuning of a CRATE-BERT encoder
+    language         what the three language tasks share (corpus, evaluation section, start from a checkpoint)
     dino             self-distillation with CRATE-DINO (student, EMA teacher, multi-crop, k-NN)
     mae              masked autoencoding with CRATE-MAE (pre-training, reconstructions, linear probe)
-    segmentation     presets and runner of the emergent-segmentation experiment (laptop-scale Table 17)
 """
 from ..engine.task import PRESETS, get_preset, list_presets
 from . import (
+           causal_lm,  # noqa: F401 - registers the causal LM task and presets
            classification,
-           language,  # noqa: F401 - registers the language tasks and presets
            mae,  # noqa: F401 - registers the MAE task and presets
-           segmentation,  # noqa: F401 - registers the objects_* presets
+           masked_lm,  # noqa: F401 - registers the masked LM task and presets
+           sequence_classification,  # noqa: F401 - registers the fine-tuning task and presets
 )
 from .classification import ClassificationConfig, ClassificationTask
 from .dino import DINOTask, DINOTrainConfig

@@ -67,22 +67,20 @@ from ..evaluation.knn import KNN_KS, KNN_TEMPERATURE
 from ..evaluation.layers import LayerMeasurements
 from ..models.dino_head import DINO, DINOConfig
 from ..models.registry import list_models, model_config, unwrap_model
-from .dino_loss import DINOLoss
+from .dino_loss import DINOLoss, DINOLossSection
 from .images import DATA_LAYOUTS, FrozenEvaluationSection, ImageDataSection, MeasureSection, image_split, image_splits  # noqa: F401 (crate-train --help)
-from .simdino import EXPANSION_VIEWS, SimDINOLoss
+from .simdino import SimDINOLoss, SimDINOLossSection
 
 OBJECTIVES = ("dino", "simdino")
 
 @dataclass
-class DINOModelSection(Section):
-    """The backbone (a registered classifier, read at its class token: eq. 80) and the projection head."""
+class DINOHeadSection(Section):
+    """The projection head and the backbone's token initialisation: what `DINOConfig` (which this section builds,
+    with the backbone's config) adds to the backbone's."""
 
     title = "model"
+    component = DINOConfig
 
-    model: str = option("crate_small", "a registered classifier used as backbone (its class token, eq. 80)",
-                        choices=tuple(list_models(family="classifier")))
-    model_args: dict = option(factory=dict, help="backbone config overrides KEY=VALUE (image_size and in_channels "
-                                                 "come from the data)")
     projection: str = option("dino", "projection head of the dino objective: dino (official DINO head) or paper "
                              "(eq. 75); the simdino objective has its own (the DINO head without prototypes)",
                              choices=("dino", "paper"))
@@ -98,11 +96,23 @@ class DINOModelSection(Section):
 
 
 @dataclass
+class DINOModelSection(DINOHeadSection):
+    """The backbone (a registered classifier, read at its class token: eq. 80) and the projection head."""
+
+    model: str = option("crate_small", "a registered classifier used as backbone (its class token, eq. 80)",
+                        choices=tuple(list_models(family="classifier")))
+    model_args: dict = option(factory=dict, help="backbone config overrides KEY=VALUE (image_size and in_channels "
+                                                 "come from the data)")
+
+
+@dataclass
 class CropsSection(Section):
-    """DINO's multi-crop augmentation (`crate_nn.data.multicrop.MultiCrop`): global crops of ``image_size`` (the data
-    section's), local crops, their photometric augmentations."""
+    """DINO's multi-crop augmentation, which this section builds (`crate_nn.data.multicrop.MultiCrop`, whose checks
+    it runs): global crops of ``image_size`` (the data section's), local crops, their photometric augmentations."""
 
     title = "crops"
+    component = MultiCrop
+    reads = ("image_size", "load_size", "mean", "std")
 
     local_crop_size: int = option(96, "side of the local crops", minimum=1)
     global_crops: int = option(2, "global crops per image (seen by teacher and student)", minimum=1)
@@ -124,38 +134,20 @@ class CropsSection(Section):
 
     def validate(self) -> None:
         super().validate()
-        if self.global_crops + self.local_crops < 2:
-            raise ValueError(f"global_crops, local_crops: the loss compares two crops at least, got "
-                             f"{self.global_crops} global and {self.local_crops} local")
-        for name in ("global_crop_scale", "local_crop_scale", "blur_sigma"):
-            low, high = getattr(self, name)
-            if low > high:
-                raise ValueError(f"{name}: expected min ≤ max, got {(low, high)}")
+        MultiCrop.check(**self.arguments(CropsSection))
 
 
 @dataclass
-class DistillationSection(Section):
-    """The objective (DINO's, or SimDINO's coding rate), the temperatures, the centre and the EMA teacher."""
+class DistillationSection(DINOLossSection, SimDINOLossSection):
+    """The objective — DINO's loss and centre (`DINOLossSection`) or SimDINO's coding rate (`SimDINOLossSection`) —
+    and the EMA teacher."""
 
     title = "distillation"
 
     objective: str = option("dino", "dino: DINO's loss (76) with centring and sharpening; simdino: SimDINO's "
                             "coding-rate objective (crate_nn.tasks.simdino: the head without prototypes, cosine "
-                            "alignment plus the coding rate R_ε; the DINO-only options below are unused)",
+                            "alignment plus the coding rate R_ε; the DINO-only options are unused)",
                             choices=OBJECTIVES)
-    rate_eps: float = option(math.sqrt(0.5), "SimDINO: ε of the coding rate R_ε (α = p/(Mε²); SimDINO's --eps is "
-                             "ε²: its default 0.5 is √0.5)", above=0.0)
-    alignment_coeff: float = option(1.0, "SimDINO: c, the weight of the cosine alignment (SimDINO's --coeff)",
-                                    minimum=0.0)
-    expansion_views: str = option("average", "SimDINO: features whose coding rate is expanded: average (student "
-                                  "and teacher global views averaged, SimDINO's expa_type 1) or student "
-                                  "(expa_type 0)", choices=EXPANSION_VIEWS)
-    student_temp: float = option(0.1, "τ_s, the student's softmax temperature", above=0.0)
-    teacher_temp: float = option(0.04, "τ_t after the warm-up", above=0.0)
-    warmup_teacher_temp: float = option(0.04, "τ_t at epoch 0", above=0.0)
-    warmup_teacher_temp_epochs: int = option(0, "epochs of τ_t's linear warm-up", minimum=0, span="epochs")
-    center_momentum: float = option(0.9, "m of the centre's EMA c ← m c + (1 − m) batch mean", minimum=0.0,
-                                    maximum=1.0)
     teacher_momentum: float = option(0.996, "λ of eq. (79) at step 0", minimum=0.0, maximum=1.0)
     teacher_momentum_end: float = option(1.0, "λ at the end of its cosine schedule", minimum=0.0, maximum=1.0)
     freeze_last_layer: int = option(1, "epochs during which the head's last layer is not updated", minimum=0,
@@ -163,20 +155,30 @@ class DistillationSection(Section):
 
 
 @dataclass
-class DINOEvaluationSection(FrozenEvaluationSection):
-    """The teacher's frozen evaluations (the k-NN, the linear probe; its solver: `FrozenEvaluationSection`) and the
-    collapse monitors."""
+class KNNSection(FrozenEvaluationSection):
+    """The weighted k-NN of the teacher's features (and the probe's solver: `FrozenEvaluationSection`): the options of
+    `FrozenEvaluator`, which this section builds."""
+
+    component = FrozenEvaluator
+    reads = ("pixel_control", "seed", "num_workers")
 
     knn_ks: tuple[int, ...] = option(KNN_KS, "k of the weighted k-NN (the one with the best leave-one-out "
                                              "training accuracy is reported as knn_top1)", minimum=1)
     knn_temperature: float = option(KNN_TEMPERATURE, "T of the k-NN weights exp(s/T)", above=0.0)
+    knn_select_samples: int | None = option(
+        None, "training samples whose leave-one-out k-NN accuracy selects k; None = all", minimum=1,
+        resume_free=True)
+
+
+@dataclass
+class DINOEvaluationSection(KNNSection):
+    """When the teacher's frozen evaluations (the k-NN, the linear probe: `KNNSection`) run, and the collapse
+    monitors."""
+
     knn_epochs: tuple[int, ...] = option((), "epochs after which the k-NN accuracy on eval_split is logged (0: the "
                                              "initial model, with eval_at_start; and always at the end of "
                                              "training: on test_split, else eval_split)",
                                          minimum=0, span="epochs")
-    knn_select_samples: int | None = option(
-        None, "training samples whose leave-one-out k-NN accuracy selects k; None = all", minimum=1,
-        resume_free=True)
     probe_epochs: tuple[int, ...] = option(
         (), "epochs after which the linear probe (App. C.2) on eval_split is logged (0: the initial model, with "
         "eval_at_start); non-empty: also at the end", minimum=0, span="epochs")
@@ -198,9 +200,6 @@ class DINOTrainConfig(DINOModelSection, CropsSection, DistillationSection, Image
         if self.ema:
             raise ValueError("ema: the DINO teacher already is the student's moving average (teacher_momentum); "
                              "the engine's ema would average both networks again")
-        if self.local_crop_size > self.image_size:
-            raise ValueError(f"local_crop_size: a local crop ({self.local_crop_size}) larger than the global crops "
-                             f"(image_size={self.image_size})")
         if self.objective == "simdino" and self.projection == "paper":
             raise ValueError("projection: the paper head (75) outputs DINO's softmax logits; SimDINO's objective reads "
                              "the DINO head's bottleneck (leave --projection at dino)")
@@ -230,10 +229,7 @@ class DINOTrainConfig(DINOModelSection, CropsSection, DistillationSection, Image
         backbone = model_config(self.model, **self.model_args, image_size=self.image_size, in_channels=in_channels,
                                 dynamic_img_size=True)
         projection = "simdino" if self.objective == "simdino" else self.projection
-        return DINOConfig(**dataclasses.asdict(backbone), projection=projection, out_dim=self.out_dim,
-                          hidden_dim=self.hidden_dim, bottleneck_dim=self.bottleneck_dim,
-                          projection_layers=self.projection_layers, norm_last_layer=self.norm_last_layer,
-                          token_init_std=self.token_init_std)
+        return self.build(DINOHeadSection, **dataclasses.asdict(backbone), projection=projection)
 
     @property
     def evals(self) -> dict[str, Cadence]:
@@ -243,28 +239,20 @@ class DINOTrainConfig(DINOModelSection, CropsSection, DistillationSection, Image
                 "probe": Cadence(self.probe_epochs, final=bool(self.probe_epochs))}
 
     def frozen_evaluator(self, memory, transform, device, batch_size: int) -> FrozenEvaluator:
-        """The frozen evaluation of this run's features (`crate_nn.evaluation.frozen`): the k-NN (``knn_*``) and the
-        probe (``probe_solver``), by default those `evals` runs at the end, and with ``pixel_control`` the raw
-        pixels, trained on ``memory`` (``train_split`` without augmentation), extracting ``batch_size`` images at a
-        time."""
+        """The frozen evaluation of this run's features (`crate_nn.evaluation.frozen`, built by `KNNSection`): the
+        k-NN and the probe, by default those `evals` runs at the end, and with ``pixel_control`` the raw pixels,
+        trained on ``memory`` (``train_split`` without augmentation), extracting ``batch_size`` images at a time."""
         ends = final(self.evals)
-        return FrozenEvaluator(memory, transform, device, knn="knn" in ends, probe="probe" in ends,
-                               pixel_control=self.pixel_control, knn_ks=self.knn_ks,
-                               knn_temperature=self.knn_temperature, knn_select_samples=self.knn_select_samples,
-                               probe_solver=self.probe_solver, seed=self.seed, batch_size=batch_size,
-                               num_workers=self.num_workers)
+        return self.build(KNNSection, memory=memory, transform=transform, device=device, knn="knn" in ends,
+                          probe="probe" in ends, batch_size=batch_size)
 
 
 def build_objective(config: DINOTrainConfig, prototypes: int, ctx: Context | None = None) -> DINOLoss | SimDINOLoss:
-    """The loss module of ``config.objective`` (`DINOLoss` of K = ``prototypes`` with the config's temperatures and
-    centre momentum, or `SimDINOLoss`), on the CPU, communicating over ``ctx``'s processes (None: one process)."""
+    """The loss module of ``config.objective`` — `DINOLoss` of K = ``prototypes`` (`DINOLossSection`) or
+    `SimDINOLoss` (`SimDINOLossSection`) — on the CPU, communicating over ``ctx``'s processes (None: one process)."""
     if config.objective == "simdino":
-        return SimDINOLoss(config.rate_eps, alignment_coeff=config.alignment_coeff,
-                           expansion_views=config.expansion_views, ctx=ctx)
-    return DINOLoss(prototypes, student_temp=config.student_temp, teacher_temp=config.teacher_temp,
-                    warmup_teacher_temp=config.warmup_teacher_temp,
-                    warmup_teacher_temp_epochs=config.warmup_teacher_temp_epochs,
-                    center_momentum=config.center_momentum, ctx=ctx)
+        return config.build(SimDINOLossSection, ctx=ctx)
+    return config.build(DINOLossSection, prototypes=prototypes, ctx=ctx)
 
 
 def load_objective(objective: DINOLoss | SimDINOLoss, state: dict, model: nn.Module) -> None:
@@ -294,14 +282,7 @@ class DINOTask(Task):
         # the training images without augmentation: the k-NN's and the probe's training features
         self.feature_set = image_split(config, config.train_split, info.classes)
         self.model = DINO(config.model_config(info.in_channels))
-        self.multicrop = MultiCrop(
-            config.image_size, config.local_crop_size, mean=config.mean, std=config.std,
-            global_crops=config.global_crops, local_crops=config.local_crops,
-            global_scale=config.global_crop_scale, local_scale=config.local_crop_scale, source_size=config.load_size,
-            flip_p=config.flip_p, jitter=config.color_jitter, jitter_p=config.color_jitter_p,
-            grayscale_p=config.grayscale_p, blur_sigma=config.blur_sigma, blur_p=config.blur_p,
-            solarize_p=config.solarize_p,
-        ).to(ctx.device)
+        self.multicrop = config.build(CropsSection).to(ctx.device)
         self.eval_transform = DeviceTransform(config.image_size, config.mean, config.std, train=False).to(ctx.device)
         self.objective = build_objective(config, self.model.config.prototypes, ctx).to(ctx.device)
         self.collapse_monitors = CollapseMonitors(self.eval_set, self.eval_transform, ctx.device,

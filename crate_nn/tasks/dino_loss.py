@@ -26,12 +26,14 @@ uniform output drives both to log K; both drive the KL to 0 (`collapse` names th
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..engine.config import Section, option
 from ..engine.distributed import Context, all_reduce_sum
 
 COLLAPSE_KL = 1e-3
@@ -173,3 +175,19 @@ class DINOLoss(nn.Module):
     def collapse(self, monitors: dict[str, float]) -> str | None:
         """`collapse` of ``monitors`` for this loss's K."""
         return collapse(monitors, self.prototypes)
+
+
+@dataclass
+class DINOLossSection(Section):
+    """DINO's objective (`DINOLoss`, which this section builds with the head's number of prototypes): the
+    temperatures and the centre."""
+
+    title = "distillation"
+    component = DINOLoss
+
+    student_temp: float = option(0.1, "τ_s, the student's softmax temperature", above=0.0)
+    teacher_temp: float = option(0.04, "τ_t after the warm-up", above=0.0)
+    warmup_teacher_temp: float = option(0.04, "τ_t at epoch 0", above=0.0)
+    warmup_teacher_temp_epochs: int = option(0, "epochs of τ_t's linear warm-up", minimum=0, span="epochs")
+    center_momentum: float = option(0.9, "m of the centre's EMA c ← m c + (1 − m) batch mean", minimum=0.0,
+                                    maximum=1.0)

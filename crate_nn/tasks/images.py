@@ -79,9 +79,12 @@ class ImageDataSection(DataSection):
 
 @dataclass
 class AugmentSection(Section):
-    """The training augmentation of one view per image (`DeviceTransform`; DINO's multi-crop is its own section)."""
+    """The training augmentation of one view per image: the options of the training `DeviceTransform`, which this
+    section builds (DINO's multi-crop is its own section)."""
 
     title = "augmentation"
+    component = DeviceTransform
+    reads = ("image_size", "mean", "std")
 
     augment: str = option("rrc_flip", "training augmentation", choices=AUGMENTATIONS)
     crop_scale: tuple[float, float] = option((0.08, 1.0), "RandomResizedCrop area range (min max)", above=0.0,
@@ -196,9 +199,5 @@ def check_readable(datasets) -> None:
 
 def image_transforms(config: ImageDataSection, device: torch.device) -> tuple[DeviceTransform, DeviceTransform]:
     """(training, evaluation) `DeviceTransform` of ``config`` (a config with an `AugmentSection`) on ``device``."""
-    train = DeviceTransform(
-        config.image_size, config.mean, config.std, train=True, augment=config.augment,
-        crop_scale=config.crop_scale, randaugment_n=config.randaugment_n, randaugment_m=config.randaugment_m,
-        shift=config.shift,
-    ).to(device)
+    train = config.build(AugmentSection, train=True).to(device)
     return train, DeviceTransform(config.image_size, config.mean, config.std, train=False).to(device)

@@ -29,13 +29,13 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from ..data.batching import Batch, EpochBatches, collate, loader
-from ..engine import distributed
+from ..data.batching import Batch, collate
 from ..engine.config import Section, TrainConfig, option
 from ..engine.precision import autocast
 from ..engine.task import LossOutput, Task, get_preset, preset, register_task
 from ..evaluation import FrozenEvaluator, model_features, raw_pixels
 from ..evaluation.cadence import Cadence, due, final
+from ..evaluation.sharded import map_reduce
 from ..models.mae import check_mask_ratio, random_mask
 from ..models.registry import create_model, list_models, model_config, unwrap_model
 from .classification import ClassificationConfig
@@ -175,33 +175,31 @@ class MAETask(Task):
         return LossOutput(out.loss, counts={"skipped_images": len(batch.skipped)})
 
     # -- evaluation -------------------------------------------------------------------------------------------
-    @torch.no_grad()
-    def reconstruction_loss(self, model: nn.Module, dataset) -> float:
-        """Mean per-image loss of ``model`` on ``dataset`` under the evaluation masks (all processes, all-reduced)."""
+    def reconstruction_loss(self, model: nn.Module, dataset, split: str) -> float:
+        """Mean per-image loss of ``model`` on ``dataset`` (the config's ``split``) under the evaluation masks (all
+        processes, `crate_nn.evaluation.sharded.map_reduce`)."""
         ctx = self.ctx
-        was_training = model.training
-        model.eval()
-        batches = EpochBatches(len(dataset), global_batch=self.plan.micro_batch * ctx.world_size,
-                               micro_batch=self.plan.micro_batch,
-                               rank=ctx.rank, world_size=ctx.world_size, shuffle=False)
-        totals = torch.zeros(2, dtype=torch.float64, device=ctx.device)
-        for batch in loader(dataset, batches, self.config.num_workers, pin_memory=ctx.device.type == "cuda",
-                            collate_fn=self.collate):
+
+        def body(net: nn.Module, batch: Batch) -> dict:
+            if not len(batch.indices):  # every file of this batch was unreadable
+                return {}
             images = self.eval_transform(batch.images.to(ctx.device, non_blocking=True))
             with autocast(ctx.device, self.config.precision):
-                out = model(images, self.masks(EVAL_STREAM, 0, batch.indices))
-            totals += torch.stack([out.image_loss.double().sum(), torch.tensor(len(images), device=ctx.device)])
-        distributed.all_reduce_sum(totals, ctx)
-        model.train(was_training)
-        return totals[0].item() / max(totals[1].item(), 1.0)
+                out = net(images, self.masks(EVAL_STREAM, 0, batch.indices))
+            return {"loss": out.image_loss.double().sum(), "images": len(images)}
+
+        sums = map_reduce(model, dataset, body, ctx, batch_size=self.plan.micro_batch, sums=("loss", "images"),
+                          count="images", collate_fn=self.collate, num_workers=self.config.num_workers,
+                          what=f"{split} {getattr(self.config, split)!r}").sums
+        return sums["loss"] / sums["images"]
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
-        return {"val_recon_loss": self.reconstruction_loss(model, self.eval_set)}
+        return {"val_recon_loss": self.reconstruction_loss(model, self.eval_set, "eval_split")}
 
     def final_evaluate(self, model: nn.Module) -> dict[str, float]:
-        metrics = {"train_recon_loss": self.reconstruction_loss(model, self.train_set)}
+        metrics = {"train_recon_loss": self.reconstruction_loss(model, self.train_set, "train_split")}
         if self.test_set is not None:
-            metrics["test_recon_loss"] = self.reconstruction_loss(model, self.test_set)
+            metrics["test_recon_loss"] = self.reconstruction_loss(model, self.test_set, "test_split")
         if "probe" in final(self.config.evals):
             metrics.update(self.probe(model))
         return metrics

@@ -36,12 +36,15 @@ The collapse monitors are the rate R_ε of the teacher's features on held-out im
 """
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..engine.config import Section, option
 from ..engine.distributed import Context, all_reduce_sum_differentiable
 
 EXPANSION_VIEWS = ("average", "student")
@@ -142,16 +145,16 @@ class SimDINOLoss(nn.Module):
     ``update()`` does nothing (no state between steps); ``monitors`` and ``collapse`` read the teacher's features.
     """
 
-    def __init__(self, eps: float, *, alignment_coeff: float = 1.0, expansion_views: str = "average",
+    def __init__(self, rate_eps: float, *, alignment_coeff: float = 1.0, expansion_views: str = "average",
                  ctx: Context | None = None) -> None:
         super().__init__()
-        if not eps > 0:
-            raise ValueError(f"eps: expected ε > 0, got {eps}")
+        if not rate_eps > 0:
+            raise ValueError(f"rate_eps: expected ε > 0, got {rate_eps}")
         if not alignment_coeff >= 0:
             raise ValueError(f"alignment_coeff: expected a non-negative weight, got {alignment_coeff}")
         if expansion_views not in EXPANSION_VIEWS:
             raise ValueError(f"expansion_views: expected one of {EXPANSION_VIEWS}, got {expansion_views!r}")
-        self.eps, self.alignment_coeff, self.expansion_views, self.ctx = eps, alignment_coeff, expansion_views, ctx
+        self.eps, self.alignment_coeff, self.expansion_views, self.ctx = rate_eps, alignment_coeff, expansion_views, ctx
 
     def forward(self, student: torch.Tensor, teacher: torch.Tensor, epoch: int) -> SimDINOTerms:
         return simdino_loss(student, teacher, self.eps, self.alignment_coeff, self.expansion_views, self.ctx)
@@ -170,3 +173,20 @@ class SimDINOLoss(nn.Module):
     def collapse(self, monitors: dict[str, float]) -> str | None:
         """`feature_collapse` of ``monitors``."""
         return feature_collapse(monitors)
+
+
+@dataclass
+class SimDINOLossSection(Section):
+    """SimDINO's objective (`SimDINOLoss`, which this section builds): ε of the coding rate, the alignment's weight,
+    the expanded views."""
+
+    title = "distillation"
+    component = SimDINOLoss
+
+    rate_eps: float = option(math.sqrt(0.5), "SimDINO: ε of the coding rate R_ε (α = p/(Mε²); SimDINO's --eps is "
+                             "ε²: its default 0.5 is √0.5)", above=0.0)
+    alignment_coeff: float = option(1.0, "SimDINO: c, the weight of the cosine alignment (SimDINO's --coeff)",
+                                    minimum=0.0)
+    expansion_views: str = option("average", "SimDINO: features whose coding rate is expanded: average (student "
+                                  "and teacher global views averaged, SimDINO's expa_type 1) or student "
+                                  "(expa_type 0)", choices=EXPANSION_VIEWS)

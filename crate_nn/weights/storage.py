@@ -14,13 +14,12 @@ import json
 import os
 import pickle
 import struct
-import tempfile
 from collections.abc import Callable, Iterable
 
 import torch
 
+from .. import files
 from ..extras import require
-from ..files import writing
 
 SAFETENSORS = ".safetensors"
 TORCH_MAGIC = (b"PK\x03\x04", b"\x80")
@@ -80,38 +79,16 @@ class _Recording:
 
 
 def atomic_write(path: str | os.PathLike, write: Callable) -> None:
-    """``write(file)`` into a temporary file beside ``path``, fsync, then rename it to ``path``; no temporary file is
-    left behind on failure, and the operating system's refusal is a WriteError naming ``path``."""
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    with writing("checkpoint", path):
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".part", dir=directory)
+    """``write(file)`` into ``path`` whole or not at all (`crate_nn.files.atomic_write`); torch's zip writer's own
+    RuntimeError for a write the operating system refused is that refusal, a WriteError naming ``path``."""
+    with files.atomic_write(path, "checkpoint") as f:
+        recording = _Recording(f)
         try:
-            with os.fdopen(fd, "wb") as f:
-                recording = _Recording(f)
-                try:
-                    write(recording)
-                except RuntimeError:
-                    if recording.refusal is None:
-                        raise
-                    raise recording.refusal from None
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; a checkpoint gets the mode any new file gets
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-
-
-def _read_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-_UMASK = _read_umask()  # read once at import (os.umask can only be read by setting it)
+            write(recording)
+        except RuntimeError:
+            if recording.refusal is None:
+                raise
+            raise recording.refusal from None
 
 
 def read_torch(path: str, map_location="cpu", allowed: Iterable[type] = (), what: str = "checkpoint"):

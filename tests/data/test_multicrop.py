@@ -24,7 +24,7 @@ def test_shapes_and_counts(global_crops, local_crops):
 def test_views_are_stacked_view_after_view():
     """Rows v·B + b are view v of image b: images with distinct constant values stay identifiable (a constant
     image is a constant crop whatever the box; no photometric operation, no flip, to keep the values)."""
-    crops = MultiCrop(8, 4, global_crops=2, local_crops=3, flip_p=0.0, jitter_p=0.0, grayscale_p=0.0,
+    crops = MultiCrop(8, 4, global_crops=2, local_crops=3, flip_p=0.0, color_jitter_p=0.0, grayscale_p=0.0,
                       blur_p=(0.0, 0.0, 0.0), solarize_p=0.0, mean=(0.0,), std=(1.0,))
     values = torch.tensor([0.1, 0.3, 0.7, 0.9])
     images = values.view(4, 1, 1, 1).expand(4, 1, 12, 12).clone()
@@ -47,7 +47,7 @@ def test_normalised_values_come_from_clamped_unit_range():
 def test_only_the_second_global_view_solarises():
     """Solarisation maps values ≥ 0.5 to 1 − value: with every other operation off, a constant image of 0.8 stays 0.8
     in the first global view and becomes 0.2 in the second when solarize_p = 1."""
-    crops = MultiCrop(8, 4, global_crops=2, local_crops=2, flip_p=0.0, jitter_p=0.0, grayscale_p=0.0,
+    crops = MultiCrop(8, 4, global_crops=2, local_crops=2, flip_p=0.0, color_jitter_p=0.0, grayscale_p=0.0,
                       blur_p=(0.0, 0.0, 0.0), solarize_p=1.0, mean=(0.0,), std=(1.0,))
     globals_, locals_ = crops(torch.full((3, 1, 12, 12), 0.8))
     torch.testing.assert_close(globals_[:3], torch.full((3, 1, 8, 8), 0.8), atol=1e-5, rtol=0)
@@ -57,7 +57,7 @@ def test_only_the_second_global_view_solarises():
 
 def test_first_global_view_is_always_blurred():
     """blur_p = (1, 0, 0): only the first global view is smoothed; a checkerboard loses contrast there only."""
-    crops = MultiCrop(16, 8, global_crops=2, local_crops=1, global_scale=(1.0, 1.0), flip_p=0.0, jitter_p=0.0,
+    crops = MultiCrop(16, 8, global_crops=2, local_crops=1, global_crop_scale=(1.0, 1.0), flip_p=0.0, color_jitter_p=0.0,
                       blur_sigma=(1.5, 2.0), blur_p=(1.0, 0.0, 0.0), solarize_p=0.0, mean=(0.0,), std=(1.0,))
     board = ((torch.arange(16)[:, None] + torch.arange(16)[None]) % 2).float().expand(4, 1, 16, 16)
     globals_, _ = crops(board)
@@ -65,8 +65,8 @@ def test_first_global_view_is_always_blurred():
     assert (first < 0.5 * second).all(), (first, second)
 
 
-def test_source_size_upsamples_before_cropping():
-    crops = MultiCrop(16, 8, source_size=32, local_crops=1, **GRAY)
+def test_load_size_upsamples_before_cropping():
+    crops = MultiCrop(16, 8, load_size=32, local_crops=1, **GRAY)
     assert crops(torch.rand(2, 1, 8, 8))[0].shape == (4, 1, 16, 16)
 
 
@@ -82,15 +82,16 @@ def test_same_seed_same_crops_and_gray_images_work():
 
 @pytest.mark.parametrize("kwargs, match", [
     (dict(global_crops=0), "global_crops: expected a positive integer"),
-    (dict(global_crops=1, local_crops=0), "global_crops, local_crops: the loss compares two views"),
+    (dict(global_crops=1, local_crops=0), "global_crops, local_crops: the loss compares two crops"),
     (dict(local_crops=-1), "local_crops: expected a non-negative integer"),
-    (dict(local_size=64), r"local_size: a local crop \(64\) larger than the global crops \(32\)"),
-    (dict(global_scale=(0.5, 0.4)), "global_scale: expected 0 < min ≤ max ≤ 1"),
-    (dict(local_scale=(0.0, 0.4)), "local_scale: expected 0 < min ≤ max ≤ 1"),
+    (dict(local_crop_size=64), r"local_crop_size: a local crop \(64\) larger than the global crops \(image_size=32\)"),
+    (dict(global_crop_scale=(0.5, 0.4)), "global_crop_scale: expected 0 < min ≤ max ≤ 1"),
+    (dict(local_crop_scale=(0.0, 0.4)), "local_crop_scale: expected 0 < min ≤ max ≤ 1"),
+    (dict(blur_sigma=(2.0, 1.0)), r"blur_sigma: expected 0 < min ≤ max, got \(2.0, 1.0\)"),
     (dict(mean=(0.5, 0.5)), "mean, std: expected one value per channel"),
 ])
 def test_bad_arguments_name_themselves(kwargs, match):
-    arguments = dict(global_size=32, local_size=16, **GRAY)
+    arguments = dict(image_size=32, local_crop_size=16, **GRAY)
     with pytest.raises(ValueError, match=match):
         MultiCrop(**{**arguments, **kwargs})
 
@@ -104,7 +105,7 @@ def test_crops_touching_the_border_read_no_padding():
     """A constant image gives constant crops wherever the box lies: bicubic taps beyond the image's edge read its
     border pixels (as PIL's resize and interpolate's clamped taps do), not zeros. 64 images × (2 global + 4 local)
     boxes with small scales and random positions: many touch an edge (kornia's zero padding gave 0.756 for 0.8)."""
-    crops = MultiCrop(8, 4, global_crops=2, local_crops=4, global_scale=(0.2, 1.0), flip_p=0.0, jitter_p=0.0,
+    crops = MultiCrop(8, 4, global_crops=2, local_crops=4, global_crop_scale=(0.2, 1.0), flip_p=0.0, color_jitter_p=0.0,
                       blur_p=(0.0, 0.0, 0.0), solarize_p=0.0, mean=(0.0,), std=(1.0,))
     torch.manual_seed(0)
     for crop in crops(torch.full((64, 1, 12, 12), 0.8)):

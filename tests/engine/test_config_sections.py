@@ -1,6 +1,6 @@
 """Configs composed of sections (`crate_nn.engine.config.Section`): the composition changed no preset's config, every
-field is declared by exactly one section, an image and a text section compose, and ``--help`` groups flags by
-section.
+field is declared by exactly one section, a section that builds a component gives it every field under the field's
+name, an image and a text section compose, and ``--help`` groups flags by section.
 
 ``data/preset_configs.json`` holds every registered preset's ``to_dict()`` and every task config's defaults as they
 were before configs were composed of sections (written by `snapshot` on the code of that time). Committed results
@@ -12,6 +12,7 @@ one); change an entry only for an intended change of a preset or a default, and 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import re
 from dataclasses import dataclass
@@ -74,6 +75,41 @@ def test_every_field_is_declared_by_exactly_one_section(config_class):
     assert config_class.field_order()[:2] == ["preset", "device"]
     titles = [config_class.section_title(s) for s in config_class.sections()]
     assert {"run", "optimiser", "schedule", "evaluation", "data"} <= set(titles)
+
+
+COMPONENT_SECTIONS = sorted({s for c in CONFIGS for s in c.__mro__ if isinstance(s, type) and issubclass(s, Section)
+                             and s.__dict__.get("component") is not None}, key=lambda s: s.__name__)
+"""The sections of crate_nn's configs that build a component (``Section.component``)."""
+
+
+def test_the_component_sections_are_those_of_the_tasks_components():
+    assert [s.__name__ for s in COMPONENT_SECTIONS] == [
+        "AugmentSection", "CropsSection", "DINOHeadSection", "DINOLossSection", "KNNSection", "SimDINOLossSection",
+        "TokenMaskingSection"]
+
+
+@pytest.mark.parametrize("section", COMPONENT_SECTIONS, ids=lambda s: s.__name__)
+def test_a_component_section_gives_every_field_to_its_component_under_the_field_name(section):
+    """A new option of a component is a field of its section and a parameter of the component, nothing else: the
+    section's `build` passes every field (and every field it ``reads`` from other sections) by name."""
+    parameters = inspect.signature(section.component).parameters
+    config_class = next(c for c in CONFIGS if issubclass(c, section))
+    arguments = config_class().arguments(section)
+    assert set(arguments) == {n for c in section.__mro__ if issubclass(c, Section) for n in own_fields(c)} | set(
+        section.reads)
+    assert [name for name in arguments if name not in parameters] == []
+
+
+def test_build_makes_the_component_from_the_config_and_the_context():
+    config = PRESETS["dino_digits"]()
+    crops = config.build(crate_nn.tasks.dino.CropsSection)
+    assert (crops.global_crops, crops.local_crops, crops.load_size) == (2, 4, 16)
+    objective = crate_nn.tasks.dino.build_objective(config, prototypes=7)
+    assert (objective.prototypes, objective.student_temp, objective.center_momentum) == (7, 0.1, 0.9)
+    head = config.model_config(in_channels=1)
+    assert (head.out_dim, head.hidden_dim, head.bottleneck_dim, head.dim) == (1024, 256, 64, 96)
+    with pytest.raises(TypeError, match="^DistillationSection configures no component$"):
+        config.build(crate_nn.tasks.dino.DistillationSection)
 
 
 def test_a_redeclared_field_is_refused_naming_it():

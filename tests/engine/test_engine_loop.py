@@ -47,7 +47,7 @@ def test_resume_refuses_a_changed_config_and_a_missing_checkpoint(tmp_path):
 def test_resume_accepts_an_option_added_since_the_checkpoint_at_its_default(tmp_path):
     """A checkpoint written before an option existed lacks it: resuming passes while the option holds its default
     (the run did what the default does) and is refused, naming the option, otherwise."""
-    from crate_nn.engine.loop import check_resumable
+    from crate_nn.engine.resume import check_resumable
 
     config = tiny(tmp_path, label_smoothing=0.1)  # the default
     older = {k: v for k, v in config.to_dict().items() if k != "label_smoothing"}

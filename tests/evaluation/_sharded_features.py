@@ -1,7 +1,9 @@
-"""Frozen evaluation in every process of a torchrun job, for test_features.py: `extract_features` on datasets whose
+"""Sharded evaluation in every process of a torchrun job, for test_features.py: `extract_features` on datasets whose
 length is not a multiple of processes × batch (with unreadable samples, and with fewer samples than processes),
 `FrozenEvaluator` (k-NN, probe and the raw-pixel control of a feature function), and the DINO and MAE tasks' frozen
-evaluations through it, which extract sharded features and fit the k-NN and the probes once.
+evaluations through it, which extract sharded features and fit the k-NN and the probes once; and the other evaluators
+of the sharded map (`crate_nn.evaluation.sharded.map_reduce`): classification loss and accuracy, MAE's
+reconstruction loss, the causal and the masked LM's held-out metrics.
 
     python -m torch.distributed.run --standalone --nproc_per_node 2 tests/evaluation/_sharded_features.py OUT
 
@@ -12,15 +14,21 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
 import torch
+from torch import nn
 from torch.utils.data import Dataset
 
+from crate_nn import create_model
 from crate_nn.data.batching import Corrupt
+from crate_nn.data.masking import Masking
 from crate_nn.engine.distributed import Context, context, joined
-from crate_nn.engine.run_dir import seed_everything
+from crate_nn.engine.rng import seed_everything
 from crate_nn.engine.task import RunPlan
+from crate_nn.evaluation.classification import evaluate
 from crate_nn.evaluation.features import extract_features
 from crate_nn.evaluation.frozen import FrozenEvaluator, model_features
+from crate_nn.evaluation.language import lm_loss, mlm_metrics
 from crate_nn.tasks import get_preset
 from crate_nn.tasks.dino import DINOTask, DINOTrainConfig
 from crate_nn.tasks.mae import MAETask
@@ -88,6 +96,17 @@ def cases(ctx: Context) -> dict:
                              probe_solver="adam"), ctx)
     mae.start(RunPlan.resolve(mae.config, mae, ctx.world_size))
     out["mae"] = {k: v for k, v in mae.final_evaluate(mae.model).items() if k.startswith("probe")}
+    out["sums"] = {"mae": mae.reconstruction_loss(mae.model, mae.test_set, "test_split")}
+    torch.manual_seed(0)  # every process builds the same models
+    classifier = nn.Sequential(nn.Flatten(), nn.Linear(6, 3)).double()
+    out["sums"]["classification"] = evaluate(classifier, Samples(23, corrupt=[5]), lambda x: x.double(), ctx,
+                                             batch_size=4)
+    tokens = np.arange(600) * 7 % 29
+    gpt = create_model("crate_gpt_base", dim=16, heads=2, depth=1, vocab_size=30, block_size=8).double()
+    out["sums"]["lm"] = lm_loss(gpt, tokens, 8, ctx, batch_size=3, batches=5, precision="fp32")
+    bert = create_model("crate_bert_base", dim=16, heads=2, depth=1, vocab_size=30, block_size=8).double()
+    masking = Masking(29, 30, (0,), 0.15, 0.8, 0.1)
+    out["sums"]["mlm"] = mlm_metrics(bert, tokens, 8, ctx, masking, batch_size=3, batches=5, precision="fp32")
     return out
 
 

@@ -1,6 +1,8 @@
 """Frozen features: one process returns every readable sample's features in dataset order; two gloo processes, each
 extracting its shard, return exactly the same in both processes — and so do the frozen evaluator's k-NN, probe and
-raw-pixel control, and the DINO and MAE tasks' through it, which run once, in the main process."""
+raw-pixel control, and the DINO and MAE tasks' through it, which run once, in the main process. The other evaluators
+of the sharded map (classification, MAE's reconstructions, the language models) give both processes one process's
+sums."""
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +31,7 @@ def test_one_process_returns_readable_samples_in_dataset_order(one_process):
     assert features.dtype == np.float64 and labels.dtype == np.int64
     np.testing.assert_array_equal(features, row_features(images - 1.0).double().numpy())
     np.testing.assert_array_equal(labels, np.array(kept) % 3)
-    assert one_process["unreadable"] == "dataset: none of its 3 samples could be read"
+    assert one_process["unreadable"].startswith("dataset: none of its 3 samples could be evaluated")
 
 
 def test_device_argument_is_the_one_process_context(one_process):
@@ -63,6 +65,13 @@ def test_two_processes_return_what_one_process_returns(tmp_path, one_process):
     assert {"test_knn_top1", "test_probe_C", "test_raw_pixels_knn_top1_k3", "test_raw_pixels_probe_top1"} <= set(
         main["evaluator"])
     assert set(main["mae"]) == {"probe_top1", "probe_top1_random_init", "probe_top1_raw_pixels"}
+    # the sums of the sharded map: every process holds them; they equal one process's up to the order of the float64
+    # additions (each process sums its own batches, the all-reduce adds the processes' sums)
+    for result in (main, other):
+        assert result["sums"].keys() == {"mae", "classification", "lm", "mlm"}
+        for name, metrics in result["sums"].items():
+            assert metrics == pytest.approx(one_process["sums"][name], rel=1e-12, abs=1e-15)
+    assert main["sums"]["classification"]["images"] == 22 and main["sums"]["lm"]["tokens"] == 15 * 8
 
 
 def test_raw_pixels_is_the_flattened_transformed_batch_and_separates_classes_the_pixels_separate():

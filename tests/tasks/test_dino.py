@@ -309,7 +309,7 @@ def test_the_initial_model_is_evaluated_when_asked(tmp_path):
     (dict(ema=True), "ema: the DINO teacher already is the student's moving average"),
     (dict(model_args=dict(patch_size=4, dim=16, depth=1, heads=2, image_size=16)), r"model_args: \['image_size'\]"),
     (dict(model_args=dict(patch_size=3)), "model_args: image_size=8 is not divisible by patch_size=3"),
-    (dict(global_crop_scale=(0.9, 0.4)), r"global_crop_scale: expected min ≤ max"),
+    (dict(global_crop_scale=(0.9, 0.4)), r"global_crop_scale: expected 0 < min ≤ max ≤ 1"),
     (dict(knn_epochs=(5,)), r"knn_epochs: \[5\] are after the last epoch"),
     (dict(student_temp=0.0), "student_temp: expected a positive value"),
     (dict(mean=(0.5,)), "mean, std: expected one value per channel"),

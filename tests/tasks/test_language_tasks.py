@@ -302,6 +302,6 @@ def test_bad_language_configs_are_named(corpus_dir, tmp_path):
     (no_mask / "meta.json").write_text(json.dumps({**meta, "mask_id": None}))
     with pytest.raises(ValueError, match="has no <mask> token"):
         train(_config("bert_stdlib", no_mask, tmp_path / "f"))
-    with pytest.raises(ValueError, match="not a crate_nn CRATE-BERT checkpoint"):
+    with pytest.raises(ValueError, match="not a CRATE-BERT"):
         gpt = train(_config("gpt_stdlib", corpus_dir, tmp_path / "g", total_steps=1, eval_every_steps=None))
         train(get_preset("pairs_stdlib", init_from=gpt.checkpoint, output_dir=str(tmp_path / "h")))

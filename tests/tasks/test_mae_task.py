@@ -63,7 +63,7 @@ def digits_run(tmp_path_factory):
                   figure_epochs=(0, 3), probe=True, test_split="test")
     task = MAETask(config, context("cpu"))
     task.start(RunPlan.resolve(config, task, world_size=1))
-    before = task.reconstruction_loss(task.model, task.test_set)  # the same initialisation, the same test masks
+    before = task.reconstruction_loss(task.model, task.test_set, "test_split")  # the same initialisation, the same test masks
     return before, train(config)
 
 

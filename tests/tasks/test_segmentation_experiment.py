@@ -10,8 +10,8 @@ from PIL import Image
 from crate_nn import checkpoint
 from crate_nn.engine import initial_model
 from crate_nn.segment import main as crate_segment
+from crate_nn.table17 import VARIANTS, run_experiment, splits, stats, summarize, write_report
 from crate_nn.tasks import get_preset
-from crate_nn.tasks.segmentation import VARIANTS, run_experiment, splits, stats, summarize, write_report
 
 SMOKE = dict(max_steps=2, train_split="val")  # two optimizer steps on the 288 validation images
 

@@ -25,10 +25,10 @@ import numpy as np
 import torch
 
 import crate_nn
+from crate_nn import table17 as experiment
 from crate_nn.analysis.maskcut import bipartition, maskcut, ncut, patch_affinity
 from crate_nn.analysis.segmentation import cls_attention
 from crate_nn.tasks import get_preset
-from crate_nn.tasks import segmentation as experiment
 from crate_theory import layer_norm, ssa_attention
 from crate_theory.synthetic import orthonormal_bases
 from verify import committed, experiments, plots, verdicts

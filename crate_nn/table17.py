@@ -2,7 +2,8 @@
 
 The controlled experiment (Sec. 4.3, App. C.10): the four architectures of Table 17 — CRATE (MSSA + ISTA),
 CRATE-MLP (MSSA + MLP), CRATE-MHSA (MHSA + ISTA) and ViT (MHSA + MLP) — with the same width, depth, heads, patch
-embedding, head and initialisation, trained with one recipe (the ``objects_*`` presets) on the built-in
+embedding, head and initialisation, trained with one recipe (the ``objects_*`` presets of
+`crate_nn.tasks.classification`) on the built-in
 ``objects`` dataset (`crate_nn.data.objects`: digits on clutter with ground-truth masks), several seeds each. For
 each trained model and, as a control, for its random initialisation (same seed), `measure` scores:
 
@@ -34,69 +35,20 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..analysis.maskcut import TAU
-from ..analysis.segmentation import image_backbone, upsample
-from ..data import build_dataset
-from ..data.objects import ObjectImages
-from ..data.transforms import DeviceTransform
-from ..engine.loop import initial_model, train
-from ..engine.task import get_preset, preset
-from ..evaluation.segmentation import LayerScores, evaluate_objects, maskcut_masks, score_masks
-from ..models.embedding import patchify
-from ..weights import load
-from .classification import ClassificationConfig
+from .analysis.maskcut import TAU
+from .analysis.segmentation import image_backbone, upsample
+from .data import build_dataset
+from .data.objects import ObjectImages
+from .data.transforms import DeviceTransform
+from .engine.loop import initial_model, train
+from .engine.task import get_preset
+from .evaluation.segmentation import LayerScores, evaluate_objects, maskcut_masks, score_masks
+from .models.embedding import patchify
+from .tasks.classification import LABELS, OBJECTS_SIZE, VARIANTS, ClassificationConfig
+from .weights import load
 
-VARIANTS = {  # Table 17: the blocks differ, nothing else
-    "crate": dict(attention="mssa", feedforward="ista"),
-    "crate_mlp": dict(attention="mssa", feedforward="mlp"),
-    "crate_mhsa": dict(attention="mhsa", feedforward="ista"),
-    "vit": dict(attention="mhsa", feedforward="mlp"),
-}
-LABELS = {"crate": "CRATE (MSSA+ISTA)", "crate_mlp": "CRATE-MLP (MSSA+MLP)", "crate_mhsa": "CRATE-MHSA (MHSA+ISTA)",
-          "vit": "ViT (MHSA+MLP)"}
-SIZE = dict(patch_size=4, dim=48, depth=3, heads=4)  # 32² images → an 8×8 patch grid
 METHODS = ("attention", "maskcut")
 METRICS = ("miou", "jaccard", "corloc")
-
-
-# --------------------------------------------------------------------------------------------- presets
-def objects_recipe(variant: str) -> ClassificationConfig:
-    """The one recipe of the controlled experiment, for the architecture ``variant`` (a key of ``VARIANTS``)."""
-    if variant not in VARIANTS:
-        raise ValueError(f"variant: expected one of {', '.join(VARIANTS)}, got {variant!r}")
-    return ClassificationConfig(
-        model="crate_tiny", model_args={**SIZE, **VARIANTS[variant]}, dataset="objects", image_size=32,
-        test_split="test", mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5), augment="none", optimizer="adamw", lr=3e-3,
-        weight_decay=0.05, betas=(0.9, 0.999), batch_size=32, epochs=10, warmup_epochs=1.0, label_smoothing=0.0,
-        num_workers=0, checkpoint_every=0, log_every=20, precision="fp32", output_dir=f"runs/objects_{variant}",
-    )
-
-
-PRESET_DOC = """{label} on the built-in ``objects`` dataset: its row of the laptop-scale Table 17.
-
-    The four ``objects_*`` presets (crate, crate_mlp, crate_mhsa, vit) differ only in the blocks. Model: 32² RGB
-    images, 4² patches (8×8 grid + [CLS]), d = 48, 3 layers, 4 heads. Recipe: AdamW lr 3e-3, betas (0.9, 0.999),
-    weight decay 0.05 (not on norms, biases, embeddings), batch 32, 10 epochs of the 10,344 training images
-    (3,230 steps) with a 1-epoch warm-up then cosine, no augmentation (positions, scales and colours are already
-    random), no label smoothing, float32. Source: not the paper's (its S/8 models train on ImageNet-21K); chosen
-    here on validation accuracy only: ``results/presets/objects.md``.
-
-    Command:  crate-train --preset objects_{variant}        (the whole table: crate-segment experiment)
-    Expected and wall time: ``results/segmentation/table.md`` (docs/segmentation.md).
-    """
-
-
-def _register_preset(variant: str) -> None:
-    def make() -> ClassificationConfig:
-        return objects_recipe(variant)
-
-    make.__name__ = make.__qualname__ = f"objects_{variant}"
-    make.__doc__ = PRESET_DOC.format(label=LABELS[variant], variant=variant)
-    preset(make)
-
-
-for _variant in VARIANTS:
-    _register_preset(_variant)
 
 
 # --------------------------------------------------------------------------------------------- measurement
@@ -169,7 +121,7 @@ def references(config: ClassificationConfig, images: int | None = None) -> dict:
     """Scores without a network on the test split: MaskCut on the raw (normalised) patch pixels, and the ceiling of
     any mask at patch resolution (the true mask downsampled to the grid by majority, upsampled back)."""
     _, test = splits(config, images)
-    patch = config.model_args.get("patch_size", SIZE["patch_size"])
+    patch = config.model_args.get("patch_size", OBJECTS_SIZE["patch_size"])
     grid = (config.image_size // patch, config.image_size // patch)
     transform = DeviceTransform(config.image_size, config.mean, config.std, train=False)
     pixels = patchify(transform(test.images), patch).double()
@@ -257,7 +209,7 @@ EXAMPLES = 8  # test images shown in the example figures
 def examples(model: nn.Module, config: ClassificationConfig, selected: Mapping) -> dict:
     """The head-averaged attention map and the MaskCut mask, each at its selected layer, of the first test images
     (on the patch grid, as lists for JSON)."""
-    from ..analysis.segmentation import cls_attention, patch_codes, patch_grid
+    from .analysis.segmentation import cls_attention, patch_codes, patch_grid
 
     _, test = splits(config)
     images = DeviceTransform(config.image_size, config.mean, config.std, train=False)(test.images[:EXAMPLES])
@@ -347,7 +299,7 @@ def _layers_figure(results: Mapping):
 def write_report(results: Mapping, output_dir: str | Path, example_images: torch.Tensor | None = None) -> list[str]:
     """``results.json``, ``table.md``, ``summary.png`` and ``layers.png`` (and ``examples.png`` when the results carry
     examples and ``example_images`` are given) in ``output_dir``; returns the paths written."""
-    from ..analysis.segmentation import plot_rows
+    from .analysis.segmentation import plot_rows
 
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
