@@ -394,7 +394,7 @@ def _bullet(o: Outcome) -> str:
 
 
 def summary_page(outcomes: list[Outcome], meta: dict[str, Any]) -> list[str]:
-    """The summary (≤ 25 lines: the sources, the central question `LAYERS_COMPRESS` and `PAPER_CLAIMS` as tables)
+    """The summary (the sources, the central question `LAYERS_COMPRESS` and `PAPER_CLAIMS` as tables: ≤ 30 lines)
     and the detail (every claim, grouped by scope, each bullet with its verdict)."""
     layers = layers_compress_rows(outcomes)
     rows = [_summary_cells(said, o, 60) + (o.claim.id,) for said, o in paper_rows(outcomes)]

@@ -3,12 +3,14 @@
     python -m torch.distributed.run --standalone --nproc_per_node 2 tests/tasks/_dino_processes.py
 
 Every process gives `DINOLoss` its shard of the images of one step's two micro-batches of teacher outputs, then
-calls ``update`` (the all-reduce of the sums); each prints its centre as ``centre [...]``. `one_process_centre`
+calls ``update`` (the all-reduce of the sums); each writes its centre to a file of its own. `one_process_centre`
 gives the reference: one process with every image.
 """
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import torch
 
@@ -38,10 +40,13 @@ def one_process_centre() -> torch.Tensor:
 
 
 def main() -> None:
+    """Each process writes its centre to ``<folder>/centre-<rank>.json`` (the folder is the first argument): the
+    processes' prints would share one stdout and could interleave."""
+    folder = Path(sys.argv[1])
     with joined(context("cpu")) as ctx:
         share = IMAGES // ctx.world_size
-        print("centre " + json.dumps(centre(ctx, slice(ctx.rank * share, (ctx.rank + 1) * share)).tolist()),
-              flush=True)
+        found = centre(ctx, slice(ctx.rank * share, (ctx.rank + 1) * share)).tolist()
+        (folder / f"centre-{ctx.rank}.json").write_text(json.dumps(found))
 
 
 if __name__ == "__main__":

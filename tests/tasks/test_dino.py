@@ -195,13 +195,12 @@ def test_centre_update_is_its_formula_and_bad_momentum_is_named():
         DINOLoss(6, student_temp=0.0)
 
 
-def test_two_processes_move_the_centre_as_one_process():
+def test_two_processes_move_the_centre_as_one_process(tmp_path):
     """The teacher outputs of one step split over two gloo processes: the all-reduced sums give every process the
     centre one process computes from all of them."""
-    done = torchrun(str(CENTRE_WORKER), path=(CENTRE_WORKER.parent,))
+    done = torchrun(str(CENTRE_WORKER), str(tmp_path), path=(CENTRE_WORKER.parent,))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
-    centres = [torch.tensor(json.loads(line.split("centre ", 1)[1])) for line in done.stdout.splitlines()
-               if line.startswith("centre ")]
+    centres = [torch.tensor(json.loads(path.read_text())) for path in sorted(tmp_path.glob("centre-*.json"))]
     assert len(centres) == 2
     reference = one_process_centre()
     for centre in centres:

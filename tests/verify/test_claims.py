@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from verify.registry import KINDS, PROVENANCES, VERDICTS, all_claims
-from verify.report import PAPER_CLAIMS
+from verify.report import LAYERS_COMPRESS, PAPER_CLAIMS
 
 CLAIMS = all_claims()
 QUICK = [c for c in CLAIMS if "quick" in c.modes]
@@ -71,7 +71,9 @@ def test_cli_end_to_end(quick_audit):
     md = (quick_audit.output_dir / "report.md").read_text()
     assert all(c.id in md for c in CLAIMS)  # full-only claims are named as not run
     summary = md[md.index("## Summary"):md.index("## Detail")].rstrip("\n").split("\n")
-    assert len(summary) <= 25 and sum(line.startswith("| ") for line in summary) == len(PAPER_CLAIMS) + 1
+    # the sources, then two tables with their headers: the central question (a row per model) and the statements
+    assert len(summary) <= 4 + (len(LAYERS_COMPRESS) + 3) + (len(PAPER_CLAIMS) + 2)
+    assert sum(line.startswith("| ") for line in summary) == (len(LAYERS_COMPRESS) + 1) + (len(PAPER_CLAIMS) + 1)
     detail = md[md.index("## Detail"):md.index("## All claims")]
     assert all(f"- **{c.id}** — **" in detail for c in QUICK)  # the detail covers every measured claim
     lines = quick_audit.stdout.rstrip("\n").split("\n")
@@ -83,10 +85,10 @@ def test_console_entry_point_runs_a_selection(tmp_path):
     """``python -m verify`` as a user runs it: a cheap selection, with exit status and files."""
     out = tmp_path / "report"
     # an id prefix, a former id and an id
-    proc = subprocess.run([sys.executable, "-m", "verify", "--only", "eq8", "eqs12-13-rc-sum", "table1-params-tiny",
+    proc = subprocess.run([sys.executable, "-m", "verify", "--only", "eq8", "2.1-rc-sum", "table1-params-tiny",
                            "--output-dir", str(out), "--seed", "3"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "claim eqs12-13-rc-sum is now eqs12-13-rc-sum" in proc.stderr
+    assert "claim 2.1-rc-sum is now eqs12-13-rc-sum" in proc.stderr
     report = json.loads((out / "report.json").read_text())
     assert {c["id"] for c in report["claims"]} == {"eq8-sylvester", "eqs12-13-rc-sum", "table1-params-tiny"}
     assert report["meta"]["seed"] == 3
