@@ -26,7 +26,7 @@ from typing import Any
 
 from verify.context import ROOT
 from verify.registry import SCOPES, SOURCES, Claim, all_claims
-from verify.report import COUNTED, FAILS_READ, LAYERS_COMPRESS, PLURAL, PROTOCOLS
+from verify.report import COUNTED, FAILS_READ, LAYERS_COMPRESS, PLURAL, PROTOCOLS, delta_r
 
 BEGIN = "<!-- generated: {name} (python -m verify.documents) -->"
 END = "<!-- end: {name} -->"
@@ -90,15 +90,6 @@ def papers_errors(report: dict, claims: list[Claim]) -> str:
                      for e in errors)
 
 
-def _delta_r(entry: dict) -> str:
-    """ΔR = R − R^c (the papers' objective) of a joint claim's last layer, A − B with its interval, where stored."""
-    layers = entry.get("data", {}).get("per_layer") or []
-    d = layers[-1].get("delta_r") if layers and isinstance(layers[-1], dict) else None
-    if not d:
-        return "not stored"
-    return f"{d['mean']:+.2g} [{d['ci_low']:.2g}, {d['ci_high']:.2g}]"
-
-
 def layers_compress(report: dict, claims: list[Claim]) -> str:
     """The central question under each protocol, for each model the report measured (`verify.report.LAYERS_COMPRESS`),
     with the deciding layer's number and, for the joint rule, ΔR."""
@@ -120,7 +111,7 @@ def layers_compress(report: dict, claims: list[Claim]) -> str:
             cells.append(f"**{e['verdict']}** ({_md(_headline_text(e))}; `{e['id']}`)")
         joint = found[2]
         rows.append(f"| {model} | {scope}" + (f": {_md(first['setting'])}" if first.get("setting") else "")
-                    + " | " + " | ".join(cells) + f" | {_delta_r(joint) if joint else '—'} |")
+                    + " | " + " | ".join(cells) + f" | {delta_r(joint.get('data')) if joint else '—'} |")
     said = "; ".join(f"{protocol}: " + ", ".join(f"{n} {PLURAL[v]}" for v, n in sorted(counts.items()))
                      for protocol, counts in tally.items() if counts)
     return "\n".join([f"Each cell: the verdict, and the number that decides it (named by what it compares). In this "

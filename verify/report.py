@@ -265,25 +265,29 @@ def _summary_cells(said: str, o: Outcome, width: int, expected: str = "expected 
     return said, _verdict_cell(o, expected), number, SCOPE_SHORT[o.claim.scope], seeds
 
 
-def _last_layer(o: Outcome | None) -> dict:
-    """The last layer's judgement of a joint claim (`verify.joint.Judgement.as_dict`), {} where there is none."""
-    layers = (o.result.data.get("per_layer") or []) if o is not None and o.result else []
+def last_layer(data: dict | None) -> dict:
+    """The last layer's judgement in a joint claim's data (`verify.joint.Judgement.as_dict` per layer), {} where
+    there is none."""
+    layers = (data or {}).get("per_layer") or []
     return layers[-1] if layers and isinstance(layers[-1], dict) else {}
+
+
+def delta_r(data: dict | None) -> str:
+    """ΔR = R − R^c (the papers' objective) at a joint claim's last layer, A − B with its 95% interval, from its
+    data; "not stored" where the profiles predate it."""
+    d = last_layer(data).get("rate_reduction")
+    return f"{d['mean']:+.2g} [{d['ci_low']:.2g}, {d['ci_high']:.2g}]" if d else "not stored"
+
+
+def _data(o: Outcome | None) -> dict | None:
+    return o.result.data if o is not None and o.result else None
 
 
 def _joint_cell(o: Outcome) -> str:
     """A joint claim's verdict and its last layer's label (`verify.joint`), e.g. ``fails: ℓ 3 collapse``."""
-    judged = _last_layer(o)
-    depth = len(o.result.data.get("per_layer", [])) if o.result else 0
+    judged = last_layer(_data(o))
+    depth = len(_data(o).get("per_layer", [])) if _data(o) else 0
     return _verdict_cell(o, "≠") + (f": ℓ {depth} {judged['label']}" if judged.get("label") else "")
-
-
-def _delta_r(o: Outcome | None) -> str:
-    """ΔR = R − R^c (the papers' objective) of a joint claim's last layer, A − B with its 95% interval."""
-    d = _last_layer(o).get("rate_reduction")
-    if not d:
-        return "—" if o is None else "not stored"
-    return f"{d['mean']:+.2g} [{d['ci_low']:.2g}, {d['ci_high']:.2g}]"
 
 
 def layers_compress_rows(outcomes: list[Outcome], setting: bool = True) -> list[tuple[str, ...]]:
@@ -298,7 +302,7 @@ def layers_compress_rows(outcomes: list[Outcome], setting: bool = True) -> list[
         first = next(o for o in found if o is not None)
         where = SCOPE_SHORT[first.claim.scope] + (f": {first.claim.setting}" if setting and first.claim.setting else "")
         cells = ["—" if o is None else (_joint_cell(o) if i == 2 else _verdict_cell(o, "≠")) for i, o in enumerate(found)]
-        rows.append((model, where, *cells, _delta_r(found[2])))
+        rows.append((model, where, *cells, delta_r(_data(found[2])) if found[2] else "—"))
     return rows
 
 
