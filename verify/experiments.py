@@ -51,13 +51,13 @@ from types import ModuleType
 from typing import Any
 
 import torch
-from filelock import FileLock  # a dependency of torch, always installed with it
 from torch import nn
 
 import crate_nn
 from crate_nn import checkpoint
 from crate_nn.engine import Preempted, TrainConfig, initial_model, train
 from crate_nn.engine.rng import rng_state, set_rng_state
+from crate_nn.files import FileLock
 from verify import integrity
 from verify.context import cache_dir
 from verify.stopping import Interrupted
@@ -226,9 +226,14 @@ def location(config: TrainConfig) -> Path:
     return root() / RUNS / f"{config.task}-{config_hash(config)}-{CODE}"
 
 
-def _lock(entry: Path) -> FileLock:
-    """The lock of one entry: keyed by its config and its code, so that audits of other code never wait on it."""
-    return FileLock(str(entry.parent / f".{entry.name}.lock"))
+class _Busy(Exception):
+    """Another process holds an entry's lock (`_lock` with ``blocking=False``)."""
+
+
+def _lock(entry: Path, blocking: bool = True) -> FileLock:
+    """The lock of one entry (`crate_nn.files.FileLock`): keyed by its config and its code, so that audits of other
+    code never wait on it; ``blocking=False`` raises `_Busy` while another process holds it."""
+    return FileLock(entry.parent / f".{entry.name}.lock", blocking=blocking, refuse=lambda holder: _Busy(holder))
 
 
 _ANSWER: list[Callable[[TrainConfig], Any]] = []
@@ -297,10 +302,10 @@ def _clean_other_code(entry: Path) -> None:
         if other == entry or not other.is_dir():
             continue
         try:
-            with _lock(other).acquire(timeout=0):
+            with _lock(other, blocking=False):
                 if other.is_dir() and time.time() - other.stat().st_mtime > STALE_AFTER:
                     _discard(other)
-        except (TimeoutError, OSError):  # in use now, or deleted meanwhile: left alone
+        except (_Busy, OSError):  # in use now, or deleted meanwhile: left alone
             continue
 
 

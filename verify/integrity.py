@@ -13,13 +13,12 @@ the previous file or none, never half of one.
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from crate_nn.files import atomic_write
 
 KEY = "sha256"
 """The key of a sealed document's checksum."""
@@ -104,18 +103,9 @@ def write(path: Path | str, doc: dict, indent: int | None = None) -> Path:
 
 
 def write_text(path: Path | str, text: str) -> Path:
-    """Write ``text`` to ``path`` atomically: a temporary file beside it (removed on any exception, a signal's
-    included), flushed to disk, then renamed over ``path``."""
+    """Write ``text`` to ``path`` atomically (`crate_nn.files.atomic_write`: a temporary file beside it, removed on
+    any exception, a signal's included, flushed to disk, then renamed over ``path``)."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    with atomic_write(path, "the audit's stored numbers") as f:
+        f.write(text.encode("utf-8"))
     return path

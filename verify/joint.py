@@ -67,8 +67,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,6 +74,7 @@ from pathlib import Path
 import numpy as np
 
 import crate_theory
+from crate_nn.files import write_json
 from crate_theory.protocol import OFFICIAL_EPS, CollapseFloor, collapse_floor
 from verify import experiments
 from verify.registry import Headline, Result
@@ -157,10 +156,7 @@ def _collapse_floor(d: int, n: int, heads: int, p: int, eps: float, single_objec
         return CollapseFloor(**{**stored, "drops": {k: tuple(v) for k, v in stored["drops"].items()}})
     floor = collapse_floor(d, n, heads, p, eps, single_object=single_object)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(dataclasses.asdict(floor), f)
-    os.replace(tmp, path)
+    write_json(path, dataclasses.asdict(floor), "collapse floor")
     return floor
 
 

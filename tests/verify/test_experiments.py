@@ -133,7 +133,7 @@ def test_two_code_versions_auditing_on_one_cache_keep_each_others_entries(cache,
     monkeypatch.setattr(experiments, "CODE", "0123456789abcdef")  # the other checkout's code
     theirs = experiments.run(tiny())
     assert theirs.folder != ours.folder and cache == [0, 0]
-    assert experiments._lock(ours.folder).lock_file != experiments._lock(theirs.folder).lock_file
+    assert experiments._lock(ours.folder).path != experiments._lock(theirs.folder).path
     assert ours.folder.is_dir() and ours.model("init") is not None  # in use a moment ago: kept, still readable
     _unused_for(ours.folder, experiments.STALE_AFTER + 60)
     with experiments._lock(ours.folder):  # but held by the other audit right now: kept
