@@ -4,29 +4,39 @@
     crate-export crate_small.pth crate_small.pt --name crate_small           the authors' file → ours
     crate-export runs/gpt_stdlib/checkpoints/last.pt gpt.pt --format crate-lm
     crate-export hf-hub:ORG/NAME alpha.safetensors --name crate_alpha_b16
+    crate-export crate_alpha_B8_in1k.npz b8.pth --format crate-alpha --option head_norm_eps=1e-5
+    crate-export dino_checkpoint.pth dino_student.pt --option checkpoint_key=student
 
 INPUT is a file or ``hf-hub:ORG/NAME[@revision][:path]`` (the local Hugging Face cache only); ``--heads`` and
-``--name`` are given to the adapter of another codebase's file, whose tensors do not fix the number of heads.
+``--name`` are given to the adapter of another codebase's file, whose tensors do not fix the number of heads, and so
+is each ``--option KEY=VALUE`` (a keyword of `crate_nn.load` for that format: the JAX CRATE-α's
+``head_norm_eps=1e-5`` makes its head the PyTorch port's, DINO's ``checkpoint_key=student`` reads the student).
 ``--format`` (default: ``safetensors`` for a ``.safetensors`` OUTPUT, else ``ours``):
 
     safetensors           ours: the weights, with family, config and preprocessing in the header   every family
     ours                  ours: a torch checkpoint (family, config, preprocessing, checksum)       every family
     official-classifier   the authors' CRATE classifier: a state dict under their names           classifier
     crate-alpha           CRATE-α's PyTorch port: a state dict under their names                  classifier (CRATE-α)
+    crate-alpha-jax       CRATE-α's JAX model: an .npz of its parameters (params/…)                classifier (CRATE-α)
     official-mae          the authors' CRATE-MAE: {"model": state dict, "args": its loss}         mae
     crate-lm              CRATE-GPT's crate-lm: {"model", "model_args"}                           gpt (MSSA + ISTA)
     nanogpt               nanoGPT: {"model", "model_args"}                                        gpt (MHSA + MLP)
+    timm                  timm's ViT: a state dict under its names                                classifier (ViT)
+    dino                  DINO's published backbone: timm's names without the classifier          classifier (ViT,
+                                                                                                  head.fc = identity)
 
 Another codebase's file is checked before it is written: read back by that format's adapter
 (`crate_nn.weights.adapters`), given only what its files do not fix (the heads), it must give the same config and
 every tensor bit for bit, so what the format cannot hold (the authors' classifier with ``pool="mean"``, a CRATE-α
-option in the authors' format …) is an error naming the options, not a file that their code reads as another model.
+option in the authors' format, the JAX CRATE-α's head LayerNorm ε 1e-6 in the PyTorch port's format, whose head has
+PyTorch's 1e-5 …) is an error naming the options, not a file that their code reads as another model.
 Their formats have no place for the preprocessing; ours keep it. Errors are one line naming the argument or file,
 exit status 2.
 """
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import os
 import sys
@@ -60,7 +70,11 @@ def export(model: nn.Module, path: str | os.PathLike, format: str) -> None:
     if format in ("safetensors", "ours"):
         save(path, model)
     else:
-        atomic_save(foreign_contents(model, format), path)
+        (FOREIGN[format].write or _torch_save)(path, foreign_contents(model, format))
+
+
+def _torch_save(path: str, contents: dict) -> None:
+    atomic_save(contents, path)
 
 
 def foreign_contents(model: nn.Module, format: str) -> dict:
@@ -97,6 +111,17 @@ def _resolved(config):
                                dict_width=config.atoms if config.ista == "overcomplete" else config.dict_width)
 
 
+def _key_value(text: str) -> tuple[str, object]:
+    """``KEY=VALUE`` → (KEY, the Python literal VALUE, else the word itself)."""
+    key, equals, value = text.partition("=")
+    if not equals or not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return key, ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return key, value
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="crate-export", description=__doc__.split("\n\n")[0],
                                      epilog=__doc__.split("\n\n", 1)[1],
@@ -107,6 +132,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="default: safetensors for a .safetensors output, else ours")
     parser.add_argument("--heads", type=int, default=None, help="heads of another codebase's file (K)")
     parser.add_argument("--name", default=None, help="a registered size for another codebase's file (gives K)")
+    parser.add_argument("--option", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
+                        help="a crate_nn.load keyword for another codebase's file (repeatable; VALUE a Python literal "
+                             "or a word): head_norm_eps=1e-5, checkpoint_key=student, in_channels=1 …")
     args = parser.parse_args(argv)
     if args.heads is not None and args.heads < 1:
         parser.error(f"argument --heads: expected a positive integer, got {args.heads}")
@@ -118,7 +146,7 @@ def run(args: argparse.Namespace) -> str:
     if os.path.exists(args.input) and os.path.exists(args.output) and os.path.samefile(args.input, args.output):
         raise ValueError(f"output: {args.output!r} is the input file")
     format = args.format or ("safetensors" if args.output.endswith(".safetensors") else "ours")
-    overrides = {k: v for k, v in (("heads", args.heads), ("name", args.name)) if v is not None}
+    overrides = {**dict(args.option), **{k: v for k, v in (("heads", args.heads), ("name", args.name)) if v is not None}}
     model = load(args.input, **overrides)
     export(model, args.output, format)
     count = sum(p.numel() for p in model.parameters())

@@ -30,7 +30,21 @@ EVERY_FOREIGN = {  # each format we write: a model it holds
     "official-mae": EVERY_FAMILY["mae"],
     "crate-lm": EVERY_FAMILY["gpt"],
     "nanogpt": lambda: crate_nn.create_model("gpt_small", **TEXT),
+    "crate-alpha-jax": lambda: crate_nn.create_model("crate_alpha_b16", **IMAGE, num_classes=3, head_norm_eps=1e-6),
+    "timm": lambda: crate_nn.create_model("vit_small", **IMAGE, num_classes=3, patch_embed="conv", norm_eps=1e-6),
+    "dino": lambda: dino_backbone(crate_nn.create_model("vit_small", **IMAGE, num_classes=8, patch_embed="conv",
+                                                        norm_eps=1e-6)),
 }
+SUFFIX = {"crate-alpha-jax": ".npz"}  # the others are torch files
+
+
+def dino_backbone(model):
+    """A ViT whose classifier is the identity, as a DINO backbone's model has (its output is the normed class
+    token)."""
+    with torch.no_grad():
+        model.head.fc.weight.copy_(torch.eye(model.config.dim))
+        model.head.fc.bias.zero_()
+    return model
 
 
 def seeded(build):
@@ -69,11 +83,12 @@ def test_ours_to_safetensors_to_ours_is_bit_identical(family, tmp_path, capsys):
 def test_ours_to_their_format_to_ours_is_bit_identical(format, tmp_path):
     model = seeded(EVERY_FOREIGN[format])
     crate_nn.save(tmp_path / "ours.pt", model)
-    assert main([str(tmp_path / "ours.pt"), str(tmp_path / "theirs.pth"), "--format", format]) == 0
-    assert crate_nn.checkpoint.sniff(tmp_path / "theirs.pth") == FOREIGN[format].name
-    # their files do not fix the heads, but crate-lm's and nanoGPT's model_args record them
-    heads = [] if format in ("crate-lm", "nanogpt") else ["--heads", str(model.config.heads)]
-    assert main([str(tmp_path / "theirs.pth"), str(tmp_path / "back.pt"), *heads]) == 0
+    theirs = tmp_path / ("theirs" + SUFFIX.get(format, ".pth"))
+    assert main([str(tmp_path / "ours.pt"), str(theirs), "--format", format]) == 0
+    assert crate_nn.checkpoint.sniff(theirs) == FOREIGN[format].name
+    # their files do not fix the heads, but crate-lm's and nanoGPT's model_args and CRATE-α's JAX arrays do
+    heads = [] if format in ("crate-lm", "nanogpt", "crate-alpha-jax") else ["--heads", str(model.config.heads)]
+    assert main([str(theirs), str(tmp_path / "back.pt"), *heads]) == 0
     back = crate_nn.load(tmp_path / "back.pt")
     assert type(back) is type(model)
     assert dataclasses.replace(back.config, dim_head=None) == dataclasses.replace(model.config, dim_head=None)
@@ -119,7 +134,8 @@ def test_their_file_without_its_heads_and_a_missing_file_are_one_line(tmp_path, 
     crate_nn.save("ours.pt", seeded(EVERY_FOREIGN["official-classifier"]))
     assert main(["ours.pt", "theirs.pth", "--format", "official-classifier"]) == 0
     assert main(["theirs.pth", "back.pt"]) == 2
-    assert "crate-export: heads cannot be inferred from the tensors; pass heads=" in capsys.readouterr().err
+    assert capsys.readouterr().err.startswith("crate-export: checkpoint: 'theirs.pth' (authors' CRATE classifier): "
+                                              "heads cannot be inferred from the tensors; pass heads=")
     assert main(["absent.pt", "back.pt"]) == 2
     assert capsys.readouterr().err == "crate-export: checkpoint: 'absent.pt' does not exist or is not a file\n"
 

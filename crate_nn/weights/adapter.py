@@ -21,13 +21,15 @@ class Adapter:
         to_ours: ``to_ours(payload, **options) → (config, state)``: the config the file determines (completed by
             ``options``: a registered ``name=``, ``heads=`` …) and its tensors under our names, every key and shape
             checked (ValueError naming them); ``payload`` is the file's whole dictionary.
-        to_theirs: ``to_theirs(model) → contents``: what ``torch.save`` writes for a model of ``family``
-            (``crate-export --format <export>``); ValueError naming what the format cannot hold.
+        to_theirs: ``to_theirs(model) → contents``: what the file of a model of ``family`` holds (``crate-export
+            --format <export>``; written by ``write``); ValueError naming what the format cannot hold.
         export: the name ``crate-export --format`` gives the format.
         hints: the config options its files do not fix, which reading them needs given (``heads``: the tensors fix
             K·p only); ``crate-export`` passes them when it reads a file back.
         allowed: types its torch files hold beside tensors and plain values, allowed when reading them
             (``weights_only=True``; FAIR-MAE's ``argparse.Namespace``).
+        write: ``write(path, contents)`` writes them whole or not at all; default ``torch.save`` (atomically,
+            `crate_nn.weights.storage.atomic_save`); JAX's ``.npz``: `crate_nn.weights.storage.write_npz`.
     """
 
     name: str
@@ -38,6 +40,7 @@ class Adapter:
     export: str
     hints: tuple[str, ...] = ("heads",)
     allowed: tuple[type, ...] = ()
+    write: Callable[[str, Any], None] | None = None
 
 
 def prefixed(state: Mapping, prefix: str) -> bool:

@@ -11,7 +11,7 @@ it::
 ``@revision`` is a branch, a tag or a commit hash (default ``main``). ``:path`` names a file inside the repository
 (``hf-hub:UCSC-VLAA/CRATE-alpha:torch/crate_alpha_B16.pth``; any file, with or without a suffix). Without it, the
 repository's one weights file is taken (`weights_file`: a ``.safetensors`` file if there is one, else a
-``.pth``/``.pt``/``.bin``, in any sub-folder); several of them are refused in one line listing them. With
+``.pth``/``.pt``/``.bin``, else a ``.npz``, in any sub-folder); several of them are refused in one line listing them. With
 ``huggingface_hub`` installed (the ``hub`` extra) its ``snapshot_download(..., local_files_only=True)`` finds the
 snapshot; without it, `snapshot` reads the layout above. Either way, what is read stays inside the repository's
 folder of the cache: a revision or a path with ``..``, a ref that is not a commit hash, a link out of the cache are
@@ -26,8 +26,8 @@ from pathlib import Path, PurePosixPath
 from .. import extras
 
 PREFIX = "hf-hub:"
-WEIGHTS = ((".safetensors",), (".pth", ".pt", ".bin"))
-"""Weight-file suffixes in order of preference (safetensors first: no unpickling at all)."""
+WEIGHTS = ((".safetensors",), (".pth", ".pt", ".bin"), (".npz",))
+"""Weight-file suffixes in order of preference (safetensors first: no unpickling at all; JAX's ``.npz`` last)."""
 PREFERRED = ("model.safetensors", "pytorch_model.bin")
 """Among several files of one kind, the name the Hub's libraries use for a model's weights (at the top level)."""
 _COMMIT = re.compile(r"[0-9a-f]{40}")
@@ -120,7 +120,7 @@ def not_cached(repo: str, revision: str, cache: Path, repository_cached: bool) -
 def weights_file(folder: Path, source: str) -> Path:
     """The weights in a snapshot ``folder``, searched in every sub-folder: its one ``.safetensors`` file
     (``model.safetensors`` among several), else its one ``.pth``/``.pt``/``.bin`` (``pytorch_model.bin`` among
-    several); ValueError naming ``source`` and the files when none, or several without the preferred name, are
+    several), else its one ``.npz``; ValueError naming ``source`` and the files when none, or several without the preferred name, are
     there."""
     files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
     for suffixes in WEIGHTS:
@@ -130,7 +130,7 @@ def weights_file(folder: Path, source: str) -> Path:
             return folder / (preferred or found)[0]
         if found:
             raise ValueError(f"path: {source} holds several weight files {found}; name one: {source}:{found[0]}")
-    raise ValueError(f"path: {source} holds no weights file (.safetensors, .pth, .pt or .bin) among {files}; a "
+    raise ValueError(f"path: {source} holds no weights file (.safetensors, .pth, .pt, .bin or .npz) among {files}; a "
                      f"file without one of these suffixes is named by its path: {source}:<path>")
 
 

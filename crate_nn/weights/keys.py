@@ -3,8 +3,8 @@ layer index.
 
 `KeyMap` holds (their key, our key) template pairs in which ``{i}`` stands for a layer index; it renames in both
 directions and names every key without a counterpart. `state_dict_of` accepts a path or a dict: a bare state dict,
-or one wrapped under ``"state_dict"``/``"model"``, with or without the ``module.`` prefix of DistributedDataParallel
-or the ``_orig_mod.`` prefix of ``torch.compile``.
+or one wrapped under one of `WRAPPERS`, or a JAX tree's ``params/`` subtree, with or without the ``module.`` prefix of
+DistributedDataParallel and the ``_orig_mod.`` prefix of ``torch.compile``.
 """
 from __future__ import annotations
 
@@ -17,6 +17,14 @@ import torch
 from . import ours
 
 PREFIXES = ("module.", "_orig_mod.")
+"""Prefixes every key of a state dict may carry, in any order and number: DistributedDataParallel's and
+``torch.compile``'s (SimDINO's students are both: ``_orig_mod.module.``)."""
+WRAPPERS = ("state_dict", "model", "teacher")
+"""Entries of a checkpoint dictionary that hold its state dict, the first one present taken: training scripts'
+``state_dict`` and ``model``; DINO's and SimDINO's ``teacher`` (beside ``student``, `crate_nn.weights.adapters.vit`)."""
+JAX_PARAMS = "params/"
+"""A JAX checkpoint's parameters (flax's ``{"params", "opt", …}`` tree saved with ``/``-joined names, as CRATE-α's
+``.npz`` files): the state dict is that subtree, and the optimizer's arrays beside it are not read."""
 
 
 class KeyMap:
@@ -61,7 +69,7 @@ class KeyMap:
         return {renamed[k]: v for k, v in state.items()}
 
 
-def state_dict_of(source, wrappers: tuple[str, ...] = ("state_dict", "model"), **load_options) -> dict[str, torch.Tensor]:
+def state_dict_of(source, wrappers: tuple[str, ...] = WRAPPERS, **load_options) -> dict[str, torch.Tensor]:
     """A flat state dict without wrapper prefixes from a path (read with ``weights_only=True``) or a dict."""
     if isinstance(source, (str, os.PathLike)):
         source = ours.read(source, **load_options)
@@ -73,10 +81,12 @@ def state_dict_of(source, wrappers: tuple[str, ...] = ("state_dict", "model"), *
         if isinstance(source.get(wrapper), Mapping):
             source = source[wrapper]
             break
-    state = dict(source)
-    for prefix in PREFIXES:
-        if state and all(k.startswith(prefix) for k in state):
-            state = {k[len(prefix):]: v for k, v in state.items()}
+    if any(k.startswith(JAX_PARAMS) for k in source):  # only these are read (a lazy mapping: `storage.NpzArrays`)
+        state = {k[len(JAX_PARAMS):]: source[k] for k in source if k.startswith(JAX_PARAMS)}
+    else:
+        state = dict(source)
+    while state and (prefix := next((p for p in PREFIXES if all(k.startswith(p) for k in state)), None)):
+        state = {k[len(prefix):]: v for k, v in state.items()}
     not_tensors = sorted(k for k, v in state.items() if not isinstance(v, torch.Tensor))
     if not_tensors:
         raise ValueError(f"not a state dict: entries {not_tensors[:5]} are not tensors")

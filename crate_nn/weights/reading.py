@@ -1,9 +1,9 @@
 """What a weights file is, decided once: `read_state`; and what is built from it (`load`, `create_model`).
 
-`read_state` resolves an ``hf-hub:`` name (`crate_nn.weights.hub`), reads the file — safetensors or torch, told from
-its first bytes — and decides: ours (`crate_nn.weights.ours`: the header's or the dictionary's ``format``), else the
+`read_state` resolves an ``hf-hub:`` name (`crate_nn.weights.hub`), reads the file — safetensors, NumPy's ``.npz``
+(JAX's checkpoints, each array read when an adapter asks for it) or torch, told from its bytes — and decides: ours (`crate_nn.weights.ours`: the header's or the dictionary's ``format``), else the
 one adapter of `crate_nn.weights.adapters.ADAPTERS` whose sniff claims its state dict (none or several: refused
-naming the keys). Every reader of weights goes through it: `load`, `create_model` with a checkpoint,
+naming the keys); what the adapter refuses is a ValueError naming the file. Every reader of weights goes through it: `load`, `create_model` with a checkpoint,
 `crate_nn.weights.init_from` (every task's ``init_from``), the command lines.
 """
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+import torch
 from torch import nn
 
 from ..models.registry import build_model, family_of, model_config
@@ -35,6 +36,8 @@ def _open(path: str, map_location, verify: bool, what: str) -> tuple[dict, Adapt
     dictionary, for one no adapter claims and for one several claim."""
     if storage.is_safetensors(path):
         payload = ours.read_safetensors(path, map_location, verify, what)
+    elif storage.is_npz(path):
+        payload = storage.NpzArrays(path, what)
     else:
         payload = ours.read(path, map_location, verify, ALLOWED, what)
     if not isinstance(payload, Mapping):
@@ -81,7 +84,12 @@ def read_state(path: str | os.PathLike, map_location="cpu", verify: bool = True,
     if adapter is None:
         return ours.checkpoint(payload, path, ours.SAFETENSORS_FORMAT if storage.is_safetensors(path) else ours.FORMAT,
                                what)
-    config, state = adapter.to_ours(payload, **{k: v for k, v in options.items() if v is not None})
+    try:
+        config, state = adapter.to_ours(payload, **{k: v for k, v in options.items() if v is not None})
+    except ValueError as err:
+        raise ValueError(f"{what}: {path!r} ({adapter.name}): {err}") from None
+    if isinstance(payload, storage.NpzArrays) and isinstance(map_location, (str, torch.device)):
+        state = {k: v.to(map_location) for k, v in state.items()}  # NumPy's arrays are read to the CPU
     return Checkpoint(path, adapter.name, adapter.family, config, state, what=what)
 
 
@@ -117,9 +125,9 @@ def load(path: str | os.PathLike, map_location="cpu", verify: bool = True, **ove
 
 def training_config(path: str | os.PathLike) -> dict:
     """The training config (`crate_nn.engine.config.TrainConfig.to_dict`) a torch checkpoint of ours records; {} for
-    a file without one (a ``.safetensors`` file, one saved outside a training run, another codebase's)."""
+    a file without one (a ``.safetensors`` or ``.npz`` file, one saved outside a training run, another codebase's)."""
     path = local_path(path)
-    if storage.is_safetensors(path):
+    if storage.is_safetensors(path) or storage.is_npz(path):
         return {}
     payload = ours.read(path, "cpu", False, ALLOWED)
     recorded = payload.get("train_config") if ours.is_ours(payload) else None
