@@ -35,6 +35,8 @@ from ..models.registry import unwrap_model
 
 PROTOCOLS = ("paper", "official")
 OFFICIAL_EPS = 0.1  # ε² = 0.01 in the authors' measurement code
+THRESHOLDS = (1.0, 0.5, 0.1)
+"""Fig. 26's τ of `thresholded_sparsity`."""
 
 
 @dataclass(repr=False)
@@ -141,6 +143,14 @@ def trace(model: nn.Module, inputs: torch.Tensor, return_attention: bool = False
     """
     _encoder_layers(model)
     return unwrap_model(model).forward_intermediates(inputs, return_attention=return_attention)[1]
+
+
+def subspace_weight(layer: nn.Module) -> torch.Tensor:
+    """The bases [U_1 … U_K]* (K·p, d) a layer's R^c is measured against: MSSA's ``qkv`` weight, or an MHSA layer's
+    value rows (a ViT's qkv weight is [Q; K; V]*, `crate_nn.models.baselines.MHSA`: the value map is what, as U^ℓ_k
+    does in MSSA, carries the tokens into the heads' outputs; its bias left out)."""
+    weight = layer.attn.qkv.weight
+    return weight if isinstance(layer.attn, MSSA) else weight.chunk(3)[2]
 
 
 def head_codes(z: torch.Tensor, weight: torch.Tensor, heads: int) -> torch.Tensor:

@@ -9,8 +9,20 @@ Modules: `config` (TrainConfig, `option`), `task` (Task, RunPlan, Clock, presets
 """
 from .config import TrainConfig, option
 from .loop import NonFiniteLossError, Preempted, TrainResult, initial_model, start_task, train
-from .task import PRESETS, Clock, LossOutput, RunPlan, Task, get_preset, list_presets, preset, register_task
+from .task import (
+    PRESETS,
+    Clock,
+    LossOutput,
+    RunPlan,
+    Task,
+    get_preset,
+    list_presets,
+    preset,
+    recorded_config,
+    register_task,
+)
 
 __all__ = ["PRESETS", "Clock", "LossOutput", "NonFiniteLossError", "Preempted", "RunPlan", "Task", "TrainConfig",
-           "TrainResult", "get_preset", "initial_model", "list_presets", "option", "preset", "register_task",
+           "TrainResult", "get_preset", "initial_model", "list_presets", "option", "preset", "recorded_config",
+           "register_task",
            "start_task", "train"]

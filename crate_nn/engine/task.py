@@ -231,6 +231,23 @@ def task_for(config: TrainConfig) -> type[Task]:
     return TASKS[type(config)]
 
 
+def recorded_config(record: Mapping, source: str) -> TrainConfig:
+    """The config of a run from what it recorded, its ``config.json``: the config class of the task it names
+    (``task``), its fields from the record (JSON's lists back to tuples where the field holds one); what the run
+    resolved beside them (``world_size``, ``model_config`` …) is not a field and is left out. ValueError naming
+    ``source`` for a record naming no registered task (import ``crate_nn.tasks`` first: it registers them)."""
+    classes = {c.task: c for c in TASKS}
+    if record.get("task") not in classes:
+        raise ValueError(f"{source}: expected a run's config.json naming its task (one of {sorted(classes)}), got "
+                         f"task={record.get('task')!r}")
+    config_class = classes[record["task"]]
+    defaults = config_class()
+    values = {f.name: tuple(record[f.name]) if isinstance(getattr(defaults, f.name), tuple)
+              and isinstance(record[f.name], list) else record[f.name]
+              for f in dataclasses.fields(config_class) if f.name in record}
+    return config_class(**values)
+
+
 def preset(fn: Callable[[], TrainConfig]) -> Callable[[], TrainConfig]:
     """Function decorator: register ``fn`` as the preset named ``fn.__name__`` (its docstring gives the command,
     the expected wall time and the expected result); the configs it returns carry that name in ``preset``."""

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import crate_nn
+from crate_nn.analysis.diagnostics import THRESHOLDS, subspace_weight
 from verify import digits
 from verify.claims import figures
 from verify.context import Context
@@ -22,10 +23,10 @@ def test_crate_layer_measures_are_measure_layers():
     model, images = _model("crate_tiny"), torch.randn(6, 1, 8, 8)
     ours = figures.layer_measures(model, images)
     for protocol in ("paper", "official"):
-        theirs = crate_nn.measure_layers(model, images, protocol=protocol, thresholds=figures.THRESHOLDS)
+        theirs = crate_nn.measure_layers(model, images, protocol=protocol, thresholds=THRESHOLDS)
         np.testing.assert_allclose(ours[protocol], [s.mean for s in theirs.compression], rtol=1e-12)
         np.testing.assert_allclose(ours["sparsity"], [s.mean for s in theirs.sparsity], rtol=1e-12)
-        for tau in figures.THRESHOLDS:
+        for tau in THRESHOLDS:
             np.testing.assert_allclose(ours["above"][str(tau)], [s.mean for s in theirs.thresholded[tau]], rtol=1e-12)
 
 
@@ -33,7 +34,7 @@ def test_a_vit_is_measured_against_its_value_map():
     model, x = _model("vit_tiny"), torch.randn(2, 5, 32)
     layer = model.encoder.layers[0]
     _, _, v = layer.attn.qkv_heads(x)  # (batch, K, n, p), with the bias
-    weight = figures.subspace_weight(layer)
+    weight = subspace_weight(layer)
     codes = (x @ weight.T).unflatten(-1, (4, 8)).transpose(1, 2)
     bias = layer.attn.qkv.bias.chunk(3)[2].view(4, 1, 8)
     torch.testing.assert_close(codes + bias, v)

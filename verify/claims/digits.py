@@ -43,6 +43,7 @@ from verify.joint import (
 )
 from verify.registry import Headline, Result, claim
 from verify.statistics import Comparison, brief, compare, every, interval, intervals, per_column
+from verify.verdicts import FOOTNOTE_17, exempting_the_last
 
 SETTING = ("8×8 digits, digits preset (d 96, L 3, K 4, 5 tokens, weight decay 0.5), 8 epochs (--full: 30), "
            f"{digits.SEEDS} seeds, each paired with its own initialisation")
@@ -320,19 +321,6 @@ def digits_depth(ctx) -> Result:
                   {"official_steps": [c.as_dict() for c in steps], "joint_layer_1_to_2": first.as_dict(),
                    "joint_layer_2_to_last": later.as_dict()},
                   labels=named_labels({"layer 1 → 2": first, f"layer 2 → {depth}": later}))
-
-
-FOOTNOTE_17 = ("footnote 17 exempts the last layer, whose features are mixed for the classifier: the verdict is "
-               "decided on the other layers, the last reported apart")
-"""How the sparsity claims read footnote 17 (long version Sec. 4.2; NeurIPS 2023 footnote 8)."""
-
-
-def exempting_the_last(comparisons) -> tuple[str, str]:
-    """(verdict, text) of a per-layer "lower at every layer" with footnote 17's exemption: `verify.statistics.every`
-    on all layers but the last, which is reported apart."""
-    decided, last = comparisons[:-1], comparisons[-1]
-    return every(decided), (f"layers 1–{len(decided)}: {brief(decided)}; last layer (footnote 17, apart): "
-                            f"{brief([last])}")
 
 
 @claim(

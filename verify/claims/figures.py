@@ -35,13 +35,20 @@ import numpy as np
 import torch
 
 import crate_nn
-from crate_nn.analysis.diagnostics import OFFICIAL_EPS, compression, sparsity, thresholded_sparsity
-from crate_nn.models.mssa import MSSA
+from crate_nn.analysis.diagnostics import (
+    OFFICIAL_EPS,
+    THRESHOLDS,
+    compression,
+    sparsity,
+    subspace_weight,
+    thresholded_sparsity,
+)
 from crate_nn.tasks.classification import ClassificationConfig
 from verify import digits, experiments, plots
-from verify.claims.digits import FIG15_CAPTION, FIG15_LOCATION, FIG15_QUOTE, FOOTNOTE_17, exempting_the_last
+from verify.claims.digits import FIG15_CAPTION, FIG15_LOCATION, FIG15_QUOTE
 from verify.registry import Headline, Result, claim, deciding
 from verify.statistics import brief, compare, every, per_column
+from verify.verdicts import FOOTNOTE_17, exempting_the_last
 
 PROGRESSION_EPOCHS = (0, 1, 4, 15, 30)
 """Fig. 15 measures at random initialisation and after epochs 1, 20 and 150 of 150; here at initialisation and after
@@ -51,8 +58,6 @@ DEPTHS = (3, 6, 12)
 TRAINED_SEEDS = 3
 """Runs per added model (depth 6 and 12, the ViT): the audit's minimum. The preset's own runs (depth 3, the
 progression) have `verify.digits.SEEDS`."""
-THRESHOLDS = (1.0, 0.5, 0.1)
-"""Fig. 26's τ."""
 
 
 def progression_recipe() -> ClassificationConfig:
@@ -72,13 +77,6 @@ def vit_recipe() -> ClassificationConfig:
 
 
 # --------------------------------------------------------------------------------------------- measurement
-def subspace_weight(layer) -> torch.Tensor:
-    """The bases [U_1 … U_K]* (K·p, d) a layer's R^c is measured against: MSSA's qkv weight, or a ViT layer's value
-    rows (its qkv weight is [Q; K; V]*, `crate_nn.models.baselines.MHSA`)."""
-    weight = layer.attn.qkv.weight
-    return weight if isinstance(layer.attn, MSSA) else weight.chunk(3)[2]
-
-
 @torch.no_grad()
 def layer_measures(model, images: torch.Tensor) -> dict:
     """Per layer (lists), means over ``images``: R^c under the paper's protocol (of Z^{ℓ+1/2}) and the authors' (the

@@ -1,0 +1,628 @@
+"""Audit a network: the papers' layer-wise claims decided on any checkpoint a user brings.
+
+    python -m verify.network hf-hub:UCSC-VLAA/CRATE-alpha:torch/crate_alpha_B16.pth --images ~/imagenet/val
+    python -m verify.network runs/digits --dataset digits            # a run directory: its own init is a control
+    python -m verify.network crate.pt --images val/ --against vit_s16.pth --against crate_init.pt
+    python -m verify.network gpt.pt --text book.txt                  # a language model, its own tokenizer
+
+SPEC is anything `crate_nn.load` reads — a file of any supported format (ours, the authors', CRATE-α's torch and
+JAX ``.npz`` files, crate-lm, nanoGPT, timm's and DINO's ViTs), ``hf-hub:ORG/NAME[@rev][:path]`` in the local Hub
+cache — or a run directory of ``crate-train`` (its ``checkpoints/last.pt``). Nothing is downloaded.
+
+**Inputs.** ``--images DIR`` (an ImageNet-validation layout, ``DIR/<class>/<image>``, or a flat folder: every image
+file under DIR), ``--dataset NAME`` (a built-in set, e.g. ``digits``; its ``--split``), or ``--text FILE`` for a
+language model (tokenised by the model's own tokenizer, or ``--tokenizer``; windows of the model's block size,
+``--window`` to shorten them). A fixed, seeded sample of ``--n`` inputs (``--seed``) is drawn; images are resized
+(short side to S·256/224), centre-cropped to the model's S×S and normalised by the mean and std its checkpoint
+records (ImageNet's otherwise).
+
+**Measures**, at every layer ℓ, per input (the long paper's Sec. 4.2, Figs. 15 and 26):
+
+* R^c under the authors' protocol (the per-head unit codes of LN1(Z^ℓ), ε² = 0.01) and under the paper's formula,
+  eq. (13), of the MSSA output Z^{ℓ+1/2}; R (eq. 8) of Z^{ℓ+1/2} and ΔR = R − R^c (the paper's formula);
+* the joint measure (`crate_nn.analysis.protocol`: ``specific``, ``alignment``, ``spread``, ΔR of unit tokens),
+  of Z^{ℓ+1/2} against the layer's subspaces, on the first ``--control-n`` inputs;
+* sparsity ‖Z^{ℓ+1}‖₀/(d·n) of the ISTA output and Fig. 26's fraction of entries with |Z^{ℓ+1}| ≥ τ.
+
+A ViT (``--against``) is measured against its value map (`crate_nn.analysis.diagnostics.subspace_weight`).
+
+**Controls.** The same architecture at random initialisation (``--init-seeds``, ≥ 3: each input's value is the mean
+over the seeds), a run directory's own initialisation (`crate_nn.engine.initial_model` of its ``config.json``), and
+every ``--against`` model. Controls are measured on the first ``--control-n`` inputs of the sample (default 64);
+the model on all ``--n``.
+
+**Verdicts.** The unit of replication is the input: every comparison is `verify.statistics.compare` — the audit's
+one rule, a 95% interval over inputs, paired where both sides saw the same inputs, ``inconclusive`` when it
+straddles the boundary — and the joint verdict `verify.joint.compresses`, with the collapse floor at the size
+measured. Each verdict carries its scope: the papers' statement, on this network and these inputs. The claims:
+
+* R^c falls from layer 2 to L (each protocol): layer L − layer 2 below 0;
+* R^c lies below each control at every layer (each protocol);
+* the joint verdict against each initialisation: compression at every layer 2 … L (`verify.joint.from_layer_2`);
+* sparsity rises with depth (‖Z‖₀/(dn) falls) from layer 1 to L − 1, the last layer exempt (footnote 17); the model
+  sparser than each initialisation at every layer but the last;
+* against each ``--against`` model (Fig. 26): its authors'-protocol R^c falls further from layer 1 to L,
+  (R_1 − R_L)/R_1, and its outputs are sparser, the other's fraction of entries with |Z| ≥ τ higher (mean over
+  layers) for every τ.
+
+**Output** (``--out``, default ``network-audit/<name>``): ``report.md``, ``report.json`` (model, format, parameters,
+inputs, N, seeds, versions, time, per-layer means, every verdict with its numbers) and ``figures/<measure>.png``
+(per-layer means with 95% bands over inputs for the model and its controls). The console gets a progress bar and a
+summary of at most 15 lines. Exit status 0 when it ran (whatever the verdicts), 2 for bad input (one line).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import platform
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+import crate_nn
+from crate_nn.analysis.diagnostics import (
+    OFFICIAL_EPS,
+    THRESHOLDS,
+    compression,
+    sparsity,
+    subspace_weight,
+    thresholded_sparsity,
+    trace,
+)
+from crate_nn.analysis.protocol import coding_rate, joint_measures
+from crate_nn.files import atomic_write, write_json
+from crate_nn.models.mssa import MSSA
+from crate_nn.models.registry import build_model, family_of
+from crate_nn.weights import read_state
+from verify import plots
+from verify.joint import DRAWS, Judgement, Sizes, compresses, from_layer_2, layer_labels
+from verify.statistics import MIN_SEEDS, Comparison, compare, every, interval
+from verify.verdicts import exempting_the_last
+
+SCOPE = "paper"
+"""Every verdict here reads a statement of the papers, as they state it, on the network and the inputs given."""
+LOCATION = "long version, Sec. 4.2, Figs. 14–15 and footnote 17; App. C.9, Fig. 26"
+RATES = ("official", "paper", "rate", "delta_r")
+"""R^c (authors' protocol), R^c (paper's formula), R and ΔR = R − R^c (paper) of Z^{ℓ+1/2}."""
+JOINT = ("specific", "alignment", "spread", "rate_reduction", "nonnegative")
+"""The joint measure's quantities `verify.joint.compresses` reads."""
+NAMES = {"official": "R^c (authors' protocol)", "paper": "R^c (paper, eq. 13)", "rate": "R (eq. 8)",
+         "delta_r": "ΔR = R − R^c (paper)", "sparsity": "‖Z^{ℓ+1}‖₀/(dn)",
+         **{f"above_{tau:g}": f"|Z^{{ℓ+1}}| ≥ {tau:g}" for tau in THRESHOLDS},
+         "specific": "specific R^c (joint)", "alignment": "alignment (joint)", "spread": "spread (joint)",
+         "rate_reduction": "ΔR of unit tokens (joint)"}
+"""Measure → how the report and the figures name it."""
+SINGLE_OBJECT = ("digits", "mnist5k")
+"""Built-in datasets whose every image shows one object (`verify.joint.Sizes.single_object`)."""
+DEFAULTS = dict(n=256, control_n=64, init_seeds=3, seed=0, batch_size=32)
+
+
+# --------------------------------------------------------------------------------------------- models
+@dataclass
+class Network:
+    """A model measured: its ``label`` in the report, the model, where it came from and its format."""
+
+    label: str
+    model: nn.Module
+    spec: str
+    format: str
+
+    @property
+    def parameters(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+
+def run_directory(spec: str) -> Path | None:
+    """The run directory ``spec`` names (a folder holding ``config.json`` and ``checkpoints/last.pt``), else None."""
+    path = Path(spec)
+    if not path.is_dir():
+        return None
+    for needed in ("config.json", "checkpoints/last.pt"):
+        if not (path / needed).is_file():
+            raise ValueError(f"model: {spec!r} is a folder but not a run directory of crate-train (no {needed})")
+    return path
+
+
+def load_network(spec: str, label: str, *, heads: int | None = None, name: str | None = None) -> Network:
+    """The model of ``spec`` (a weights file, ``hf-hub:…`` or a run directory) in eval mode, float32, on the CPU."""
+    folder = run_directory(spec)
+    stored = read_state(folder / "checkpoints" / "last.pt" if folder else spec, heads=heads, name=name)
+    return Network(label, stored.build().float().eval(), spec, stored.format)
+
+
+def random_inits(network: Network, seeds: Sequence[int]) -> list[Network]:
+    """The model's architecture (its config) at random initialisation, one model per seed (the global generators
+    are restored afterwards)."""
+    config = network.model.config
+    family_of(config)  # TypeError naming the class when no registered family builds it
+    out = []
+    for seed in seeds:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            out.append(Network(f"random init {seed}", build_model(config).float().eval(), f"seed {seed}",
+                               "random initialisation"))
+    return out
+
+
+def run_init(spec: str) -> Network | None:
+    """A run directory's own initialisation (`crate_nn.engine.initial_model` of its recorded config), else None."""
+    folder = run_directory(spec)
+    if folder is None:
+        return None
+    import json
+
+    import crate_nn.tasks  # noqa: F401 - registers the tasks whose configs runs record
+    from crate_nn.engine import initial_model, recorded_config
+
+    record = json.loads((folder / "config.json").read_text())
+    config = recorded_config(record, str(folder / "config.json"))
+    with torch.random.fork_rng(devices=[]):
+        model = initial_model(config)
+    return Network("run init", model.float().eval(), str(folder), "the run's initialisation")
+
+
+# --------------------------------------------------------------------------------------------- inputs
+@dataclass
+class Inputs:
+    """The sample every model sees: ``batches`` of model inputs (normalised images (B, C, S, S) or token ids
+    (B, T)), ``source`` (what they are), ``names`` (file names or window offsets)."""
+
+    tensor: torch.Tensor
+    source: str
+    names: list[str]
+
+    def __len__(self) -> int:
+        return len(self.tensor)
+
+
+def _sample(count: int, n: int, seed: int, what: str) -> np.ndarray:
+    """``n`` distinct indices of ``count`` in a seeded random order; ValueError when fewer than `MIN_SEEDS`."""
+    if count < MIN_SEEDS:
+        raise ValueError(f"{what}: holds {count} inputs; the audit's rule needs at least {MIN_SEEDS}")
+    return np.random.default_rng(seed).permutation(count)[:n]
+
+
+def image_inputs(model: nn.Module, n: int, seed: int, *, folder: str | None = None, dataset: str | None = None,
+                 split: str = "test") -> Inputs:
+    """``n`` images (a seeded sample) of an image folder or a built-in dataset, as the model takes them."""
+    from crate_nn.data.batching import CorruptImageError
+    from crate_nn.data.images import IMAGE_EXTENSIONS, ImageFiles
+    from crate_nn.data.registry import build_dataset
+    from crate_nn.data.transforms import DeviceTransform
+    from crate_nn.preprocessing import normalisation
+
+    size = model.config.image_size
+    resize = max(size, round(size * 256 / 224))
+    if folder is not None:
+        root = Path(folder)
+        if not root.is_dir():
+            raise ValueError(f"images: {folder!r} does not exist or is not a directory")
+        files = sorted(f for f in root.rglob("*") if f.is_file() and f.suffix.lower() in IMAGE_EXTENSIONS)
+        if not files:
+            raise ValueError(f"images: {folder!r} holds no image files ({', '.join(sorted(IMAGE_EXTENSIONS))})")
+        chosen = [files[i] for i in _sample(len(files), n, seed, f"images: {folder!r}")]
+        data = ImageFiles([(str(f), 0) for f in chosen], ["-"], train=False, image_size=size, load_size=resize,
+                          eval_resize=resize, strict=True)
+        try:
+            images = torch.stack([data[i][0] for i in range(len(data))])
+        except CorruptImageError as err:
+            raise ValueError(f"images: {err}") from None
+        names, source = [str(f.relative_to(root)) for f in chosen], f"image folder {folder}"
+    else:
+        data = build_dataset(dataset, split, data_dir=None, train=False, image_size=size, load_size=resize,
+                             eval_resize=resize)
+        chosen = _sample(len(data), n, seed, f"dataset: {dataset} {split}")
+        images = torch.stack([data[int(i)][0] for i in chosen])
+        names, source = [f"{dataset}/{split}/{i}" for i in chosen], f"built-in dataset {dataset} ({split} split)"
+    channels = model.config.in_channels
+    if images.shape[1] != channels:
+        raise ValueError(f"images: {source} has {images.shape[1]} channels, the model takes {channels}")
+    transform = DeviceTransform(size, *normalisation(model), train=False)
+    return Inputs(transform(images), f"{source}, {len(chosen)} of {len(files) if folder else len(data)}", names)
+
+
+def text_inputs(model: nn.Module, path: str, n: int, seed: int, *, tokenizer: str | None = None,
+                window: int | None = None) -> Inputs:
+    """``n`` windows (a seeded sample of starts) of the text file ``path`` tokenised by the model's tokenizer."""
+    from crate_nn.data.tokenizers import get_tokenizer
+
+    recorded = getattr(getattr(model, "preprocessing", None), "tokenizer", None)
+    spec = tokenizer or recorded
+    if spec is None:
+        raise ValueError("tokenizer: the checkpoint records no tokenizer; pass --tokenizer (bytes, tiktoken:gpt2, "
+                         "hf:<name or tokenizer.json>)")
+    if not Path(path).is_file():
+        raise ValueError(f"text: {path!r} does not exist or is not a file")
+    ids = np.asarray(get_tokenizer(spec).encode(Path(path).read_text(encoding="utf-8", errors="replace")))
+    block = window or model.config.block_size
+    if block > model.config.block_size:
+        raise ValueError(f"window: {block} exceeds the model's block_size {model.config.block_size}")
+    vocab = model.config.vocab_size
+    if ids.size and ids.max() >= vocab:
+        raise ValueError(f"tokenizer: {spec} gives ids up to {ids.max()}, the model's vocabulary has {vocab}")
+    starts = _sample(max(ids.size - block + 1, 0), n, seed, f"text: {path!r} ({ids.size} tokens, windows of {block})")
+    windows = torch.from_numpy(np.stack([ids[s:s + block] for s in starts]).astype(np.int64))
+    return Inputs(windows, f"text {path} ({ids.size} tokens, {spec}), {len(starts)} windows of {block}",
+                  [f"tokens {s}–{s + block}" for s in starts])
+
+
+# --------------------------------------------------------------------------------------------- measuring
+@torch.no_grad()
+def measure(network: Network, inputs: torch.Tensor, *, joint_n: int, eps: float = OFFICIAL_EPS, draws: int = DRAWS,
+            seed: int = 0, batch_size: int = 32, progress: bool = True) -> dict[str, np.ndarray]:
+    """Every measure of the module docstring per input and layer: name → (inputs, L) float64 (the joint measure's
+    for the first ``joint_n`` inputs; ``"sizes"``: d, n, heads, p of layer 1). Streams the inputs in batches."""
+    model = network.model
+    layers = model.encoder.layers
+    generator = torch.Generator().manual_seed(seed)
+    values: dict[str, list[list[torch.Tensor]]] = {}
+
+    def add(name: str, i: int, v: torch.Tensor) -> None:
+        values.setdefault(name, [[] for _ in layers])[i].append(v.to(torch.float64).cpu())
+
+    done, sizes = 0, {}
+    bar = tqdm(total=len(inputs), desc=f"measuring {network.label}", unit="input", disable=not progress,
+               leave=False)
+    for batch in inputs.split(batch_size):
+        for i, (layer, t) in enumerate(zip(layers, trace(model, batch))):
+            weight, heads = subspace_weight(layer), layer.attn.heads
+            sizes = sizes or {"d": t.half.shape[-1], "n": t.half.shape[-2], "heads": heads,
+                              "p": weight.shape[0] // heads}
+            paper = compression(t.half, weight, heads, eps)
+            rate = coding_rate(t.half, eps)
+            add("official", i, compression(layer.norm1(t.input), weight, heads, eps, normalize=True))
+            add("paper", i, paper)
+            add("rate", i, rate)
+            add("delta_r", i, rate - paper)
+            add("sparsity", i, sparsity(t.output))
+            for tau in THRESHOLDS:
+                add(f"above_{tau:g}", i, thresholded_sparsity(t.output, tau))
+            take = max(0, min(len(batch), joint_n - done))
+            if take:
+                for name, v in joint_measures(t.half[:take], weight, heads, eps, draws=draws,
+                                              generator=generator).items():
+                    if name in JOINT:
+                        add(name, i, v)
+        done += len(batch)
+        bar.update(len(batch))
+    bar.close()
+    out = {name: torch.stack([torch.cat(v) for v in per_layer], 1).numpy() for name, per_layer in values.items()}
+    return {**out, "sizes": sizes}
+
+
+def pooled(measured: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """The mean over models (the initialisation seeds) of each measure, input by input."""
+    return {name: np.mean([m[name] for m in measured], axis=0) for name in measured[0] if name != "sizes"}
+
+
+# --------------------------------------------------------------------------------------------- verdicts
+@dataclass
+class Verdict:
+    """One claim decided on the network: ``id``, the ``statement`` read, the ``rule``, the ``verdict`` by the
+    audit's one rule, a ``text`` with the numbers, and ``numbers`` (JSON) for report.json."""
+
+    id: str
+    statement: str
+    rule: str
+    verdict: str
+    text: str
+    numbers: dict = field(default_factory=dict)
+    scope: str = SCOPE
+
+
+def _text(c: Comparison) -> str:
+    """``Δ mean [low, high] (n inputs)``: a comparison over inputs as the report prints it."""
+    d = c.difference
+    return f"Δ {d.mean:+.3g} [{d.low:+.3g}, {d.high:+.3g}] ({d.n} inputs)"
+
+
+def _steps(values: np.ndarray, first: int, last: int) -> list[Comparison]:
+    """Consecutive-layer differences ℓ+1 − ℓ for ℓ = first … last − 1 (1-based), each `compare`d below 0."""
+    return [compare(values[:, i] - values[:, i - 1], direction="below") for i in range(first, last)]
+
+
+def falls(measured: Mapping[str, np.ndarray], protocol: str) -> Verdict:
+    """R^c (``protocol``) falls from layer 2 to L: layer L − layer 2 below 0 over the inputs."""
+    rc = measured[protocol]
+    depth = rc.shape[1]
+    if depth < 3:
+        raise ValueError(f"model: {depth} layers; 'R^c falls from layer 2 to L' needs at least 3")
+    overall = compare(rc[:, -1] - rc[:, 1], direction="below")
+    steps = _steps(rc, 2, depth)
+    down = sum(c.verdict == "holds" for c in steps)
+    return Verdict(f"rc-falls-{protocol}", f"R^c ({NAMES[protocol]}) falls with depth, from layer 2 to layer L "
+                   "(Fig. 15: the compression term improves as ℓ increases)",
+                   "layer L − layer 2, 95% interval over inputs below 0", overall.verdict,
+                   f"layer {depth} − layer 2 {_text(overall)}; {down} of {len(steps)} steps from layer 2 on fall",
+                   {"overall": overall.as_dict(), "steps": [c.as_dict() for c in steps]})
+
+
+def below(measured: Mapping[str, np.ndarray], control: Mapping[str, np.ndarray], label: str,
+          protocol: str) -> Verdict:
+    """R^c (``protocol``) lies below the control's at every layer (paired over the inputs both saw)."""
+    k = len(control[protocol])
+    comparisons = [compare(measured[protocol][:k, i], control[protocol][:, i], direction="below")
+                   for i in range(measured[protocol].shape[1])]
+    return Verdict(f"rc-below-{_slug(label)}-{protocol}", f"R^c ({NAMES[protocol]}) lies below the {label}'s at "
+                   "every layer", f"this − {label} per layer, paired over {k} inputs, every interval below 0",
+                   every(comparisons), "per layer " + "; ".join(f"{c.difference.mean:+.3g}" for c in comparisons)
+                   + f" ({sum(c.verdict == 'holds' for c in comparisons)} of {len(comparisons)} layers below)",
+                   {"per_layer": [c.as_dict() for c in comparisons]})
+
+
+def joint(measured: Mapping[str, np.ndarray], control: Mapping[str, np.ndarray], label: str,
+          sizes: Sizes) -> Verdict:
+    """The joint verdict of the model against an initialisation at every layer (`verify.joint.from_layer_2`)."""
+    k = len(control["specific"])
+    judged: list[Judgement] = [
+        compresses({name: measured[name][:k, i] for name in JOINT}, {name: control[name][:, i] for name in JOINT},
+                   floor=sizes) for i in range(measured["specific"].shape[1])]
+    last = judged[-1]
+    return Verdict(f"joint-{_slug(label)}", f"The layers compress the tokens relative to the {label}, jointly: "
+                   "onto their own subspaces (specific R^c lower, alignment higher), not by collapse",
+                   f"verify.joint.compresses per layer, paired over {k} inputs, collapse floor "
+                   f"{sizes.floor:.4g} at d {sizes.d}, n {sizes.n}, K {sizes.heads}; holds when layers 2 … L all "
+                   "compress (layer 1 reported apart)", from_layer_2(judged),
+                   f"{layer_labels(judged)}; last layer ΔR of unit tokens "
+                   + (f"{last.rate_reduction.difference.mean:+.3g}" if last.rate_reduction else "—"),
+                   {"per_layer": [j.as_dict() for j in judged], "floor": sizes.floor,
+                    "labels": [j.label for j in judged]})
+
+
+def sparsity_rises(measured: Mapping[str, np.ndarray]) -> Verdict:
+    """‖Z‖₀/(dn) falls from layer 1 to L − 1 (footnote 17 exempts the last layer)."""
+    values = measured["sparsity"]
+    depth = values.shape[1]
+    if depth < 3:
+        raise ValueError(f"model: {depth} layers; 'sparsity rises with depth' needs at least 3")
+    overall = compare(values[:, -2] - values[:, 0], direction="below")
+    last = compare(values[:, -1] - values[:, -2], direction="below")
+    return Verdict("sparsity-rises", "The representations become sparser with depth: ‖Z^{ℓ+1}‖₀/(dn) falls from "
+                   "layer 1 to layer L − 1 (footnote 17 exempts the last, mixed for the classifier)",
+                   "layer L − 1 − layer 1, 95% interval over inputs below 0",
+                   overall.verdict, f"layer {depth - 1} − layer 1 {_text(overall)}; the last layer (apart) − layer "
+                   f"{depth - 1}: {last.difference.mean:+.3g}",
+                   {"overall": overall.as_dict(), "last_layer": last.as_dict()})
+
+
+def sparser(measured: Mapping[str, np.ndarray], control: Mapping[str, np.ndarray], label: str) -> Verdict:
+    """‖Z‖₀/(dn) below the control's at every layer but the last (footnote 17)."""
+    k = len(control["sparsity"])
+    comparisons = [compare(measured["sparsity"][:k, i], control["sparsity"][:, i], direction="below")
+                   for i in range(measured["sparsity"].shape[1])]
+    verdict, text = exempting_the_last(comparisons)
+    return Verdict(f"sparser-than-{_slug(label)}", f"The representations are sparser than the {label}'s at every "
+                   "layer but the last (footnote 17)", f"this − {label} per layer, paired over {k} inputs",
+                   verdict, text, {"per_layer": [c.as_dict() for c in comparisons]})
+
+
+def versus(measured: Mapping[str, np.ndarray], other: Mapping[str, np.ndarray], label: str) -> list[Verdict]:
+    """Fig. 26 against another model: the authors' R^c falls further, (R_1 − R_L)/R_1, and the outputs are sparser
+    (the other's fraction of |Z| ≥ τ higher, mean over layers, for every τ), paired over the inputs both saw."""
+    k = len(other["official"])
+
+    def fall(values: np.ndarray) -> np.ndarray:
+        return (values[:, 0] - values[:, -1]) / values[:, 0]
+
+    compression_ = compare(fall(measured["official"][:k]), fall(other["official"]), direction="above")
+    dense = [compare(other[f"above_{tau:g}"].mean(1), measured[f"above_{tau:g}"][:k].mean(1), direction="above")
+             for tau in THRESHOLDS]
+    return [
+        Verdict(f"fig26-compression-vs-{_slug(label)}", f"This network's authors'-protocol R^c falls further from "
+                f"layer 1 to L than {label}'s (Fig. 26: a ViT does not optimise the compression term)",
+                f"(R_1 − R_L)/R_1, this − {label}, paired over {k} inputs, interval above 0", compression_.verdict,
+                f"fall this {fall(measured['official'][:k]).mean():+.3g}, {label} {fall(other['official']).mean():+.3g};"
+                f" {_text(compression_)}", {"comparison": compression_.as_dict()}),
+        Verdict(f"fig26-sparsity-vs-{_slug(label)}", f"{label}'s outputs are denser: its fraction of entries with "
+                "|Z^{ℓ+1}| ≥ τ (mean over layers) is higher for every τ (Fig. 26)",
+                f"{label} − this for τ ∈ {THRESHOLDS}, paired over {k} inputs, every interval above 0", every(dense),
+                "; ".join(f"τ {tau:g}: {c.difference.mean:+.3g}" for tau, c in zip(THRESHOLDS, dense)),
+                {"per_threshold": [c.as_dict() for c in dense]}),
+    ]
+
+
+def _slug(label: str) -> str:
+    return "-".join("".join(ch if ch.isalnum() else " " for ch in label.lower()).split())
+
+
+def decide(measured: Mapping[str, np.ndarray], inits: Mapping[str, Mapping[str, np.ndarray]],
+           against: Mapping[str, Mapping[str, np.ndarray]], sizes: Sizes) -> list[Verdict]:
+    """Every claim of the module docstring: ``inits`` the initialisation controls by label (same architecture),
+    ``against`` the other models by label."""
+    out = [falls(measured, "official"), falls(measured, "paper")]
+    for label, control in inits.items():
+        out += [below(measured, control, label, "official"), below(measured, control, label, "paper"),
+                joint(measured, control, label, sizes)]
+    out.append(sparsity_rises(measured))
+    out += [sparser(measured, control, label) for label, control in inits.items()]
+    for label, other in against.items():
+        out += versus(measured, other, label)
+    return out
+
+
+# --------------------------------------------------------------------------------------------- the report
+def _band(values: np.ndarray) -> tuple[list[float], list[float]]:
+    """Per-layer 95% interval of the mean over inputs."""
+    found = [interval(values[:, i]) for i in range(values.shape[1])]
+    return [c.low for c in found], [c.high for c in found]
+
+
+def figures(folder: Path, series: Mapping[str, Mapping[str, np.ndarray]], title: str) -> list[str]:
+    """One figure per measure: per-layer means with 95% bands over inputs, a curve per network measured."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name in NAMES:
+        curves = {label: values[name] for label, values in series.items() if name in values}
+        if not curves:
+            continue
+        panel = NAMES[name]
+        paths.append(plots.per_layer(folder / f"{name}.png", {panel: {k: list(v.mean(0)) for k, v in curves.items()}},
+                                     title=title, bands={panel: {k: _band(v) for k, v in curves.items()}}))
+    return paths
+
+
+def markdown(meta: Mapping, verdicts: Sequence[Verdict], means: Mapping[str, Mapping[str, list[float]]],
+             figure_paths: Sequence[str], folder: Path) -> str:
+    """report.md: what was measured, the verdicts with their numbers, the per-layer means, the figures."""
+    lines = [f"# White-box audit of {meta['model']['spec']}", "",
+             f"- model: {meta['model']['format']}, {meta['model']['parameters']:,} parameters, "
+             f"{meta['model']['layers']} layers (d {meta['sizes']['d']}, n {meta['sizes']['n']} tokens per input, "
+             f"K {meta['sizes']['heads']})",
+             f"- inputs: {meta['inputs']['source']}; seed {meta['inputs']['seed']}; controls on the first "
+             f"{meta['inputs']['control_n']}",
+             f"- controls: {', '.join(meta['controls']) or 'none'}",
+             f"- scope: the papers' statements ({LOCATION}) on this network and these inputs; the unit of replication "
+             "is the input (95% intervals over inputs, paired where both sides saw them)",
+             f"- time: {meta['seconds']:.0f} s on {meta['machine']}; crate_nn {meta['versions']['crate_nn']}, torch "
+             f"{meta['versions']['torch']}", "",
+             "| claim | verdict | rule | numbers |", "|---|---|---|---|"]
+    lines += [f"| {v.statement} | **{v.verdict}** | {v.rule} | {v.text} |" for v in verdicts]
+    lines += ["", "## Per-layer means", ""]
+    for name, by_label in means.items():
+        lines.append(f"**{NAMES[name]}**: " + "; ".join(f"{label} " + " ".join(f"{x:.4g}" for x in values)
+                                                        for label, values in by_label.items()))
+        lines.append("")
+    lines += [f"![{Path(p).stem}]({Path(p).relative_to(folder).as_posix()})" for p in figure_paths]
+    return "\n".join(lines) + "\n"
+
+
+def summary(meta: Mapping, verdicts: Sequence[Verdict], folder: Path) -> str:
+    """The console's summary, at most 15 lines."""
+    counts = {v: sum(x.verdict == v for x in verdicts) for v in ("holds", "fails", "inconclusive")}
+    head = [f"{meta['model']['spec']} ({meta['model']['format']}, {meta['model']['parameters']:,} parameters), "
+            f"{meta['inputs']['n']} inputs, {meta['seconds']:.0f} s",
+            f"{len(verdicts)} claims (the papers' statements on this network): "
+            + ", ".join(f"{n} {v}" for v, n in counts.items())]
+    body = [f"  {v.verdict:<12} {v.id}: {v.text}" for v in verdicts]
+    room = 15 - len(head) - 1
+    if len(body) > room:
+        body = body[:room - 1] + [f"  … {len(body) - room + 1} more in the report"]
+    return "\n".join([*head, *(line if len(line) <= 160 else line[:157] + "…" for line in body),
+                      f"report: {folder / 'report.md'}"])
+
+
+# --------------------------------------------------------------------------------------------- the command
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m verify.network", description=__doc__.split("\n\n")[0],
+                                     epilog="\n\n".join(__doc__.split("\n\n")[1:3]),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model", help="weights file, hf-hub:ORG/NAME[@rev][:path] or a crate-train run directory")
+    given = parser.add_mutually_exclusive_group(required=True)
+    given.add_argument("--images", metavar="DIR", help="image folder (DIR/<class>/<image> or flat)")
+    given.add_argument("--dataset", metavar="NAME", help="a built-in dataset (e.g. digits)")
+    given.add_argument("--text", metavar="FILE", help="a text file (language models)")
+    parser.add_argument("--split", default="test", help="the built-in dataset's split (default test)")
+    parser.add_argument("--tokenizer", default=None, help="--text: a tokenizer spec when the checkpoint records none")
+    parser.add_argument("--window", type=int, default=None, help="--text: tokens per window (default block size)")
+    parser.add_argument("--n", type=int, default=DEFAULTS["n"], help="inputs measured on the model (default 256)")
+    parser.add_argument("--control-n", type=int, default=DEFAULTS["control_n"],
+                        help="the first inputs measured on every control, and the joint measure's (default 64)")
+    parser.add_argument("--init-seeds", type=int, default=DEFAULTS["init_seeds"],
+                        help="random initialisations of the architecture (default 3; 0: none)")
+    parser.add_argument("--against", action="append", default=[], metavar="SPEC",
+                        help="another model to compare with (a ViT for Fig. 26; repeatable)")
+    parser.add_argument("--heads", type=int, default=None, help="another codebase's file: its number of heads")
+    parser.add_argument("--name", default=None, help="another codebase's file: a registered size giving its heads")
+    parser.add_argument("--single-object", action=argparse.BooleanOptionalAction, default=None,
+                        help="each input is an image of one object, so all its tokens may lie on one subspace: the "
+                             "collapse floor takes that construction (default: on for the built-in "
+                             f"{' and '.join(SINGLE_OBJECT)}, off otherwise)")
+    parser.add_argument("--seed", type=int, default=DEFAULTS["seed"], help="seed of the sample and the yardsticks")
+    parser.add_argument("--batch-size", type=int, default=DEFAULTS["batch_size"])
+    parser.add_argument("--out", default=None, help="report folder (default network-audit/<name>)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    args = parser.parse_args(argv)
+    for name in ("n", "control_n", "batch_size"):
+        if getattr(args, name) < 1:
+            parser.error(f"argument --{name.replace('_', '-')}: expected a positive integer, got {getattr(args, name)}")
+    if args.control_n < MIN_SEEDS or args.n < MIN_SEEDS:
+        parser.error(f"arguments --n, --control-n: the audit's rule needs at least {MIN_SEEDS} inputs")
+    if args.init_seeds and args.init_seeds < MIN_SEEDS:
+        parser.error(f"argument --init-seeds: expected 0 or at least {MIN_SEEDS}, got {args.init_seeds}")
+    return args
+
+
+def audit(args: argparse.Namespace, progress: bool = True) -> tuple[dict, list[Verdict], Path]:
+    """Load, sample, measure every network, decide, write the report; (report.json's dict, verdicts, folder)."""
+    start, cpu = time.perf_counter(), time.process_time()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    network = load_network(args.model, "this network", heads=args.heads, name=args.name)
+    model = network.model
+    if not all(isinstance(layer.attn, MSSA) for layer in model.encoder.layers):
+        raise ValueError(f"model: {args.model!r} has no MSSA layers (a ViT?); bring it as --against beside a CRATE")
+    if args.text is not None:
+        if not hasattr(model.config, "block_size"):
+            raise ValueError("text: the model is not a language model; give --images or --dataset")
+        inputs = text_inputs(model, args.text, args.n, args.seed, tokenizer=args.tokenizer, window=args.window)
+    else:
+        if not hasattr(model.config, "image_size"):
+            raise ValueError("images, dataset: the model takes text; give --text")
+        inputs = image_inputs(model, args.n, args.seed, folder=args.images, dataset=args.dataset, split=args.split)
+    control_n = min(args.control_n, len(inputs))
+    controls = random_inits(network, range(args.init_seeds))
+    own = run_init(args.model)
+    others = [load_network(spec, Path(spec).stem if ":" not in spec else spec.rsplit(":", 1)[-1])
+              for spec in args.against]
+    options = dict(seed=args.seed, batch_size=args.batch_size, progress=progress)
+    measured = measure(network, inputs.tensor, joint_n=control_n, **options)
+    head = inputs.tensor[:control_n]
+    inits = {}
+    if controls:
+        inits["random init"] = pooled([measure(c, head, joint_n=control_n, **options) for c in controls])
+    if own is not None:
+        inits[own.label] = measure(own, head, joint_n=control_n, **options)
+    against = {o.label: measure(o, head, joint_n=0, **options) for o in others}
+    s = measured["sizes"]
+    single_object = args.single_object if args.single_object is not None else args.dataset in SINGLE_OBJECT
+    sizes = Sizes(s["d"], s["n"], s["heads"], s["p"], single_object=single_object)
+    verdicts = decide(measured, inits, against, sizes)
+    folder = Path(args.out or Path("network-audit") / _slug(Path(args.model.split(":")[-1]).stem or "model"))
+    series = {"this network": measured, **inits, **against}
+    means = {name: {label: [float(x) for x in v[name].mean(0)] for label, v in series.items() if name in v}
+             for name in NAMES}
+    meta = {"model": {"spec": args.model, "format": network.format, "parameters": network.parameters,
+                      "layers": len(model.encoder.layers), "config": dataclasses.asdict(model.config)},
+            "inputs": {"source": inputs.source, "n": len(inputs), "control_n": control_n, "seed": args.seed,
+                       "names": inputs.names},
+            "controls": [*(f"random init ×{len(controls)} (seeds 0–{len(controls) - 1}, mean per input)"
+                           for _ in controls[:1]), *([own.label] if own else []),
+                         *(f"{o.label} ({o.format}, {o.spec})" for o in others)],
+            "sizes": {**s, "floor": sizes.floor, "single_object": single_object},
+            "versions": {"crate_nn": getattr(crate_nn, "__version__", "?"), "torch": torch.__version__,
+                         "numpy": np.__version__, "python": platform.python_version()},
+            "machine": f"{platform.machine()}, {torch.get_num_threads()} torch threads"}
+    figure_paths = figures(folder / "figures", series, f"{args.model}: per-layer means, 95% bands over inputs")
+    meta["seconds"] = time.perf_counter() - start
+    meta["cpu_seconds"] = time.process_time() - cpu
+    report = {**meta, "means": means, "verdicts": [dataclasses.asdict(v) for v in verdicts],
+              "figures": [Path(p).relative_to(folder).as_posix() for p in figure_paths]}
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json(folder / "report.json", report, "network audit report", indent=1)
+    text = markdown(meta, verdicts, means, figure_paths, folder)
+    with atomic_write(folder / "report.md", "network audit report") as f:
+        f.write(text.encode())
+    return report, verdicts, folder
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        report, verdicts, folder = audit(args, progress=sys.stderr.isatty() or bool(os.environ.get("CRATE_PROGRESS")))
+    except (ValueError, TypeError, OSError) as err:
+        print(f"python -m verify.network: {err}", file=sys.stderr)
+        return 2
+    print(summary(report, verdicts, folder))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
