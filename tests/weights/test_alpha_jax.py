@@ -8,12 +8,14 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
+from _published import CRATE_ALPHA, cached_files
 
 import crate_nn
 from crate_nn.checkpoint import sniff
 from crate_nn.export import main as crate_export
 from crate_nn.models.registry import model_config
 from crate_nn.weights.adapters import alpha_jax
+from crate_nn.weights.reading import local_path
 
 BLOCK = "params/Transformer/encoderblock_{i}/"
 ATTN, ISTA = BLOCK + "MultiHeadDotProductSubspaceAttention_0/", BLOCK + "OvercompleteISTABlock_0/"
@@ -74,8 +76,19 @@ def _layer_norm(x, scale, bias, eps=1e-6):  # flax's nn.LayerNorm: ε 1e-6, bias
     return (x - mean) / np.sqrt(var + eps) * scale + bias
 
 
+def _einsum(subscripts, *arrays):  # through BLAS where it can (the published models' sizes)
+    return np.einsum(subscripts, *arrays, optimize=True)
+
+
 def _relu(x):
     return np.maximum(x, 0)
+
+
+def _float64(array: np.ndarray) -> np.ndarray:
+    """An array's values in float64; 2-byte void is bfloat16, the upper half of a float32's bits."""
+    if array.dtype.kind == "V":
+        return (array.view(np.uint16).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    return array.astype(np.float64)
 
 
 def their_forward(params: dict[str, np.ndarray], images: np.ndarray, eta=0.1, lmbda=0.1) -> np.ndarray:
@@ -84,30 +97,30 @@ def their_forward(params: dict[str, np.ndarray], images: np.ndarray, eta=0.1, lm
     added; per block x += out(attention(proj(LN(x)))) with q = k = v = proj, q scaled by p^(-1/2), and
     x += D1 z2 with z1 = ReLU(η Dᵀy − ηλ), z2 = ReLU(z1 − η Dᵀ(D z1 − y) − ηλ) (their einsums "p d, n l p" and
     "d p, n l p"), y = LN(x); ``encoder_norm`` then the class token (``x[:, 0]``) into ``head``."""
-    p = {k.removeprefix("params/"): v.astype(np.float64) for k, v in params.items() if k.startswith("params/")}
+    p = {k.removeprefix("params/"): _float64(v) for k, v in params.items() if k.startswith("params/")}
     kernel = p["embedding/kernel"]
     size = kernel.shape[0]
     n, h, w, c = images.shape
     patches = images.reshape(n, h // size, size, w // size, size, c).transpose(0, 1, 3, 2, 4, 5)
-    x = np.einsum("nhwijc,ijcd->nhwd", patches, kernel) + p["embedding/bias"]
+    x = _einsum("nhwijc,ijcd->nhwd", patches, kernel) + p["embedding/bias"]
     x = x.reshape(n, -1, x.shape[-1])
     x = np.concatenate([np.tile(p["cls"], (n, 1, 1)), x], axis=1) + p["pos_embedding"]
     depth = 1 + max(int(k.split("/")[1].removeprefix("encoderblock_")) for k in p if k.startswith("Transformer/"))
     for i in range(depth):
         b = f"Transformer/encoderblock_{i}/"
         y = _layer_norm(x, p[b + "LayerNorm_0/scale"], p[b + "LayerNorm_0/bias"])
-        proj = np.einsum("nld,dhk->nlhk", y, p[b + "MultiHeadDotProductSubspaceAttention_0/proj/kernel"])
-        logits = np.einsum("nqhk,nlhk->nhql", proj / np.sqrt(proj.shape[-1]), proj)
+        proj = _einsum("nld,dhk->nlhk", y, p[b + "MultiHeadDotProductSubspaceAttention_0/proj/kernel"])
+        logits = _einsum("nqhk,nlhk->nhql", proj / np.sqrt(proj.shape[-1]), proj)
         weights = np.exp(logits - logits.max(-1, keepdims=True))
         weights /= weights.sum(-1, keepdims=True)
-        heads = np.einsum("nhql,nlhk->nqhk", weights, proj)
-        x = x + np.einsum("nqhk,hkd->nqd", heads, p[b + "MultiHeadDotProductSubspaceAttention_0/out/kernel"])
+        heads = _einsum("nhql,nlhk->nqhk", weights, proj)
+        x = x + _einsum("nqhk,hkd->nqd", heads, p[b + "MultiHeadDotProductSubspaceAttention_0/out/kernel"])
         y = _layer_norm(x, p[b + "LayerNorm_1/scale"], p[b + "LayerNorm_1/bias"])
         D, D1 = p[b + "OvercompleteISTABlock_0/D"], p[b + "OvercompleteISTABlock_0/D1"]
-        z1 = _relu(eta * np.einsum("pd,nlp->nld", D, y) - eta * lmbda)
-        grad = np.einsum("pd,nlp->nld", D, np.einsum("dp,nlp->nld", D, z1) - y)
+        z1 = _relu(eta * _einsum("pd,nlp->nld", D, y) - eta * lmbda)
+        grad = _einsum("pd,nlp->nld", D, _einsum("dp,nlp->nld", D, z1) - y)
         z2 = _relu(z1 - eta * grad - eta * lmbda)
-        x = x + np.einsum("dp,nlp->nld", D1, z2)
+        x = x + _einsum("dp,nlp->nld", D1, z2)
     cls = _layer_norm(x, p["encoder_norm/scale"], p["encoder_norm/bias"])[:, 0]
     return cls @ p["head/kernel"] + p["head/bias"]
 
@@ -276,3 +289,18 @@ def test_a_registered_size_written_as_their_npz_reads_back(tmp_path):
     back = crate_nn.load(tmp_path / "theirs.npz")
     assert back.config == model.config
     assert all(torch.equal(back.state_dict()[k], v) for k, v in model.state_dict().items())
+
+
+def test_published_jax_weights_give_the_logits_of_their_jax_model():
+    """Regression against real weights: the smallest of CRATE-α's published ``.npz`` files in the local Hugging Face
+    cache (skipped, naming the repository, when it holds none)."""
+    name = cached_files(CRATE_ALPHA, "jax", ".npz")[0]
+    model = crate_nn.load(name)
+    side = model.config.image_size
+    with np.load(local_path(name), allow_pickle=False) as archive:
+        names = [k for k in archive.files if k.startswith("params/")] or archive.files
+        params = {k if k.startswith("params/") else "params/" + k: archive[k] for k in names}
+    images = torch.randn(1, 3, side, side, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    # their stored values, both sides in float64 (the order of the sums differs: ≈ 1e-13 at these depths)
+    np.testing.assert_allclose(logits(model, images), their_forward(params, images.permute(0, 2, 3, 1).numpy()),
+                               rtol=1e-9, atol=1e-9)
