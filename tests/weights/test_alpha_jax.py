@@ -304,3 +304,10 @@ def test_published_jax_weights_give_the_logits_of_their_jax_model():
     # their stored values, both sides in float64 (the order of the sums differs: ≈ 1e-13 at these depths)
     np.testing.assert_allclose(logits(model, images), their_forward(params, images.permute(0, 2, 3, 1).numpy()),
                                rtol=1e-9, atol=1e-9)
+
+
+def test_a_big_endian_file_gives_its_values(npz, tmp_path):
+    _, params = npz  # saved on a big-endian machine (or with an explicit dtype): NumPy keeps the byte order
+    write(tmp_path / "big-endian.npz", {k: v.astype(v.dtype.newbyteorder(">")) for k, v in params.items()})
+    big, little = crate_nn.load(tmp_path / "big-endian.npz").state_dict(), crate_nn.load(npz[0]).state_dict()
+    assert all(torch.equal(big[k], v) for k, v in little.items())
