@@ -4,6 +4,7 @@ is downloaded). A test asks for a repository's files and is skipped, naming the 
 hold them."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -12,21 +13,23 @@ from crate_nn.checkpoint import sniff
 from crate_nn.weights import hub
 
 CRATE_ALPHA = "UCSC-VLAA/CRATE-alpha"
-"""CRATE-α's weights: ``torch/crate_alpha_{B16,L14}.pth`` (the PyTorch port's) and ``jax/*.npz`` (their JAX model's)."""
+"""CRATE-α's weights: ``torch/crate_alpha_{B16,L14}.pth`` (the PyTorch port's classifiers, beside its CLIPA models)
+and ``jax/*.npz`` (their JAX model's)."""
 
 
-def cached_files(repo: str, folder: str, suffix: str = "") -> list[str]:
-    """The files under ``folder`` of ``repo``'s ``main`` snapshot in the cache whose names end with ``suffix``, as
-    ``hf-hub:`` names, smallest first; the calling test is skipped naming the repository when there are none."""
+def cached_files(repo: str, folder: str, pattern: str = ".*") -> list[str]:
+    """The files under ``folder`` of ``repo``'s ``main`` snapshot in the cache whose names match the regex
+    ``pattern``, as ``hf-hub:`` names, smallest first; the calling test is skipped naming the repository when there are
+    none."""
     cache = hub.cache_dir()
     try:
         snapshot = hub.snapshot(repo, "main", cache)
     except ValueError:
         pytest.skip(f"{repo} is not in the local Hugging Face cache {cache} (fetch it to run this regression test)")
-    found = sorted((p for p in (snapshot / folder).rglob("*") if p.is_file() and p.name.endswith(suffix)),
+    found = sorted((p for p in (snapshot / folder).rglob("*") if p.is_file() and re.fullmatch(pattern, p.name)),
                    key=lambda p: p.stat().st_size)
     if not found:
-        pytest.skip(f"{repo} in the cache {cache} holds no {folder}/*{suffix} file")
+        pytest.skip(f"{repo} in the cache {cache} holds no file {folder}/{pattern}")
     return [f"{hub.PREFIX}{repo}:{p.relative_to(snapshot).as_posix()}" for p in found]
 
 

@@ -85,7 +85,7 @@ def test_a_wrong_crate_alpha_file_is_named():
 def test_published_torch_weights_give_their_logits():
     """Regression against real weights: the smallest of CRATE-α's published PyTorch files in the local Hugging Face
     cache (skipped, naming the repository, when it holds none)."""
-    name = cached_files(CRATE_ALPHA, "torch")[0]
+    name = cached_files(CRATE_ALPHA, "torch", r"crate_alpha_(B16|L14)\.pth")[0]
     state = state_dict_of(torch.load(local_path(name), map_location="cpu", weights_only=True))
     dim = state["conv1.weight"].shape[0]
     heads = {768: 12, 1024: 16}[dim]  # B and L: the tensors fix K·p only (crate_alpha_b16: 12, crate_alpha_l14: 16)
