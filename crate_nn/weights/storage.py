@@ -154,8 +154,9 @@ class NpzArrays(Mapping):
     checkpoint's optimizer state, stored beside its parameters, is never read unless asked for) and kept.
 
     bfloat16 arrays, which NumPy stores as 2-byte void (JAX's checkpoints), come back as ``torch.bfloat16``, bit for
-    bit. Reading an array that is not a plain numeric one (an object array, which would need unpickling) or a
-    damaged member is a ValueError naming the file and the array."""
+    bit; big-endian arrays come back with their values, in this machine's byte order. Reading an array that is not a
+    plain numeric one (an object array, which would need unpickling) or a damaged member is a ValueError naming the
+    file and the array."""
 
     def __init__(self, path: str, what: str = "checkpoint") -> None:
         self.path, self.what, self._read = path, what, {}
@@ -193,6 +194,8 @@ def _from_numpy(array: np.ndarray, source: str) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(array).view(np.int16)).view(torch.bfloat16)
     if array.dtype.kind not in "biuf":
         raise ValueError(f"{source} has dtype {array.dtype}, not a number type")
+    if not array.dtype.isnative:  # a big-endian file: the same values in this machine's byte order
+        array = array.astype(array.dtype.newbyteorder("="))
     return torch.from_numpy(np.ascontiguousarray(array))
 
 

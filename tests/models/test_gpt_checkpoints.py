@@ -7,9 +7,11 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from _published import cached_checkpoints_of
 
 from crate_nn.official import load_gpt_checkpoint, to_crate_lm
 from crate_nn.official.gpt import load_causal_lm
+from crate_nn.weights.keys import state_dict_of
 
 V, BLOCK, D, HEADS, LAYERS = 37, 10, 12, 3, 2
 
@@ -31,11 +33,12 @@ def reference_forward(state, idx, heads, kind):
     'gpt2' (nanoGPT's model.py)."""
     state = {k: v.double() for k, v in state.items()}
     x = state["transformer.wte.weight"][idx] + state["transformer.wpe.weight"][: idx.shape[1]]
-    for i in range(LAYERS):
+    dim, layers = x.shape[-1], 1 + max(int(k.split(".")[2]) for k in state if k.startswith("transformer.h."))
+    for i in range(layers):
         p = f"transformer.h.{i}."
         if kind == "gpt2":
             q, k, v = (_ln(x, state, p + "ln_1") @ state[p + "attn.c_attn.weight"].T
-                       + state[p + "attn.c_attn.bias"]).split(D, dim=-1)
+                       + state[p + "attn.c_attn.bias"]).split(dim, dim=-1)
             x = x + _causal_attention(q, k, v, heads) @ state[p + "attn.c_proj.weight"].T + state[p + "attn.c_proj.bias"]
             h = F.gelu(_ln(x, state, p + "ln_2") @ state[p + "mlp.c_fc.weight"].T + state[p + "mlp.c_fc.bias"])
             x = x + h @ state[p + "mlp.c_proj.weight"].T + state[p + "mlp.c_proj.bias"]
@@ -156,3 +159,19 @@ def test_bad_files_are_refused_by_name(tmp_path):
         load_gpt_checkpoint({"model": {"weight": torch.zeros(2)}}, heads=HEADS)
     with pytest.raises(ValueError, match="checkpoint: .* does not exist"):
         load_gpt_checkpoint(str(tmp_path / "none.pt"))
+
+
+def test_published_crate_lm_weights_give_their_logits():
+    """Regression against real weights: the smallest crate-lm (CRATE-GPT) checkpoint of a repository named *crate*
+    in the local Hugging Face cache (skipped, naming what is missing, when there is none)."""
+    path = cached_checkpoints_of("crate-lm", "crate")[0]
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+    state = state_dict_of(payload)
+    model = load_gpt_checkpoint(str(path)).double().eval()
+    kind = "crate" if "transformer.ln_f.weight" not in state else "overcomplete"
+    idx = torch.randint(0, model.config.vocab_size, (1, min(32, model.config.block_size)),
+                        generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        # their stored values, both sides in float64 (the order of the sums differs: ≈ 1e-13 at these depths)
+        torch.testing.assert_close(model(idx), reference_forward(state, idx, model.config.heads, kind),
+                                   rtol=1e-9, atol=1e-9)

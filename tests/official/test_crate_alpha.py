@@ -4,10 +4,13 @@ from that file's computation (below, on their key names, in plain tensor operati
 import pytest
 import torch
 import torch.nn.functional as F
+from _published import CRATE_ALPHA, cached_files
 
 import crate_nn
 from crate_nn.checkpoint import sniff
 from crate_nn.official import crate_nn_to_crate_alpha, load_crate_alpha
+from crate_nn.weights.keys import state_dict_of
+from crate_nn.weights.reading import local_path
 
 
 def their_forward(sd: dict, images: torch.Tensor, heads: int, depth: int, eta=0.1, lmbda=0.1) -> torch.Tensor:
@@ -77,3 +80,20 @@ def test_a_wrong_crate_alpha_file_is_named():
     broken = {k: v for k, v in theirs.items() if k != "transformer.layers.1.1.fn.D1"}
     with pytest.raises(ValueError, match=r"missing keys \['transformer.layers.1.1.fn.D1'\]"):
         load_crate_alpha(broken, heads=3)
+
+
+def test_published_torch_weights_give_their_logits():
+    """Regression against real weights: the smallest of CRATE-α's published PyTorch files in the local Hugging Face
+    cache (skipped, naming the repository, when it holds none)."""
+    name = cached_files(CRATE_ALPHA, "torch", r"crate_alpha_(B16|L14)\.pth")[0]
+    state = state_dict_of(torch.load(local_path(name), map_location="cpu", weights_only=True))
+    dim = state["conv1.weight"].shape[0]
+    heads = {768: 12, 1024: 16}[dim]  # B and L: the tensors fix K·p only (crate_alpha_b16: 12, crate_alpha_l14: 16)
+    model = crate_nn.load(name, heads=heads).double().eval()
+    side = model.config.image_size
+    images = torch.randn(1, 3, side, side, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    depth = model.config.depth
+    with torch.no_grad():
+        # their stored values, both sides in float64 (the order of the sums differs: ≈ 1e-13 at these depths)
+        torch.testing.assert_close(model(images), their_forward({k: v.double() for k, v in state.items()}, images,
+                                                                heads=heads, depth=depth), rtol=1e-9, atol=1e-9)

@@ -87,10 +87,22 @@ def is_vit(state: Mapping) -> bool:
             and any(re.fullmatch(r"blocks\.\d+\.mlp\.fc1\.weight", k) for k in state))
 
 
+def _refuse_what_our_vit_lacks(state: Mapping[str, torch.Tensor], source: str) -> None:
+    """ValueError naming the keys our ViT has no counterpart for — asked before anything else of the file (its
+    heads, its final ``norm``), so that a file of another layout is refused for its layout: DINOv2's marks first
+    (the file-level tokens before the per-layer LayerScale), then every other key (``fc_norm``, ``norm_pre`` …)."""
+    dinov2 = sorted((k for k in state if any(mark in k for mark in DINOV2)), key=lambda k: (k.startswith("blocks."), k))
+    if dinov2:
+        raise ValueError(f"{dinov2[:3]}: LayerScale, register tokens or a mask token (DINOv2's layout; timm's "
+                         "init_values, reg_tokens), which our ViT does not have")
+    KEYS.to_ours(state, source)  # ValueError naming the keys without a counterpart
+
+
 def _config(state: Mapping[str, torch.Tensor], name: str | None, overrides: dict, source: str,
             classifier: bool) -> CRATEConfig:
     """Our ViT's config for their tensors: the sizes from the shapes (C classes from ``head.weight`` for a
     ``classifier``, else d), K from ``heads`` or ``name``."""
+    _refuse_what_our_vit_lacks(state, source)
     needed = ["patch_embed.proj.weight", "pos_embed", "norm.weight", "blocks.0.attn.qkv.weight",
               "blocks.0.mlp.fc1.weight", *(["head.weight"] if classifier else [])]
     missing = [k for k in needed if k not in state]
@@ -128,10 +140,6 @@ def _ours(state: dict[str, torch.Tensor], config: CRATEConfig, source: str,
           head: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Their tensors (zero qkv biases added where they have none, ``head`` the classifier's tensors when theirs has
     none) checked key by key against the model and renamed to ours."""
-    dinov2 = sorted(k for k in state if any(mark in k for mark in DINOV2))
-    if dinov2:
-        raise ValueError(f"{dinov2[:3]}: DINOv2's layout (LayerScale, register tokens, a mask token), which our ViT "
-                         "does not have")
     first = state["blocks.0.attn.qkv.weight"]
     if not any(k.endswith(".attn.qkv.bias") for k in state):  # qkv_bias=False
         state = {**state, **{f"blocks.{i}.attn.qkv.bias": first.new_zeros(first.shape[0]) for i in range(config.depth)}}
