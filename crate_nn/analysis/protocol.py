@@ -40,6 +40,7 @@ from .diagnostics import (
     _encoder_layers,
     _layers_without_mssa,
     compression,
+    half_logdet,
     head_codes,
     trace,
 )
@@ -154,8 +155,7 @@ def measures_from_yardsticks(z: torch.Tensor, weight: torch.Tensor, heads: int, 
 def coding_rate(z: torch.Tensor, eps: float) -> torch.Tensor:
     """R(z) = ½ logdet(I + α zᵀz), α = d/(nε²) (eq. 8), per token set z (..., n, d): (...), float64."""
     n, d = z.shape[-2:]
-    s = torch.linalg.svdvals(z.to(torch.float64))
-    return 0.5 * torch.log1p((d / (n * eps**2)) * s.square()).sum(-1)
+    return half_logdet(z, d / (n * eps**2))
 
 
 def joint_measures(z: torch.Tensor, weight: torch.Tensor, heads: int, eps: float = OFFICIAL_EPS, *,
