@@ -161,9 +161,10 @@ def run_init(spec: str) -> Network | None:
 
     import crate_nn.tasks  # noqa: F401 - registers the tasks whose configs runs record
     from crate_nn.engine import initial_model, recorded_config
+    from crate_nn.weights import training_config
 
-    record = json.loads((folder / "config.json").read_text())
-    config = recorded_config(record, str(folder / "config.json"))
+    task = json.loads((folder / "config.json").read_text()).get("task")
+    config = recorded_config(training_config(folder / "checkpoints" / "last.pt"), task, str(folder))
     with torch.random.fork_rng(devices=[]):
         model = initial_model(config)
     return Network("run init", model.float().eval(), str(folder), "the run's initialisation")
@@ -484,7 +485,7 @@ def markdown(meta: Mapping, verdicts: Sequence[Verdict], means: Mapping[str, Map
              f"- time: {meta['seconds']:.0f} s on {meta['machine']}; crate_nn {meta['versions']['crate_nn']}, torch "
              f"{meta['versions']['torch']}", "",
              "| claim | verdict | rule | numbers |", "|---|---|---|---|"]
-    lines += [f"| {v.statement} | **{v.verdict}** | {v.rule} | {v.text} |" for v in verdicts]
+    lines += [f"| `{v.id}`: {v.statement} | **{v.verdict}** | {v.rule} | {v.text} |" for v in verdicts]
     lines += ["", "## Per-layer means", ""]
     for name, by_label in means.items():
         lines.append(f"**{NAMES[name]}**: " + "; ".join(f"{label} " + " ".join(f"{x:.4g}" for x in values)

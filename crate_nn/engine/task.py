@@ -231,20 +231,20 @@ def task_for(config: TrainConfig) -> type[Task]:
     return TASKS[type(config)]
 
 
-def recorded_config(record: Mapping, source: str) -> TrainConfig:
-    """The config of a run from what it recorded, its ``config.json``: the config class of the task it names
-    (``task``), its fields from the record (JSON's lists back to tuples where the field holds one); what the run
-    resolved beside them (``world_size``, ``model_config`` …) is not a field and is left out. ValueError naming
-    ``source`` for a record naming no registered task (import ``crate_nn.tasks`` first: it registers them)."""
+def recorded_config(fields: Mapping, task: str, source: str) -> TrainConfig:
+    """The config a run trained with, from what it recorded: ``fields``, the ``train_config`` its checkpoints hold
+    (`crate_nn.weights.training_config`; config.json holds resolved values under some of the same names), as the
+    config class of ``task`` (config.json's ``task``); JSON's lists go back to tuples where the field holds one.
+    ValueError naming ``source`` for a task that is not registered (import ``crate_nn.tasks`` first: it registers
+    them)."""
     classes = {c.task: c for c in TASKS}
-    if record.get("task") not in classes:
-        raise ValueError(f"{source}: expected a run's config.json naming its task (one of {sorted(classes)}), got "
-                         f"task={record.get('task')!r}")
-    config_class = classes[record["task"]]
+    if task not in classes:
+        raise ValueError(f"{source}: expected a run's task (one of {sorted(classes)}), got {task!r}")
+    config_class = classes[task]
     defaults = config_class()
-    values = {f.name: tuple(record[f.name]) if isinstance(getattr(defaults, f.name), tuple)
-              and isinstance(record[f.name], list) else record[f.name]
-              for f in dataclasses.fields(config_class) if f.name in record}
+    values = {f.name: tuple(fields[f.name]) if isinstance(getattr(defaults, f.name), tuple)
+              and isinstance(fields[f.name], list) else fields[f.name]
+              for f in dataclasses.fields(config_class) if f.name in fields}
     return config_class(**values)
 
 
