@@ -85,6 +85,17 @@ COMMANDS: dict[str, Run | StandIn | Parse] = {
     # docs/audit.md
     "python -m verify --only eq121 lemma11": Run(),
     "python -m verify --list": Run(),
+    # README.md, docs/audit.md: the network audit
+    "python -m verify.network hf-hub:UCSC-VLAA/CRATE-alpha:torch/crate_alpha_B16.pth --name crate_alpha_b16 "
+    "--images /data/imagenet/val": Parse("the published CRATE-α B/16 on 256 ImageNet validation images (a user's "
+                                         "files, minutes); tests/verify/test_network.py audits a stand-in in the "
+                                         "same format, benchmarks/network_audit.py one of the same size"),
+    "python -m verify.network runs/digits --dataset digits": Run(),
+    "python -m verify.network crate.pt --images /data/imagenet/val --against vit_s16.pth --against-name vit_small":
+        Parse("a user's CRATE and timm ViT; tests/verify/test_network.py audits stand-ins against a ViT"),
+    "python -m verify.network gpt.pt --text book.txt --tokenizer tiktoken:gpt2":
+        Parse("a user's language model and tiktoken's BPE files (network); tests/verify/test_network.py audits a "
+              "language model with the bytes tokenizer"),
     # docs/training.md (the first three also in README.md), docs/checkpoints.md
     "crate-train --preset digits": Run(),
     "crate-train --preset digits --epochs 15 --output-dir runs/digits15": Run(),

@@ -2,7 +2,7 @@
 
     python -m verify.network hf-hub:UCSC-VLAA/CRATE-alpha:torch/crate_alpha_B16.pth --images ~/imagenet/val
     python -m verify.network runs/digits --dataset digits            # a run directory: its own init is a control
-    python -m verify.network crate.pt --images val/ --against vit_s16.pth --against crate_init.pt
+    python -m verify.network crate.pt --images val/ --against vit_s16.pth --against-name vit_small
     python -m verify.network gpt.pt --text book.txt                  # a language model, its own tokenizer
 
 SPEC is anything `crate_nn.load` reads — a file of any supported format (ours, the authors', CRATE-α's torch and
@@ -168,6 +168,19 @@ def run_init(spec: str) -> Network | None:
     with torch.random.fork_rng(devices=[]):
         model = initial_model(config)
     return Network("run init", model.float().eval(), str(folder), "the run's initialisation")
+
+
+def check_comparable(other: Network, network: Network) -> None:
+    """ValueError naming ``--against`` unless ``other`` takes the model's inputs (image size and channels, or a
+    vocabulary holding the model's token ids)."""
+    mine, theirs = network.model.config, other.model.config
+    for name in ("image_size", "in_channels", "block_size"):
+        if getattr(mine, name, None) != getattr(theirs, name, None):
+            raise ValueError(f"against: {other.spec!r} has {name} {getattr(theirs, name, None)}, the model "
+                             f"{getattr(mine, name, None)}; both must take the same inputs")
+    if getattr(theirs, "vocab_size", 0) < getattr(mine, "vocab_size", 0):
+        raise ValueError(f"against: {other.spec!r} has a vocabulary of {theirs.vocab_size}, the model "
+                         f"{mine.vocab_size}")
 
 
 # --------------------------------------------------------------------------------------------- inputs
@@ -378,6 +391,15 @@ def joint(measured: Mapping[str, np.ndarray], control: Mapping[str, np.ndarray],
                     "labels": [j.label for j in judged]})
 
 
+DENSE = ("; Z^{ℓ+1} has no zero entry at any layer: the block's output is a residual stream (CRATE-α's ISTA block "
+         "adds its input back), not the ReLU codes the claim is about, so no interval can leave 0")
+"""Added to a sparsity verdict when the model's outputs are dense everywhere."""
+
+
+def _dense(values: np.ndarray) -> str:
+    return DENSE if np.all(values == 1) else ""
+
+
 def sparsity_rises(measured: Mapping[str, np.ndarray]) -> Verdict:
     """‖Z‖₀/(dn) falls from layer 1 to L − 1 (footnote 17 exempts the last layer)."""
     values = measured["sparsity"]
@@ -390,7 +412,7 @@ def sparsity_rises(measured: Mapping[str, np.ndarray]) -> Verdict:
                    "layer 1 to layer L − 1 (footnote 17 exempts the last, mixed for the classifier)",
                    "layer L − 1 − layer 1, 95% interval over inputs below 0",
                    overall.verdict, f"layer {depth - 1} − layer 1 {_text(overall)}; the last layer (apart) − layer "
-                   f"{depth - 1}: {last.difference.mean:+.3g}",
+                   f"{depth - 1}: {last.difference.mean:+.3g}" + _dense(values),
                    {"overall": overall.as_dict(), "last_layer": last.as_dict()})
 
 
@@ -402,7 +424,7 @@ def sparser(measured: Mapping[str, np.ndarray], control: Mapping[str, np.ndarray
     verdict, text = exempting_the_last(comparisons)
     return Verdict(f"sparser-than-{_slug(label)}", f"The representations are sparser than the {label}'s at every "
                    "layer but the last (footnote 17)", f"this − {label} per layer, paired over {k} inputs",
-                   verdict, text, {"per_layer": [c.as_dict() for c in comparisons]})
+                   verdict, text + _dense(measured["sparsity"]), {"per_layer": [c.as_dict() for c in comparisons]})
 
 
 def versus(measured: Mapping[str, np.ndarray], other: Mapping[str, np.ndarray], label: str) -> list[Verdict]:
@@ -532,6 +554,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="another model to compare with (a ViT for Fig. 26; repeatable)")
     parser.add_argument("--heads", type=int, default=None, help="another codebase's file: its number of heads")
     parser.add_argument("--name", default=None, help="another codebase's file: a registered size giving its heads")
+    parser.add_argument("--against-heads", type=int, default=None, help="--against files: their number of heads")
+    parser.add_argument("--against-name", default=None, help="--against files: a registered size (e.g. vit_small)")
     parser.add_argument("--single-object", action=argparse.BooleanOptionalAction, default=None,
                         help="each input is an image of one object, so all its tokens may lie on one subspace: the "
                              "collapse floor takes that construction (default: on for the built-in "
@@ -571,8 +595,10 @@ def audit(args: argparse.Namespace, progress: bool = True) -> tuple[dict, list[V
     control_n = min(args.control_n, len(inputs))
     controls = random_inits(network, range(args.init_seeds))
     own = run_init(args.model)
-    others = [load_network(spec, Path(spec).stem if ":" not in spec else spec.rsplit(":", 1)[-1])
-              for spec in args.against]
+    others = [load_network(spec, Path(spec.rsplit(":", 1)[-1]).stem, heads=args.against_heads,
+                           name=args.against_name) for spec in args.against]
+    for other in others:
+        check_comparable(other, network)
     options = dict(seed=args.seed, batch_size=args.batch_size, progress=progress)
     measured = measure(network, inputs.tensor, joint_n=control_n, **options)
     head = inputs.tensor[:control_n]
@@ -594,8 +620,8 @@ def audit(args: argparse.Namespace, progress: bool = True) -> tuple[dict, list[V
                       "layers": len(model.encoder.layers), "config": dataclasses.asdict(model.config)},
             "inputs": {"source": inputs.source, "n": len(inputs), "control_n": control_n, "seed": args.seed,
                        "names": inputs.names},
-            "controls": [*(f"random init ×{len(controls)} (seeds 0–{len(controls) - 1}, mean per input)"
-                           for _ in controls[:1]), *([own.label] if own else []),
+            "controls": [*([f"random init ×{len(controls)} (seeds 0–{len(controls) - 1}, mean per input)"]
+                           if controls else []), *([own.label] if own else []),
                          *(f"{o.label} ({o.format}, {o.spec})" for o in others)],
             "sizes": {**s, "floor": sizes.floor, "single_object": single_object},
             "versions": {"crate_nn": getattr(crate_nn, "__version__", "?"), "torch": torch.__version__,

@@ -210,3 +210,26 @@ def test_half_logdet_is_the_singular_values_formula(n, m, beta, seed):
     expected = 0.5 * np.log1p(beta * s**2).sum(-1)
     # float64 Cholesky of a matrix with eigenvalues in [1, 1 + β‖w‖²] against LAPACK's SVD: round-off only
     np.testing.assert_allclose(half_logdet(torch.from_numpy(w), beta).numpy(), expected, rtol=1e-10, atol=1e-12)
+
+
+def test_an_against_model_that_takes_other_inputs_is_refused(stand_in, capsys):
+    images = write_images(stand_in / "flat", 4)
+    crate_nn.save(stand_in / "vit64.pt", crate_nn.create_model("vit_tiny", **{**SMALL, "image_size": 64}))
+    assert network.main([str(stand_in / "alpha.pth"), "--heads", "2", "--images", str(images), "--against",
+                         str(stand_in / "vit64.pt")]) == 2
+    assert capsys.readouterr().err == (f"python -m verify.network: against: {str(stand_in / 'vit64.pt')!r} has "
+                                       "image_size 64, the model 32; both must take the same inputs\n")
+
+
+def test_the_published_crate_alpha_b16_is_audited_on_32_built_in_inputs(tmp_path):
+    """A regression check against real weights: CRATE-α's B/16 from the local Hub cache (skipped, naming the
+    repository, when it is not there) audited on 32 built-in synthetic images (its logits are checked against their
+    forward by tests/official/test_crate_alpha.py)."""
+    from _published import CRATE_ALPHA, cached_files
+
+    spec = cached_files(CRATE_ALPHA, "torch", r"crate_alpha_B16\.pth")[0]
+    assert network.main([spec, "--name", "crate_alpha_b16", "--dataset", "synthetic", "--n", "32", "--control-n", "32",
+                         "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["model"]["parameters"] == 72_328_936 and report["inputs"]["n"] == 32
+    assert {v["verdict"] for v in report["verdicts"]} <= {"holds", "fails", "inconclusive"}
