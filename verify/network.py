@@ -26,15 +26,18 @@ records (ImageNet's otherwise).
 
 A ViT (``--against``) is measured against its value map (`crate_nn.analysis.diagnostics.subspace_weight`).
 
-**Controls.** The same architecture at random initialisation (``--init-seeds``, ≥ 3: each input's value is the mean
-over the seeds), a run directory's own initialisation (`crate_nn.engine.initial_model` of its ``config.json``), and
-every ``--against`` model. Controls are measured on the first ``--control-n`` inputs of the sample (default 64);
-the model on all ``--n``.
+**Controls.** The same architecture at random initialisation (``--init-seeds``, 0 or ≥ 3), a run directory's own
+initialisation (`crate_nn.engine.initial_model` of the config its checkpoint records), and every ``--against``
+model, each measured on the first ``--control-n`` inputs of the sample (default 64); the model on all ``--n``.
 
-**Verdicts.** The unit of replication is the input: every comparison is `verify.statistics.compare` — the audit's
-one rule, a 95% interval over inputs, paired where both sides saw the same inputs, ``inconclusive`` when it
-straddles the boundary — and the joint verdict `verify.joint.compresses`, with the collapse floor at the size
-measured. Each verdict carries its scope: the papers' statement, on this network and these inputs. The claims:
+**Verdicts**, each by `verify.statistics.compare` — the audit's one rule, a 95% interval, ``inconclusive`` when it
+straddles the boundary — or, jointly, by `verify.joint.compresses` with the collapse floor at the size measured.
+The unit of replication is stated with every verdict: the input for the claims about this network alone (its
+layers against each other) and against one other network (its own initialisation, an ``--against`` model: paired
+over the inputs both saw); the initialisation seed against the random initialisations (one value per seed, the
+mean over the inputs: the spread between random networks is large, and an interval over inputs alone would call
+one random network "below" another). Each verdict carries its scope: the papers' statement, on this network and
+these inputs. The claims:
 
 * R^c falls from layer 2 to L (each protocol): layer L − layer 2 below 0;
 * R^c lies below each control at every layer (each protocol);
@@ -102,7 +105,10 @@ NAMES = {"official": "R^c (authors' protocol)", "paper": "R^c (paper, eq. 13)", 
 """Measure → how the report and the figures name it."""
 SINGLE_OBJECT = ("digits", "mnist5k")
 """Built-in datasets whose every image shows one object (`verify.joint.Sizes.single_object`)."""
-DEFAULTS = dict(n=256, control_n=64, init_seeds=3, seed=0, batch_size=32)
+DEFAULTS = dict(n=256, control_n=64, init_seeds=3, seed=0)
+BATCH_TOKENS = 8192
+"""Tokens per batch when ``--batch-size`` is not given (32 images of 197 tokens, 8 windows of 1,024): every layer's
+three stations of a batch are held at once, so memory follows the tokens, not the inputs."""
 
 
 # --------------------------------------------------------------------------------------------- models
@@ -359,35 +365,58 @@ def falls(measured: Mapping[str, np.ndarray], protocol: str) -> Verdict:
                    {"overall": overall.as_dict(), "steps": [c.as_dict() for c in steps]})
 
 
-def below(measured: Mapping[str, np.ndarray], control: Mapping[str, np.ndarray], label: str,
+def units(measured: Mapping[str, np.ndarray], control: Sequence[Mapping[str, np.ndarray]], name: str,
+          layer: int) -> tuple[np.ndarray, np.ndarray, str]:
+    """(this network's values, the control's, what one value is) of measure ``name`` at ``layer`` (0-based), paired.
+
+    A control of several initialisations (≥ `verify.statistics.MIN_SEEDS` seeds) is a population of networks: one
+    value per seed, the mean over the inputs both saw, against this network's mean over the same inputs — the
+    spread between random initialisations is then in the interval (it is large: a random CRATE-α B/16's R^c moves by
+    several nats from one seed to another). A control of one network (a run's own initialisation) is compared input
+    by input: the interval says whether this pair of networks differs on such inputs."""
+    k = len(control[0][name])
+    if len(control) >= MIN_SEEDS:
+        b = np.array([c[name][:, layer].mean() for c in control])
+        return np.full(len(b), measured[name][:k, layer].mean()), b, (f"{len(b)} initialisation seeds (each the "
+                                                                      f"mean over {k} inputs)")
+    if len(control) != 1:
+        raise ValueError(f"control: expected one network or at least {MIN_SEEDS} seeds, got {len(control)}")
+    return measured[name][:k, layer], control[0][name][:, layer], f"{k} inputs, paired (one network)"
+
+
+def below(measured: Mapping[str, np.ndarray], control: Sequence[Mapping[str, np.ndarray]], label: str,
           protocol: str) -> Verdict:
-    """R^c (``protocol``) lies below the control's at every layer (paired over the inputs both saw)."""
-    k = len(control[protocol])
-    comparisons = [compare(measured[protocol][:k, i], control[protocol][:, i], direction="below")
-                   for i in range(measured[protocol].shape[1])]
+    """R^c (``protocol``) lies below the control's at every layer (`units`)."""
+    depth = measured[protocol].shape[1]
+    pairs = [units(measured, control, protocol, i) for i in range(depth)]
+    comparisons = [compare(a, b, direction="below") for a, b, _ in pairs]
     return Verdict(f"rc-below-{_slug(label)}-{protocol}", f"R^c ({NAMES[protocol]}) lies below the {label}'s at "
-                   "every layer", f"this − {label} per layer, paired over {k} inputs, every interval below 0",
+                   "every layer", f"this − {label} per layer over {pairs[0][2]}, every interval below 0",
                    every(comparisons), "per layer " + "; ".join(f"{c.difference.mean:+.3g}" for c in comparisons)
-                   + f" ({sum(c.verdict == 'holds' for c in comparisons)} of {len(comparisons)} layers below)",
-                   {"per_layer": [c.as_dict() for c in comparisons]})
+                   + f" ({sum(c.verdict == 'holds' for c in comparisons)} of {depth} layers below, "
+                   f"{sum(c.verdict == 'fails' for c in comparisons)} above)",
+                   {"unit": pairs[0][2], "per_layer": [c.as_dict() for c in comparisons]})
 
 
-def joint(measured: Mapping[str, np.ndarray], control: Mapping[str, np.ndarray], label: str,
+def joint(measured: Mapping[str, np.ndarray], control: Sequence[Mapping[str, np.ndarray]], label: str,
           sizes: Sizes) -> Verdict:
-    """The joint verdict of the model against an initialisation at every layer (`verify.joint.from_layer_2`)."""
-    k = len(control["specific"])
-    judged: list[Judgement] = [
-        compresses({name: measured[name][:k, i] for name in JOINT}, {name: control[name][:, i] for name in JOINT},
-                   floor=sizes) for i in range(measured["specific"].shape[1])]
+    """The joint verdict of the model against an initialisation at every layer (`verify.joint.from_layer_2`), each
+    measure compared over `units`."""
+    depth = measured["specific"].shape[1]
+    judged: list[Judgement] = []
+    for i in range(depth):
+        pairs = {name: units(measured, control, name, i) for name in JOINT}
+        judged.append(compresses({n: a for n, (a, _, _) in pairs.items()}, {n: b for n, (_, b, _) in pairs.items()},
+                                 floor=sizes))
+    unit = units(measured, control, "specific", 0)[2]
     last = judged[-1]
     return Verdict(f"joint-{_slug(label)}", f"The layers compress the tokens relative to the {label}, jointly: "
                    "onto their own subspaces (specific R^c lower, alignment higher), not by collapse",
-                   f"verify.joint.compresses per layer, paired over {k} inputs, collapse floor "
-                   f"{sizes.floor:.4g} at d {sizes.d}, n {sizes.n}, K {sizes.heads}; holds when layers 2 … L all "
-                   "compress (layer 1 reported apart)", from_layer_2(judged),
-                   f"{layer_labels(judged)}; last layer ΔR of unit tokens "
+                   f"verify.joint.compresses per layer over {unit}, collapse floor {sizes.floor:.4g} at d {sizes.d}, "
+                   f"n {sizes.n}, K {sizes.heads}; holds when layers 2 … L all compress (layer 1 reported apart)",
+                   from_layer_2(judged), f"{layer_labels(judged)}; last layer ΔR of unit tokens "
                    + (f"{last.rate_reduction.difference.mean:+.3g}" if last.rate_reduction else "—"),
-                   {"per_layer": [j.as_dict() for j in judged], "floor": sizes.floor,
+                   {"unit": unit, "per_layer": [j.as_dict() for j in judged], "floor": sizes.floor,
                     "labels": [j.label for j in judged]})
 
 
@@ -416,15 +445,16 @@ def sparsity_rises(measured: Mapping[str, np.ndarray]) -> Verdict:
                    {"overall": overall.as_dict(), "last_layer": last.as_dict()})
 
 
-def sparser(measured: Mapping[str, np.ndarray], control: Mapping[str, np.ndarray], label: str) -> Verdict:
-    """‖Z‖₀/(dn) below the control's at every layer but the last (footnote 17)."""
-    k = len(control["sparsity"])
-    comparisons = [compare(measured["sparsity"][:k, i], control["sparsity"][:, i], direction="below")
-                   for i in range(measured["sparsity"].shape[1])]
+def sparser(measured: Mapping[str, np.ndarray], control: Sequence[Mapping[str, np.ndarray]],
+            label: str) -> Verdict:
+    """‖Z‖₀/(dn) below the control's at every layer but the last (footnote 17), over `units`."""
+    pairs = [units(measured, control, "sparsity", i) for i in range(measured["sparsity"].shape[1])]
+    comparisons = [compare(a, b, direction="below") for a, b, _ in pairs]
     verdict, text = exempting_the_last(comparisons)
     return Verdict(f"sparser-than-{_slug(label)}", f"The representations are sparser than the {label}'s at every "
-                   "layer but the last (footnote 17)", f"this − {label} per layer, paired over {k} inputs",
-                   verdict, text + _dense(measured["sparsity"]), {"per_layer": [c.as_dict() for c in comparisons]})
+                   "layer but the last (footnote 17)", f"this − {label} per layer over {pairs[0][2]}",
+                   verdict, text + _dense(measured["sparsity"]),
+                   {"unit": pairs[0][2], "per_layer": [c.as_dict() for c in comparisons]})
 
 
 def versus(measured: Mapping[str, np.ndarray], other: Mapping[str, np.ndarray], label: str) -> list[Verdict]:
@@ -456,10 +486,10 @@ def _slug(label: str) -> str:
     return "-".join("".join(ch if ch.isalnum() else " " for ch in label.lower()).split())
 
 
-def decide(measured: Mapping[str, np.ndarray], inits: Mapping[str, Mapping[str, np.ndarray]],
+def decide(measured: Mapping[str, np.ndarray], inits: Mapping[str, Sequence[Mapping[str, np.ndarray]]],
            against: Mapping[str, Mapping[str, np.ndarray]], sizes: Sizes) -> list[Verdict]:
-    """Every claim of the module docstring: ``inits`` the initialisation controls by label (same architecture),
-    ``against`` the other models by label."""
+    """Every claim of the module docstring: ``inits`` the initialisation controls by label (same architecture; one
+    measurement per network: several seeds, or one network), ``against`` the other models by label."""
     out = [falls(measured, "official"), falls(measured, "paper")]
     for label, control in inits.items():
         out += [below(measured, control, label, "official"), below(measured, control, label, "paper"),
@@ -561,12 +591,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                              "collapse floor takes that construction (default: on for the built-in "
                              f"{' and '.join(SINGLE_OBJECT)}, off otherwise)")
     parser.add_argument("--seed", type=int, default=DEFAULTS["seed"], help="seed of the sample and the yardsticks")
-    parser.add_argument("--batch-size", type=int, default=DEFAULTS["batch_size"])
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help=f"inputs per batch (default: {BATCH_TOKENS} tokens' worth)")
     parser.add_argument("--out", default=None, help="report folder (default network-audit/<name>)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     args = parser.parse_args(argv)
     for name in ("n", "control_n", "batch_size"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"argument --{name.replace('_', '-')}: expected a positive integer, got {getattr(args, name)}")
     if args.control_n < MIN_SEEDS or args.n < MIN_SEEDS:
         parser.error(f"arguments --n, --control-n: the audit's rule needs at least {MIN_SEEDS} inputs")
@@ -599,21 +630,23 @@ def audit(args: argparse.Namespace, progress: bool = True) -> tuple[dict, list[V
                            name=args.against_name) for spec in args.against]
     for other in others:
         check_comparable(other, network)
-    options = dict(seed=args.seed, batch_size=args.batch_size, progress=progress)
+    tokens = inputs.tensor.shape[1] if inputs.tensor.ndim == 2 else \
+        (model.config.image_size // model.config.patch_size) ** 2 + 1
+    options = dict(seed=args.seed, batch_size=args.batch_size or max(1, BATCH_TOKENS // tokens), progress=progress)
     measured = measure(network, inputs.tensor, joint_n=control_n, **options)
     head = inputs.tensor[:control_n]
     inits = {}
     if controls:
-        inits["random init"] = pooled([measure(c, head, joint_n=control_n, **options) for c in controls])
+        inits["random init"] = [measure(c, head, joint_n=control_n, **options) for c in controls]
     if own is not None:
-        inits[own.label] = measure(own, head, joint_n=control_n, **options)
+        inits[own.label] = [measure(own, head, joint_n=control_n, **options)]
     against = {o.label: measure(o, head, joint_n=0, **options) for o in others}
     s = measured["sizes"]
     single_object = args.single_object if args.single_object is not None else args.dataset in SINGLE_OBJECT
     sizes = Sizes(s["d"], s["n"], s["heads"], s["p"], single_object=single_object)
     verdicts = decide(measured, inits, against, sizes)
     folder = Path(args.out or Path("network-audit") / _slug(Path(args.model.split(":")[-1]).stem or "model"))
-    series = {"this network": measured, **inits, **against}
+    series = {"this network": measured, **{label: pooled(m) for label, m in inits.items()}, **against}
     means = {name: {label: [float(x) for x in v[name].mean(0)] for label, v in series.items() if name in v}
              for name in NAMES}
     meta = {"model": {"spec": args.model, "format": network.format, "parameters": network.parameters,

@@ -166,15 +166,26 @@ def test_rc_falls_flips_with_the_trend_from_layer_2():
 
 
 def test_below_the_control_needs_every_layer():
-    control = {"paper": _layers(5.0, 5.0, 5.0, n=20, seed=1)}
-    assert network.below({"paper": _layers(4.0, 4.0, 4.0)}, control, "random init", "paper").verdict == "holds"
-    assert network.below({"paper": _layers(4.0, 6.0, 4.0)}, control, "random init", "paper").verdict == "fails"
+    control = [{"paper": _layers(5.0, 5.0, 5.0, n=20, seed=1)}]  # one network: over the inputs, paired
+    assert network.below({"paper": _layers(4.0, 4.0, 4.0)}, control, "run init", "paper").verdict == "holds"
+    assert network.below({"paper": _layers(4.0, 6.0, 4.0)}, control, "run init", "paper").verdict == "fails"
+    seeds = [{"paper": _layers(5.0 + d, 5.0 + d, 5.0 + d, n=20, seed=s)} for s, d in enumerate((0.0, 0.1, -0.1))]
+    found = network.below({"paper": _layers(4.0, 4.0, 4.0)}, seeds, "random init", "paper")
+    assert found.verdict == "holds" and found.numbers["unit"].startswith("3 initialisation seeds")
+
+
+def test_a_network_inside_the_seeds_spread_is_not_below_them():
+    # each input says "below" the pooled seeds (−0.3 with noise 0.01), but the seeds themselves spread by ±3: over
+    # the seeds, the unit of a population of random networks, the interval straddles 0
+    seeds = [{"official": _layers(c, c, c, n=20, seed=s)} for s, c in enumerate((2.0, 5.0, 8.0))]
+    assert network.below({"official": _layers(4.7, 4.7, 4.7)}, seeds, "random init",
+                         "official").verdict == "inconclusive"
 
 
 def test_sparsity_exempts_the_last_layer():
     assert network.sparsity_rises({"sparsity": _layers(0.6, 0.5, 0.4, 0.9)}).verdict == "holds"
     assert network.sparsity_rises({"sparsity": _layers(0.4, 0.5, 0.6, 0.3)}).verdict == "fails"
-    control = {"sparsity": _layers(0.5, 0.5, 0.5, n=20, seed=1)}
+    control = [{"sparsity": _layers(0.5, 0.5, 0.5, n=20, seed=1)}]
     assert network.sparser({"sparsity": _layers(0.4, 0.4, 0.9)}, control, "init").verdict == "holds"
     assert network.sparser({"sparsity": _layers(0.4, 0.6, 0.4)}, control, "init").verdict == "fails"
 
@@ -189,7 +200,7 @@ def _joint(specific, alignment, spread, n=30, seed=0):
 
 def test_the_joint_verdict_tells_compression_from_collapse():
     sizes = Sizes(32, 17, 2)
-    control = _joint(1.0, 0.5, 1.0, seed=1)
+    control = [_joint(1.0, 0.5, 1.0, seed=1)]
     assert network.joint(_joint(0.9, 0.7, 1.0), control, "init", sizes).verdict == "holds"
     collapsed = network.joint(_joint(0.9, 0.7, 0.5), control, "init", sizes)
     assert collapsed.verdict == "fails" and collapsed.numbers["labels"] == ["collapse"] * 3
