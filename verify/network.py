@@ -1,6 +1,6 @@
 """Audit a network: the papers' layer-wise claims decided on any checkpoint a user brings.
 
-    python -m verify.network hf-hub:UCSC-VLAA/CRATE-alpha:torch/crate_alpha_B16.pth --images ~/imagenet/val
+    python -m verify.network hf-hub:UCSC-VLAA/CRATE-alpha:torch/crate_alpha_B16.pth --name crate_alpha_b16 --images val/
     python -m verify.network runs/digits --dataset digits            # a run directory: its own init is a control
     python -m verify.network crate.pt --images val/ --against vit_s16.pth --against-name vit_small
     python -m verify.network gpt.pt --text book.txt                  # a language model, its own tokenizer
