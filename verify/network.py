@@ -57,7 +57,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import platform
 import sys
 import time
@@ -676,7 +675,7 @@ def audit(args: argparse.Namespace, progress: bool = True) -> tuple[dict, list[V
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        report, verdicts, folder = audit(args, progress=sys.stderr.isatty() or bool(os.environ.get("CRATE_PROGRESS")))
+        report, verdicts, folder = audit(args, progress=sys.stderr.isatty())
     except (ValueError, TypeError, OSError) as err:
         print(f"python -m verify.network: {err}", file=sys.stderr)
         return 2
