@@ -69,7 +69,6 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-import crate_nn
 from crate_nn.analysis.diagnostics import (
     OFFICIAL_EPS,
     THRESHOLDS,
@@ -89,6 +88,8 @@ from verify.joint import DRAWS, Judgement, Sizes, compresses, from_layer_2, laye
 from verify.statistics import MIN_SEEDS, Comparison, compare, every, interval
 from verify.verdicts import exempting_the_last
 
+PACKAGE = "crate-whitebox"
+"""The distribution whose version the report records."""
 SCOPE = "paper"
 """Every verdict here reads a statement of the papers, as they state it, on the network and the inputs given."""
 LOCATION = "long version, Sec. 4.2, Figs. 14–15 and footnote 17; App. C.9, Fig. 26"
@@ -357,7 +358,7 @@ def falls(measured: Mapping[str, np.ndarray], protocol: str) -> Verdict:
     overall = compare(rc[:, -1] - rc[:, 1], direction="below")
     steps = _steps(rc, 2, depth)
     down = sum(c.verdict == "holds" for c in steps)
-    return Verdict(f"rc-falls-{protocol}", f"R^c ({NAMES[protocol]}) falls with depth, from layer 2 to layer L "
+    return Verdict(f"rc-falls-{protocol}", f"{NAMES[protocol]} falls with depth, from layer 2 to layer L "
                    "(Fig. 15: the compression term improves as ℓ increases)",
                    "layer L − layer 2, 95% interval over inputs below 0", overall.verdict,
                    f"layer {depth} − layer 2 {_text(overall)}; {down} of {len(steps)} steps from layer 2 on fall",
@@ -389,7 +390,7 @@ def below(measured: Mapping[str, np.ndarray], control: Sequence[Mapping[str, np.
     depth = measured[protocol].shape[1]
     pairs = [units(measured, control, protocol, i) for i in range(depth)]
     comparisons = [compare(a, b, direction="below") for a, b, _ in pairs]
-    return Verdict(f"rc-below-{_slug(label)}-{protocol}", f"R^c ({NAMES[protocol]}) lies below the {label}'s at "
+    return Verdict(f"rc-below-{_slug(label)}-{protocol}", f"{NAMES[protocol]} lies below the {label}'s at "
                    "every layer", f"this − {label} per layer over {pairs[0][2]}, every interval below 0",
                    every(comparisons), "per layer " + "; ".join(f"{c.difference.mean:+.3g}" for c in comparisons)
                    + f" ({sum(c.verdict == 'holds' for c in comparisons)} of {depth} layers below, "
@@ -531,8 +532,8 @@ def markdown(meta: Mapping, verdicts: Sequence[Verdict], means: Mapping[str, Map
              f"- inputs: {meta['inputs']['source']}; seed {meta['inputs']['seed']}; controls on the first "
              f"{meta['inputs']['control_n']}",
              f"- controls: {', '.join(meta['controls']) or 'none'}",
-             f"- scope: the papers' statements ({LOCATION}) on this network and these inputs; the unit of replication "
-             "is the input (95% intervals over inputs, paired where both sides saw them)",
+             f"- scope: the papers' statements ({LOCATION}) on this network and these inputs; each rule names its "
+             "unit of replication (inputs, paired where both sides saw them, or initialisation seeds)",
              f"- time: {meta['seconds']:.0f} s on {meta['machine']}; crate_nn {meta['versions']['crate_nn']}, torch "
              f"{meta['versions']['torch']}", "",
              "| claim | verdict | rule | numbers |", "|---|---|---|---|"]
@@ -562,6 +563,16 @@ def summary(meta: Mapping, verdicts: Sequence[Verdict], folder: Path) -> str:
 
 
 # --------------------------------------------------------------------------------------------- the command
+def _version() -> str:
+    """The installed package's version (its metadata), else "not installed" (run from a checkout)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(PACKAGE)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m verify.network", description=__doc__.split("\n\n")[0],
                                      epilog="\n\n".join(__doc__.split("\n\n")[1:3]),
@@ -652,11 +663,11 @@ def audit(args: argparse.Namespace, progress: bool = True) -> tuple[dict, list[V
                       "layers": len(model.encoder.layers), "config": dataclasses.asdict(model.config)},
             "inputs": {"source": inputs.source, "n": len(inputs), "control_n": control_n, "seed": args.seed,
                        "names": inputs.names},
-            "controls": [*([f"random init ×{len(controls)} (seeds 0–{len(controls) - 1}, mean per input)"]
+            "controls": [*([f"random init ×{len(controls)} (seeds 0–{len(controls) - 1})"]
                            if controls else []), *([own.label] if own else []),
                          *(f"{o.label} ({o.format}, {o.spec})" for o in others)],
             "sizes": {**s, "floor": sizes.floor, "single_object": single_object},
-            "versions": {"crate_nn": getattr(crate_nn, "__version__", "?"), "torch": torch.__version__,
+            "versions": {"crate_nn": _version(), "torch": torch.__version__,
                          "numpy": np.__version__, "python": platform.python_version()},
             "machine": f"{platform.machine()}, {torch.get_num_threads()} torch threads"}
     figure_paths = figures(folder / "figures", series, f"{args.model}: per-layer means, 95% bands over inputs")
