@@ -407,6 +407,9 @@ class CollapseFloor:
 FLOOR_TOKENS = 16384
 """Tokens per construction that `collapse_floor` draws by default: ⌈16384/n⌉ sets of n (at least 64), so that each
 drop's standard error is about 3e-4 or less at the sizes the audit measures (d 32–128, n 5–196)."""
+FLOOR_CHUNK_ELEMENTS = 2**22
+"""Token entries (sets × d × n) `collapse_floor` draws at once: 16 sets of d 768 × n 1,024 took 8.7 GiB; every size
+of d·n ≤ 2^18 keeps its 16 (or more) sets per chunk, so its random stream, and its floor, are unchanged."""
 
 
 def _rotation_averaged(Z: np.ndarray, frames: np.ndarray, Q: np.ndarray, eps: float) -> np.ndarray:
@@ -449,7 +452,7 @@ def collapse_floor(d: int, n: int, K: int, p: int | None = None, eps: float = OF
     draws = check_int(draws, "draws", minimum=1)
     sets = max(64, -(-FLOOR_TOKENS // n)) if sets is None else check_int(sets, "sets", minimum=2)
     rng = as_generator(seed)
-    chunk = max(16, -(-2048 // n))
+    chunk = min(max(16, -(-2048 // n)), max(1, FLOOR_CHUNK_ELEMENTS // (d * n)))
     constructions = (*CONSTRUCTIONS, SINGLE_OBJECT) if single_object else CONSTRUCTIONS
     drops: dict[str, list[np.ndarray]] = {name: [] for name in constructions}
     for start in range(0, sets, chunk):
