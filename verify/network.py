@@ -12,9 +12,9 @@ cache — or a run directory of ``crate-train`` (its ``checkpoints/last.pt``). N
 **Inputs.** ``--images DIR`` (an ImageNet-validation layout, ``DIR/<class>/<image>``, or a flat folder: every image
 file under DIR), ``--dataset NAME`` (a built-in set, e.g. ``digits``; its ``--split``), or ``--text FILE`` for a
 language model (tokenised by the model's own tokenizer, or ``--tokenizer``; windows of the model's block size,
-``--window`` to shorten them). A fixed, seeded sample of ``--n`` inputs (``--seed``) is drawn; images are resized
-(short side to S·256/224), centre-cropped to the model's S×S and normalised by the mean and std its checkpoint
-records (ImageNet's otherwise).
+``--window`` to shorten them). A fixed, seeded sample of ``--n`` inputs (``--seed``; default 256 images or 64
+windows) is drawn; images are resized (short side to S·256/224), centre-cropped to the model's S×S and normalised by
+the mean and std its checkpoint records (ImageNet's otherwise).
 
 **Measures**, at every layer ℓ, per input (the long paper's Sec. 4.2, Figs. 15 and 26):
 
@@ -105,7 +105,7 @@ NAMES = {"official": "R^c (authors' protocol)", "paper": "R^c (paper, eq. 13)", 
 """Measure → how the report and the figures name it."""
 SINGLE_OBJECT = ("digits", "mnist5k")
 """Built-in datasets whose every image shows one object (`verify.joint.Sizes.single_object`)."""
-DEFAULTS = dict(n=256, control_n=64, init_seeds=3, seed=0)
+DEFAULTS = dict(images=256, windows=64, control_n=64, init_seeds=3, seed=0)
 BATCH_TOKENS = 8192
 """Tokens per batch when ``--batch-size`` is not given (32 images of 197 tokens, 8 windows of 1,024): every layer's
 three stations of a batch are held at once, so memory follows the tokens, not the inputs."""
@@ -585,7 +585,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--split", default="test", help="the built-in dataset's split (default test)")
     parser.add_argument("--tokenizer", default=None, help="--text: a tokenizer spec when the checkpoint records none")
     parser.add_argument("--window", type=int, default=None, help="--text: tokens per window (default block size)")
-    parser.add_argument("--n", type=int, default=DEFAULTS["n"], help="inputs measured on the model (default 256)")
+    parser.add_argument("--n", type=int, default=None, help=f"inputs measured on the model (default "
+                                                             f"{DEFAULTS['images']} images, {DEFAULTS['windows']} "
+                                                             "text windows)")
     parser.add_argument("--control-n", type=int, default=DEFAULTS["control_n"],
                         help="the first inputs measured on every control, and the joint measure's (default 64)")
     parser.add_argument("--init-seeds", type=int, default=DEFAULTS["init_seeds"],
@@ -606,6 +608,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", default=None, help="report folder (default network-audit/<name>)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     args = parser.parse_args(argv)
+    if args.n is None:
+        args.n = DEFAULTS["windows"] if args.text is not None else DEFAULTS["images"]
     for name in ("n", "control_n", "batch_size"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"argument --{name.replace('_', '-')}: expected a positive integer, got {getattr(args, name)}")
