@@ -8,6 +8,7 @@ naming the keys); what the adapter refuses is a ValueError naming the file. Ever
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 
@@ -134,19 +135,42 @@ def training_config(path: str | os.PathLike) -> dict:
     return recorded if isinstance(recorded, dict) else {}
 
 
+def _contradictions(config, theirs) -> dict:
+    """Fields (name → (ours, theirs)) on which another codebase's file's config differs from ``config``, the head
+    dimension compared as resolved (None is d/K): a field the tensors' shapes do not show (a LayerNorm's ε, say)
+    would otherwise load into a model that computes something else."""
+    if type(theirs) is not type(config):
+        return {}
+
+    def value(c, name: str):
+        resolved = getattr(c, name)
+        return c.dim // c.heads if name == "dim_head" and resolved is None else resolved
+
+    return {f.name: (value(config, f.name), value(theirs, f.name)) for f in dataclasses.fields(config)
+            if value(config, f.name) != value(theirs, f.name)}
+
+
 def create_model(name: str, checkpoint: str | os.PathLike | None = None, **overrides) -> nn.Module:
     """Build the registered model ``name`` (e.g. ``"crate_tiny"``) with keyword overrides of its config; with
     ``checkpoint``, holding that file's weights.
 
     ``checkpoint``: any file (or ``hf-hub:`` name) `load` reads, ours or another codebase's (whose adapter is given
     this config's ``heads``). Its tensors must fit this config exactly — every key and shape (strictly; ValueError
-    naming the file and the keys otherwise); the model is built on the meta device and takes the file's tensors
+    naming the file and the keys otherwise) — and so must what another codebase's file fixes beyond the shapes (the
+    JAX CRATE-α's head LayerNorm ε 1e-6, timm's ε 1e-6: ValueError naming the fields, to be passed as overrides); the model is built on the meta device and takes the file's tensors
     and their dtype, and the preprocessing the file records.
     """
     config = model_config(name, **overrides)
     if checkpoint is None:
         return build_model(config)
     stored = read_state(checkpoint, heads=getattr(config, "heads", None))
+    if not stored.ours:
+        fixed = _contradictions(config, stored.config)
+        if fixed:
+            raise ValueError(f"checkpoint: {os.fspath(checkpoint)} ({stored.format}) fixes "
+                             + ", ".join(f"{k}={theirs!r}" for k, (_, theirs) in fixed.items())
+                             + f" where {name!r} has " + ", ".join(f"{k}={ours!r}" for k, (ours, _) in fixed.items())
+                             + "; pass them to create_model, or read the file with crate_nn.load")
     try:
         model = build_loaded(family_of(config).model_class, config, stored.state)
     except ValueError as err:

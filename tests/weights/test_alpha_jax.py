@@ -311,3 +311,17 @@ def test_a_big_endian_file_gives_its_values(npz, tmp_path):
     write(tmp_path / "big-endian.npz", {k: v.astype(v.dtype.newbyteorder(">")) for k, v in params.items()})
     big, little = crate_nn.load(tmp_path / "big-endian.npz").state_dict(), crate_nn.load(npz[0]).state_dict()
     assert all(torch.equal(big[k], v) for k, v in little.items())
+
+
+def test_create_model_refuses_the_registered_head_where_their_file_fixes_another(tmp_path):
+    """The registered crate_alpha_* head LayerNorm has PyTorch's ε 1e-5, their JAX model flax's 1e-6: the tensors'
+    shapes cannot show it, so building the registered config around their file would change every logit a little."""
+    sizes = dict(image_size=16, dim=24, depth=2, heads=3, num_classes=4)
+    torch.manual_seed(0)
+    crate_nn.save(tmp_path / "ours.pt", crate_nn.create_model("crate_alpha_b8", **sizes, head_norm_eps=1e-6))
+    assert crate_export([str(tmp_path / "ours.pt"), str(tmp_path / "theirs.npz"), "--format", "crate-alpha-jax"]) == 0
+    with pytest.raises(ValueError, match=r"theirs.npz \(CRATE-α \(JAX\)\) fixes head_norm_eps=1e-06 where "
+                                         r"'crate_alpha_b8' has head_norm_eps=1e-05; pass them to create_model"):
+        crate_nn.create_model("crate_alpha_b8", checkpoint=tmp_path / "theirs.npz", **sizes)
+    built = crate_nn.create_model("crate_alpha_b8", checkpoint=tmp_path / "theirs.npz", **sizes, head_norm_eps=1e-6)
+    assert built.config == crate_nn.load(tmp_path / "theirs.npz").config
