@@ -103,6 +103,11 @@ NAMES = {"official": "R^c (authors' protocol)", "paper": "R^c (paper, eq. 13)", 
          "specific": "specific R^c (joint)", "alignment": "alignment (joint)", "spread": "spread (joint)",
          "rate_reduction": "ΔR of unit tokens (joint)"}
 """Measure → how the report and the figures name it."""
+DISPLAY = {"run init": "the run's starting weights"}
+"""Labels the figures and means show instead (every label holding "init" is drawn grey, the random ones')."""
+INIT_SEEDS = 1000
+"""The random initialisations' seeds start here, away from the small seeds runs use (and never the run's own, whose
+initialisation is a control of its own)."""
 SINGLE_OBJECT = ("digits", "mnist5k")
 """Built-in datasets whose every image shows one object (`verify.joint.Sizes.single_object`)."""
 DEFAULTS = dict(images=256, windows=64, control_n=64, init_seeds=3, seed=0)
@@ -120,6 +125,7 @@ class Network:
     model: nn.Module
     spec: str
     format: str
+    seed: int | None = None
 
     @property
     def parameters(self) -> int:
@@ -154,7 +160,7 @@ def random_inits(network: Network, seeds: Sequence[int]) -> list[Network]:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             out.append(Network(f"random init {seed}", build_model(config).float().eval(), f"seed {seed}",
-                               "random initialisation"))
+                               "random initialisation", seed))
     return out
 
 
@@ -173,7 +179,7 @@ def run_init(spec: str) -> Network | None:
     config = recorded_config(training_config(folder / "checkpoints" / "last.pt"), task, str(folder))
     with torch.random.fork_rng(devices=[]):
         model = initial_model(config)
-    return Network("run init", model.float().eval(), str(folder), "the run's initialisation")
+    return Network("run init", model.float().eval(), str(folder), "the run's initialisation", config.seed)
 
 
 def check_comparable(other: Network, network: Network) -> None:
@@ -251,7 +257,9 @@ def image_inputs(model: nn.Module, n: int, seed: int, *, folder: str | None = No
 
 def text_inputs(model: nn.Module, path: str, n: int, seed: int, *, tokenizer: str | None = None,
                 window: int | None = None) -> Inputs:
-    """``n`` windows (a seeded sample of starts) of the text file ``path`` tokenised by the model's tokenizer."""
+    """``n`` windows of the text file ``path`` tokenised by the model's tokenizer: a seeded sample of its
+    non-overlapping windows (overlapping ones would share tokens, and the intervals over them would claim more than
+    the text holds); ValueError naming ``--n`` when it holds fewer."""
     from crate_nn.data.tokenizers import get_tokenizer
 
     recorded = getattr(getattr(model, "preprocessing", None), "tokenizer", None)
@@ -268,7 +276,11 @@ def text_inputs(model: nn.Module, path: str, n: int, seed: int, *, tokenizer: st
     vocab = model.config.vocab_size
     if ids.size and ids.max() >= vocab:
         raise ValueError(f"tokenizer: {spec} gives ids up to {ids.max()}, the model's vocabulary has {vocab}")
-    starts = _sample(max(ids.size - block + 1, 0), n, seed, f"text: {path!r} ({ids.size} tokens, windows of {block})")
+    count = ids.size // block
+    if count < n:
+        raise ValueError(f"n: {path!r} holds {count} non-overlapping windows of {block} tokens ({ids.size} tokens); "
+                         f"pass --n {count} or less, or a shorter --window")
+    starts = block * _sample(count, n, seed, f"text: {path!r} ({ids.size} tokens, windows of {block})")
     windows = torch.from_numpy(np.stack([ids[s:s + block] for s in starts]).astype(np.int64))
     return Inputs(windows, f"text {path} ({ids.size} tokens, {spec}), {len(starts)} windows of {block}",
                   [f"tokens {s}–{s + block}" for s in starts])
@@ -293,6 +305,9 @@ def measure(network: Network, inputs: torch.Tensor, *, joint_n: int, eps: float 
                leave=False)
     for batch in inputs.split(batch_size):
         for i, (layer, t) in enumerate(zip(layers, trace(model, batch))):
+            if not all(torch.isfinite(z).all() for z in (t.input, t.half, t.output)):
+                raise ValueError(f"model: {network.label} ({network.spec}) gives non-finite tokens at layer {i + 1}: "
+                                 "its weights or these inputs overflow")
             weight, heads = subspace_weight(layer), layer.attn.heads
             sizes = sizes or {"d": t.half.shape[-1], "n": t.half.shape[-2], "heads": heads,
                               "p": weight.shape[0] // heads}
@@ -384,12 +399,18 @@ def units(measured: Mapping[str, np.ndarray], control: Sequence[Mapping[str, np.
     return measured[name][:k, layer], control[0][name][:, layer], f"{k} inputs, paired (one network)"
 
 
+def _against(a: np.ndarray, b: np.ndarray, control: Sequence, direction: str) -> Comparison:
+    """`compare` of `units`' values: over seeds, the differences this network's mean − each seed's (one sample; the
+    network is one, the seeds the population); over inputs, paired."""
+    return compare(a - b, direction=direction) if len(control) >= MIN_SEEDS else compare(a, b, direction=direction)
+
+
 def below(measured: Mapping[str, np.ndarray], control: Sequence[Mapping[str, np.ndarray]], label: str,
           protocol: str) -> Verdict:
     """R^c (``protocol``) lies below the control's at every layer (`units`)."""
     depth = measured[protocol].shape[1]
     pairs = [units(measured, control, protocol, i) for i in range(depth)]
-    comparisons = [compare(a, b, direction="below") for a, b, _ in pairs]
+    comparisons = [_against(a, b, control, "below") for a, b, _ in pairs]
     return Verdict(f"rc-below-{_slug(label)}-{protocol}", f"{NAMES[protocol]} lies below the {label}'s at "
                    "every layer", f"this − {label} per layer over {pairs[0][2]}, every interval below 0",
                    every(comparisons), "per layer " + "; ".join(f"{c.difference.mean:+.3g}" for c in comparisons)
@@ -414,7 +435,7 @@ def joint(measured: Mapping[str, np.ndarray], control: Sequence[Mapping[str, np.
                    "onto their own subspaces (specific R^c lower, alignment higher), not by collapse",
                    f"verify.joint.compresses per layer over {unit}, collapse floor {sizes.floor:.4g} at d {sizes.d}, "
                    f"n {sizes.n}, K {sizes.heads}; holds when layers 2 … L all compress (layer 1 reported apart)",
-                   from_layer_2(judged), f"{layer_labels(judged)}; last layer ΔR of unit tokens "
+                   from_layer_2(judged), f"{layer_labels(judged)}; ΔR of unit tokens at the last layer, this − {label}: "
                    + (f"{last.rate_reduction.difference.mean:+.3g}" if last.rate_reduction else "—"),
                    {"unit": unit, "per_layer": [j.as_dict() for j in judged], "floor": sizes.floor,
                     "labels": [j.label for j in judged]})
@@ -449,7 +470,7 @@ def sparser(measured: Mapping[str, np.ndarray], control: Sequence[Mapping[str, n
             label: str) -> Verdict:
     """‖Z‖₀/(dn) below the control's at every layer but the last (footnote 17), over `units`."""
     pairs = [units(measured, control, "sparsity", i) for i in range(measured["sparsity"].shape[1])]
-    comparisons = [compare(a, b, direction="below") for a, b, _ in pairs]
+    comparisons = [_against(a, b, control, "below") for a, b, _ in pairs]
     verdict, text = exempting_the_last(comparisons)
     return Verdict(f"sparser-than-{_slug(label)}", f"The representations are sparser than the {label}'s at every "
                    "layer but the last (footnote 17)", f"this − {label} per layer over {pairs[0][2]}",
@@ -508,17 +529,22 @@ def _band(values: np.ndarray) -> tuple[list[float], list[float]]:
     return [c.low for c in found], [c.high for c in found]
 
 
-def figures(folder: Path, series: Mapping[str, Mapping[str, np.ndarray]], title: str) -> list[str]:
-    """One figure per measure: per-layer means with 95% bands over inputs, a curve per network measured."""
+def figures(folder: Path, series: Mapping[str, Mapping[str, np.ndarray]], title: str,
+            seeds: Mapping[str, Sequence[Mapping[str, np.ndarray]]]) -> list[str]:
+    """One figure per measure: per-layer means, a curve per network measured, with 95% bands over inputs — or, for
+    a control of several initialisations (``seeds``: label → one measurement per seed), over the seeds' means, the
+    spread its verdicts weigh."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for name in NAMES:
         curves = {label: values[name] for label, values in series.items() if name in values}
         if not curves:
             continue
+        bands = {k: _band(np.array([[m[name][:, i].mean() for i in range(v.shape[1])] for m in seeds[k]])
+                          if k in seeds else v) for k, v in curves.items()}
         panel = NAMES[name]
         paths.append(plots.per_layer(folder / f"{name}.png", {panel: {k: list(v.mean(0)) for k, v in curves.items()}},
-                                     title=title, bands={panel: {k: _band(v) for k, v in curves.items()}}))
+                                     title=title, bands={panel: bands}))
     return paths
 
 
@@ -537,7 +563,11 @@ def markdown(meta: Mapping, verdicts: Sequence[Verdict], means: Mapping[str, Map
              f"- time: {meta['seconds']:.0f} s on {meta['machine']}; crate_nn {meta['versions']['crate_nn']}, torch "
              f"{meta['versions']['torch']}", "",
              "| claim | verdict | rule | numbers |", "|---|---|---|---|"]
-    lines += [f"| `{v.id}`: {v.statement} | **{v.verdict}** | {v.rule} | {v.text} |" for v in verdicts]
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|")
+
+    lines += [f"| `{v.id}`: {cell(v.statement)} | **{v.verdict}** | {cell(v.rule)} | {cell(v.text)} |"
+              for v in verdicts]
     lines += ["", "## Per-layer means", ""]
     for name, by_label in means.items():
         lines.append(f"**{NAMES[name]}**: " + "; ".join(f"{label} " + " ".join(f"{x:.4g}" for x in values)
@@ -588,8 +618,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--n", type=int, default=None, help=f"inputs measured on the model (default "
                                                              f"{DEFAULTS['images']} images, {DEFAULTS['windows']} "
                                                              "text windows)")
-    parser.add_argument("--control-n", type=int, default=DEFAULTS["control_n"],
-                        help="the first inputs measured on every control, and the joint measure's (default 64)")
+    parser.add_argument("--control-n", type=int, default=None,
+                        help="the first inputs measured on every control, and the joint measure's (default 64, or "
+                             "--n when smaller)")
     parser.add_argument("--init-seeds", type=int, default=DEFAULTS["init_seeds"],
                         help="random initialisations of the architecture (default 3; 0: none)")
     parser.add_argument("--against", action="append", default=[], metavar="SPEC",
@@ -606,15 +637,21 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=None,
                         help=f"inputs per batch (default: {BATCH_TOKENS} tokens' worth)")
     parser.add_argument("--out", default=None, help="report folder (default network-audit/<name>)")
+    parser.add_argument("--overwrite", action="store_true", help="replace a report already in --out")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     args = parser.parse_args(argv)
     if args.n is None:
         args.n = DEFAULTS["windows"] if args.text is not None else DEFAULTS["images"]
-    for name in ("n", "control_n", "batch_size"):
+    if args.control_n is None:
+        args.control_n = min(DEFAULTS["control_n"], args.n)
+    for name in ("n", "control_n", "batch_size", "window"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"argument --{name.replace('_', '-')}: expected a positive integer, got {getattr(args, name)}")
     if args.control_n < MIN_SEEDS or args.n < MIN_SEEDS:
         parser.error(f"arguments --n, --control-n: the audit's rule needs at least {MIN_SEEDS} inputs")
+    if args.control_n > args.n:
+        parser.error(f"argument --control-n: {args.control_n} exceeds --n {args.n} (the controls see the first "
+                     "--control-n of the model's inputs)")
     if args.init_seeds and args.init_seeds < MIN_SEEDS:
         parser.error(f"argument --init-seeds: expected 0 or at least {MIN_SEEDS}, got {args.init_seeds}")
     return args
@@ -625,10 +662,17 @@ def audit(args: argparse.Namespace, progress: bool = True) -> tuple[dict, list[V
     start, cpu = time.perf_counter(), time.process_time()
     if args.threads:
         torch.set_num_threads(args.threads)
+    folder = Path(args.out or Path("network-audit") / _slug(Path(args.model.rstrip("/").split(":")[-1]).stem or "model"))
+    if (folder / "report.json").exists() and not args.overwrite:
+        raise ValueError(f"out: {str(folder)!r} holds a report already; pass --overwrite to replace it, or another "
+                         "--out")
     network = load_network(args.model, "this network", heads=args.heads, name=args.name)
     model = network.model
     if not all(isinstance(layer.attn, MSSA) for layer in model.encoder.layers):
         raise ValueError(f"model: {args.model!r} has no MSSA layers (a ViT?); bring it as --against beside a CRATE")
+    if len(model.encoder.layers) < 3:
+        raise ValueError(f"model: {args.model!r} has {len(model.encoder.layers)} layers; the claims from layer 2 on "
+                         "need at least 3")
     if args.text is not None:
         if not hasattr(model.config, "block_size"):
             raise ValueError("text: the model is not a language model; give --images or --dataset")
@@ -638,10 +682,21 @@ def audit(args: argparse.Namespace, progress: bool = True) -> tuple[dict, list[V
             raise ValueError("images, dataset: the model takes text; give --text")
         inputs = image_inputs(model, args.n, args.seed, folder=args.images, dataset=args.dataset, split=args.split)
     control_n = min(args.control_n, len(inputs))
-    controls = random_inits(network, range(args.init_seeds))
     own = run_init(args.model)
-    others = [load_network(spec, Path(spec.rsplit(":", 1)[-1]).stem, heads=args.against_heads,
-                           name=args.against_name) for spec in args.against]
+    if not args.init_seeds and own is None and not args.against:
+        raise ValueError("init-seeds: 0, and no other control (a run directory's own initialisation, --against): "
+                         "the claims against a control need one")
+    taken = {own.seed} if own is not None else set()
+    controls = random_inits(network, [s for s in range(INIT_SEEDS, INIT_SEEDS + args.init_seeds + 1)
+                                      if s not in taken][:args.init_seeds])
+    others = []
+    for spec in args.against:
+        label = Path(spec.rsplit(":", 1)[-1]).stem
+        label = label if label not in [o.label for o in others] else f"{label} ({len(others) + 1})"
+        try:
+            others.append(load_network(spec, label, heads=args.against_heads, name=args.against_name))
+        except ValueError as err:
+            raise ValueError(f"against: {spec}: {err} (--against-heads, --against-name)") from None
     for other in others:
         check_comparable(other, network)
     tokens = inputs.tensor.shape[1] if inputs.tensor.ndim == 2 else \
@@ -659,22 +714,27 @@ def audit(args: argparse.Namespace, progress: bool = True) -> tuple[dict, list[V
     single_object = args.single_object if args.single_object is not None else args.dataset in SINGLE_OBJECT
     sizes = Sizes(s["d"], s["n"], s["heads"], s["p"], single_object=single_object)
     verdicts = decide(measured, inits, against, sizes)
-    folder = Path(args.out or Path("network-audit") / _slug(Path(args.model.split(":")[-1]).stem or "model"))
-    series = {"this network": measured, **{label: pooled(m) for label, m in inits.items()}, **against}
+    first = {f"this network, first {control_n} inputs": {k: v[:control_n] for k, v in measured.items()
+                                                        if k != "sizes"}} if control_n < len(inputs) else {}
+    shown = {label: DISPLAY.get(label, label) for label in inits}
+    series = {"this network": measured, **first, **{shown[label]: pooled(m) for label, m in inits.items()},
+              **against}
     means = {name: {label: [float(x) for x in v[name].mean(0)] for label, v in series.items() if name in v}
              for name in NAMES}
     meta = {"model": {"spec": args.model, "format": network.format, "parameters": network.parameters,
                       "layers": len(model.encoder.layers), "config": dataclasses.asdict(model.config)},
             "inputs": {"source": inputs.source, "n": len(inputs), "control_n": control_n, "seed": args.seed,
                        "names": inputs.names},
-            "controls": [*([f"random init ×{len(controls)} (seeds 0–{len(controls) - 1})"]
+            "controls": [*([f"random init ×{len(controls)} (seeds {', '.join(str(c.seed) for c in controls)})"]
                            if controls else []), *([own.label] if own else []),
                          *(f"{o.label} ({o.format}, {o.spec})" for o in others)],
             "sizes": {**s, "floor": sizes.floor, "single_object": single_object},
             "versions": {"crate_nn": _version(), "torch": torch.__version__,
                          "numpy": np.__version__, "python": platform.python_version()},
             "machine": f"{platform.machine()}, {torch.get_num_threads()} torch threads"}
-    figure_paths = figures(folder / "figures", series, f"{args.model}: per-layer means, 95% bands over inputs")
+    figure_paths = figures(folder / "figures", series, f"{args.model}: per-layer means, 95% bands (over inputs; "
+                           "random initialisations: over seeds)",
+                           {shown[label]: m for label, m in inits.items() if len(m) >= MIN_SEEDS})
     meta["seconds"] = time.perf_counter() - start
     meta["cpu_seconds"] = time.process_time() - cpu
     report = {**meta, "means": means, "verdicts": [dataclasses.asdict(v) for v in verdicts],

@@ -14,7 +14,8 @@
   measure, the fraction of entries with |Z| ≥ τ (the caption prints "<", which contradicts its plotted ranges).
 * `coherence` gives the Gram matrix [U_1 … U_K]*[U_1 … U_K] of the column-normalised bases (Fig. 17).
 
-Rates are computed in float64 from singular values (½ Σ log1p(β s²)), on the model's device. Standard
+Rates are computed in float64 as ½ logdet(I + βG) of the smaller Gram matrix G, from its Cholesky factor
+(`half_logdet`), on the model's device. Standard
 deviations are over images: ddof = 1 under the ``"official"`` protocol (the authors' ``torch.std``), ddof = 0 under
 ``"paper"``.
 """
@@ -163,8 +164,9 @@ def half_logdet(w: torch.Tensor, beta: float) -> torch.Tensor:
     """½ logdet(I + β wᵀw) of each matrix w (..., n, m), float64: (...).
 
     Computed from the smaller Gram matrix G (wᵀw or wwᵀ, which share their non-zero eigenvalues) as Σ log diag of
-    the Cholesky factor of I + βG — symmetric positive definite with every eigenvalue ≥ 1, so the factorisation
-    cannot fail and loses nothing to conditioning; ≈ 4× faster than the singular values for the sizes measured.
+    the Cholesky factor of I + βG — symmetric positive definite with every eigenvalue ≥ 1, so for finite w the
+    factorisation cannot fail and loses nothing to conditioning (a NaN or inf in w makes it raise torch's
+    ``LinAlgError``); ≈ 4× faster than the singular values for the sizes measured.
     """
     w = w.to(torch.float64)
     gram = w.transpose(-2, -1) @ w if w.shape[-1] <= w.shape[-2] else w @ w.transpose(-2, -1)

@@ -244,3 +244,62 @@ def test_the_published_crate_alpha_b16_is_audited_on_32_built_in_inputs(tmp_path
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["model"]["parameters"] == 72_328_936 and report["inputs"]["n"] == 32
     assert {v["verdict"] for v in report["verdicts"]} <= {"holds", "fails", "inconclusive"}
+
+
+def test_text_windows_do_not_overlap_and_a_short_text_names_n(tmp_path, capsys):
+    torch.manual_seed(0)
+    crate_nn.save(tmp_path / "gpt.pt", crate_nn.create_model("crate_gpt_small", dim=32, depth=3, heads=2,
+                                                             vocab_size=300, block_size=16))
+    (tmp_path / "book.txt").write_text("".join(chr(97 + i % 26) for i in range(200)))  # 12 windows of 16 bytes
+    net = network.load_network(str(tmp_path / "gpt.pt"), "model")
+    inputs = network.text_inputs(net.model, str(tmp_path / "book.txt"), 12, 0, tokenizer="bytes")
+    starts = sorted(int(name.split()[1].split("–")[0]) for name in inputs.names)
+    assert starts == list(range(0, 192, 16))  # every non-overlapping window once
+    assert network.main([str(tmp_path / "gpt.pt"), "--text", str(tmp_path / "book.txt"), "--tokenizer", "bytes",
+                         "--n", "13", "--out", str(tmp_path / "out")]) == 2
+    assert "holds 12 non-overlapping windows of 16 tokens (200 tokens); pass --n 12 or less" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--window", "0"], "argument --window: expected a positive integer, got 0"),
+    (["--control-n", "9", "--n", "5"], "argument --control-n: 9 exceeds --n 5"),
+])
+def test_arguments_out_of_range_are_refused(stand_in, capsys, arguments, message):
+    with pytest.raises(SystemExit) as stop:
+        network.main([str(stand_in / "alpha.pth"), "--images", "x", *arguments])
+    assert stop.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_controls_reports_and_refusals_of_a_whole_run(stand_in, capsys):
+    images = write_images(stand_in / "flat", 6)
+    out = str(stand_in / "out")
+    common = [str(stand_in / "alpha.pth"), "--heads", "2", "--images", str(images), "--n", "6", "--control-n", "4"]
+    # no control at all is refused before any work
+    assert network.main([*common, "--init-seeds", "0", "--out", out]) == 2
+    assert "init-seeds: 0, and no other control" in capsys.readouterr().err
+    # two --against files with one stem keep both, each with its verdicts
+    (stand_in / "other").mkdir()
+    crate_nn.save(stand_in / "other" / "vit.pt", crate_nn.create_model("vit_tiny", **SMALL))
+    assert network.main([*common, "--against", str(stand_in / "vit.pt"), "--against",
+                         str(stand_in / "other" / "vit.pt"), "--out", out]) == 0
+    report = json.loads((stand_in / "out" / "report.json").read_text())
+    ids = [v["id"] for v in report["verdicts"]]
+    assert {"fig26-sparsity-vs-vit", "fig26-sparsity-vs-vit-2"} <= set(ids)
+    assert report["controls"][0] == "random init ×3 (seeds 1000, 1001, 1002)"
+    seeded = next(v for v in report["verdicts"] if v["id"] == "rc-below-random-init-official")
+    assert not seeded["numbers"]["per_layer"][0]["paired"]  # one network against a population of seeds
+    assert "|Z^{ℓ+1}| ≥ τ" not in (stand_in / "out" / "report.md").read_text()  # escaped: "\|Z^{ℓ+1}\| ≥ τ"
+    # a report already there is kept unless --overwrite
+    assert network.main([*common, "--out", out]) == 2
+    assert "holds a report already; pass --overwrite" in capsys.readouterr().err
+    assert network.main([*common, "--out", out, "--overwrite"]) == 0
+
+
+def test_non_finite_tokens_are_one_line(stand_in, capsys):
+    model = crate_nn.load(stand_in / "ours.pt")
+    with torch.no_grad():
+        model.encoder.layers[1].attn.qkv.weight[0, 0] = float("nan")
+    crate_nn.save(stand_in / "nan.pt", model)
+    images = write_images(stand_in / "flat", 4)
+    assert network.main([str(stand_in / "nan.pt"), "--images", str(images), "--out", str(stand_in / "o")]) == 2
+    assert capsys.readouterr().err.startswith("python -m verify.network: model: this network")
