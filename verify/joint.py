@@ -78,7 +78,7 @@ from crate_nn.files import write_json
 from crate_theory.protocol import OFFICIAL_EPS, CollapseFloor, collapse_floor
 from verify import experiments
 from verify.registry import Headline, Result
-from verify.statistics import Comparison, compare
+from verify.statistics import Comparison, compare, compare_one
 
 IMAGES = 64
 """Inputs per trained model on which the MAE, DINO and GPT claims take the joint measure: the first 64 test
@@ -228,15 +228,17 @@ class Judgement:
 
 
 def compresses(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray] | None = None, *, floor: float | Sizes,
-               paired: bool = True) -> Judgement:
+               paired: bool = True, population: bool = False) -> Judgement:
     """Whether A compresses the tokens relative to B (module docstring).
 
     ``a``, ``b``: measure name (``specific``, ``alignment``, ``spread``; optionally ``rate_reduction`` and
     ``nonnegative``; more keys are ignored) → one value per seed. ``b`` None: ``a`` holds per-seed differences
     A − B computed by the caller (then no sparsification can be told). ``floor``: the collapse floor, or the `Sizes`
-    measured (whose floor is computed). ``paired``: as in `compare`.
+    measured (whose floor is computed). ``paired``: as in `compare`. ``population``: A is one network (its values
+    all one number) and B's values are draws of a population (random initialisations): each measure by
+    `verify.statistics.compare_one`, the prediction interval.
     """
-    return _judge(a, b, floor, paired, SIDES, "compression")
+    return _judge(a, b, floor, paired, SIDES, "compression", population)
 
 
 def expands(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray] | None = None, *, floor: float | Sizes,
@@ -246,18 +248,24 @@ def expands(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray] | None = No
     return _judge(a, b, floor, paired, EXPANSION_SIDES, "expansion")
 
 
-def _judge(a, b, floor, paired: bool, sides: Mapping[str, str], goal: str) -> Judgement:
+def _judge(a, b, floor, paired: bool, sides: Mapping[str, str], goal: str, population: bool = False) -> Judgement:
     missing = [name for name in sides for side in (a, b) if side is not None and name not in side]
     if missing:
         raise KeyError(f"the joint rule needs per-seed values of {', '.join(sides)}; missing {sorted(set(missing))}")
     floor = floor.floor if isinstance(floor, Sizes) else float(floor)
     if not floor >= 0:
         raise ValueError(f"floor: expected a collapse floor >= 0, got {floor}")
-    comparisons = {name: compare(a[name], None if b is None else b[name], direction=side, paired=paired,
-                                 boundary=-floor if name == "spread" else 0.0) for name, side in sides.items()}
+    if population and b is None:
+        raise ValueError("population: needs B's values, the population's draws")
+
+    def rule(name: str, direction: str, boundary: float = 0.0) -> Comparison:
+        if population:
+            return compare_one(float(np.mean(a[name])), b[name], direction=direction, boundary=boundary)
+        return compare(a[name], None if b is None else b[name], direction=direction, paired=paired, boundary=boundary)
+
+    comparisons = {name: rule(name, side, -floor if name == "spread" else 0.0) for name, side in sides.items()}
     stored = "rate_reduction" in a and (b is None or "rate_reduction" in b)
-    objective = compare(a["rate_reduction"], None if b is None else b["rate_reduction"],
-                        direction=OBJECTIVE_SIDES[goal], paired=paired) if stored else None
+    objective = rule("rate_reduction", OBJECTIVE_SIDES[goal]) if stored else None
     return Judgement(**comparisons, goal=goal, rate_reduction=objective, sparsification=_sparsifies(a, b))
 
 

@@ -35,8 +35,9 @@ straddles the boundary — or, jointly, by `verify.joint.compresses` with the co
 The unit of replication is stated with every verdict: the input for the claims about this network alone (its
 layers against each other) and against one other network (its own initialisation, an ``--against`` model: paired
 over the inputs both saw); the initialisation seed against the random initialisations (one value per seed, the
-mean over the inputs: the spread between random networks is large, and an interval over inputs alone would call
-one random network "below" another). Each verdict carries its scope: the papers' statement, on this network and
+mean over the inputs, and the prediction interval of `verify.statistics.compare_one`: the spread between random
+networks is large, and an interval over inputs, or of the seeds' mean, would call one random network "below"
+another). Each verdict carries its scope: the papers' statement, on this network and
 these inputs. The claims:
 
 * R^c falls from layer 2 to L (each protocol): layer L − layer 2 below 0;
@@ -85,7 +86,7 @@ from crate_nn.models.registry import build_model, family_of
 from crate_nn.weights import read_state
 from verify import plots
 from verify.joint import DRAWS, Judgement, Sizes, compresses, from_layer_2, layer_labels
-from verify.statistics import MIN_SEEDS, Comparison, compare, every, interval
+from verify.statistics import MIN_SEEDS, Comparison, compare, compare_one, every, interval
 from verify.verdicts import exempting_the_last
 
 PACKAGE = "crate-whitebox"
@@ -385,24 +386,28 @@ def units(measured: Mapping[str, np.ndarray], control: Sequence[Mapping[str, np.
     """(this network's values, the control's, what one value is) of measure ``name`` at ``layer`` (0-based), paired.
 
     A control of several initialisations (≥ `verify.statistics.MIN_SEEDS` seeds) is a population of networks: one
-    value per seed, the mean over the inputs both saw, against this network's mean over the same inputs — the
-    spread between random initialisations is then in the interval (it is large: a random CRATE-α B/16's R^c moves by
-    several nats from one seed to another). A control of one network (a run's own initialisation) is compared input
-    by input: the interval says whether this pair of networks differs on such inputs."""
+    value per seed, the mean over the inputs both saw, against this network's mean over the same inputs, compared by
+    the prediction interval (`verify.statistics.compare_one`): the spread between random initialisations is then in
+    the interval (it is large: a random CRATE-α B/16's R^c moves by several nats from one seed to another), and a
+    network drawn from the population itself lies outside it in 5% of draws. A control of one network (a run's own
+    initialisation) is compared input by input: the interval says whether this pair of networks differs on such
+    inputs."""
     k = len(control[0][name])
     if len(control) >= MIN_SEEDS:
         b = np.array([c[name][:, layer].mean() for c in control])
         return np.full(len(b), measured[name][:k, layer].mean()), b, (f"{len(b)} initialisation seeds (each the "
-                                                                      f"mean over {k} inputs)")
+                                                                      f"mean over {k} inputs; prediction interval)")
     if len(control) != 1:
         raise ValueError(f"control: expected one network or at least {MIN_SEEDS} seeds, got {len(control)}")
     return measured[name][:k, layer], control[0][name][:, layer], f"{k} inputs, paired (one network)"
 
 
 def _against(a: np.ndarray, b: np.ndarray, control: Sequence, direction: str) -> Comparison:
-    """`compare` of `units`' values: over seeds, the differences this network's mean − each seed's (one sample; the
-    network is one, the seeds the population); over inputs, paired."""
-    return compare(a - b, direction=direction) if len(control) >= MIN_SEEDS else compare(a, b, direction=direction)
+    """The comparison of `units`' values: against seeds, `verify.statistics.compare_one` (this network is one, the
+    seeds draws of a population: does it lie outside it?); over inputs, `verify.statistics.compare`, paired."""
+    if len(control) >= MIN_SEEDS:
+        return compare_one(float(a[0]), b, direction=direction)
+    return compare(a, b, direction=direction)
 
 
 def below(measured: Mapping[str, np.ndarray], control: Sequence[Mapping[str, np.ndarray]], label: str,
@@ -428,7 +433,7 @@ def joint(measured: Mapping[str, np.ndarray], control: Sequence[Mapping[str, np.
     for i in range(depth):
         pairs = {name: units(measured, control, name, i) for name in JOINT}
         judged.append(compresses({n: a for n, (a, _, _) in pairs.items()}, {n: b for n, (_, b, _) in pairs.items()},
-                                 floor=sizes))
+                                 floor=sizes, population=len(control) >= MIN_SEEDS))
     unit = units(measured, control, "specific", 0)[2]
     last = judged[-1]
     return Verdict(f"joint-{_slug(label)}", f"The layers compress the tokens relative to the {label}, jointly: "

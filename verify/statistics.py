@@ -152,6 +152,26 @@ def compare(a, b=None, *, direction: str, boundary: float = 0.0, paired: bool = 
     return Comparison(difference, direction, float(boundary), paired and y is not None)
 
 
+def compare_one(value: float, population, *, direction: str, boundary: float = 0.0) -> Comparison:
+    """The rule for ONE network against a population the seeds draw from (a trained network against random
+    initialisations of its architecture): the 95% Student-t *prediction* interval of ``value`` − X for a new draw X
+    of the population, mean(value − population) ± t_{S−1} · std · √(1 + 1/S), read against ``boundary`` as `compare`
+    reads its interval. The interval of the mean difference alone (`compare` on the differences) would ask whether
+    ``value`` differs from the population's mean, which a network drawn from the population itself does at every
+    layer where the seeds spread; this asks whether it lies outside the population. ``population``: one number per
+    seed (at least `MIN_SEEDS`)."""
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction: expected one of {DIRECTIONS}, got {direction!r}")
+    y = np.asarray(population, dtype=float).ravel()
+    if y.size < MIN_SEEDS:
+        raise ValueError(f"population: a comparison needs at least {MIN_SEEDS} seeds, got {y.size}")
+    if not (np.all(np.isfinite(y)) and np.isfinite(value)):
+        raise ValueError(f"value, population: expected finite numbers, got {value} and {y}")
+    mean, std = float(value - y.mean()), float(y.std(ddof=1))
+    half = float(_stats.t.ppf(0.5 + LEVEL / 2, y.size - 1)) * std * float(np.sqrt(1 + 1 / y.size))
+    return Comparison(Interval(mean, std, int(y.size), mean - half, mean + half), direction, float(boundary), False)
+
+
 def per_column(a, b=None, *, direction: str, boundary: float = 0.0, paired: bool = True) -> list[Comparison]:
     """`compare` of each column of ``a`` (seeds × items, e.g. per layer) with the same column of ``b`` (or with
     ``boundary`` when ``b`` is None)."""
