@@ -113,14 +113,15 @@ SINGLE_OBJECT = ("digits", "mnist5k")
 """Built-in datasets whose every image shows one object (`verify.joint.Sizes.single_object`)."""
 DEFAULTS = dict(images=256, windows=64, control_n=64, init_seeds=3, seed=0)
 BATCH_TOKENS = 8192
-"""Tokens per batch when ``--batch-size`` is not given (32 images of 197 tokens, 8 windows of 1,024): every layer's
+"""Tokens per batch when ``--batch-size`` is not given (41 images of 197 tokens, 8 windows of 1,024): every layer's
 three stations of a batch are held at once, so memory follows the tokens, not the inputs."""
 
 
 # --------------------------------------------------------------------------------------------- models
 @dataclass
 class Network:
-    """A model measured: its ``label`` in the report, the model, where it came from and its format."""
+    """A model measured: its ``label`` in the report, the model, where it came from, its format and, for an
+    initialisation, its seed."""
 
     label: str
     model: nn.Module
