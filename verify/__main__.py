@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from verify import committed, experiments, stopping
+from verify.context import versions
 from verify.integrity import StoredDataError
 from verify.registry import Claim, all_claims, select
 from verify.report import format_console, format_table, write_json, write_markdown
@@ -69,7 +70,7 @@ def audit(
         "command": command,
         "started": started,
         "wall_seconds": round(time.perf_counter() - wall, 2),
-        "versions": _versions(),
+        "versions": versions(),
         "not_run_in_this_mode": [c.id for c in claims if mode not in c.modes],
         "replications": replications(outcomes),
     }
@@ -96,20 +97,6 @@ def replications(outcomes: list[Outcome]) -> list[dict]:
         except StoredDataError as err:
             out.append({"name": name, "file": committed.shown(committed.path(name)), "error": str(err)})
     return out
-
-
-def _versions() -> dict[str, str]:
-    import numpy
-    import scipy
-
-    versions = {"numpy": numpy.__version__, "scipy": scipy.__version__}
-    try:
-        import torch
-
-        versions["torch"] = torch.__version__
-    except ImportError:  # pragma: no cover - torch is a dependency; the calculus claims run without it
-        pass
-    return versions
 
 
 def _parser() -> argparse.ArgumentParser:

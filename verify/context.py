@@ -18,6 +18,20 @@ TABLE17 = "segmentation"
 """The replication whose file is the Table 17 experiment's ``results.json`` (`crate_nn.tasks.segmentation`)."""
 
 
+def versions() -> dict[str, str]:
+    """The versions of the numerical libraries a report records (torch where it is installed)."""
+    import scipy
+
+    found = {"numpy": np.__version__, "scipy": scipy.__version__}
+    try:
+        import torch
+
+        found["torch"] = torch.__version__
+    except ImportError:  # pragma: no cover - torch is a dependency; the calculus claims run without it
+        pass
+    return found
+
+
 def stored_file(name: str, results: Path = RESULTS) -> Path:
     """The file that holds replication ``name``'s committed numbers: ``results/NAME/runs.json``, and for Table 17
     (`TABLE17`) the experiment's ``results/segmentation/results.json``."""

@@ -84,13 +84,12 @@ from crate_nn.files import atomic_write, write_json
 from crate_nn.models.mssa import MSSA
 from crate_nn.models.registry import build_model, family_of
 from crate_nn.weights import read_state
-from verify import plots
+from verify import experiments, plots
+from verify.context import versions
 from verify.joint import DRAWS, Judgement, Sizes, compresses, from_layer_2, layer_labels
-from verify.statistics import MIN_SEEDS, Comparison, compare, compare_one, every, interval
+from verify.statistics import MIN_SEEDS, Comparison, compare, compare_one, every, intervals
 from verify.verdicts import exempting_the_last
 
-PACKAGE = "crate-whitebox"
-"""The distribution whose version the report records."""
 SCOPE = "paper"
 """Every verdict here reads a statement of the papers, as they state it, on the network and the inputs given."""
 LOCATION = "long version, Sec. 4.2, Figs. 14–15 and footnote 17; App. C.9, Fig. 26"
@@ -530,8 +529,8 @@ def decide(measured: Mapping[str, np.ndarray], inits: Mapping[str, Sequence[Mapp
 
 # --------------------------------------------------------------------------------------------- the report
 def _band(values: np.ndarray) -> tuple[list[float], list[float]]:
-    """Per-layer 95% interval of the mean over inputs."""
-    found = [interval(values[:, i]) for i in range(values.shape[1])]
+    """Per-layer 95% interval of the mean over the rows of ``values`` (inputs or seeds)."""
+    found = intervals(values)
     return [c.low for c in found], [c.high for c in found]
 
 
@@ -566,8 +565,8 @@ def markdown(meta: Mapping, verdicts: Sequence[Verdict], means: Mapping[str, Map
              f"- controls: {', '.join(meta['controls']) or 'none'}",
              f"- scope: the papers' statements ({LOCATION}) on this network and these inputs; each rule names its "
              "unit of replication (inputs, paired where both sides saw them, or initialisation seeds)",
-             f"- time: {meta['seconds']:.0f} s on {meta['machine']}; crate_nn {meta['versions']['crate_nn']}, torch "
-             f"{meta['versions']['torch']}", "",
+             f"- time: {meta['seconds']:.0f} s on {meta['machine']}; crate_nn code {meta['versions']['crate_nn code']}, "
+             f"torch {meta['versions']['torch']}", "",
              "| claim | verdict | rule | numbers |", "|---|---|---|---|"]
     def cell(text: str) -> str:
         return text.replace("|", "\\|")
@@ -599,16 +598,6 @@ def summary(meta: Mapping, verdicts: Sequence[Verdict], folder: Path) -> str:
 
 
 # --------------------------------------------------------------------------------------------- the command
-def _version() -> str:
-    """The installed package's version (its metadata), else "not installed" (run from a checkout)."""
-    from importlib import metadata
-
-    try:
-        return metadata.version(PACKAGE)
-    except metadata.PackageNotFoundError:
-        return "not installed"
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m verify.network", description=__doc__.split("\n\n")[0],
                                      epilog="\n\n".join(__doc__.split("\n\n")[1:3]),
@@ -735,8 +724,7 @@ def audit(args: argparse.Namespace, progress: bool = True) -> tuple[dict, list[V
                            if controls else []), *([own.label] if own else []),
                          *(f"{o.label} ({o.format}, {o.spec})" for o in others)],
             "sizes": {**s, "floor": sizes.floor, "single_object": single_object},
-            "versions": {"crate_nn": _version(), "torch": torch.__version__,
-                         "numpy": np.__version__, "python": platform.python_version()},
+            "versions": {**versions(), "python": platform.python_version(), "crate_nn code": experiments.CODE},
             "machine": f"{platform.machine()}, {torch.get_num_threads()} torch threads"}
     figure_paths = figures(folder / "figures", series, f"{args.model}: per-layer means, 95% bands (over inputs; "
                            "random initialisations: over seeds)",
