@@ -6,6 +6,7 @@
     python -m verify --list               # the registered claims
     python -m verify --table              # also print the full table (wide) after the summary
     python -m verify --figures            # also draw the figures (always under --full)
+    python -m verify --perturb            # every training from initial weights moved by one unit in the last place
 
 Writes ``report.md``, ``report.json`` (and with ``--figures``, or under ``--full``, ``figures/*.png``) into
 ``--output-dir`` (default ``./verify-report``; with ``--only``, ``./verify-report/only``, so that a partial audit
@@ -13,14 +14,17 @@ never replaces the full report) and prints the headline and the summary (≤ 40 
 the claims of the committed replications are decided from their stored numbers (`verify.committed`, marked † in
 every view); at a ``--seed`` other than the one a replication was recorded at they are not re-measured, and say so.
 
-The exit status is 1 when any measured verdict differs from the verdict its claim expects, or a measurement
-raises (the report is written regardless), 2 on bad arguments, 128 + the signal's number when SIGTERM or SIGINT
+The exit status is 1 when any measured verdict lies outside the verdicts its claim expects — its one verdict, or
+the band of verdicts it gave over a panel of base seeds and perturbed trainings (`verify.registry.Band`,
+`verify.panel`) — when its labels differ from the expected ones, or when a measurement raises (the report is
+written regardless), 2 on bad arguments, 128 + the signal's number when SIGTERM or SIGINT
 stops the audit (within seconds, leaving no temporary file; the runs trained so far stay cached, so the same
 command continues), 0 otherwise.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shlex
 import sys
 import time
@@ -49,24 +53,28 @@ def audit(
     echo: bool = True,
     table: bool = False,
     figures: bool | None = None,
+    perturb: bool = False,
 ) -> int:
     """Measure ``claims``, write the report and print its headline and summary (and the full table with
     ``table``); return the exit status (0 when all as expected).
 
     Claims not measured in ``mode`` (``Claim.modes``) are skipped and named in the report. ``figures``: draw the
     claims' figures into ``output_dir/figures``; None: under ``--full`` only (in a warm quick audit drawing took
-    about a third of the time).
+    about a third of the time). ``perturb``: train within `verify.experiments.perturbed` (every run from its
+    initialisation moved by one unit in the last place, cached apart: a stand-in for another processor).
     """
     figures = mode == "full" if figures is None else figures
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     wall = time.perf_counter()
-    outcomes = run_claims([c for c in claims if mode in c.modes], mode=mode, seed=seed, output_dir=output_dir,
-                          progress=progress, figures=figures)
+    with experiments.perturbed() if perturb else contextlib.nullcontext():
+        outcomes = run_claims([c for c in claims if mode in c.modes], mode=mode, seed=seed, output_dir=output_dir,
+                              progress=progress, figures=figures)
     meta = {
         "mode": mode,
         "seed": seed,
+        "perturbed": perturb,
         "command": command,
         "started": started,
         "wall_seconds": round(time.perf_counter() - wall, 2),
@@ -120,6 +128,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--table", action="store_true", help="also print the full table of every claim (wide)")
     p.add_argument("--figures", action=argparse.BooleanOptionalAction, default=None,
                    help="draw the claims' figures into OUTPUT_DIR/figures (default: under --full only)")
+    p.add_argument("--perturb", action="store_true",
+                   help="train every run from its initial weights moved by one unit in the last place, cached apart: "
+                        "what another processor's rounding does to the trained claims (docs/audit.md, Reproducibility)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -146,7 +157,8 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
     if args.list:
         for c in claims:
             modes = "both" if len(c.modes) > 1 else c.modes[0]
-            expected = c.expected_verdict + (f"/{c.full_verdict}" if c.full_verdict else "")
+            expected = "|".join(c.expected_verdict.verdicts) + ("/" + "|".join(c.full_verdict.verdicts)
+                                                                   if c.full_verdict else "")
             stored = f"†{c.committed}" if c.committed and "quick" in c.modes else ""
             line = f"{c.id:36s} {expected:6s} {c.kind:8s} {c.provenance:11s} {modes:5s} {stored:13s} {c.location}"
             print(line if len(line) <= 120 else line[:119] + "…")
@@ -155,7 +167,7 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
     command = "python -m verify " + " ".join(shlex.quote(a) for a in argv)
     output_dir = args.output_dir or (ONLY_DIR if args.only else Path("verify-report"))
     return audit(claims, mode=args.mode, seed=args.seed, output_dir=output_dir, progress=not args.no_progress,
-                 command=command.strip(), table=args.table, figures=args.figures)
+                 command=command.strip(), table=args.table, figures=args.figures, perturb=args.perturb)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from typing import Any
 
 from verify.context import ROOT
 from verify.registry import SCOPES, SOURCES, Claim, all_claims
-from verify.report import COUNTED, FAILS_READ, LAYERS_COMPRESS, PLURAL, PROTOCOLS, delta_r
+from verify.report import COUNTED, FAILS_READ, LAYERS_COMPRESS, PLURAL, PROTOCOLS, SEED_SENSITIVE, delta_r
 
 BEGIN = "<!-- generated: {name} (python -m verify.documents) -->"
 END = "<!-- end: {name} -->"
@@ -52,6 +52,14 @@ def _headline_text(entry: dict) -> str:
     return f"{h['label']}: {h['value']:+.2g} [{h['low']:.2g}, {h['high']:.2g}]"
 
 
+def _verdict(entry: dict) -> str:
+    """What a document says of a claim's verdict: the verdict, or for a seed-sensitive claim inside its band the band
+    (``holds or inconclusive``), which every processor and base seed reproduces where one verdict of it would not."""
+    if entry.get("seed_sensitive") and entry.get("matches_expectation"):
+        return " or ".join(entry["expected_band"])
+    return entry["verdict"]
+
+
 def _md(text: str) -> str:
     return " ".join(str(text).replace("|", "\\|").split())
 
@@ -64,11 +72,12 @@ def _errors(report: dict) -> list[dict]:
 def headline(report: dict, claims: list[Claim]) -> str:
     """The audit's verdicts per scope, and each of the papers' statements that fails (an error of the papers)."""
     by_scope = report["summary"]["by_scope"]
-    rows = ["| what the claims test | claims | " + " | ".join(PLURAL[v] for v in COUNTED) + " |",
-            "|---|---|" + "---|" * len(COUNTED)]
+    counted = (*COUNTED, SEED_SENSITIVE)
+    rows = ["| what the claims test | claims | " + " | ".join(PLURAL[v] for v in counted) + " |",
+            "|---|---|" + "---|" * len(counted)]
     for scope, (name, _) in SCOPES.items():
         k = by_scope[scope]
-        cells = [f"{k[v]} ({FAILS_READ[scope]})" if v == "fails" and k[v] else str(k[v]) for v in COUNTED]
+        cells = [f"{k[v]} ({FAILS_READ[scope]})" if v == "fails" and k[v] else str(k.get(v, 0)) for v in counted]
         rows.append(f"| {name} | {k['claims']} | " + " | ".join(cells) + " |")
     meta = report["meta"]
     lines = [f"The audit's {meta['mode']} mode at base seed {meta['seed']}: {report['summary']['claims']} claims, "
@@ -107,8 +116,9 @@ def layers_compress(report: dict, claims: list[Claim]) -> str:
             if e is None:
                 cells.append("—")
                 continue
-            tally[protocol][e["verdict"]] = tally[protocol].get(e["verdict"], 0) + 1
-            cells.append(f"**{e['verdict']}** ({_md(_headline_text(e))}; `{e['id']}`)")
+            counted = SEED_SENSITIVE if _verdict(e) != e["verdict"] else e["verdict"]
+            tally[protocol][counted] = tally[protocol].get(counted, 0) + 1
+            cells.append(f"**{_verdict(e)}** ({_md(_headline_text(e))}; `{e['id']}`)")
         joint = found[2]
         rows.append(f"| {model} | {scope}" + (f": {_md(first['setting'])}" if first.get("setting") else "")
                     + " | " + " | ".join(cells) + f" | {delta_r(joint.get('data')) if joint else '—'} |")
@@ -135,7 +145,7 @@ def claims_index(report: dict, claims: list[Claim]) -> str:
                   "|---|---|---|---|---|"]
         for c in group:
             e = entries.get(c.id)
-            verdict, found = (e["verdict"], _headline_text(e)) if e else (f"{c.expected_verdict} (expected)", "—")
+            verdict, found = (_verdict(e), _headline_text(e)) if e else (f"{c.expected_verdict} (expected)", "—")
             lines.append(f"| {_md(c.location)} | `{c.id}` | {c.scope or '—'} | {verdict} | {_md(found)} |")
         lines.append("")
     return "\n".join(lines).rstrip("\n")
@@ -196,10 +206,32 @@ def update(report: dict, root: Path = ROOT, check: bool = False) -> list[str]:
 NUMBER = re.compile(r"[+−-]?\d+(?:[.,]\d+)*(?:e[+−-]?\d+)?")
 
 
+INTERVAL = re.compile(rf"({NUMBER.pattern}) \[({NUMBER.pattern}), ({NUMBER.pattern})\]")
+"""A number with its 95% interval, ``m [low, high]``, as the parts print a comparison over seeds."""
+
+
+def _value(text: str) -> float:
+    return float(text.replace("−", "-").replace(",", ""))
+
+
+def _tolerances(text: str, rel: float, floor: float) -> list[float | None]:
+    """For each number of ``text`` (`NUMBER`), how far another run may move it: half the width of its interval for
+    the three numbers of an ``m [low, high]`` (a trained model's numbers are a draw of its training's rounding, which
+    another processor draws anew, and the seeds' interval says how far such draws move them), else None (``rel`` /
+    ``floor`` apply)."""
+    spans = {}
+    for m in INTERVAL.finditer(text):
+        half = abs(_value(m.group(3)) - _value(m.group(2))) / 2
+        for i in (1, 2, 3):
+            spans[m.start(i)] = max(half, floor)
+    return [spans.get(m.start()) for m in NUMBER.finditer(text)]
+
+
 def same_text(committed: str, regenerated: str, rel: float, floor: float) -> list[str]:
     """Where ``committed`` and ``regenerated`` differ: their words must be equal and each number must agree within
-    ``rel`` of the larger or ``floor`` absolute (the numbers of trained models move in their last printed digits
-    across CPU models' BLAS kernels). Returns one line per difference, empty when they agree."""
+    ``rel`` of the larger or ``floor`` absolute — a number printed with its 95% interval (``m [low, high]``) within
+    half the interval's width, or that, whichever is larger (`_tolerances`: a trained model's numbers move with the
+    processor's rounding). Returns one line per difference, empty when they agree."""
     words = [NUMBER.split(t) for t in (committed, regenerated)]
     if words[0] != words[1]:
         a, b = committed.splitlines(), regenerated.splitlines()
@@ -207,13 +239,14 @@ def same_text(committed: str, regenerated: str, rel: float, floor: float) -> lis
         return [f"line {line + 1}: {a[line] if line < len(a) else '(none)'!r} ≠ "
                 f"{b[line] if line < len(b) else '(none)'!r}"]
     out = []
-    for x, y in zip(*(NUMBER.findall(t) for t in (committed, regenerated))):
+    numbers = zip(NUMBER.findall(committed), NUMBER.findall(regenerated), _tolerances(committed, rel, floor))
+    for x, y, within in numbers:
         if x.count(".") > 1 or y.count(".") > 1:  # a section number (Sec. 4.1.1): a label, equal or not
             if x != y:
                 out.append(f"{x} ≠ {y}")
             continue
-        u, v = (float(s.replace("−", "-").replace(",", "")) for s in (x, y))
-        if abs(u - v) > max(floor, rel * max(abs(u), abs(v))):
+        u, v = _value(x), _value(y)
+        if abs(u - v) > max(floor, rel * max(abs(u), abs(v)), within or 0.0):
             out.append(f"{x} ≠ {y}")
     return out
 

@@ -27,6 +27,12 @@ different code auditing on one cache at once never delete each other's entries, 
 one version of each run. Training runs on the CPU, with its output silenced, and leaves the global random
 generators as it found them: a claim measures the same numbers on a warm cache and a cold one.
 
+**Perturbed training** (`perturbed`, ``python -m verify --perturb``): every run starts from its initialisation with
+each weight moved by one unit in the last place (`nudge`), and is cached apart (``perturbed-runs/``). CPU training is
+not bitwise reproducible across processors — another SIMD kernel rounds differently — and a chaotic training grows
+such a last-bit difference into another trajectory; the perturbation draws one such trajectory on any machine, so
+that an expectation can be checked against what another processor would train (`verify.panel`).
+
 The cache lives in ``verify.context.cache_dir()/verify`` (``$CRATE_WHITEBOX_CACHE/verify`` when the variable is
 set); ``make clean`` deletes that folder. A quick audit fills it with about 20 MB.
 """
@@ -39,6 +45,7 @@ import hashlib
 import inspect
 import io
 import json
+import math
 import os
 import shutil
 import sys
@@ -55,7 +62,7 @@ from torch import nn
 
 import crate_nn
 from crate_nn import checkpoint
-from crate_nn.engine import Preempted, TrainConfig, initial_model, train
+from crate_nn.engine import Preempted, TrainConfig, initial_model, loop, train
 from crate_nn.engine.rng import rng_state, set_rng_state
 from crate_nn.files import FileLock
 from verify import integrity
@@ -73,6 +80,8 @@ MODELS = ("init", "trained")
 RUNS = "sealed-runs"
 """The folder of `root` that holds the entries. Named for their layout: an audit that wrote entries without
 checksums kept them in ``runs/``, which it may still be reading on a shared cache and which this one never opens."""
+PERTURBED_RUNS = "perturbed-runs"
+"""The folder of `root` that holds the entries trained within `perturbed`."""
 STALE_AFTER = 24 * 3600.0
 """Seconds an entry of the same config by other code must have gone unused before training a run deletes it: an
 audit of that code that is running has used its entries more recently (`run` marks each use)."""
@@ -222,8 +231,43 @@ def _warn(message: str) -> None:
 
 def location(config: TrainConfig) -> Path:
     """The cache entry of ``config``'s run with the current code: ``root()/sealed-runs/<task>-<config hash>-<code
-    hash>``."""
-    return root() / RUNS / f"{config.task}-{config_hash(config)}-{CODE}"
+    hash>`` (``perturbed-runs/`` within `perturbed`)."""
+    return root() / (PERTURBED_RUNS if _PERTURBED else RUNS) / f"{config.task}-{config_hash(config)}-{CODE}"
+
+
+_PERTURBED: list[bool] = []
+
+
+def nudge(model: nn.Module) -> nn.Module:
+    """``model`` with every floating-point parameter moved in place by one unit in the last place, towards +∞
+    (`torch.nextafter`): a rounding difference of the size another processor's kernels make."""
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.is_floating_point():
+                p.copy_(torch.nextafter(p, torch.full_like(p, math.inf)))
+    return model
+
+
+@contextlib.contextmanager
+def perturbed():
+    """Within the block every run `run` trains starts from its initialisation `nudge`d, and is cached apart
+    (`PERTURBED_RUNS`; module docstring). The engine builds a run's task, model included, in
+    `crate_nn.engine.loop.start_task`, which `train` and `initial_model` both call: the block wraps it, so the
+    stored initialisation is the nudged model the training started from."""
+    building = loop.start_task
+
+    def start_task(*args, **kwargs):
+        task = building(*args, **kwargs)
+        nudge(task.model)
+        return task
+
+    loop.start_task = start_task
+    _PERTURBED.append(True)
+    try:
+        yield
+    finally:
+        _PERTURBED.pop()
+        loop.start_task = building
 
 
 class _Busy(Exception):

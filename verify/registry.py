@@ -28,9 +28,14 @@ another source) and ``formerly`` its ids before (``--only`` accepts them); ``sco
 or a probe of the audit's own whose ``setting`` names the construct); ``quote`` is the statement as the source prints
 it and ``location`` where (starting with a label of :data:`SOURCES`).
 
-``expected_verdict`` records the verdict the claim expects, so that the audit doubles as a regression check;
-``expected_labels`` (optional) the labels it expects where one verdict covers several outcomes (the joint rule's
-``collapse`` and ``no compression`` both fail): a regular expression the result's ``labels`` must match in full;
+``expected_verdict`` records the verdict the claim expects, so that the audit doubles as a regression check: one
+verdict where the claim gives it at every base seed of the panel it was measured on (*stable*), or a **band**, the
+tuple of verdicts seen over that panel (``("holds", "inconclusive")``: *seed-sensitive*, a claim near its boundary
+whose verdict moves with the seeds, or with the last bits of a training's rounding, which differ between
+processors). A band never holds both ``fails`` and ``holds`` (or ``loose``): a claim that moves between them is
+made decisive, not banded (`Band`). ``expected_labels`` (optional) the labels it expects where one verdict covers
+several outcomes (the joint rule's ``collapse`` and ``no compression`` both fail): a regular expression the
+result's ``labels`` must match in full, a band of labels written as alternatives (``(collapse|no compression)``);
 ``provenance`` says where that expectation comes from (:data:`PROVENANCES`): an analysis written before measuring,
 or a measurement — for the latter "as expected" is a regression check only. ``kind`` says what sort of check the
 claim is (:data:`KINDS`). Both are required, and put last in each decorator.
@@ -107,6 +112,47 @@ PROVENANCES = {
 def _check(claim_id: str, name: str, value: str, allowed) -> None:
     if value not in allowed:
         raise ValueError(f"{name} of {claim_id!r} must be one of {tuple(allowed)}, got {value!r}")
+
+
+AGREE = ("holds", "loose")
+"""The verdicts that say the statement is true (``loose``: true with room to spare); a band never holds one of them
+together with ``fails``."""
+
+
+@dataclass(frozen=True)
+class Band:
+    """The verdicts a claim is expected to give: one (stable) or several seen over a panel of base seeds
+    (seed-sensitive). A verdict inside the band matches the expectation; one outside it, an error, or a band that
+    would hold both ``fails`` and a verdict of `AGREE` does not (refused here, at registration)."""
+
+    verdicts: tuple[str, ...]
+
+    @classmethod
+    def of(cls, claim_id: str, name: str, value: str | Iterable[str]) -> Band:
+        """``value`` (a verdict, or an iterable of them) as a band of claim ``claim_id``'s field ``name``; ValueError
+        naming both for an unknown verdict, an empty band, a repeated verdict or a band across fails and holds."""
+        verdicts = (value,) if isinstance(value, str) else tuple(value)
+        for v in verdicts:
+            _check(claim_id, name, v, VERDICTS)
+        if not verdicts or len(set(verdicts)) != len(verdicts):
+            raise ValueError(f"{name} of {claim_id!r}: expected one verdict or a band of distinct verdicts, got "
+                             f"{verdicts!r}")
+        if "fails" in verdicts and set(AGREE) & set(verdicts):
+            raise ValueError(f"{name} of {claim_id!r}: a band {verdicts!r} spans fails and holds; a claim that moves "
+                             "between them is made decisive (more seeds, a larger effect), not banded")
+        return cls(tuple(sorted(verdicts, key=VERDICTS.index)))
+
+    @property
+    def stable(self) -> bool:
+        """One verdict: the claim gave it at every base seed of its panel."""
+        return len(self.verdicts) == 1
+
+    def __contains__(self, verdict: object) -> bool:
+        return verdict in self.verdicts
+
+    def __str__(self) -> str:
+        """``holds``, or ``holds or inconclusive`` for a band."""
+        return " or ".join(self.verdicts)
 
 
 def deciding(comparisons) -> int:
@@ -202,13 +248,13 @@ class Claim:
     statement: str
     measures: str
     expected: str
-    expected_verdict: str
+    expected_verdict: Band
     kind: str
     provenance: str
     measure: Callable[..., Result]
     module: str = ""
     modes: tuple[str, ...] = MODES
-    full_verdict: str | None = None
+    full_verdict: Band | None = None
     committed: str | None = None
     scope: str | None = None
     quote: str | None = None
@@ -218,7 +264,11 @@ class Claim:
     full_labels: str | None = None
 
     def __post_init__(self) -> None:
-        _check(self.id, "expected_verdict", self.expected_verdict, VERDICTS)
+        object.__setattr__(self, "expected_verdict", Band.of(self.id, "expected_verdict", self.expected_verdict.verdicts
+                                                             if isinstance(self.expected_verdict, Band)
+                                                             else self.expected_verdict))
+        if self.full_verdict is not None and not isinstance(self.full_verdict, Band):
+            object.__setattr__(self, "full_verdict", Band.of(self.id, "full_verdict", self.full_verdict))
         if self.scope is not None:
             _check(self.id, "scope", self.scope, SCOPES)
             if self.scope != "paper" and not self.setting:
@@ -227,19 +277,22 @@ class Claim:
         if self.quote is not None and not 0 < len(self.quote) <= QUOTE_CHARS:
             raise ValueError(f"quote of {self.id!r}: expected 1 to {QUOTE_CHARS} characters, got {len(self.quote)}")
         if self.full_verdict is not None:
-            _check(self.id, "full_verdict", self.full_verdict, VERDICTS)
             if self.modes != MODES:
                 raise ValueError(f"full_verdict of {self.id!r} is for a claim measured in both modes, got modes "
                                  f"{self.modes!r}")
         _check(self.id, "kind", self.kind, KINDS)
         _check(self.id, "provenance", self.provenance, PROVENANCES)
         if self.kind == "printed":
-            _check(self.id, "expected_verdict (a printed-number check)", self.expected_verdict, ("holds", "fails"))
+            for band in (self.expected_verdict, self.full_verdict or self.expected_verdict):
+                if not band.stable:
+                    raise ValueError(f"expected_verdict of {self.id!r}: a printed-number check gives one verdict at "
+                                     f"every seed, got the band {band.verdicts!r}")
+                _check(self.id, "expected_verdict (a printed-number check)", band.verdicts[0], ("holds", "fails"))
         if not self.modes or any(m not in MODES for m in self.modes):
             raise ValueError(f"modes of {self.id!r} must be a non-empty subset of {MODES}, got {self.modes!r}")
 
-    def expected_in(self, mode: str) -> str:
-        """The expected verdict of a ``mode`` audit: ``full_verdict`` under --full where one is given (a claim whose
+    def expected_in(self, mode: str) -> Band:
+        """The expected verdicts of a ``mode`` audit: ``full_verdict`` under --full where one is given (a claim whose
         quick runs resolve less or otherwise than the preset's), else ``expected_verdict``."""
         return self.full_verdict if mode == "full" and self.full_verdict is not None else self.expected_verdict
 
@@ -271,11 +324,11 @@ def claim(
     statement: str,
     measures: str,
     expected: str,
-    expected_verdict: str,
+    expected_verdict: str | tuple[str, ...],
     modes: Iterable[str] = MODES,
     kind: str,
     provenance: str,
-    full_verdict: str | None = None,
+    full_verdict: str | tuple[str, ...] | None = None,
     committed: str | None = None,
     scope: str,
     quote: str,
@@ -288,8 +341,10 @@ def claim(
 
     ``modes``: the audit modes that measure the claim; ``("full",)`` for a claim whose measurement does not fit
     the quick mode's time budget (it is listed, and named in the quick report as not run). ``kind``: one of
-    :data:`KINDS`; ``provenance``: one of :data:`PROVENANCES`; ``full_verdict``: the verdict expected under
-    --full where it differs from the quick mode's ``expected_verdict`` (the ``expected`` text says why);
+    :data:`KINDS`; ``provenance``: one of :data:`PROVENANCES`; ``expected_verdict``: a verdict, or a band of them
+    (`Band`: the verdicts seen over a panel of base seeds, ``python -m verify.panel``); ``full_verdict``: the
+    verdict (or band) expected under --full where it differs from the quick mode's ``expected_verdict`` (the
+    ``expected`` text says why);
     ``committed``: the replication (``results/NAME``, `verify.committed`) whose committed runs a ``--full``-only
     trained claim reads in quick mode — measured in both modes once its file (``results/NAME/runs.json``,
     `verify.context.stored_file`) exists, under --full only before; ``expected_labels`` / ``full_labels``: the
@@ -307,8 +362,9 @@ def claim(
         measures += (f"; trained under --full, read from the committed runs of results/{committed} in quick mode "
                      f"(python -m verify.record {committed} records them)")
     spec = dict(id=id, tags=tuple(tags), location=location, statement=statement, measures=measures,
-                expected=expected, expected_verdict=expected_verdict, kind=kind, provenance=provenance,
-                modes=modes, full_verdict=full_verdict, committed=committed, scope=scope, quote=quote,
+                expected=expected, expected_verdict=Band.of(id, "expected_verdict", expected_verdict), kind=kind,
+                provenance=provenance, modes=modes,
+                full_verdict=None if full_verdict is None else Band.of(id, "full_verdict", full_verdict), committed=committed, scope=scope, quote=quote,
                 setting=setting, formerly=(formerly,) if isinstance(formerly, str) else tuple(formerly),
                 expected_labels=expected_labels, full_labels=full_labels)
 

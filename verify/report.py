@@ -25,7 +25,15 @@ from verify.runner import NOT_MEASURED, Outcome
 
 COUNTED = (*VERDICTS, "error")
 """The verdicts the report counts: the claims' own, and ``error`` for a measurement that raised."""
-PLURAL = {"holds": "hold", "fails": "fail", "loose": "loose", "inconclusive": "inconclusive", "error": "raised"}
+SEED_SENSITIVE = "seed-sensitive"
+"""What the counts call a claim whose expectation is a band of verdicts (`verify.registry.Band`) and whose verdict
+lies in it: counted apart from the verdicts, whichever of its band this run gave, so that the counts say the same
+on every processor and at every base seed."""
+SEED_MARK = "~"
+"""Marks the verdict of a seed-sensitive claim in every view: one verdict of its band, which another base seed or
+processor may move to another."""
+PLURAL = {"holds": "hold", "fails": "fail", "loose": "loose", "inconclusive": "inconclusive", "error": "raised",
+          SEED_SENSITIVE: SEED_SENSITIVE}
 DETAIL_ORDER = ("fails", "inconclusive", "loose", "error", "holds", NOT_MEASURED)
 """Order of the bullets within each scope in the detail: what contradicts the statement first."""
 FAILS_READ = {"paper": "errors of the papers", "replication": "do not replicate at their scale",
@@ -91,19 +99,21 @@ def summary(outcomes: list[Outcome]) -> dict[str, Any]:
     outcomes = [o for o in outcomes if not o.skipped]
 
     def tally(group: list[Outcome]) -> dict[str, Any]:
-        per = Counter(o.verdict for o in group)
-        return {"claims": len(group), **{v: per.get(v, 0) for v in COUNTED},
+        per = Counter(SEED_SENSITIVE if o.seed_sensitive and o.matches else o.verdict for o in group)
+        return {"claims": len(group), **{v: per.get(v, 0) for v in (*COUNTED, SEED_SENSITIVE)},
                 "as_expected": {p: sum(o.matches and o.claim.provenance == p for o in group) for p in PROVENANCES},
                 "stored": sum(o.stored is not None for o in group)}
 
     by_kind = {kind: tally([o for o in outcomes if o.claim.kind == kind]) for kind in KINDS}
     return {
         "claims": len(outcomes),
-        "verdicts": {v: sum(k[v] for k in by_kind.values()) for v in COUNTED},
+        "verdicts": {v: sum(k[v] for k in by_kind.values()) for v in (*COUNTED, SEED_SENSITIVE)},
         "by_scope": {scope: tally([o for o in outcomes if o.claim.scope == scope]) for scope in SCOPES},
         "by_kind": by_kind,
         "as_expected": {p: sum(k["as_expected"][p] for k in by_kind.values()) for p in PROVENANCES},
         "mismatches": [o.claim.id for o in outcomes if not o.matches],
+        "seed_sensitive": [{"id": o.claim.id, "band": list(o.band.verdicts), "verdict": o.verdict}
+                           for o in outcomes if o.seed_sensitive],
         "errors_of_the_papers": [o.claim.id for o in outcomes if o.claim.scope == "paper" and o.verdict == "fails"],
         "seconds": round(sum(o.seconds for o in outcomes), 2),
         "stored": sum(o.stored is not None for o in outcomes),
@@ -119,6 +129,8 @@ def _counts(verdicts: dict[str, int], scope: str | None = None) -> str:
             parts.append(f"{verdicts[v]} fail ({FAILS_READ[scope]})")
         elif verdicts[v] or v in ("holds", "fails"):
             parts.append(f"{verdicts[v]} {PLURAL[v]}")
+    if verdicts.get(SEED_SENSITIVE):
+        parts.append(f"{verdicts[SEED_SENSITIVE]} {SEED_SENSITIVE}")
     stored = f"; {verdicts['stored']} {STORED_MARK} stored" if verdicts.get("stored") else ""
     return ", ".join(parts) + stored
 
@@ -134,22 +146,33 @@ def format_summary(outcomes: list[Outcome]) -> str:
                  f"{s['as_expected']['measurement']} by measurement (for those a regression check only); "
                  f"{s['seconds']:.1f} s measuring")
     text = "\n".join(lines)
+    if s["seed_sensitive"]:
+        text += "\n" + textwrap.fill(band_line(s["seed_sensitive"]), 120, break_on_hyphens=False)
     if s["mismatches"]:
         text += "\n" + textwrap.fill("verdict differs from its expectation (or raised): " + ", ".join(s["mismatches"]),
                                      120, break_on_hyphens=False)
     return text
 
 
+def band_line(seed_sensitive: list[dict]) -> str:
+    """The headline's sentence on the seed-sensitive claims (`summary`'s ``seed_sensitive``): each with its band and
+    this run's verdict."""
+    return (f"{SEED_SENSITIVE[0].upper() + SEED_SENSITIVE[1:]} ({SEED_MARK}: the verdict moves within a band seen over "
+            "base seeds and perturbed trainings, counted apart): "
+            + "; ".join(f"{e['id']} {' or '.join(e['band'])} (now {e['verdict']})" for e in seed_sensitive) + ".")
+
+
 def _scope_rows(outcomes: list[Outcome]) -> list[tuple[str, ...]]:
     rows = []
     for scope, k in summary(outcomes)["by_scope"].items():
         if k["claims"]:
-            rows.append((SCOPES[scope][0], str(k["claims"]), *(str(k[v]) for v in COUNTED),
+            rows.append((SCOPES[scope][0], str(k["claims"]), *(str(k[v]) for v in (*COUNTED, SEED_SENSITIVE)),
                          f"{k['as_expected']['analysis']} / {k['as_expected']['measurement']}"))
     return rows
 
 
-SCOPE_HEADER = ("scope", "claims", *(PLURAL[v] for v in COUNTED), "as expected: analysis / measurement")
+SCOPE_HEADER = ("scope", "claims", *(PLURAL[v] for v in (*COUNTED, SEED_SENSITIVE)),
+                "as expected: analysis / measurement")
 
 
 STORED_MARK = "†"
@@ -208,17 +231,18 @@ def _kind_rows(outcomes: list[Outcome]) -> list[tuple[str, ...]]:
     rows = []
     for kind, k in summary(outcomes)["by_kind"].items():
         if k["claims"]:
-            rows.append((KINDS[kind][0], str(k["claims"]), *(str(k[v]) for v in COUNTED),
+            rows.append((KINDS[kind][0], str(k["claims"]), *(str(k[v]) for v in (*COUNTED, SEED_SENSITIVE)),
                          f"{k['as_expected']['analysis']} / {k['as_expected']['measurement']}"))
     return rows
 
 
-KIND_HEADER = ("kind of check", "claims", *(PLURAL[v] for v in COUNTED), "as expected: analysis / measurement")
+KIND_HEADER = ("kind of check", "claims", *(PLURAL[v] for v in (*COUNTED, SEED_SENSITIVE)),
+               "as expected: analysis / measurement")
 
 
 def _verdict_cell(o: Outcome, expected: str = "expected ") -> str:
     text = o.verdict if o.matches or o.skipped else f"{o.verdict} ({expected}{o.expected_verdict})"
-    return text + (STORED_MARK if o.stored else "")
+    return text + (SEED_MARK if o.seed_sensitive and o.matches else "") + (STORED_MARK if o.stored else "")
 
 
 def _measured(o: Outcome) -> str:
@@ -410,7 +434,8 @@ def summary_page(outcomes: list[Outcome], meta: dict[str, Any]) -> list[str]:
         "", "## Detail", "",
         "Verdicts: **holds** = confirmed; **fails** = contradicted by the measurement; **loose** = true, with a",
         "bound the data beat by a wide margin; **inconclusive** = a comparison whose 95% interval over seeds",
-        "contains its boundary; *(expected …)* marks a verdict that differs from its claim's expectation. Each",
+        "contains its boundary; *(expected …)* marks a verdict that differs from its claim's expectation, and",
+        f"{SEED_MARK} a seed-sensitive verdict (one of the band its claim gave over base seeds and perturbed trainings). Each",
         f"expectation is set by *analysis* ({PROVENANCES['analysis']}) or by *measurement*",
         f"({PROVENANCES['measurement']}). {STORED_MARK} marks a verdict read from stored runs (see Stored runs).",
     ]

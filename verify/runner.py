@@ -25,7 +25,7 @@ from crate_nn.engine import Preempted
 from verify import committed, plots
 from verify.context import Context
 from verify.integrity import StoredDataError
-from verify.registry import Claim, Result
+from verify.registry import Band, Claim, Result
 from verify.stopping import Interrupted
 
 NOT_MEASURED = "not re-measured"
@@ -52,9 +52,20 @@ class Outcome:
     """The audit's base seed."""
 
     @property
-    def expected_verdict(self) -> str:
-        """The claim's expected verdict in the mode it was measured in (`Claim.expected_in`)."""
+    def band(self) -> Band:
+        """The claim's expected verdicts in the mode it was measured in (`Claim.expected_in`): one, or a band seen
+        over a panel of base seeds."""
         return self.claim.expected_in(self.mode)
+
+    @property
+    def expected_verdict(self) -> str:
+        """The expected verdicts as text: ``holds``, or ``holds or inconclusive`` for a band."""
+        return str(self.band)
+
+    @property
+    def seed_sensitive(self) -> bool:
+        """The claim's expectation is a band: its verdict moves with the base seed (or a training's last bits)."""
+        return not self.band.stable
 
     @property
     def verdict(self) -> str:
@@ -64,9 +75,9 @@ class Outcome:
 
     @property
     def matches(self) -> bool:
-        """True when the measured verdict (and the labels, where the claim expects some) is the one the claim's
-        analysis expects."""
-        return (self.error is None and self.verdict == self.expected_verdict
+        """True when the measured verdict lies in the claim's expected band (its one verdict, for a stable claim) and
+        the labels, where the claim expects some, match."""
+        return (self.error is None and self.verdict in self.band
                 and self.claim.labels_match(self.result, self.mode))
 
     @property
@@ -87,6 +98,8 @@ class Outcome:
             "expected": c.expected,
             "verdict": self.verdict,
             "expected_verdict": self.expected_verdict,
+            "expected_band": list(self.band.verdicts),
+            "seed_sensitive": self.seed_sensitive,
             "matches_expectation": self.matches,
             "scope": c.scope,
             "setting": c.setting,
@@ -102,6 +115,7 @@ class Outcome:
             "stored": self.stored,
             "recorded_seed": self.recorded_seed,
             "skipped": self.skipped,
+            "labels": self.result.labels if self.result else None,
         }
 
 

@@ -8,7 +8,7 @@ from verify import verdicts
 from verify.__main__ import audit
 from verify.context import Context
 from verify.numerics import loglog_slope
-from verify.registry import KINDS, PROVENANCES, SCOPES, Claim, Headline, Result, claim, select
+from verify.registry import KINDS, PROVENANCES, SCOPES, Band, Claim, Headline, Result, claim, select
 from verify.report import PAPER_CLAIMS, summary
 from verify.statistics import every
 
@@ -382,7 +382,7 @@ def test_a_full_verdict_is_expected_under_full_only(tmp_path):
     claim = Claim(id="demo-modes", tags=("demo",), location="NeurIPS 2023, eq. (0)", statement="s", measures="m", expected="e",
                   expected_verdict="fails", kind="trained", provenance="measurement", measure=_holds,
                   full_verdict="holds")
-    assert claim.expected_in("quick") == "fails" and claim.expected_in("full") == "holds"
+    assert str(claim.expected_in("quick")) == "fails" and str(claim.expected_in("full")) == "holds"
     assert audit([claim], mode="full", output_dir=tmp_path / "full", progress=False, echo=False) == 0
     assert audit([claim], mode="quick", output_dir=tmp_path / "quick", progress=False, echo=False) == 1
     entry = json.loads((tmp_path / "quick" / "report.json").read_text())["claims"][0]
@@ -391,6 +391,46 @@ def test_a_full_verdict_is_expected_under_full_only(tmp_path):
         _register(full_verdict="maybe")
     with pytest.raises(ValueError, match="both modes"):
         _register(full_verdict="holds", modes=("full",))
+
+
+def test_a_band_of_verdicts_matches_each_verdict_in_it_and_no_other(tmp_path, capsys):
+    """A seed-sensitive claim expects the band of verdicts it gave over a panel of base seeds: any verdict of the band
+    is as expected (exit 0) and is counted apart from the verdicts, one outside it is not (exit 1)."""
+    def inconclusive(ctx):
+        return Result("Δ −0.18 [−0.41, +0.04]", "inconclusive")
+
+    banded = _claim("demo-band", ("holds", "inconclusive"), inconclusive, kind="trained", provenance="measurement",
+                    scope="probe")
+    assert banded.expected_verdict.verdicts == ("holds", "inconclusive") and not banded.expected_verdict.stable
+    assert audit([banded], output_dir=tmp_path / "in", progress=False) == 0
+    console = capsys.readouterr().out
+    assert "1 seed-sensitive" in console and "demo-band holds or inconclusive (now inconclusive)" in console
+    report = json.loads((tmp_path / "in" / "report.json").read_text())
+    entry = report["claims"][0]
+    assert entry["expected_band"] == ["holds", "inconclusive"] and entry["seed_sensitive"] and entry["matches_expectation"]
+    probes = report["summary"]["by_scope"]["probe"]
+    assert probes["seed-sensitive"] == 1 and probes["inconclusive"] == 0  # counted apart, whichever verdict it gave
+    assert "inconclusive~" in (tmp_path / "in" / "report.md").read_text()
+    outside = _claim("demo-band", ("holds", "loose"), inconclusive, scope="probe")
+    assert audit([outside], output_dir=tmp_path / "out", progress=False, echo=False) == 1
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["summary"]["mismatches"] == ["demo-band"]
+    assert Band.of("x", "expected_verdict", ("inconclusive", "holds")).verdicts == ("holds", "inconclusive")  # ordered
+
+
+@pytest.mark.parametrize("band, message", [
+    (("holds", "fails"), "spans fails and holds"),
+    (("loose", "inconclusive", "fails"), "spans fails and holds"),
+    ((), "one verdict or a band"),
+    (("holds", "holds"), "one verdict or a band"),
+    (("holds", "maybe"), "must be one of"),
+])
+def test_a_band_is_refused_across_fails_and_holds_and_when_malformed(band, message):
+    """A claim whose verdict moves between fails and holds is not a regression expectation but an undecided claim:
+    no band may hold both; nor may a band be empty, repeat a verdict, or hold an unknown one."""
+    with pytest.raises(ValueError, match=message):
+        _claim("demo-bad-band", band, _holds)
+    with pytest.raises(ValueError, match="printed-number check gives one verdict"):
+        _claim("demo-printed-band", ("holds", "inconclusive"), _holds, kind="printed")
 
 
 def test_expected_labels_must_match_too_in_their_mode(tmp_path):
