@@ -231,8 +231,9 @@ def _warn(message: str) -> None:
 
 def location(config: TrainConfig) -> Path:
     """The cache entry of ``config``'s run with the current code: ``root()/sealed-runs/<task>-<config hash>-<code
-    hash>`` (``perturbed-runs/`` within `perturbed`)."""
-    return root() / (PERTURBED_RUNS if _PERTURBED else RUNS) / f"{config.task}-{config_hash(config)}-{CODE}"
+    hash>`` (``perturbed-runs/`` within `perturbed`, unless `answered_by` stored runs, which train nothing)."""
+    folder = PERTURBED_RUNS if _PERTURBED and not _ANSWER else RUNS
+    return root() / folder / f"{config.task}-{config_hash(config)}-{CODE}"
 
 
 _PERTURBED: list[bool] = []

@@ -100,3 +100,15 @@ def test_the_panel_runs_audits_end_to_end_and_refuses_bad_arguments(tmp_path):
     for bad, said in ((["--jobs", "0"], "--jobs"), (["--seeds", "1", "1"], "--seeds")):
         proc = subprocess.run([sys.executable, "-m", "verify.panel", *bad], capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2 and said in proc.stderr.splitlines()[-1]
+
+
+def test_perturbed_training_leaves_the_stored_claims_as_they_were(tmp_path, monkeypatch):
+    """A stored replication trains nothing: under perturbation its claims read the same stored runs (a fine-tuning
+    names its pre-trained run by the cache path it would have, which the perturbation must not move)."""
+    monkeypatch.setenv("CRATE_WHITEBOX_CACHE", str(tmp_path / "cache"))
+    stored = [c for c in all_claims() if c.committed == "bert" and "quick" in c.modes]
+    plain = run_claims(stored, mode="quick", seed=0, output_dir=tmp_path, progress=False, figures=False)
+    with experiments.perturbed():
+        perturbed = run_claims(stored, mode="quick", seed=0, output_dir=tmp_path, progress=False, figures=False)
+    assert stored and [o.error for o in perturbed] == [None] * len(stored)
+    assert [o.result.measured for o in perturbed] == [o.result.measured for o in plain]
