@@ -27,7 +27,7 @@ from typing import Any
 
 from verify.context import ROOT
 from verify.errata import command as errata_command
-from verify.registry import ERROR_KINDS, SCOPES, SOURCES, Claim, all_claims
+from verify.registry import ERROR_KINDS, SCOPES, SOURCES, Claim, all_claims, errors_of_kind
 from verify.report import (
     COUNTED,
     FAILS_READ,
@@ -74,14 +74,14 @@ def _errors(report: dict) -> dict[str, list[dict]]:
     (`verify.registry.ERROR_KINDS`, then `verify.report.UNCLASSIFIED` for one whose claim names none), each kind
     present only when it has an entry."""
     failing = [e for e in report["claims"] if e.get("scope") == "paper" and e["verdict"] == "fails"]
-    by_kind = {kind: [e for e in failing if e.get("error_kind") == kind] for kind in (*ERROR_KINDS, UNCLASSIFIED)}
+    by_kind = {kind: [e for e in failing if e.get("error_kind") == kind] for kind in ERROR_KINDS}
     by_kind[UNCLASSIFIED] = [e for e in failing if e.get("error_kind") not in ERROR_KINDS]
     return {kind: found for kind, found in by_kind.items() if found}
 
 
-def _kind_heading(kind: str) -> tuple[str, str]:
-    """(plural heading, description) of an error kind."""
-    return ERROR_KINDS.get(kind, (kind, "a paper claim expected to hold, which names no kind of error"))
+def _description(kind: str) -> str:
+    """What an error kind is."""
+    return ERROR_KINDS[kind][2] if kind in ERROR_KINDS else "a paper claim expected to hold: it names no kind"
 
 
 def headline(report: dict, claims: list[Claim]) -> str:
@@ -103,7 +103,7 @@ def headline(report: dict, claims: list[Claim]) -> str:
         total = sum(len(found) for found in errors.values())
         lines += [f"The {total} errors of the papers (their statements that fail, as printed; each with its location, "
                   "correction and witness in [docs/papers.md](docs/papers.md#the-errors-of-the-papers)) — "
-                  + "; ".join(f"{len(found)} {_kind_heading(kind)[0]} ({_kind_heading(kind)[1]}): "
+                  + "; ".join(f"{errors_of_kind(kind, len(found))} ({_description(kind)}): "
                               + ", ".join(f"`{e['id']}`" for e in found) for kind, found in errors.items()) + "."]
     return "\n".join(lines).rstrip("\n")
 
@@ -116,8 +116,8 @@ def papers_errors(report: dict, claims: list[Claim]) -> str:
         return "None: no statement of the papers fails in this report."
     lines = []
     for kind, found in errors.items():
-        heading, description = _kind_heading(kind)
-        lines += [f"**{heading[0].upper() + heading[1:]}** ({len(found)}: {description}):", ""]
+        heading = ERROR_KINDS[kind][1] if kind in ERROR_KINDS else kind
+        lines += [f"**{heading[0].upper() + heading[1:]}** ({len(found)}: {_description(kind)}):", ""]
         lines += [f"- `{e['id']}` ({_md(e['location'])}): {_md(e['statement'])} — measured: {_md(e['measured'])}"
                   + (f" — corrected: {_md(e['correction'])}" if e.get("correction") else "")
                   + f" (witness: `{errata_command(e['id'])}`)" for e in found]

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from verify.context import versions
-from verify.registry import ERROR_KINDS, SOURCES, Claim, all_claims, select
+from verify.registry import ERROR_KINDS, SOURCES, Claim, all_claims, errors_of_kind, select
 from verify.runner import single_threaded
 
 OUTPUT_DIR = Path("verify-report/errata")
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         state = "ok" if behaves(r) else "MISBEHAVES"
         print(f"{r['id']:32s} {r['kind']:12s} printed {'holds' if r['printed_holds'] else 'fails'}, corrected "
               f"{'holds' if r['corrected_holds'] else 'fails'} ({r['seconds']:.2f} s) {state}")
-    kinds = ", ".join(f"{sum(r['kind'] == k for r in records)} {ERROR_KINDS[k][0]}" for k in ERROR_KINDS)
+    kinds = ", ".join(errors_of_kind(k, sum(r["kind"] == k for r in records)) for k in ERROR_KINDS)
     print(f"{len(records)} errors of the papers ({kinds}); written to {paths[0]} and {paths[1]}")
     return 0 if all(behaves(r) for r in records) else 1
 

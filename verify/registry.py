@@ -91,11 +91,18 @@ SCOPES = {
 statements first; only a ``paper`` ``fails`` is called an error of the papers."""
 
 ERROR_KINDS = {
-    "erratum": ("errata", "a printed slip — a typo, a printed number or formula, a caption, an off-by-one, a count"),
-    "substantive": ("substantive errors", "a step of an argument or a claimed behaviour"),
+    "erratum": ("erratum", "errata", "a printed slip — a typo, a printed number or formula, a caption, an off-by-one, "
+                "a count"),
+    "substantive": ("substantive error", "substantive errors", "a step of an argument or a claimed behaviour"),
 }
-"""What kind of error a ``paper`` claim expected to fail records: kind → (heading, description). The headline counts
-the errors of the papers per kind."""
+"""What kind of error a ``paper`` claim expected to fail records: kind → (singular, plural, description). The headline
+counts the errors of the papers per kind (`errors_of_kind`)."""
+
+
+def errors_of_kind(kind: str, n: int) -> str:
+    """``7 errata``, ``1 substantive error``: ``n`` errors of ``kind`` (a kind not in `ERROR_KINDS` by its name)."""
+    singular, plural, _ = ERROR_KINDS.get(kind, (kind, kind, ""))
+    return f"{n} {singular if n == 1 else plural}"
 
 SOURCES = {
     "long version": "White-Box Transformers via Sparse Rate Reduction: Compression Is All There Is? (Yu, Buchanan, "

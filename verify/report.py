@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from verify.errata import command as errata_command
-from verify.registry import ERROR_KINDS, KINDS, PROVENANCES, SCOPES, SOURCES, VERDICTS
+from verify.registry import ERROR_KINDS, KINDS, PROVENANCES, SCOPES, SOURCES, VERDICTS, errors_of_kind
 from verify.runner import NOT_MEASURED, Outcome
 
 COUNTED = (*VERDICTS, "error")
@@ -131,9 +131,8 @@ def errors_by_kind(outcomes: list[Outcome]) -> dict[str, list[str]]:
 
 
 def kinds_text(by_kind: dict[str, list]) -> str:
-    """``7 errata, 2 substantive`` (and ``1 unclassified``) from `errors_by_kind`: the kinds with an error."""
-    return ", ".join(f"{len(ids)} {ERROR_KINDS[kind][0].split()[0] if kind in ERROR_KINDS else kind}"
-                     for kind, ids in by_kind.items() if ids)
+    """``7 errata, 2 substantive errors`` (and ``1 unclassified``) from `errors_by_kind`: the kinds with an error."""
+    return ", ".join(errors_of_kind(kind, len(ids)) for kind, ids in by_kind.items() if ids)
 
 
 def _counts(verdicts: dict[str, int], scope: str | None = None, by_kind: dict[str, list] | None = None) -> str:
@@ -388,7 +387,7 @@ def format_console(outcomes: list[Outcome]) -> str:
     lines = [format_summary(outcomes), *(textwrap.fill(t, 120) for t in stored_lines(outcomes))]
     by_kind = summary(outcomes)["errors_by_kind"]
     if any(by_kind.values()):
-        listed = "; ".join(f"{len(ids)} {ERROR_KINDS[kind][0] if kind in ERROR_KINDS else kind}: " + ", ".join(ids)
+        listed = "; ".join(f"{errors_of_kind(kind, len(ids))}: " + ", ".join(ids)
                            for kind, ids in by_kind.items() if ids)
         lines += [""] + textwrap.wrap(f"Errors of the papers (their statements that fail) — {listed}", 120,
                                       break_on_hyphens=False)
@@ -539,8 +538,9 @@ def write_markdown(path: Path, outcomes: list[Outcome], meta: dict[str, Any]) ->
             "",
         ]
         if c.error_kind:
-            lines += [f"**Error of the papers** ({c.error_kind}: {ERROR_KINDS[c.error_kind][1]}). Corrected: "
-                      f"{c.correction}. Witness: `{errata_command(c.id)}`.", ""]
+            singular, _, description = ERROR_KINDS[c.error_kind]
+            lines += [f"**Error of the papers** ({singular}: {description}). Corrected: {c.correction}. Witness: "
+                      f"`{errata_command(c.id)}`.", ""]
         lines += [f"![{c.id}]({f})" for f in o.figures]
         if o.error:
             lines += ["```", o.error.rstrip(), "```"]
