@@ -131,8 +131,11 @@ def errors_by_kind(outcomes: list[Outcome]) -> dict[str, list[str]]:
 
 
 def kinds_text(by_kind: dict[str, list]) -> str:
-    """``7 errata, 2 substantive errors`` (and ``1 unclassified``) from `errors_by_kind`: the kinds with an error."""
-    return ", ".join(errors_of_kind(kind, len(ids)) for kind, ids in by_kind.items() if ids)
+    """``7 errata, 2 substantive`` (and ``1 unclassified``) from `errors_by_kind`: the kinds with an error, each
+    count in `verify.registry.errors_of_kind`'s words without the word "error" (a count inside "errors of the
+    papers: …")."""
+    return ", ".join(errors_of_kind(kind, len(ids)).removesuffix(" errors").removesuffix(" error")
+                     for kind, ids in by_kind.items() if ids)
 
 
 def _counts(verdicts: dict[str, int], scope: str | None = None, by_kind: dict[str, list] | None = None) -> str:

@@ -70,7 +70,7 @@ def test_errata_and_substantive_errors_are_listed_apart():
                       _entry("eq3-typo", "paper", "fails", error_kind="erratum", correction="a minus"),
                       _entry("eq4-holds", "paper", "holds"), _entry("x-probe", "probe", "fails")])
     headline = documents.headline(report, [])
-    assert "| 3 (errors of the papers: 2 errata, 1 substantive error) |" in headline
+    assert "| 3 (errors of the papers: 2 errata, 1 substantive) |" in headline
     assert "2 errata (a printed slip" in headline and "`eq1-typo`, `eq3-typo`" in headline
     assert "1 substantive error (a step of an argument" in headline and "`eq2-step`." in headline
     assert "x-probe" not in headline and "eq4-holds" not in headline

@@ -282,7 +282,7 @@ def test_errata_and_substantive_errors_are_counted_apart(tmp_path):
     assert s["errors_by_kind"] == {"erratum": ["eq1-typo", "eq3-typo"], "substantive": ["eq2-step"],
                                    "unclassified": ["eq4-unforeseen"]}
     assert s["errors_of_the_papers"] == ["eq1-typo", "eq2-step", "eq3-typo", "eq4-unforeseen"]
-    assert "4 fail (errors of the papers: 2 errata, 1 substantive error, 1 unclassified)" in format_summary(outcomes)
+    assert "4 fail (errors of the papers: 2 errata, 1 substantive, 1 unclassified)" in format_summary(outcomes)
     console = " ".join(format_console(outcomes).split("\n"))  # the list wraps at 120 columns
     assert "2 errata: eq1-typo, eq3-typo; 1 substantive error: eq2-step; 1 unclassified: eq4-unforeseen" in console
     assert "x-probe" not in console.split("Errors of the papers")[1]  # a probe's fails is no error of the papers
