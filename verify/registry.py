@@ -104,6 +104,7 @@ def errors_of_kind(kind: str, n: int) -> str:
     singular, plural, _ = ERROR_KINDS.get(kind, (kind, kind, ""))
     return f"{n} {singular if n == 1 else plural}"
 
+
 SOURCES = {
     "long version": "White-Box Transformers via Sparse Rate Reduction: Compression Is All There Is? (Yu, Buchanan, "
                     "Pai, Chu, Wu, Tong, Bai, Zhai, Haeffele, Ma; JMLR 2024, arXiv 2311.13110 v4)",

@@ -164,9 +164,10 @@ TABLE_9 = {"small": (576, 12, 25.4, 47.5), "base": (768, 12, 44.6, 143.8), "larg
 """Table 9's rows (L = 12, N = 196 for each): size → (d, K, CRATE-MAE's parameters in millions, MAE's)."""
 
 
+@functools.cache
 def _counts(size: str) -> tuple[int, int]:
     """(the authors' module structure, crate_nn's CRATEMAE) parameter counts of crate_mae_``size``, built on the
-    meta device."""
+    meta device (once per process)."""
     with torch.device("meta"):
         model = crate_nn.create_model(f"crate_mae_{size}")
     return (sum(v.numel() for v in crate_nn_to_official_mae(model.state_dict()).values()),
