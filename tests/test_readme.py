@@ -85,6 +85,8 @@ COMMANDS: dict[str, Run | StandIn | Parse] = {
     # docs/audit.md
     "python -m verify --only eq121 lemma11": Run(),
     "python -m verify --list": Run(),
+    "python -m verify.errata": Run(),
+    "python -m verify.errata --only eq436 thm16 --output-dir out/errata": Run(),
     # README.md, docs/audit.md: the network audit
     "python -m verify.network hf-hub:UCSC-VLAA/CRATE-alpha:torch/crate_alpha_B16.pth --name crate_alpha_b16 "
     "--images /data/imagenet/val": Parse("the published CRATE-α B/16 on 256 ImageNet validation images (a user's "

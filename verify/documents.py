@@ -1,8 +1,9 @@
 """``python -m verify.documents``: the parts of the repository's documents that are written from the audit's report.
 
-README.md's headline (the verdicts per scope, naming the errors of the papers) and its answer to "do CRATE layers
-compress?", and docs/papers.md's list of the errors of the papers (each with its location and measurement), its index
-of every object of the papers the audit checks and its table of former claim ids. Each part lies between two markers, which the command keeps::
+README.md's headline (the verdicts per scope, naming the errors of the papers, errata and substantive apart) and its
+answer to "do CRATE layers compress?", and docs/papers.md's list of the errors of the papers (by kind, each with its
+location, measurement, correction and witness), its index of every object of the papers the audit checks and its
+table of former claim ids. Each part lies between two markers, which the command keeps::
 
     <!-- generated: NAME (python -m verify.documents) -->
     …
@@ -25,8 +26,21 @@ from pathlib import Path
 from typing import Any
 
 from verify.context import ROOT
-from verify.registry import SCOPES, SOURCES, Claim, all_claims
-from verify.report import COUNTED, FAILS_READ, LAYERS_COMPRESS, PLURAL, PROTOCOLS, SEED_SENSITIVE, delta_r
+from verify.errata import command as errata_command
+from verify.registry import ERROR_KINDS, SCOPES, SOURCES, Claim, all_claims, errors_of_kind
+from verify.report import (
+    COUNTED,
+    FAILS_READ,
+    LAYERS_COMPRESS,
+    PAPERS_SCALE,
+    PLURAL,
+    PROTOCOLS,
+    SEED_SENSITIVE,
+    UNCLASSIFIED,
+    delta_r,
+    kinds_text,
+    layers_tally,
+)
 
 BEGIN = "<!-- generated: {name} (python -m verify.documents) -->"
 END = "<!-- end: {name} -->"
@@ -64,68 +78,88 @@ def _md(text: str) -> str:
     return " ".join(str(text).replace("|", "\\|").split())
 
 
-def _errors(report: dict) -> list[dict]:
-    """The report's entries of the papers' statements (scope ``paper``) that fail: the errors of the papers."""
-    return [e for e in report["claims"] if e.get("scope") == "paper" and e["verdict"] == "fails"]
+def _errors(report: dict) -> dict[str, list[dict]]:
+    """The report's entries of the papers' statements (scope ``paper``) that fail — the errors of the papers — by kind
+    (`verify.registry.ERROR_KINDS`, then `verify.report.UNCLASSIFIED` for one whose claim names none), each kind
+    present only when it has an entry."""
+    failing = [e for e in report["claims"] if e.get("scope") == "paper" and e["verdict"] == "fails"]
+    by_kind = {kind: [e for e in failing if e.get("error_kind") == kind] for kind in ERROR_KINDS}
+    by_kind[UNCLASSIFIED] = [e for e in failing if e.get("error_kind") not in ERROR_KINDS]
+    return {kind: found for kind, found in by_kind.items() if found}
+
+
+def _description(kind: str) -> str:
+    """What an error kind is."""
+    return ERROR_KINDS[kind][2] if kind in ERROR_KINDS else "a paper claim expected to hold: it names no kind"
 
 
 def headline(report: dict, claims: list[Claim]) -> str:
-    """The audit's verdicts per scope, and each of the papers' statements that fails (an error of the papers)."""
+    """The audit's verdicts per scope, and each of the papers' statements that fails (an error of the papers), errata
+    and substantive errors apart."""
     by_scope = report["summary"]["by_scope"]
+    errors = _errors(report)
     counted = (*COUNTED, SEED_SENSITIVE)
     rows = ["| what the claims test | claims | " + " | ".join(PLURAL[v] for v in counted) + " |",
             "|---|---|" + "---|" * len(counted)]
     for scope, (name, _) in SCOPES.items():
         k = by_scope[scope]
-        cells = [f"{k[v]} ({FAILS_READ[scope]})" if v == "fails" and k[v] else str(k.get(v, 0)) for v in counted]
+        kinds = f": {kinds_text(errors)}" if scope == "paper" and errors else ""
+        cells = [f"{k[v]} ({FAILS_READ[scope]}{kinds})" if v == "fails" and k[v] else str(k.get(v, 0))
+                 for v in counted]
         rows.append(f"| {name} | {k['claims']} | " + " | ".join(cells) + " |")
     meta = report["meta"]
     lines = [f"The audit's {meta['mode']} mode at base seed {meta['seed']}: {report['summary']['claims']} claims, "
              f"{report['summary']['claims'] - len(report['summary']['mismatches'])} as expected.", "", *rows, ""]
-    errors = _errors(report)
     if errors:
-        lines += [f"The {len(errors)} errors of the papers (their statements that fail, as printed; each with its "
-                  "location and measurement in [docs/papers.md](docs/papers.md#the-errors-of-the-papers)): "
-                  + ", ".join(f"`{e['id']}`" for e in errors) + "."]
+        total = sum(len(found) for found in errors.values())
+        lines += [f"The {total} errors of the papers (their statements that fail, as printed; each with its location, "
+                  "correction and witness in [docs/papers.md](docs/papers.md#the-errors-of-the-papers)) — "
+                  + "; ".join(f"{errors_of_kind(kind, len(found))} ({_description(kind)}): "
+                              + ", ".join(f"`{e['id']}`" for e in found) for kind, found in errors.items()) + "."]
     return "\n".join(lines).rstrip("\n")
 
 
 def papers_errors(report: dict, claims: list[Claim]) -> str:
-    """Each of the papers' statements that fails, with its location, the statement and what was measured."""
+    """Each of the papers' statements that fails, by kind of error, with its location, the statement, what was
+    measured, the correction and the command of its witness."""
     errors = _errors(report)
     if not errors:
         return "None: no statement of the papers fails in this report."
-    return "\n".join(f"- `{e['id']}` ({_md(e['location'])}): {_md(e['statement'])} — measured: {_md(e['measured'])}"
-                     for e in errors)
+    lines = []
+    for kind, found in errors.items():
+        heading = ERROR_KINDS[kind][1] if kind in ERROR_KINDS else kind
+        lines += [f"**{heading[0].upper() + heading[1:]}** ({len(found)}: {_description(kind)}):", ""]
+        lines += [f"- `{e['id']}` ({_md(e['location'])}): {_md(e['statement'])} — measured: {_md(e['measured'])}"
+                  + (f" — corrected: {_md(e['correction'])}" if e.get("correction") else "")
+                  + f" (witness: `{errata_command(e['id'])}`)" for e in found]
+        lines.append("")
+    return "\n".join(lines).rstrip("\n")
 
 
 def layers_compress(report: dict, claims: list[Claim]) -> str:
-    """The central question under each protocol, for each model the report measured (`verify.report.LAYERS_COMPRESS`),
-    with the deciding layer's number and, for the joint rule, ΔR."""
+    """The central question under each protocol, for each model the report measured (`verify.report.LAYERS_COMPRESS`):
+    each cell with the scope of the claim that decides it and the number that decides it, and for the joint rule ΔR;
+    the verdicts counted per scope; what the built-in runs do not measure."""
     entries = _entries(report)
-    rows = ["| model | scope, scale | " + " | ".join(PROTOCOLS) + " | ΔR, last layer (joint) |", "|---|---|---|---|---|---|"]
-    tally = {p: {} for p in PROTOCOLS}
+    rows = ["| model | " + " | ".join(PROTOCOLS) + " | ΔR, last layer (joint) | scale |", "|---|---|---|---|---|---|"]
+    decided = []
     for model, ids in LAYERS_COMPRESS:
         found = [entries.get(i) if i else None for i in ids]
         if not any(found):
             continue
-        first = next(e for e in found if e)
-        scope = SCOPES[first["scope"]][0] if first.get("scope") in SCOPES else "—"
         cells = []
         for protocol, e in zip(PROTOCOLS, found):
             if e is None:
                 cells.append("—")
                 continue
-            counted = SEED_SENSITIVE if _verdict(e) != e["verdict"] else e["verdict"]
-            tally[protocol][counted] = tally[protocol].get(counted, 0) + 1
-            cells.append(f"**{_verdict(e)}** ({_md(_headline_text(e))}; `{e['id']}`)")
-        joint = found[2]
-        rows.append(f"| {model} | {scope}" + (f": {_md(first['setting'])}" if first.get("setting") else "")
-                    + " | " + " | ".join(cells) + f" | {delta_r(joint.get('data')) if joint else '—'} |")
-    said = "; ".join(f"{protocol}: " + ", ".join(f"{n} {PLURAL[v]}" for v, n in sorted(counts.items()))
-                     for protocol, counts in tally.items() if counts)
-    return "\n".join([f"Each cell: the verdict, and the number that decides it (named by what it compares). In this "
-                      f"report — {said}.", "", *rows])
+            decided.append((protocol, e.get("scope"), SEED_SENSITIVE if _verdict(e) != e["verdict"] else e["verdict"]))
+            cells.append(f"**{_verdict(e)}** ({e.get('scope') or '—'}; {_md(_headline_text(e))}; `{e['id']}`)")
+        first, joint = next(e for e in found if e), found[2]
+        rows.append(f"| {model} | " + " | ".join(cells) + f" | {delta_r(joint.get('data')) if joint else '—'} | "
+                    f"{_md(first.get('setting') or '—')} |")
+    return "\n".join([f"Each cell: the verdict, the scope of the claim that decides it and the number that decides it "
+                      f"(named by what it compares). Counted by scope — {layers_tally(decided)}.", "", *rows, "",
+                      PAPERS_SCALE])
 
 
 def _source(location: str) -> str:

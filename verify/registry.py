@@ -39,6 +39,12 @@ result's ``labels`` must match in full, a band of labels written as alternatives
 ``provenance`` says where that expectation comes from (:data:`PROVENANCES`): an analysis written before measuring,
 or a measurement — for the latter "as expected" is a regression check only. ``kind`` says what sort of check the
 claim is (:data:`KINDS`). Both are required, and put last in each decorator.
+
+A ``paper`` claim expected to fail is an error of the papers: it names the kind of error (``error_kind``, one of
+:data:`ERROR_KINDS`: an erratum or a substantive error), the ``correction`` and a ``witness``: a function of one
+argument, ``corrected``, that checks the printed statement (``False``) or the corrected one (``True``) in seconds and
+returns a :class:`Check`; it fails on the first and holds on the second (``python -m verify.errata`` runs them and
+writes the errors as a dataset).
 """
 from __future__ import annotations
 
@@ -65,7 +71,7 @@ contains its boundary (`verify.statistics.compare`)."""
 KINDS = {
     "identity": ("identity or cross-check", "two implementations, or the two sides of an identity, agree to round-off"),
     "printed": ("printed number or formula", "a number or formula printed in the papers, checked against a "
-                "computation: an erratum check, which can only hold or fail"),
+                "computation, which can only hold or fail"),
     "control": ("control comparison", "a comparison with a trivial control"),
     "theory": ("theory on synthetic data", "a property of the theory, measured on synthetic data"),
     "ideal": ("ideal CRATE stack", "a hand-built CRATE stack on synthetic data"),
@@ -82,9 +88,27 @@ SCOPES = {
                     "that scale"),
     "probe": ("the audit's own probes", "a construct, a control, a stricter reading or a baseline of the audit's "
               "own, which the papers do not state; a `fails` here is a finding of the audit"),
+    "versions": ("differences between the versions", "one object as two versions of the papers print it (the "
+                 "NeurIPS and the long version): a `fails` records a difference between them, neither an error of "
+                 "either version nor a finding of the audit"),
 }
 """What a claim tests: scope → (heading, description). The headline counts verdicts per scope, the papers'
 statements first; only a ``paper`` ``fails`` is called an error of the papers."""
+
+ERROR_KINDS = {
+    "erratum": ("erratum", "errata", "a printed slip — a typo, a printed number or formula, a caption, an off-by-one, "
+                "a count"),
+    "substantive": ("substantive error", "substantive errors", "a step of an argument or a claimed behaviour"),
+}
+"""What kind of error a ``paper`` claim expected to fail records: kind → (singular, plural, description). The headline
+counts the errors of the papers per kind (`errors_of_kind`)."""
+
+
+def errors_of_kind(kind: str, n: int) -> str:
+    """``7 errata``, ``1 substantive error``: ``n`` errors of ``kind`` (a kind not in `ERROR_KINDS` by its name)."""
+    singular, plural, _ = ERROR_KINDS.get(kind, (kind, kind, ""))
+    return f"{n} {singular if n == 1 else plural}"
+
 
 SOURCES = {
     "long version": "White-Box Transformers via Sparse Rate Reduction: Compression Is All There Is? (Yu, Buchanan, "
@@ -213,6 +237,19 @@ class Headline:
         return f"{self.label}: {self.value:+.2g} [{self.low:.2g}, {self.high:.2g}]"
 
 
+WITNESS_SEED = 0
+"""The seed of every witness's draws: a witness is a demonstration, the same numbers at every run."""
+
+
+@dataclass(frozen=True)
+class Check:
+    """What a witness (`Claim.witness`) found for one statement, printed or corrected: whether it ``holds``, and the
+    ``numbers`` that decide it (JSON-serialisable)."""
+
+    holds: bool
+    numbers: dict[str, Any]
+
+
 @dataclass
 class Result:
     """What a measurement function returns.
@@ -262,6 +299,9 @@ class Claim:
     formerly: tuple[str, ...] = ()
     expected_labels: str | None = None
     full_labels: str | None = None
+    error_kind: str | None = None
+    correction: str | None = None
+    witness: Callable[[bool], Check] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "expected_verdict", Band.of(self.id, "expected_verdict", self.expected_verdict.verdicts
@@ -269,6 +309,7 @@ class Claim:
                                                              else self.expected_verdict))
         if self.full_verdict is not None and not isinstance(self.full_verdict, Band):
             object.__setattr__(self, "full_verdict", Band.of(self.id, "full_verdict", self.full_verdict))
+        self._check_error()
         if self.scope is not None:
             _check(self.id, "scope", self.scope, SCOPES)
             if self.scope != "paper" and not self.setting:
@@ -290,6 +331,31 @@ class Claim:
                 _check(self.id, "expected_verdict (a printed-number check)", band.verdicts[0], ("holds", "fails"))
         if not self.modes or any(m not in MODES for m in self.modes):
             raise ValueError(f"modes of {self.id!r} must be a non-empty subset of {MODES}, got {self.modes!r}")
+
+    def _check_error(self) -> None:
+        """An error kind, a correction and a witness together, on a ``paper`` claim expected to fail (in either mode),
+        and only there."""
+        expects_failure = self.may_give("fails")
+        named = [name for name in ("error_kind", "correction", "witness") if getattr(self, name) is not None]
+        if named and self.scope != "paper":
+            raise ValueError(f"claim {self.id!r}: {', '.join(named)} is for a paper claim (an error of the papers), "
+                             f"got scope {self.scope!r}")
+        if named and not expects_failure:
+            raise ValueError(f"claim {self.id!r}: {', '.join(named)} is for a claim expected to fail, got "
+                             f"expected verdict {str(self.expected_verdict)!r}")
+        if self.scope == "paper" and expects_failure and len(named) < 3:
+            missing = [n for n in ("error_kind", "correction", "witness") if n not in named]
+            raise ValueError(f"claim {self.id!r}: a paper claim expected to fail is an error of the papers and names "
+                             f"its {', '.join(missing)} ({' or '.join(ERROR_KINDS)}, the corrected statement, a "
+                             "witness function)")
+        if self.error_kind is not None:
+            _check(self.id, "error_kind", self.error_kind, ERROR_KINDS)
+        if self.witness is not None and not callable(self.witness):
+            raise ValueError(f"witness of {self.id!r} must be a function of `corrected`, got {self.witness!r}")
+
+    def may_give(self, verdict: str) -> bool:
+        """Whether ``verdict`` lies in the claim's expected band in either mode."""
+        return any(verdict in band for band in (self.expected_verdict, self.full_verdict) if band is not None)
 
     def expected_in(self, mode: str) -> Band:
         """The expected verdicts of a ``mode`` audit: ``full_verdict`` under --full where one is given (a claim whose
@@ -336,6 +402,9 @@ def claim(
     formerly: str | Iterable[str] = (),
     expected_labels: str | None = None,
     full_labels: str | None = None,
+    error_kind: str | None = None,
+    correction: str | None = None,
+    witness: Callable[[bool], Check] | None = None,
 ) -> Callable[[Callable[..., Result]], Callable[..., Result]]:
     """Register the decorated measurement function as a claim (see the module docstring).
 
@@ -350,8 +419,11 @@ def claim(
     `verify.context.stored_file`) exists, under --full only before; ``expected_labels`` / ``full_labels``: the
     `Result.labels` expected in quick mode / under --full (optional; a claim whose labels differ from them does not
     match its expectation, verdict alike); ``scope``, ``quote``, ``location``, ``setting``: what the claim tests
-    and where the papers state it (`SCOPES`, `SOURCES`); ``formerly``: its former ids. Registration refuses an
-    unknown verdict, mode, kind, provenance or scope (``ValueError``, see :class:`Claim`), and a function that does
+    and where the papers state it (`SCOPES`, `SOURCES`); ``formerly``: its former ids; ``error_kind``,
+    ``correction``, ``witness``: for a ``paper`` claim expected to fail, the kind of error (`ERROR_KINDS`), the
+    corrected statement and the function that checks both (see the module docstring). Registration refuses an
+    unknown verdict, mode, kind, provenance, scope or error kind, an error kind on a claim that is not a paper claim
+    expected to fail and one missing on such a claim (``ValueError``, see :class:`Claim`), and a function that does
     not take the context alone (``TypeError``).
     """
     modes = tuple(modes)
@@ -364,9 +436,11 @@ def claim(
     spec = dict(id=id, tags=tuple(tags), location=location, statement=statement, measures=measures,
                 expected=expected, expected_verdict=Band.of(id, "expected_verdict", expected_verdict), kind=kind,
                 provenance=provenance, modes=modes,
-                full_verdict=None if full_verdict is None else Band.of(id, "full_verdict", full_verdict), committed=committed, scope=scope, quote=quote,
+                full_verdict=None if full_verdict is None else Band.of(id, "full_verdict", full_verdict),
+                committed=committed, scope=scope, quote=quote,
                 setting=setting, formerly=(formerly,) if isinstance(formerly, str) else tuple(formerly),
-                expected_labels=expected_labels, full_labels=full_labels)
+                expected_labels=expected_labels, full_labels=full_labels, error_kind=error_kind,
+                correction=correction, witness=witness)
 
     def register(fn: Callable[..., Result]) -> Callable[..., Result]:
         required = [p for p in inspect.signature(fn).parameters.values() if p.default is p.empty

@@ -20,7 +20,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from verify.registry import KINDS, PROVENANCES, SCOPES, SOURCES, VERDICTS
+from verify.errata import command as errata_command
+from verify.registry import ERROR_KINDS, KINDS, PROVENANCES, SCOPES, SOURCES, VERDICTS, errors_of_kind
 from verify.runner import NOT_MEASURED, Outcome
 
 COUNTED = (*VERDICTS, "error")
@@ -37,14 +38,22 @@ PLURAL = {"holds": "hold", "fails": "fail", "loose": "loose", "inconclusive": "i
 DETAIL_ORDER = ("fails", "inconclusive", "loose", "error", "holds", NOT_MEASURED)
 """Order of the bullets within each scope in the detail: what contradicts the statement first."""
 FAILS_READ = {"paper": "errors of the papers", "replication": "do not replicate at their scale",
-              "probe": "findings of the audit"}
+              "probe": "findings of the audit", "versions": "differences between the versions"}
 """What a ``fails`` means in each scope (plural, for the headline)."""
 FAIL_READ = {"paper": "error of the papers", "replication": "does not replicate at this scale",
-             "probe": "finding of the audit"}
+             "probe": "finding of the audit", "versions": "a difference between the versions"}
 """The same for one claim (the detail's bullets)."""
+UNCLASSIFIED = "unclassified"
+"""The kind of an error of the papers whose claim names none: a paper claim that fails where it was expected to
+hold (`verify.registry.ERROR_KINDS` are the others)."""
 
 PAPERS = ("Sources: " + "; ".join(f"*{label}*: {work}" for label, work in SOURCES.items())
           + ". Each claim quotes the statement it tests and gives its location; docs/papers.md indexes them.")
+
+PAPERS_SCALE = ("The built-in runs are laptop scale (3 layers, 5 tokens, 8×8 digits; CRATE-GPT: 2 layers); the papers' "
+                "scale (12 layers, 197 tokens, ImageNet) is not measured by them: `python -m verify.network` answers "
+                "it for any checkpoint you have.")
+"""What the central question's answer covers, and how to answer it at the papers' scale (every view says it)."""
 
 LAYERS_COMPRESS = (
     ("digits CRATE (Fig. 15)", ("fig15-digits-official", "fig15-digits-paper", "fig15-digits-joint")),
@@ -59,7 +68,7 @@ PROTOCOLS = ("authors' protocol", "paper's formula", "joint rule")
 
 PAPER_CLAIMS = (
     ("MSSA step descends R^c (Approx. 9)", ("approx9-cosine",)),
-    ("… through its attention term, not βZ", ("approx9-attention-term",)),
+    ("… attention term beats βZ (control)", ("approx9-attention-term",)),
     ("R^c gradient step ≈ denoising (Th. 16)", ("thm16-nominal-floor",)),
     ("−∇R^c/σ² points along the score (432)", ("eq432-rc-as-score",)),
     ("−∇R^c/σ² has the score's size (432)", ("eq432-score-scale",)),
@@ -81,7 +90,7 @@ measure it under different ids). The layer-wise compression rows are `LAYERS_COM
 SUMMARY_WIDTHS = (38, 16, 48, 7, 3)
 """Console widths of the summary's columns (statement, verdict, number, scope, seeds): 120 columns in all."""
 COLUMNS = ("id", "scope", "location", "measured quantity", "measured", "expected", "verdict")
-SCOPE_SHORT = {"paper": "paper", "replication": "repl.", "probe": "probe", None: "—"}
+SCOPE_SHORT = {"paper": "paper", "replication": "repl.", "probe": "probe", "versions": "vers.", None: "—"}
 
 
 def _find(outcomes: list[Outcome], claim_id: str | None) -> Outcome | None:
@@ -115,17 +124,38 @@ def summary(outcomes: list[Outcome]) -> dict[str, Any]:
         "seed_sensitive": [{"id": o.claim.id, "band": list(o.band.verdicts), "verdict": o.verdict}
                            for o in outcomes if o.seed_sensitive],
         "errors_of_the_papers": [o.claim.id for o in outcomes if o.claim.scope == "paper" and o.verdict == "fails"],
+        "errors_by_kind": errors_by_kind(outcomes),
         "seconds": round(sum(o.seconds for o in outcomes), 2),
         "stored": sum(o.stored is not None for o in outcomes),
         "not_re_measured": [o.claim.id for o in skipped],
     }
 
 
-def _counts(verdicts: dict[str, int], scope: str | None = None) -> str:
-    """``N hold, M fail (<what a fail means in this scope>), …`` and how many of them were read from stored runs."""
+def errors_by_kind(outcomes: list[Outcome]) -> dict[str, list[str]]:
+    """The errors of the papers (the papers' statements that fail) by kind (`verify.registry.ERROR_KINDS`, then
+    `UNCLASSIFIED` where a claim names none): kind → ids, each kind present even when empty but `UNCLASSIFIED`."""
+    failing = [o.claim for o in outcomes if o.claim.scope == "paper" and o.verdict == "fails"]
+    found = {kind: [c.id for c in failing if c.error_kind == kind] for kind in ERROR_KINDS}
+    unclassified = [c.id for c in failing if c.error_kind not in ERROR_KINDS]
+    return found | ({UNCLASSIFIED: unclassified} if unclassified else {})
+
+
+def kinds_text(by_kind: dict[str, list]) -> str:
+    """``7 errata, 2 substantive`` (and ``1 unclassified``) from `errors_by_kind`: the kinds with an error, each
+    count in `verify.registry.errors_of_kind`'s words without the word "error" (a count inside "errors of the
+    papers: …")."""
+    return ", ".join(errors_of_kind(kind, len(ids)).removesuffix(" errors").removesuffix(" error")
+                     for kind, ids in by_kind.items() if ids)
+
+
+def _counts(verdicts: dict[str, int], scope: str | None = None, by_kind: dict[str, list] | None = None) -> str:
+    """``N hold, M fail (<what a fail means in this scope>), …`` and how many of them were read from stored runs; the
+    papers' failing statements split by kind of error (``by_kind``, `errors_by_kind`)."""
     parts = []
     for v in COUNTED:
-        if v == "fails" and scope in FAILS_READ:
+        if v == "fails" and scope == "paper" and by_kind is not None and verdicts[v]:
+            parts.append(f"{verdicts[v]} fail ({FAILS_READ[scope]}: {kinds_text(by_kind)})")
+        elif v == "fails" and scope in FAILS_READ:
             parts.append(f"{verdicts[v]} fail ({FAILS_READ[scope]})")
         elif verdicts[v] or v in ("holds", "fails"):
             parts.append(f"{verdicts[v]} {PLURAL[v]}")
@@ -139,8 +169,8 @@ def format_summary(outcomes: list[Outcome]) -> str:
     """The headline: the verdicts of each scope, the papers' statements first, then how many came out as expected
     by analysis and by measurement."""
     s = summary(outcomes)
-    lines = [f"{SCOPES[scope][0][0].upper() + SCOPES[scope][0][1:]} ({k['claims']}): {_counts(k, scope)}"
-             for scope, k in s["by_scope"].items() if k["claims"]]
+    lines = [f"{SCOPES[scope][0][0].upper() + SCOPES[scope][0][1:]} ({k['claims']}): "
+             f"{_counts(k, scope, s['errors_by_kind'])}" for scope, k in s["by_scope"].items() if k["claims"]]
     matched = s["claims"] - len(s["mismatches"])
     lines.append(f"{matched}/{s['claims']} claims as expected: {s['as_expected']['analysis']} by analysis, "
                  f"{s['as_expected']['measurement']} by measurement (for those a regression check only); "
@@ -314,24 +344,52 @@ def _joint_cell(o: Outcome) -> str:
     return _verdict_cell(o, "≠") + (f": ℓ {depth} {judged['label']}" if judged.get("label") else "")
 
 
-def layers_compress_rows(outcomes: list[Outcome], setting: bool = True) -> list[tuple[str, ...]]:
-    """The central question's rows measured in this run: (model, scope — and its setting —, then per protocol the
-    verdict of the claim that answers it, "—" where none was measured, and ΔR at the last layer beside the joint
-    rule)."""
+def _scoped(cell: str, o: Outcome) -> str:
+    """A central-question cell with the scope of the claim that answers it: ``holds (repl.)``."""
+    return f"{cell} ({SCOPE_SHORT[o.claim.scope]})"
+
+
+def layers_compress_rows(outcomes: list[Outcome], setting: bool = False) -> list[tuple[str, ...]]:
+    """The central question's rows measured in this run: (model, then per protocol the verdict of the claim that
+    answers it with that claim's scope, "—" where none was measured, and ΔR at the last layer beside the joint rule;
+    with ``setting``, the setting of the row's first claim last)."""
     rows = []
     for model, ids in LAYERS_COMPRESS:
         found = [_find(outcomes, i) for i in ids]
         if not any(found):
             continue
+        cells = ["—" if o is None else _scoped(_joint_cell(o) if i == 2 else _verdict_cell(o, "≠"), o)
+                 for i, o in enumerate(found)]
         first = next(o for o in found if o is not None)
-        where = SCOPE_SHORT[first.claim.scope] + (f": {first.claim.setting}" if setting and first.claim.setting else "")
-        cells = ["—" if o is None else (_joint_cell(o) if i == 2 else _verdict_cell(o, "≠")) for i, o in enumerate(found)]
-        rows.append((model, where, *cells, delta_r(_data(found[2])) if found[2] else "—"))
+        rows.append((model, *cells, delta_r(_data(found[2])) if found[2] else "—")
+                    + ((first.claim.setting or "—",) if setting else ()))
     return rows
 
 
-LAYERS_HEADER = ("do layers compress?", "scope", *PROTOCOLS, "ΔR, last layer")
-LAYERS_WIDTHS = (24, 6, 17, 16, 22, 24)
+def layers_tally(scopes_and_verdicts) -> str:
+    """The central question's verdicts counted per protocol and scope, from (protocol, scope, verdict) triples:
+    ``authors' protocol: 3 hold (replications), 1 hold (probes); …``."""
+    tally: dict[str, dict[str, Counter]] = {}
+    for protocol, scope, verdict in scopes_and_verdicts:
+        tally.setdefault(protocol, {}).setdefault(scope, Counter())[verdict] += 1
+    return "; ".join(f"{protocol}: " + ", ".join(
+        ", ".join(f"{n} {PLURAL.get(v, v)}" for v, n in sorted(counts.items())) + f" ({SCOPE_PLURAL.get(scope, scope)})"
+        for scope, counts in by_scope.items()) for protocol, by_scope in tally.items())
+
+
+def layers_outcomes(outcomes: list[Outcome]):
+    """(protocol, scope, verdict) of every central-question claim measured in this run."""
+    for _, ids in LAYERS_COMPRESS:
+        for protocol, claim_id in zip(PROTOCOLS, ids):
+            o = _find(outcomes, claim_id)
+            if o is not None:
+                yield protocol, o.claim.scope, o.verdict
+
+
+SCOPE_PLURAL = {"paper": "the papers' statements", "replication": "replications", "probe": "probes",
+                "versions": "version records"}
+LAYERS_HEADER = ("do layers compress?", *PROTOCOLS, "ΔR, last layer")
+LAYERS_WIDTHS = (24, 21, 21, 27, 18)
 
 
 def _text_table(header: tuple[str, ...], rows: list[tuple[str, ...]], widths: tuple[int, ...]) -> list[str]:
@@ -354,13 +412,15 @@ def format_console(outcomes: list[Outcome]) -> str:
     """What ``python -m verify`` prints: the headline (the verdicts per scope), the papers' errors, the central
     question and the summary (≤ 40 lines of ≤ 120 columns; report.md adds the tables per scope and per kind)."""
     lines = [format_summary(outcomes), *(textwrap.fill(t, 120) for t in stored_lines(outcomes))]
-    errors = summary(outcomes)["errors_of_the_papers"]
-    if errors:
-        lines += [""] + textwrap.wrap("Errors of the papers (their statements that fail): " + ", ".join(errors), 120,
+    by_kind = summary(outcomes)["errors_by_kind"]
+    if any(by_kind.values()):
+        listed = "; ".join(f"{errors_of_kind(kind, len(ids))}: " + ", ".join(ids)
+                           for kind, ids in by_kind.items() if ids)
+        lines += [""] + textwrap.wrap(f"Errors of the papers (their statements that fail) — {listed}", 120,
                                       break_on_hyphens=False)
-    layers = layers_compress_rows(outcomes, setting=False)
+    layers = layers_compress_rows(outcomes)
     if layers:
-        lines += [""] + _text_table(LAYERS_HEADER, layers, LAYERS_WIDTHS)
+        lines += [""] + _text_table(LAYERS_HEADER, layers, LAYERS_WIDTHS) + textwrap.wrap(PAPERS_SCALE, 120)
     rows = [_summary_cells(said, o, SUMMARY_WIDTHS[2], "≠") for said, o in paper_rows(outcomes)]
     if rows:
         lines += ["", "The papers' substantive statements (the detail is in report.md):"]
@@ -411,24 +471,29 @@ def _bullet(o: Outcome) -> str:
     c = o.claim
     figure = f" ([figure]({o.figures[0]}))" if o.figures else ""
     measured = _measured(o)
-    labels = [note for note, on in (("erratum check", c.kind == "printed"),
+    labels = [note for note, on in (("printed-number check", c.kind == "printed"),
                                     ("expected by measurement", c.provenance == "measurement")) if on]
     if o.verdict == "fails" and c.scope in FAIL_READ:
-        labels.insert(0, FAIL_READ[c.scope] + (f": {c.setting}" if c.setting else ""))
+        kind = f", {c.error_kind}" if c.error_kind and c.scope == "paper" else ""
+        labels.insert(0, FAIL_READ[c.scope] + kind + (f": {c.setting}" if c.setting else ""))
     label = f" ({'; '.join(labels)})" if labels else ""
     said = "" if o.verdict == "holds" and c.kind == "identity" else f" {_md_escape(c.statement)} →"
     reason = "" if o.verdict in ("holds", NOT_MEASURED) else f" — {_md_escape(_reason(c))}"
-    return f"- **{c.id}** — **{_verdict_cell(o)}**{_md_escape(label)}:{said} {_md_escape(measured)}{figure}{reason}"
+    corrected = (f" — corrected: {_md_escape(c.correction)} (witness: `{errata_command(c.id)}`)"
+                 if o.verdict == "fails" and c.correction else "")
+    return (f"- **{c.id}** — **{_verdict_cell(o)}**{_md_escape(label)}:{said} {_md_escape(measured)}{figure}{reason}"
+            + corrected)
 
 
 def summary_page(outcomes: list[Outcome], meta: dict[str, Any]) -> list[str]:
     """The summary (the sources, the central question `LAYERS_COMPRESS` and `PAPER_CLAIMS` as tables: ≤ 30 lines)
     and the detail (every claim, grouped by scope, each bullet with its verdict)."""
-    layers = layers_compress_rows(outcomes)
+    layers = layers_compress_rows(outcomes, setting=True)
     rows = [_summary_cells(said, o, 60) + (o.claim.id,) for said, o in paper_rows(outcomes)]
     lines = ["## Summary", "", PAPERS, ""]
     if layers:
-        lines += _md_table(LAYERS_HEADER, layers) + [""]
+        lines += _md_table(LAYERS_HEADER + ("setting of the first claim",), layers) + [""]
+        lines += [f"Counted by scope — {layers_tally(layers_outcomes(outcomes))}. {PAPERS_SCALE}", ""]
     lines += _md_table(SUMMARY_HEADER + ("claim",), rows) if rows else ["(none of the summary's claims was measured)"]
     lines += [
         "", "## Detail", "",
@@ -500,6 +565,10 @@ def write_markdown(path: Path, outcomes: list[Outcome], meta: dict[str, Any]) ->
             f"{PROVENANCES[c.provenance]})",
             "",
         ]
+        if c.error_kind:
+            singular, _, description = ERROR_KINDS[c.error_kind]
+            lines += [f"**Error of the papers** ({singular}: {description}). Corrected: {c.correction}. Witness: "
+                      f"`{errata_command(c.id)}`.", ""]
         lines += [f"![{c.id}]({f})" for f in o.figures]
         if o.error:
             lines += ["```", o.error.rstrip(), "```"]

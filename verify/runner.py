@@ -107,6 +107,8 @@ class Outcome:
             "formerly": list(c.formerly),
             "kind": c.kind,
             "provenance": c.provenance,
+            "error_kind": c.error_kind,
+            "correction": c.correction,
             "headline": dataclasses.asdict(self.result.headline) if self.result and self.result.headline else None,
             "data": self.result.data if self.result else {},
             "figures": self.figures,
@@ -120,7 +122,7 @@ class Outcome:
 
 
 @contextlib.contextmanager
-def _single_threaded(mode: str):
+def single_threaded(mode: str):
     """One torch thread (all the audit's torch work is tiny: the digits model trains in 3.6 s on one thread and
     took 68 s on two while the second core was busy — spinning intra-op threads); in quick mode also one BLAS
     thread (matrices ≤ 256 wide). Restored afterwards."""
@@ -138,7 +140,7 @@ def run_claims(
 ) -> list[Outcome]:
     """Measure each claim in order, with a tqdm progress bar; exceptions are caught and recorded per claim.
     ``figures``: draw the claims' figures (`verify.plots.drawing`)."""
-    with _single_threaded(mode), plots.drawing(figures):
+    with single_threaded(mode), plots.drawing(figures):
         return _run(claims, mode, seed, Path(output_dir), progress)
 
 

@@ -72,8 +72,10 @@ def test_cli_end_to_end(quick_audit):
     md = (quick_audit.output_dir / "report.md").read_text()
     assert all(c.id in md for c in CLAIMS)  # full-only claims are named as not run
     summary = md[md.index("## Summary"):md.index("## Detail")].rstrip("\n").split("\n")
-    # the sources, then two tables with their headers: the central question (a row per model) and the statements
-    assert len(summary) <= 4 + (len(LAYERS_COMPRESS) + 3) + (len(PAPER_CLAIMS) + 2)
+    # the sources, then two tables with their headers: the central question (a row per model, then its counts by
+    # scope and what it does not measure) and the statements
+    assert len(summary) <= 4 + (len(LAYERS_COMPRESS) + 5) + (len(PAPER_CLAIMS) + 2)
+    assert "12 layers, 197 tokens, ImageNet" in "\n".join(summary)
     assert sum(line.startswith("| ") for line in summary) == (len(LAYERS_COMPRESS) + 1) + (len(PAPER_CLAIMS) + 1)
     detail = md[md.index("## Detail"):md.index("## All claims")]
     assert all(f"- **{c.id}** — **" in detail for c in QUICK)  # the detail covers every measured claim

@@ -53,3 +53,50 @@ def test_a_part_is_rewritten_between_its_markers_only(tmp_path):
     readme = (tmp_path / "README.md").read_text()
     assert "stale 1" not in readme and readme.startswith("intro\n") and readme.endswith("\nrest\n")
     assert documents.update(report, root=tmp_path, check=True) == []  # now up to date
+
+
+def _entry(claim_id: str, scope: str, verdict: str, **fields) -> dict:
+    return {"id": claim_id, "scope": scope, "verdict": verdict, "location": "long version, eq. (1)",
+            "statement": f"statement of {claim_id}", "measured": "1.0", "headline": None, "setting": "a scale",
+            "formerly": [], "data": {}, **fields}
+
+
+def _report(entries: list[dict]) -> dict:
+    by_scope = {s: {"claims": 0, **{v: 0 for v in documents.COUNTED}} for s in documents.SCOPES}
+    for e in entries:
+        by_scope[e["scope"]]["claims"] += 1
+        by_scope[e["scope"]][e["verdict"]] += 1
+    return {"claims": entries, "meta": {"mode": "quick", "seed": 0},
+            "summary": {"claims": len(entries), "mismatches": [], "by_scope": by_scope}}
+
+
+def test_errata_and_substantive_errors_are_listed_apart():
+    report = _report([_entry("eq1-typo", "paper", "fails", error_kind="erratum", correction="eq. (1) with a plus"),
+                      _entry("eq2-step", "paper", "fails", error_kind="substantive", correction="a further hypothesis"),
+                      _entry("eq3-typo", "paper", "fails", error_kind="erratum", correction="a minus"),
+                      _entry("eq4-holds", "paper", "holds"), _entry("x-probe", "probe", "fails")])
+    headline = documents.headline(report, [])
+    assert "| 3 (errors of the papers: 2 errata, 1 substantive) |" in headline
+    assert "2 errata (a printed slip" in headline and "`eq1-typo`, `eq3-typo`" in headline
+    assert "1 substantive error (a step of an argument" in headline and "`eq2-step`." in headline
+    assert "x-probe" not in headline and "eq4-holds" not in headline
+    listed = documents.papers_errors(report, [])
+    errata_part, substantive_part = listed.split("**Substantive errors**")
+    assert errata_part.startswith("**Errata** (2:") and "`eq1-typo`" in errata_part and "`eq2-step`" not in errata_part
+    assert "`eq2-step`" in substantive_part and "corrected: a further hypothesis" in substantive_part
+    assert "(witness: `python -m verify.errata --only eq2-step`)" in substantive_part
+    # a paper claim that fails where it was expected to hold names no kind: listed as unclassified, not dropped
+    unforeseen = _report([_entry("eq5-unforeseen", "paper", "fails", error_kind=None, correction=None)])
+    assert "1 unclassified" in documents.headline(unforeseen, []) and "`eq5-unforeseen`" in documents.papers_errors(
+        unforeseen, [])
+
+
+def test_each_central_question_cell_names_its_scope_and_the_papers_scale_is_said():
+    report = _report([_entry("fig15-digits-official", "replication", "holds"),
+                      _entry("fig15-digits-paper", "probe", "fails"),
+                      _entry("fig15-gpt-compression-official", "probe", "holds")])
+    part = documents.layers_compress(report, [])
+    assert "**holds** (replication; 1.0; `fig15-digits-official`)" in part
+    assert "**holds** (probe; 1.0; `fig15-gpt-compression-official`)" in part
+    assert "authors' protocol: 1 hold (replications), 1 hold (probes); paper's formula: 1 fail (probes)" in part
+    assert "12 layers, 197 tokens, ImageNet" in part and "python -m verify.network" in part

@@ -8,17 +8,27 @@ from verify import verdicts
 from verify.__main__ import audit
 from verify.context import Context
 from verify.numerics import loglog_slope
-from verify.registry import KINDS, PROVENANCES, SCOPES, Band, Claim, Headline, Result, claim, select
-from verify.report import PAPER_CLAIMS, summary
+from verify.registry import KINDS, PROVENANCES, SCOPES, Band, Check, Claim, Headline, Result, claim, select
+from verify.report import PAPER_CLAIMS, format_console, format_summary, summary
 from verify.statistics import every
+
+
+def _witness(corrected: bool) -> Check:
+    return Check(corrected, {"corrected": corrected})
+
+
+ERROR = dict(error_kind="erratum", correction="the corrected statement", witness=_witness)
+"""An error of the papers' three fields, as a claim names them."""
 
 
 def _claim(id, expected_verdict, measure, tags=("demo",), kind="theory", provenance="analysis",
            modes=("quick", "full"), scope="paper"):
+    """A stand-in claim; a paper claim expected to fail records an erratum (`ERROR`)."""
+    error = ERROR if scope == "paper" and expected_verdict == "fails" else {}
     return Claim(id=id, tags=tags, location="long version, eq. (0)", statement="a statement", measures="a figure",
                  expected="a threshold, with its reason", expected_verdict=expected_verdict, kind=kind,
                  provenance=provenance, measure=measure, modes=modes, scope=scope, quote="a quote",
-                 setting=None if scope == "paper" else "a setting")
+                 setting=None if scope == "paper" else "a setting", **error)
 
 
 def _holds(ctx):
@@ -239,6 +249,45 @@ def test_a_replication_or_probe_names_its_setting_and_a_quote_is_short():
         _register(scope="paper", quote="x" * 241)
 
 
+def test_an_error_kind_belongs_to_a_paper_claim_expected_to_fail():
+    with pytest.raises(ValueError, match="is for a paper claim") as raised:
+        _register(id="x-probe-error", scope="probe", setting="a construct", expected_verdict="fails", **ERROR)
+    assert "\n" not in str(raised.value)
+    with pytest.raises(ValueError, match="names its error_kind, correction, witness"):
+        _register(expected_verdict="fails")  # a paper claim expected to fail without its kind
+    with pytest.raises(ValueError, match="names its error_kind, correction, witness"):
+        _register(expected_verdict="holds", full_verdict="fails")  # expected to fail under --full
+    with pytest.raises(ValueError, match="names its witness"):
+        _register(expected_verdict="fails", error_kind="erratum", correction="c")
+    with pytest.raises(ValueError, match="for a claim expected to fail"):
+        _register(**ERROR)  # a paper claim expected to hold has no error to classify
+    with pytest.raises(ValueError, match="error_kind of 'x' must be one of"):
+        _register(expected_verdict="fails", **{**ERROR, "error_kind": "typo"})
+    assert _register(id="x-error", expected_verdict="fails", **ERROR)
+
+
+def _paper_failing(claim_id: str, expected_verdict: str = "fails", **error) -> Claim:
+    """A paper claim that fails, with the error fields ``error`` (an erratum by default, if expected to fail)."""
+    return Claim(**{**_claim(claim_id, expected_verdict, _fails).__dict__, **error})
+
+
+def test_errata_and_substantive_errors_are_counted_apart(tmp_path):
+    from verify.runner import run_claims
+
+    claims = [_paper_failing("eq1-typo", **ERROR), _paper_failing("eq2-step", **{**ERROR, "error_kind": "substantive"}),
+              _paper_failing("eq3-typo", **ERROR), _paper_failing("eq4-unforeseen", "holds"),
+              _claim("x-probe", "fails", _fails, scope="probe")]
+    outcomes = run_claims(claims, mode="quick", seed=0, output_dir=tmp_path, progress=False)
+    s = summary(outcomes)
+    assert s["errors_by_kind"] == {"erratum": ["eq1-typo", "eq3-typo"], "substantive": ["eq2-step"],
+                                   "unclassified": ["eq4-unforeseen"]}
+    assert s["errors_of_the_papers"] == ["eq1-typo", "eq2-step", "eq3-typo", "eq4-unforeseen"]
+    assert "4 fail (errors of the papers: 2 errata, 1 substantive, 1 unclassified)" in format_summary(outcomes)
+    console = " ".join(format_console(outcomes).split("\n"))  # the list wraps at 120 columns
+    assert "2 errata: eq1-typo, eq3-typo; 1 substantive error: eq2-step; 1 unclassified: eq4-unforeseen" in console
+    assert "x-probe" not in console.split("Errors of the papers")[1]  # a probe's fails is no error of the papers
+
+
 def test_an_old_id_selects_its_claim_and_names_the_new_one(capsys):
     new = _claim("eq8-new", "holds", _holds)
     new = Claim(**{**new.__dict__, "formerly": ("2.1-old",)})
@@ -330,7 +379,7 @@ def test_summary_and_console_are_short(tmp_path, capsys):
     bullets = [line for line in detail.split("\n") if line.startswith("- **")]
     assert len(bullets) == len(outcomes)
     assert all(f"— **{o.verdict}" in next(b for b in bullets if f"**{o.claim.id}**" in b) for o in outcomes)
-    assert all("erratum check" in b for b in bullets if "**2.2-c**" in b or "**2.3-c**" in b)
+    assert all("printed-number check" in b for b in bullets if "**2.2-c**" in b or "**2.3-c**" in b)
     assert "criterion: a threshold" in detail  # the criterion is named as such, not shown as a reason
     assert audit(claims, output_dir=tmp_path / "t", progress=False, table=True) == 1
     assert "| location" in capsys.readouterr().out  # --table: the full table as well

@@ -352,74 +352,134 @@ def digits_sparsity(ctx) -> Result:
                   headline=Headline.of_layers("trained − init", comparisons[:-1]))
 
 
+FIG17_LOCATION = ("long version, Sec. 4.2, Fig. 17 (CRATE-Tiny): subspaces approximately incoherent, more so in "
+                  "deeper layers; NeurIPS 2023, Sec. 3.1, Fig. 7")
+FIG17_QUOTE = ("We find that the learned U^ℓ_[K] are approximately incoherent, which aligns well with our assumptions. "
+               "One interesting observation is that the U^ℓ_[K] becomes more incoherent when the layer index ℓ is "
+               "larger")
+FIG17_SUMMARY = "Fig. 17's Gram matrix of the normalised bases, summarised by its mean off-block |entry|"
+
+
+def _coherence(ctx) -> tuple[np.ndarray, np.ndarray]:
+    """(trained, init) mean off-block |cosine| of the digits CRATEs' subspaces: (seeds, layers) each."""
+    runs = digits.runs(ctx)
+    return tuple(digits.per_seed(runs, m, ("coherence",)) for m in ("trained", "init"))
+
+
+def _levels(trained: np.ndarray, init: np.ndarray) -> str:
+    return f"trained {'→'.join(f'{v:.4f}' for v in trained.mean(0))} (init {'→'.join(f'{v:.4f}' for v in init.mean(0))})"
+
+
 @claim(
     id="fig17-digits-incoherence", formerly="2.24-digits-incoherence",
     tags=("layers", "digits", "nn", "fig17"),
-    location="long version, Sec. 4.2, Fig. 17 (CRATE-Tiny): subspaces approximately incoherent, more so in deeper "
-             "layers; NeurIPS 2023, Sec. 3.1, Fig. 7",
+    location=FIG17_LOCATION,
     scope="replication",
-    setting=f"{SETTING}; Fig. 17's Gram matrix of the normalised bases, summarised by its mean off-block |entry|; "
-            "control: the initialisation's own depth trend",
-    quote="We find that the learned U^ℓ_[K] are approximately incoherent, which aligns well with our assumptions. One "
-          "interesting observation is that the U^ℓ_[K] becomes more incoherent when the layer index ℓ is larger",
+    setting=f"{SETTING}; {FIG17_SUMMARY}",
+    quote=FIG17_QUOTE,
     statement="After training, the subspaces U^ℓ_[K] become more incoherent with depth: the mean |cosine| between "
-              "basis vectors of different heads decreases from layer to layer",
-    measures=f"mean |[U_1 … U_K]*[U_1 … U_K]| over different-head pairs (columns normalised) per layer, trained and "
-             f"init, {digits.SEEDS} seeds. Low power: 3 layers",
-    expected="`holds` when the 95% intervals of the trained model's last − first layer and of that minus the "
-             "initialisation's own last − first (paired) both lie below 0, `fails` when one lies above 0, "
-             "`inconclusive` otherwise. Expected to fail (found by measuring): random directions in d = 96 are "
-             "already as incoherent (≈ √(2/(πd)) = 0.081) and training changes it by < 0.01; the trained model's "
-             "last layer is slightly *more* coherent than its first (quick: +0.0035 ± 0.0021)",
+              "basis vectors of different heads is lower at the last layer than at the first",
+    measures=f"mean |[U_1 … U_K]*[U_1 … U_K]| over different-head pairs (columns normalised) per layer of the "
+             f"trained model, last − first layer, {digits.SEEDS} seeds. Low power: 3 layers",
+    expected="`holds` when the 95% interval of the trained model's last − first layer lies below 0, `fails` when it "
+             "lies above 0, `inconclusive` otherwise. Expected to fail (found by measuring): random directions in "
+             "d = 96 are already as incoherent (≈ √(2/(πd)) = 0.081) and training changes it by < 0.01; the trained "
+             "model's last layer is slightly *more* coherent than its first (quick: +0.0035 ± 0.0021; --full: "
+             "+0.0054 [+0.0008, +0.0100]). Against the initialisation's own trend: "
+             "fig17-digits-incoherence-vs-init",
     expected_verdict="fails",
     kind="trained", provenance="measurement",
 )
 def digits_incoherence(ctx) -> Result:
-    runs = digits.runs(ctx)
-    trained, init = (digits.per_seed(runs, m, ("coherence",)) for m in ("trained", "init"))
+    trained, init = _coherence(ctx)
     trend = compare(trained[:, -1], trained[:, 0], direction="below")
-    beyond_init = compare(trained[:, -1] - trained[:, 0], init[:, -1] - init[:, 0], direction="below")
-    return Result(f"trained {'→'.join(f'{v:.4f}' for v in trained.mean(0))} (init "
-                  f"{'→'.join(f'{v:.4f}' for v in init.mean(0))}); last − first {trend.text()}; beyond the "
-                  f"initialisation's {beyond_init.text()}", every([trend, beyond_init]),
-                  {"trained": trained.mean(0), "init": init.mean(0), "trend": trend.as_dict(),
-                   "trend_beyond_init": beyond_init.as_dict()},
+    return Result(f"{_levels(trained, init)}; last − first {trend.text()}", trend.verdict,
+                  {"trained": trained.mean(0), "init": init.mean(0), "trend": trend.as_dict()},
                   headline=Headline.of("last − first layer", trend.difference))
+
+
+@claim(
+    id="fig17-digits-incoherence-vs-init",
+    tags=("layers", "digits", "nn", "fig17"),
+    location=FIG17_LOCATION,
+    scope="probe",
+    setting=f"{SETTING}; {FIG17_SUMMARY}; control: the initialisation's own depth trend, which Fig. 17 does not show",
+    quote=FIG17_QUOTE,
+    statement="Training makes the subspaces more incoherent with depth than they are at initialisation: the trained "
+              "model's last − first layer mean |cosine| lies below its initialisation's",
+    measures=f"last − first layer of the mean off-block |cosine| (columns normalised), trained minus the "
+             f"initialisation's, paired by seed, {digits.SEEDS} seeds. Low power: 3 layers",
+    expected="`holds` when the 95% interval of the difference lies below 0, `fails` when it lies above 0, "
+             "`inconclusive` otherwise. Expected to fail (found by measuring): the initialisation's profile is flat "
+             "(0.082 → 0.081) and the trained one rises (quick: +0.0042 [+0.0018, +0.0065] beyond it; --full +0.0060 "
+             "[+0.0016, +0.0104])",
+    expected_verdict="fails",
+    kind="trained", provenance="measurement",
+)
+def digits_incoherence_vs_init(ctx) -> Result:
+    trained, init = _coherence(ctx)
+    beyond = compare(trained[:, -1] - trained[:, 0], init[:, -1] - init[:, 0], direction="below")
+    return Result(f"{_levels(trained, init)}; last − first beyond the initialisation's {beyond.text()}",
+                  beyond.verdict, {"trained": trained.mean(0), "init": init.mean(0), "trend_beyond_init": beyond.as_dict()},
+                  headline=Headline.of("last − first, trained − init", beyond.difference))
+
+
+FIG16_LOCATION = ("long version, Sec. 4.2, Fig. 16 (CRATE-Tiny): ISTA outputs sparser and more low-rank in deeper "
+                  "layers; NeurIPS 2023, Sec. 3.1, Fig. 6")
+FIG16_QUOTE = ("We observe that the output Z^{ℓ+1} becomes more sparse as the layer increases. Moreover, besides the "
+               "sparsity, we also find that Z^{ℓ+1} becomes more structured (i.e., low-rank)")
+FIG16_SUMMARY = "Fig. 16's heat maps summarised by the entropy effective rank of Z^{ℓ+1} (5 tokens: rank ≤ 5)"
 
 
 @claim(
     id="fig16-digits-low-rank", formerly="2.24-digits-low-rank",
     tags=("layers", "digits", "nn", "fig16"),
-    location="long version, Sec. 4.2, Fig. 16 (CRATE-Tiny): ISTA outputs sparser and more low-rank in deeper "
-             "layers; NeurIPS 2023, Sec. 3.1, Fig. 6",
+    location=FIG16_LOCATION,
     scope="replication",
-    setting=f"{SETTING}; Fig. 16's heat maps summarised by the entropy effective rank of Z^{{ℓ+1}} (5 tokens: rank "
-            "≤ 5); control: the initialisation",
-    quote="We observe that the output Z^{ℓ+1} becomes more sparse as the layer increases. Moreover, besides the "
-          "sparsity, we also find that Z^{ℓ+1} becomes more structured (i.e., low-rank)",
-    statement="After training, the ISTA outputs Z^{ℓ+1} are of lower rank than at initialisation, and lower in "
-              "deeper layers",
-    measures=f"entropy effective rank of Z^{{ℓ+1}} over min(n, d) per image, trained − init per layer and the trained "
-             f"model's last − first layer, {digits.SEEDS} seeds. Low power: 3 layers, 5 tokens (rank ≤ 5)",
-    expected="`holds` when the 95% intervals of trained − init at every layer and of the trained last − first "
-             "layer all lie below 0, `fails` when one lies above 0, `inconclusive` otherwise. Recorded after "
-             "measuring (quick; it read `fails` under a two-way rule): deeper trained layers are of lower rank "
-             "(last − first −0.097 ± 0.017), and lower than at initialisation at layers 2–3, but at layer 1 the "
-             "seeds cannot tell: trained − init +0.0039 [−0.0002, +0.0079]. --full (30 epochs) layer 1's output "
-             "is of higher rank after training, +0.0040 [+0.0015, +0.0064] (layers 2–3 −0.020, −0.069; last − first "
-             "−0.054 ± 0.008): `fails`",
-    expected_verdict="inconclusive", full_verdict="fails",
+    setting=f"{SETTING}; {FIG16_SUMMARY}",
+    quote=FIG16_QUOTE,
+    statement="After training, the ISTA outputs Z^{ℓ+1} are of lower rank in deeper layers: the trained model's "
+              "effective rank is lower at the last layer than at the first",
+    measures=f"entropy effective rank of Z^{{ℓ+1}} over min(n, d) per image, the trained model's last − first "
+             f"layer, {digits.SEEDS} seeds. Low power: 3 layers, 5 tokens (rank ≤ 5)",
+    expected="`holds` when the 95% interval of the trained last − first layer lies below 0, `fails` when it lies "
+             "above 0, `inconclusive` otherwise. Recorded after measuring: quick −0.097 ± 0.017, --full (30 epochs) "
+             "−0.054 [−0.066, −0.041]. The paper's sentence is about depth: the comparison with the initialisation "
+             "is fig16-digits-low-rank-vs-init",
+    expected_verdict="holds",
     kind="trained", provenance="measurement",
 )
 def digits_low_rank(ctx) -> Result:
-    runs = digits.runs(ctx)
-    comparisons = _versus_init(runs, ("effective_rank",))
-    trained = digits.per_seed(runs, "trained", ("effective_rank",))
+    trained = digits.per_seed(digits.runs(ctx), "trained", ("effective_rank",))
     trend = compare(trained[:, -1], trained[:, 0], direction="below")
-    return Result(f"trained − init {brief(comparisons)}; trained last − first {trend.text()}",
-                  every([*comparisons, trend]),
-                  {"difference": [c.as_dict() for c in comparisons], "trend": trend.as_dict(),
-                   "trained": trained.mean(0)}, headline=Headline.of_layers("trained − init", comparisons))
+    return Result(f"trained {'→'.join(f'{v:.3f}' for v in trained.mean(0))}; last − first {trend.text()}",
+                  trend.verdict, {"trend": trend.as_dict(), "trained": trained.mean(0)},
+                  headline=Headline.of("last − first layer", trend.difference))
+
+
+@claim(
+    id="fig16-digits-low-rank-vs-init",
+    tags=("layers", "digits", "nn", "fig16"),
+    location=FIG16_LOCATION,
+    scope="probe",
+    setting=f"{SETTING}; {FIG16_SUMMARY}; control: the initialisation at every layer, which Fig. 16 does not show",
+    quote=FIG16_QUOTE,
+    statement="After training, the ISTA outputs Z^{ℓ+1} are of lower rank than at initialisation at every layer",
+    measures=f"entropy effective rank of Z^{{ℓ+1}} over min(n, d) per image, trained − init per layer, "
+             f"{digits.SEEDS} seeds paired. Low power: 3 layers, 5 tokens (rank ≤ 5)",
+    expected="`holds` when the 95% interval of trained − init lies below 0 at every layer, `fails` when it lies above "
+             "0 at one, `inconclusive` otherwise. Recorded after measuring (quick; it read `fails` under a two-way "
+             "rule): lower than at initialisation at layers 2–3, but at layer 1 the seeds cannot tell: trained − "
+             "init +0.0039 [−0.0002, +0.0079]. --full (30 epochs) layer 1's output is of higher rank after "
+             "training, +0.0038 [+0.0011, +0.0066] (layers 2–3 −0.020, −0.068): `fails`",
+    expected_verdict="inconclusive", full_verdict="fails",
+    kind="trained", provenance="measurement",
+)
+def digits_low_rank_vs_init(ctx) -> Result:
+    comparisons = _versus_init(digits.runs(ctx), ("effective_rank",))
+    return Result(f"trained − init {brief(comparisons)}", every(comparisons),
+                  {"difference": [c.as_dict() for c in comparisons]},
+                  headline=Headline.of_layers("trained − init", comparisons))
 
 
 FLAT = 0.05

@@ -46,7 +46,7 @@ from crate_nn.analysis.diagnostics import (
 from crate_nn.tasks.classification import ClassificationConfig
 from verify import digits, experiments, plots
 from verify.claims.digits import FIG15_CAPTION, FIG15_LOCATION, FIG15_QUOTE
-from verify.registry import Headline, Result, claim, deciding
+from verify.registry import Check, Headline, Result, claim, deciding
 from verify.statistics import brief, compare, every, per_column
 from verify.verdicts import FOOTNOTE_17, exempting_the_last
 
@@ -430,6 +430,22 @@ def vit_sparsity(ctx) -> Result:
                   [], Headline.of_layers("ViT − CRATE", comparisons))
 
 
+FIG26_CRATE_S = {"right": (0.05, 0.45), "non_zero": (0.20, 0.50)}
+"""CRATE-S's range in Fig. 26 as printed: the right panel's curves (the caption's measure) and the middle panel's
+fraction of non-zero entries ‖Z^{ℓ+1}‖₀/(dN)."""
+
+
+def caption_witness(corrected: bool) -> Check:
+    """Whether the right panel's CRATE-S curves can be the caption's measure: as printed, the fraction with |Z| < τ,
+    at least the fraction of exact zeros, 1 − ‖Z‖₀/(dN) ≥ 1 − 0.50 at every layer, so every curve would lie at 0.50 or
+    above; corrected, the fraction with |Z| ≥ τ, at most the non-zero fraction ≤ 0.50, so every curve would lie at
+    0.50 or below. Printed numbers only: the figure against itself."""
+    low, high = FIG26_CRATE_S["right"]
+    most_non_zero = FIG26_CRATE_S["non_zero"][1]
+    holds = high <= most_non_zero if corrected else low >= 1 - most_non_zero
+    return Check(bool(holds), {"plotted": [low, high], "bound": most_non_zero if corrected else 1 - most_non_zero})
+
+
 @claim(
     id="fig26-caption-threshold", formerly="2.24-fig26-caption",
     tags=("layers", "digits", "nn", "fig26", "vit", "erratum"),
@@ -449,6 +465,9 @@ def vit_sparsity(ctx) -> Result:
              "0.05–0.45; here too CRATE's exact zeros — about half its entries (fig15-digits-sparsity) — put it above "
              "the ViT's. The plotted ordering is that of |Z| ≥ τ",
     expected_verdict="fails", modes=("full",), committed="figures",
+    error_kind="erratum", witness=caption_witness,
+    correction="Σ_ij 1{|Z^{ℓ+1}_ij| ≥ τ}/(d·N): the caption's inequality is inverted; the panel plots the fraction of "
+               "entries at or above τ",
     kind="trained", provenance="analysis",
 )
 def vit_caption(ctx) -> Result:

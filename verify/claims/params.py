@@ -1,5 +1,5 @@
 """Parameter counts of every registered CRATE size vs the papers' Tables 1 and 8, and the two versions' ImageNet-21K
-CRATE-Base."""
+CRATE-Base (a difference between the versions, not an error of either)."""
 from __future__ import annotations
 
 import torch
@@ -76,7 +76,8 @@ def in21k_verdict(counts: dict, printed: dict) -> str:
     formerly="2.23-in21k-figures",
     tags=("params", "nn", "versions"),
     location="long version, App. C.5, Table 14, and Sec. 4.1.1; NeurIPS 2023, App. B.6, Table 5",
-    scope="paper",
+    scope="versions",
+    setting="the two versions' printed tables, and crate_base (8×8 patches) counted with either head",
     quote="NeurIPS: “with the CRATE-Base model (22.80M parameters), we achieve 80.2% top-1 accuracy”; long version: "
           "“the CRATE-B achieves 79.5% top-1 accuracy on ImageNet-1K” (Table 14: 38.83M)",
     statement="The NeurIPS and long versions report the same ImageNet-21K-pre-trained CRATE-Base (both present it "

@@ -31,7 +31,7 @@ from crate_theory.theorem16 import (
 from verify import plots, verdicts
 from verify.context import Context
 from verify.numerics import fmt, loglog_argmin, loglog_slope
-from verify.registry import Headline, Result, claim
+from verify.registry import Check, Headline, Result, claim
 from verify.statistics import compare, every
 
 SIGMAS = np.array([0.1, 0.03, 0.01, 0.003])
@@ -248,6 +248,25 @@ def projection_limit(ctx) -> Result:
                   {"inv_beta": inv_betas, "gap": gaps, "slope": slope, "ratio": ratio})
 
 
+def _base_sizes() -> tuple[int, int, int, int]:
+    """(d, n, K, p) of crate_base (n = 196 patches), after checking Assumption 15's explicit inequalities d ≥ n ≥ p ≥ K
+    ≥ 2 and Kp = d."""
+    config = crate_nn.model_config("crate_base")
+    d, K, p, n = config.dim, config.heads, config.head_dim, config.num_patches
+    if not (d >= n >= p >= K >= 2 and K * p == d):
+        raise AssertionError(f"Assumption 15's explicit inequalities fail at d={d}, n={n}, p={p}, K={K}")
+    return d, n, K, p
+
+
+def beta_witness(corrected: bool) -> Check:
+    """"ε ≤ ε_max implies β = p/(nε²) ≥ 1" at crate_base's sizes, on 100 ε from ε_max/100 to ε_max: as printed ε_max =
+    1, corrected ε_max = √(p/n). β is smallest at ε_max, where the corrected bound makes it 1 (to rounding, 1e-12)."""
+    _, n, _, p = _base_sizes()
+    eps_max = float(np.sqrt(p / n)) if corrected else 1.0
+    betas = p / (n * np.linspace(eps_max / 100, eps_max, 100) ** 2)
+    return Check(bool(betas.min() >= 1 - 1e-12), {"eps_max": eps_max, "smallest_beta": float(betas.min())})
+
+
 @claim(
     id="thm16-beta-at-least-1",
     formerly="2.18-beta-at-least-1",
@@ -260,13 +279,13 @@ def projection_limit(ctx) -> Result:
              "Assumption 15's explicit inequalities d ≥ n ≥ p ≥ K ≥ 2, Kp = d",
     expected="β ≥ 1 for every ε ≤ 1 would need ε² ≤ p/n; expected to fail (β ≥ 1 only for ε ≤ √(p/n))",
     expected_verdict="fails",
+    error_kind="substantive", witness=beta_witness,
+    correction="β = p/(nε²) ≥ 1 needs ε ≤ √(p/n) (0.571 at CRATE-Base's p 64, n 196), which Assumption 15 does not "
+               "give: the step after (293) that drops terms by β ≥ 1 needs it as a further hypothesis",
     kind="printed", provenance="analysis",
 )
 def beta_at_least_one(ctx) -> Result:
-    config = crate_nn.model_config("crate_base")
-    d, K, p, n = config.dim, config.heads, config.head_dim, config.num_patches
-    if not (d >= n >= p >= K >= 2 and K * p == d):
-        raise AssertionError(f"Assumption 15's explicit inequalities fail at d={d}, n={n}, p={p}, K={K}")
+    d, n, K, p = _base_sizes()
     beta = p / n  # β = p/(nε²) is smallest at ε = 1 over ε ∈ (0, 1]
     return Result(f"β(ε=1) = {beta:.3f}; β ≥ 1 needs ε ≤ {np.sqrt(p / n):.3f}", verdicts.at_least(beta, 1.0),
                   {"d": d, "n": n, "K": K, "p": p, "beta_at_eps_1": beta, "eps_threshold": float(np.sqrt(p / n))})
