@@ -176,8 +176,6 @@ def format_summary(outcomes: list[Outcome]) -> str:
                  f"{s['as_expected']['measurement']} by measurement (for those a regression check only); "
                  f"{s['seconds']:.1f} s measuring")
     text = "\n".join(lines)
-    if s["seed_sensitive"]:
-        text += "\n" + textwrap.fill(band_line(s["seed_sensitive"]), 120, break_on_hyphens=False)
     if s["mismatches"]:
         text += "\n" + textwrap.fill("verdict differs from its expectation (or raised): " + ", ".join(s["mismatches"]),
                                      120, break_on_hyphens=False)
@@ -531,6 +529,7 @@ def write_markdown(path: Path, outcomes: list[Outcome], meta: dict[str, Any]) ->
         "",
         *_md_table(SCOPE_HEADER, _scope_rows(outcomes)),
         "",
+        *([band_line(summary(outcomes)["seed_sensitive"]), ""] if any(o.seed_sensitive for o in outcomes) else []),
         *(f"{t}\n" for t in stored_lines(outcomes)),
         *stored_section(meta),
         *_md_table(KIND_HEADER, _kind_rows(outcomes)),
