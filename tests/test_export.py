@@ -8,7 +8,7 @@ import torch
 from _models import library_families
 
 import crate_nn
-from crate_nn.export import FOREIGN, main
+from crate_nn.export import foreign, main
 from crate_nn.models.dino_head import DINO, DINOConfig
 from crate_nn.models.language import BERTClassifierConfig
 from crate_nn.models.registry import build_model
@@ -61,7 +61,7 @@ def assert_bit_identical(a, b) -> None:
 
 def test_every_family_and_every_format_is_covered():
     assert set(EVERY_FAMILY) == library_families()
-    assert set(EVERY_FOREIGN) == set(FOREIGN)
+    assert set(EVERY_FOREIGN) == set(foreign())
 
 
 @pytest.mark.parametrize("family", EVERY_FAMILY)
@@ -85,7 +85,7 @@ def test_ours_to_their_format_to_ours_is_bit_identical(format, tmp_path):
     crate_nn.save(tmp_path / "ours.pt", model)
     theirs = tmp_path / ("theirs" + SUFFIX.get(format, ".pth"))
     assert main([str(tmp_path / "ours.pt"), str(theirs), "--format", format]) == 0
-    assert crate_nn.checkpoint.sniff(theirs) == FOREIGN[format].name
+    assert crate_nn.checkpoint.sniff(theirs) == foreign()[format].name
     # their files do not fix the heads, but crate-lm's and nanoGPT's model_args and CRATE-α's JAX arrays do
     heads = [] if format in ("crate-lm", "nanogpt", "crate-alpha-jax") else ["--heads", str(model.config.heads)]
     assert main([str(theirs), str(tmp_path / "back.pt"), *heads]) == 0
@@ -134,8 +134,11 @@ def test_their_file_without_its_heads_and_a_missing_file_are_one_line(tmp_path, 
     crate_nn.save("ours.pt", seeded(EVERY_FOREIGN["official-classifier"]))
     assert main(["ours.pt", "theirs.pth", "--format", "official-classifier"]) == 0
     assert main(["theirs.pth", "back.pt"]) == 2
-    assert capsys.readouterr().err.startswith("crate-export: checkpoint: 'theirs.pth' (authors' CRATE classifier): "
-                                              "heads cannot be inferred from the tensors; pass heads=")
+    # the options spelled as this command takes them (they read "heads=… or a registered name=…", keywords of
+    # crate_nn.load, on a command line whose flags are --heads and --name)
+    assert capsys.readouterr().err == ("crate-export: checkpoint: 'theirs.pth' (authors' CRATE classifier): heads "
+                                       "cannot be inferred from the tensors; pass --heads K or a registered --name "
+                                       "NAME\n")
     assert main(["absent.pt", "back.pt"]) == 2
     assert capsys.readouterr().err == "crate-export: checkpoint: 'absent.pt' does not exist or is not a file\n"
 

@@ -11,6 +11,7 @@ from _train_cases import tiny
 
 import crate_nn
 from crate_nn import evaluate, segment
+from crate_nn.data import transforms
 from crate_nn.data.documents import find_documents
 from crate_nn.data.images import IMAGENET_MEAN, IMAGENET_STD
 from crate_nn.data.preparation import prepare
@@ -89,12 +90,12 @@ def test_a_language_training_run_records_its_tokenizer(tmp_path):
 def test_crate_eval_normalises_as_the_file_records_else_as_imagenet(tmp_path, monkeypatch):
     used = []
 
-    class Recording(evaluate.DeviceTransform):
+    class Recording(transforms.DeviceTransform):
         def __init__(self, image_size, mean, std, **options):
             used.append((tuple(mean), tuple(std)))
             super().__init__(image_size, mean, std, **options)
 
-    monkeypatch.setattr(evaluate, "DeviceTransform", Recording)
+    monkeypatch.setattr(transforms, "DeviceTransform", Recording)  # crate-eval imports it when it runs
     model = classifier(num_classes=10)
     crate_nn.save(tmp_path / "plain.pt", model)
     model.preprocessing = RECORDED

@@ -41,11 +41,10 @@ import torch
 from torch.utils.data import Dataset
 
 from ..files import read_text
+from ..preprocessing import IMAGENET_MEAN, IMAGENET_STD  # noqa: F401 - the datasets' default normalisation
 from .batching import Corrupt, CorruptImageError
 from .registry import register_dataset
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
 MAX_REFILL = 64  # consecutive unreadable files a training set skips before it declares the folder broken
 

@@ -73,7 +73,9 @@ def read_state(path: str | os.PathLike, map_location="cpu", verify: bool = True,
     ``verify`` is False; ``options`` are not needed and not used. Another codebase's: the adapter's config and
     tensors, given the ``options`` that are not None (``heads=``, ``name=``, … the options its files do not fix).
     ``families`` (family → what it is to the caller): a file holding another family is refused naming both, before
-    anything is converted. ``what`` names the argument in errors (``init_from``: …).
+    anything is converted. ``what`` names the argument in errors (``init_from``: …). Another codebase's file that
+    holds a ``"preprocessing"`` entry beside its weights (``crate-export`` writes one where the layout has room)
+    gives it back.
     """
     path = local_path(path)
     payload, adapter = _open(path, map_location, verify, what)
@@ -91,7 +93,11 @@ def read_state(path: str | os.PathLike, map_location="cpu", verify: bool = True,
         raise ValueError(f"{what}: {path!r} ({adapter.name}): {err}") from None
     if isinstance(payload, storage.NpzArrays) and isinstance(map_location, (str, torch.device)):
         state = {k: v.to(map_location) for k, v in state.items()}  # NumPy's arrays are read to the CPU
-    return Checkpoint(path, adapter.name, adapter.family, config, state, what=what)
+    try:  # what crate-export keeps beside the weights, where their layout has room (ours.preprocessing_entry)
+        preprocessing = ours.recorded_preprocessing(payload, config, path) if "preprocessing" in payload else None
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{what}: {path!r}: its preprocessing is malformed: {err}") from None
+    return Checkpoint(path, adapter.name, adapter.family, config, state, preprocessing, what=what)
 
 
 def sniff(path: str | os.PathLike) -> str:

@@ -51,7 +51,7 @@ from torch import nn
 
 from ...models.classifier import _VIT, CRATEClassifier, CRATEConfig
 from ...models.registry import list_models, model_config
-from ..adapter import Adapter
+from ..adapter import Adapter, heads_needed
 from ..build import check_matches, expected_state
 from ..keys import KeyMap, layer_count, state_dict_of
 
@@ -123,8 +123,7 @@ def _config(state: Mapping[str, torch.Tensor], name: str | None, overrides: dict
         raise ValueError(f"the checkpoint's tensors contradict {given} (given): they give "
                          f"{ {k: inferred[k] for k in given} }")
     if name is None and "heads" not in overrides:
-        raise ValueError("heads cannot be inferred from the tensors; pass heads=… or a registered name=… "
-                         f"({', '.join(f'{n}: {model_config(n).heads}' for n in list_models('vit_*')[:4])})")
+        raise heads_needed(", ".join(f"{n}: {model_config(n).heads}" for n in list_models("vit_*")[:4]))
     base = model_config(name) if name is not None else CRATEConfig(**FORMAT)
     clash = {k: (getattr(base, k), inferred[k]) for k in ("dim", "depth")
              if name is not None and getattr(base, k) != inferred[k]}
