@@ -53,6 +53,8 @@ def find_adapter(payload: Mapping, source: str = "checkpoint") -> Adapter:
     when none or several do."""
     try:
         state = state_dict_of(payload)
+    except storage.ArrayError:
+        raise  # names the file and the array already
     except (TypeError, ValueError) as err:
         raise ValueError(f"{source}: not a state dict of a known format ({err})") from None
     found = [adapter for adapter in ADAPTERS if adapter.claims(state)]
