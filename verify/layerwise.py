@@ -781,7 +781,7 @@ class ReportFolder:
             self.staging.mkdir()
         except OSError as err:
             self._leave()
-            raise OSError(err.errno, f"out: cannot write in {str(self.path)!r}: {err.strerror}") from None
+            raise ValueError(f"out: cannot write in {str(self.path)!r}: {err.strerror or err}") from None
         except BaseException:
             self._leave()
             raise
