@@ -123,7 +123,8 @@ def load(path: str | os.PathLike, map_location="cpu", verify: bool = True, **ove
     `crate_nn.weights.adapters`: the authors' CRATE classifier and CRATE-MAE, CRATE-α, crate-lm, nanoGPT; a torch
     or a ``.safetensors`` file): built from the adapter's config with ``overrides`` — e.g. ``heads=6`` or
     ``name="crate_small"`` for the authors' classifier, whose tensors do not fix the number of heads (the error says
-    so when it is missing) — with ``preprocessing`` None.
+    so when it is missing) — with ``preprocessing`` None, unless the file holds the entry ``crate-export`` keeps
+    beside the weights where the format has room.
     """
     stored = read_state(path, map_location, verify, **overrides)
     if stored.ours and overrides:
