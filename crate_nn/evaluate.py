@@ -127,11 +127,8 @@ def run(args: argparse.Namespace) -> dict:
     from .evaluation.classification import evaluate
     from .loading import load_model
     from .weights import non_finite
-    from .weights.adapter import spelled
 
-    with spelled(heads="--heads K", name="--model NAME"):
-        model, train_config = load_model(args.checkpoint, args.model, args.heads,
-                                         families={"classifier": "a classifier"})
+    model, train_config = load_model(args.checkpoint, args.model, args.heads, families={"classifier": "a classifier"})
     broken = non_finite(model)
     if broken:
         raise ValueError(f"checkpoint: {args.checkpoint!r} holds non-finite weights ({broken}); its outputs would be "

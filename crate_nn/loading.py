@@ -19,11 +19,14 @@ def load_model(path: str, name: str | None = None, heads: int | None = None,
     """(model, its training config or {}) of the weights file ``path`` — a file or ``hf-hub:ORG/NAME[@revision]
     [:path]`` in the local Hugging Face cache —, ours or another codebase's (whose number of heads comes from
     ``heads`` or the registered size ``name``). ``families``: the families the command takes (family → what it is
-    to the command); another is refused naming it (`crate_nn.weights.read_state`)."""
+    to the command); another is refused naming it (`crate_nn.weights.read_state`). A file lacking its heads is
+    refused naming the commands' flags, ``--heads`` and ``--model`` (`add_arguments`)."""
     from .weights import read_state
+    from .weights.adapter import spelled
 
-    stored = read_state(path, families=families, name=name, heads=heads)
-    return stored.build(), stored.train_config
+    with spelled(heads="--heads K", name="--model NAME"):
+        stored = read_state(path, families=families, name=name, heads=heads)
+        return stored.build(), stored.train_config
 
 
 def load_causal_lm(path: str, heads: int | None = None) -> nn.Module:
