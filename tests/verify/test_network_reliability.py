@@ -420,3 +420,37 @@ def test_figure_titles_fit_and_labels_are_mathtext(tmp_path, monkeypatch):
             extent = text.get_window_extent(renderer)
             assert box.x0 - 0.5 <= extent.x0 and extent.x1 <= box.x1 + 0.5, (text.get_text(), extent, box)
             assert box.y0 - 0.5 <= extent.y0 and extent.y1 <= box.y1 + 0.5, (text.get_text(), extent, box)
+
+
+class _Creates:
+    """An object whose unpickling would create the file ``path``."""
+
+    def __init__(self, path) -> None:
+        self.path = str(path)
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.path}",)
+
+
+def test_hostile_weights_files_are_one_line_and_nothing_of_theirs_runs(tmp_path, capsys):
+    """The loader's refusals (tests/weights/test_hostile_files.py) reach the command as one line, exit status 2."""
+    import io
+    import zipfile
+
+    folder = images(tmp_path / "val", 6)
+    witness = tmp_path / "executed"
+    torch.save({"model": {"w": torch.zeros(1)}, "hook": _Creates(witness)}, tmp_path / "pickle.pth")
+    objects = np.empty(1, dtype=object)
+    objects[0] = _Creates(witness)
+    buffer = io.BytesIO()
+    np.save(buffer, objects, allow_pickle=True)
+    with zipfile.ZipFile(tmp_path / "objects.npz", "w") as zf:
+        zf.writestr("params/embedding/kernel.npy", buffer.getvalue())
+    with zipfile.ZipFile(tmp_path / "climbs.npz", "w") as zf:
+        zf.writestr("../params/embedding/kernel.npy", buffer.getvalue())
+    for name, said in (("pickle.pth", "holds Python objects beyond tensors and plain values"),
+                       ("objects.npz", "its array 'params/embedding/kernel' holds Python objects"),
+                       ("climbs.npz", "is not a plain array name")):
+        line = refused([tmp_path / name, "--images", folder, *FAST], capsys, f"model: {str(tmp_path / name)!r}")
+        assert said in line and "weights_only" not in line, line
+    assert not witness.exists()
