@@ -313,7 +313,7 @@ def image_inputs(model: nn.Module, n: int, seed: int, *, folder: str | None = No
         except CorruptImageError as err:
             raise ValueError(f"images: {err}") from None
         names, source = [str(f.relative_to(root)) for f in sample.chosen], f"image folder {folder}"
-        drawn = f"{len(names)} of {sample.candidates} image files{sample.note()}"
+        drawn = f"{len(names)} of {sample.candidates} files with an image suffix{sample.note()}"
         skipped = [{"file": name, "why": why} for name, why in sample.skipped]
     else:
         data = build_dataset(dataset, split, data_dir=None, train=False, image_size=size, load_size=resize,

@@ -128,7 +128,7 @@ def test_every_kind_of_image_is_read_and_other_files_are_skipped_and_counted(aut
     assert inputs["n"] == 6 and sorted(inputs["names"]) == ["cmyk.jpg", "gray_alpha.png", "palette.png",
                                                             "plain.bmp", "rgba.png", "sixteen.png"]
     assert sorted(s["file"] for s in inputs["preprocessing"]["skipped"]) == ["fake.png", "notes.txt", "sub/README"]
-    assert ", 6 of 7 image files; 3 files skipped, not images (" in inputs["source"]
+    assert ", 6 of 7 files with an image suffix; 3 files skipped, not images (" in inputs["source"]
 
 
 def test_sixteen_bit_images_are_scaled_not_clipped_and_float_images_refused():
