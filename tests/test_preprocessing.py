@@ -179,7 +179,7 @@ def test_a_batch_of_other_channels_than_the_normalisation_is_refused_not_broadca
     """A gray batch normalised by three means used to broadcast to three channels silently (crate-eval fed a
     3-channel model gray digits that way, with no word of it)."""
     transform = DeviceTransform(8, IMAGENET_MEAN, IMAGENET_STD, train=False)
-    with pytest.raises(ValueError, match="images have 1 channels, the normalisation \\(mean, std\\) 3"):
+    with pytest.raises(ValueError, match="images have 1 channel, the normalisation \\(mean, std\\) 3 values each"):
         transform(torch.zeros(2, 1, 8, 8, dtype=torch.uint8))
     gray = torch.randint(0, 256, (2, 1, 8, 8), dtype=torch.uint8)
     out = DeviceTransform(8, (0.0,) * 3, (1.0,) * 3, train=False, channels=3)(gray)

@@ -73,7 +73,7 @@ from crate_nn.analysis.protocol import coding_rate, joint_measures
 from crate_nn.files import atomic_write, write_json
 from crate_nn.models.mssa import MSSA
 from crate_nn.models.registry import build_model, family_of
-from crate_nn.preprocessing import image_pipeline
+from crate_nn.preprocessing import channel_count, image_pipeline
 from crate_nn.weights import non_finite, read_state
 from crate_nn.weights.adapter import spelled
 from verify import experiments, plots
@@ -721,7 +721,7 @@ def _preprocessed(done: Mapping) -> str:
     if "mean" not in done:
         return f"; tokenizer {done['tokenizer']}" if "tokenizer" in done else ""
     return (f"; normalised by mean {tuple(done['mean'])} and std {tuple(done['std'])}, {done['source']}"
-            + (f"; converted to {done['channels']} channels" if done["channels"] else ""))
+            + (f"; converted to {channel_count(done['channels'])}" if done["channels"] else ""))
 
 
 def summary(meta: Mapping, verdicts: Sequence[Verdict], folder: Path) -> str:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from ..preprocessing import channel_count
 from .resized_crop import RandomResizedCropFlip
 
 AUGMENTATIONS = ("none", "flip", "shift", "rrc_flip", "randaugment")
@@ -42,7 +43,7 @@ def to_channels(images: torch.Tensor, channels: int) -> torch.Tensor:
         return images.expand(-1, 3, -1, -1)
     if (have, channels) == (3, 1):
         return torch.einsum("bchw,c->bhw", images, images.new_tensor(LUMA)).unsqueeze(1)
-    raise ValueError(f"channels: images of {have} channels are not converted to {channels} (only 1 and 3 into each "
+    raise ValueError(f"channels: images of {channel_count(have)} are not converted to {channels} (only 1 and 3 into each "
                      "other)")
 
 
@@ -110,8 +111,8 @@ class DeviceTransform(nn.Module):
         if self.channels is not None:
             x = to_channels(x, self.channels)
         if x.shape[1] != self.mean.shape[1]:
-            raise ValueError(f"images have {x.shape[1]} channels, the normalisation (mean, std) "
-                             f"{self.mean.shape[1]}")
+            raise ValueError(f"images have {channel_count(x.shape[1])}, the normalisation (mean, std) "
+                             f"{self.mean.shape[1]} values each")
         if len(self.augment):
             x = self.augment(x)
         if x.shape[-1] != self.image_size or x.shape[-2] != self.image_size:
