@@ -32,9 +32,9 @@ option in the authors' format, the JAX CRATE-α's head LayerNorm ε 1e-6 in the 
 PyTorch's 1e-5 …) is an error naming the options, not a file that their code reads as another model.
 
 The model's preprocessing (mean, std, image and patch size, tokenizer: `crate_nn.preprocessing`) is kept by ours and
-by the formats whose files hold entries beside the weights — the authors' classifier (then in their training
-script's layout, ``{"state_dict", "preprocessing"}``), their CRATE-MAE, crate-lm and nanoGPT — and read back by
-`crate_nn.load`; the line printed says when a format has no place for it (CRATE-α's, timm's and DINO's bare state
+by the formats whose files hold entries beside the weights — the authors' classifier and timm's (then in their
+training scripts' layout, ``{"state_dict", "preprocessing"}``), their CRATE-MAE, crate-lm and nanoGPT — and read
+back by `crate_nn.load`; the line printed says when a format has no place for it (CRATE-α's and DINO's bare state
 dicts, the JAX arrays) and how to give it back (``--mean``/``--std`` of ``crate-eval`` and ``python -m
 verify.network``). Errors are one line naming the argument or file, exit status 2; a mistyped argument is told
 before torch is imported.

@@ -9,7 +9,7 @@ its task (`crate_nn.engine.task.Task.preprocessing`), `crate_nn.save` writes it 
 checkpoints, a ``"preprocessing"`` JSON field of a ``.safetensors`` header) and `crate_nn.load` restores it; a file
 written before it existed gets it from the training config it holds (`from_training`), or None. Another codebase's
 checkpoint records none, so its model's is None (``crate-export`` keeps it in the formats that have room for it:
-the authors' classifier, their CRATE-MAE, crate-lm and nanoGPT files), and the command lines then use ImageNet's mean
+the authors' classifier, their CRATE-MAE, timm's, crate-lm's and nanoGPT's files), and the command lines then use ImageNet's mean
 and std (`normalisation`), what they always did.
 
 The command lines that feed images to a model (``crate-eval``, ``python -m verify.network``) take ``--mean``,

@@ -157,7 +157,7 @@ def test_gray_images_and_the_mae_loss_survive_their_formats(tmp_path):
     assert crate_nn.load(tmp_path / "mae.pth", heads=4).config.norm_pix_loss  # FAIR-MAE's args.norm_pix_loss
 
 
-KEEPS = ("official-classifier", "official-mae", "crate-lm", "nanogpt")
+KEEPS = ("official-classifier", "official-mae", "crate-lm", "nanogpt", "timm")
 """The formats whose files hold entries beside the weights, where crate-export keeps the preprocessing."""
 
 
