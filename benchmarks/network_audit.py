@@ -38,8 +38,8 @@ if kind == "audit":
     status = network.main(rest)
 else:
     import crate_nn
-    from verify import network
-    from verify.network import image_inputs, load_network, text_inputs
+    from verify import layerwise
+    from verify.layerwise import image_inputs, load_network, text_inputs
     net = load_network(rest[0], "model", name=rest[4] if len(rest) > 4 else None)
     n = int(rest[2])
     if rest[1] == "text":
@@ -48,7 +48,7 @@ else:
         inputs = image_inputs(net.model, n, 0, folder=rest[3])
     tokens = inputs.tensor.shape[1] if inputs.tensor.ndim == 2 else (net.model.config.image_size // net.model.config.patch_size) ** 2 + 1
     with torch.no_grad():
-        for batch in inputs.tensor.split(max(1, network.BATCH_TOKENS // tokens)):
+        for batch in inputs.tensor.split(max(1, layerwise.BATCH_TOKENS // tokens)):
             net.model(batch)
     status = 0
 print(json.dumps({"seconds": time.perf_counter() - start, "cpu_seconds": time.process_time(),

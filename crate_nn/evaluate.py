@@ -7,9 +7,11 @@
 
 Data settings (dataset, image size, eval resize) come from the training config saved in the checkpoint unless given
 on the command line; the normalisation from the preprocessing the checkpoint records (`crate_nn.preprocessing`;
-ImageNet's mean and std for a file that records none, such as the authors'). It prints a short table naming the data,
-the split, the number of images and the units (--json: the same numbers as JSON; --output also writes them to a
-file). Errors are one line naming the argument or file, exit status 2.
+ImageNet's mean and std for a file that records none, such as the authors'), or from ``--mean``/``--std``; images of
+other channels than the model's are refused naming ``--channels``, which converts them (gray to RGB, RGB to gray).
+It prints a short table naming the data, the split, the number of images and the units (--json: the same numbers as
+JSON; --output also writes them to a file). Errors are one line naming the argument or file, exit status 2; a
+mistyped argument is told before torch is imported.
 """
 from __future__ import annotations
 
@@ -21,22 +23,22 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import cli
-from .data import DATASETS, build_dataset
-from .data.images import ImageFiles
-from .data.transforms import DeviceTransform
-from .engine import distributed
-from .evaluation.classification import evaluate, real_index
-from .loading import add_arguments, load_model
-from .preprocessing import normalisation
+from . import cli, preprocessing
+from .loading import add_arguments
+
+
+def _datasets() -> tuple[str, ...]:
+    from .data import DATASETS
+
+    return DATASETS
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="crate-eval", description=__doc__.split("\n\n")[0],
-                                     epilog=__doc__.split("\n\n", 1)[1],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.Parser(prog="crate-eval", description=__doc__.split("\n\n")[0],
+                        epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser, "a classifier")
-    parser.add_argument("--dataset", default=None, choices=DATASETS)
+    parser.add_argument("--dataset", default=None, choices=cli.Choices(_datasets), metavar="NAME",
+                        help="a registered dataset (default: the training config's, else imagenet)")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--split", default=None, help="default: the training config's eval_split, else 'val'")
     parser.add_argument("--image-size", type=int, default=None)
@@ -50,12 +52,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--real-json", default=None, help="ImageNet-ReaL labels (real.json)")
     parser.add_argument("--output", default=None, help="also write the metrics to this JSON file")
     parser.add_argument("--json", action="store_true", help="print the metrics as JSON instead of a table")
+    preprocessing.add_arguments(parser)
     args = parser.parse_args(argv)
     for name in ("image_size", "eval_resize", "batch_size"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"argument --{name.replace('_', '-')}: expected a positive integer, got {getattr(args, name)}")
     if args.num_workers is not None and args.num_workers < 0:
         parser.error(f"argument --num-workers: expected a non-negative integer, got {args.num_workers}")
+    if args.heads is not None and args.heads < 1:
+        parser.error(f"argument --heads: expected a positive integer, got {args.heads}")
+    preprocessing.check_arguments(args, parser)
     return args
 
 
@@ -90,8 +96,11 @@ def resolve_workers(requested: int | None) -> int:
     return requested
 
 
-def read_real_labels(path: str, dataset: ImageFiles) -> list[list[int]]:
-    """``real.json`` as a list of label lists, checked against the validation files it must cover."""
+def read_real_labels(path: str, dataset) -> list[list[int]]:
+    """``real.json`` as a list of label lists, checked against the validation files (`crate_nn.data.ImageFiles`) it
+    must cover."""
+    from .evaluation.classification import real_index
+
     file = Path(path)
     if not file.is_file():
         raise ValueError(f"real_json: {path!r} does not exist")
@@ -111,7 +120,19 @@ def read_real_labels(path: str, dataset: ImageFiles) -> list[list[int]]:
 
 def run(args: argparse.Namespace) -> dict:
     """Load, build the data, evaluate; ValueError naming the problem for bad input."""
+    from .data import build_dataset
+    from .data.images import ImageFiles
+    from .data.transforms import DeviceTransform
+    from .engine import distributed
+    from .evaluation.classification import evaluate
+    from .loading import load_model
+    from .weights import non_finite
+
     model, train_config = load_model(args.checkpoint, args.model, args.heads, families={"classifier": "a classifier"})
+    broken = non_finite(model)
+    if broken:
+        raise ValueError(f"checkpoint: {args.checkpoint!r} holds non-finite weights ({broken}); its outputs would be "
+                         "NaN")
 
     def setting(name: str, default):
         """The command line's value, else the training config's, else ``default``."""
@@ -136,14 +157,17 @@ def run(args: argparse.Namespace) -> dict:
         if not isinstance(dataset, ImageFiles):
             raise ValueError("real_json: ReaL labels apply to the ImageNet validation image files")
         real_labels = read_real_labels(args.real_json, dataset)
-    transform = DeviceTransform(image_size, *normalisation(model), train=False).to(ctx.device)
+    pipeline = preprocessing.image_pipeline(model, dataset.info.in_channels, f"dataset {name} ({split} split)",
+                                            mean=args.mean, std=args.std, channels=args.channels)
+    transform = DeviceTransform(image_size, pipeline.mean, pipeline.std, train=False,
+                                channels=pipeline.channels).to(ctx.device)
     model.to(ctx.device).float()
     workers = resolve_workers(args.num_workers)
     with distributed.joined(ctx), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
         metrics = evaluate(model, dataset, transform, ctx, batch_size=args.batch_size, num_workers=workers,
                            precision=args.precision, real_labels=real_labels)
-    return {"dataset": name, "split": split, **metrics} if ctx.is_main else {}
+    return {"dataset": name, "split": split, **metrics, "preprocessing": pipeline.to_dict()} if ctx.is_main else {}
 
 
 def report(checkpoint: str, metrics: dict) -> str:
@@ -153,8 +177,12 @@ def report(checkpoint: str, metrics: dict) -> str:
     if "real_top1" in metrics:
         rows.append(("ReaL top-1", f"{100 * metrics['real_top1']:.2f}%",
                      f"over the {metrics['real_images']:,} images with a plausible label"))
+    seen = metrics["preprocessing"]
+    inputs = (f"inputs: mean ({', '.join(f'{v:.4g}' for v in seen['mean'])}), std "
+              f"({', '.join(f'{v:.4g}' for v in seen['std'])}), {seen['source']}"
+              + (f"; converted to {preprocessing.channel_count(seen['channels'])}" if seen["channels"] else ""))
     return cli.table(f"{checkpoint} on {metrics['dataset']}, split {metrics['split']}: {metrics['images']:,} images "
-                     f"({metrics['skipped']:,} unreadable, skipped)", rows)
+                     f"({metrics['skipped']:,} unreadable, skipped)", rows) + "\n" + inputs
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -30,59 +30,90 @@ Another codebase's file is checked before it is written: read back by that forma
 every tensor bit for bit, so what the format cannot hold (the authors' classifier with ``pool="mean"``, a CRATE-α
 option in the authors' format, the JAX CRATE-α's head LayerNorm ε 1e-6 in the PyTorch port's format, whose head has
 PyTorch's 1e-5 …) is an error naming the options, not a file that their code reads as another model.
-Their formats have no place for the preprocessing; ours keep it. Errors are one line naming the argument or file,
-exit status 2.
+
+The model's preprocessing (mean, std, image and patch size, tokenizer: `crate_nn.preprocessing`) is kept by ours and
+by the formats whose files hold entries beside the weights — the authors' classifier and timm's (then in their
+training scripts' layout, ``{"state_dict", "preprocessing"}``), their CRATE-MAE, crate-lm and nanoGPT — and read
+back by `crate_nn.load`; the line printed says when a format has no place for it (CRATE-α's and DINO's bare state
+dicts, the JAX arrays) and how to give it back (``--mean``/``--std`` of ``crate-eval`` and ``python -m
+verify.network``). Errors are one line naming the argument or file, exit status 2; a mistyped argument is told
+before torch is imported.
 """
 from __future__ import annotations
 
 import argparse
 import ast
 import dataclasses
+import functools
 import os
 import sys
 from collections.abc import Sequence
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING
 
 from . import cli
-from .models.registry import unwrap_model
-from .weights import ADAPTERS, load, save
-from .weights.reading import find_adapter
-from .weights.storage import atomic_save
 
-FOREIGN = {adapter.export: adapter for adapter in ADAPTERS}
-"""Another codebase's formats ``--format`` writes: their `crate_nn.weights.Adapter` by export name."""
-FORMATS = ("safetensors", "ours", *FOREIGN)
+if TYPE_CHECKING:
+    from torch import nn
+
+    from .preprocessing import Preprocessing
+    from .weights import Adapter
+
+OURS = ("safetensors", "ours")
 
 
-def export(model: nn.Module, path: str | os.PathLike, format: str) -> None:
-    """Write ``model`` (a registered family's) to ``path`` in ``format`` (one of `FORMATS`), atomically; ValueError
-    naming the argument when the format does not fit the path's suffix or cannot hold the model."""
+@functools.cache
+def foreign() -> dict[str, Adapter]:
+    """Another codebase's formats ``--format`` writes: their `crate_nn.weights.Adapter` by export name."""
+    from .weights import ADAPTERS
+
+    return {adapter.export: adapter for adapter in ADAPTERS}
+
+
+def formats() -> tuple[str, ...]:
+    """Every ``--format``: ours, then `foreign`."""
+    return (*OURS, *foreign())
+
+
+def export(model: nn.Module, path: str | os.PathLike, format: str) -> bool:
+    """Write ``model`` (a registered family's) to ``path`` in ``format`` (one of `formats`), atomically; whether the
+    file keeps the model's preprocessing (False: the model records none, or the format has no place for it).
+    ValueError naming the argument when the format does not fit the path's suffix or cannot hold the model."""
+    from .models.registry import unwrap_model
+    from .weights import save
+
     model, path = unwrap_model(model), os.fspath(path)
-    if format not in FORMATS:
-        raise ValueError(f"format: expected one of {list(FORMATS)}, got {format!r}")
+    if format not in formats():
+        raise ValueError(f"format: expected one of {list(formats())}, got {format!r}")
     if format == "safetensors" and not path.endswith(".safetensors"):
         raise ValueError(f"output: --format safetensors writes a .safetensors file, not {path!r}")
     if format != "safetensors" and path.endswith(".safetensors"):
         raise ValueError(f"output: --format {format} writes a torch file, not {path!r} (a .safetensors output is "
                          "--format safetensors)")
-    if format in ("safetensors", "ours"):
+    if format in OURS:
         save(path, model)
-    else:
-        (FOREIGN[format].write or _torch_save)(path, foreign_contents(model, format))
+        return model.preprocessing is not None
+    contents, kept = foreign_contents(model, format)
+    (foreign()[format].write or _torch_save)(path, contents)
+    return kept
 
 
 def _torch_save(path: str, contents: dict) -> None:
+    from .weights.storage import atomic_save
+
     atomic_save(contents, path)
 
 
-def foreign_contents(model: nn.Module, format: str) -> dict:
-    """The file contents of ``model`` in the `FOREIGN` format ``format``, checked by reading them back with the
-    adapter that claims them, given only the options its files do not fix (`crate_nn.weights.Adapter.hints`): the
-    same config (p and m resolved on both sides, `_resolved`) and bit-identical tensors, else ValueError naming what
-    differs."""
-    target = FOREIGN[format]
+def foreign_contents(model: nn.Module, format: str) -> tuple[dict, bool]:
+    """(the file contents of ``model`` in the `foreign` format ``format``, whether they keep its preprocessing),
+    checked by reading them back with the adapter that claims them, given only the options its files do not fix
+    (`crate_nn.weights.Adapter.hints`): the same config (p and m resolved on both sides, `_resolved`), bit-identical
+    tensors and the model's preprocessing or none, else ValueError naming what differs."""
+    import torch
+
+    from .weights.ours import recorded_preprocessing
+    from .weights.reading import find_adapter
+
+    target = foreign()[format]
     family = getattr(model, "family", None)
     if family != target.family:
         raise ValueError(f"format: {format} holds {target.family} models; this is a {family} model")
@@ -90,6 +121,7 @@ def foreign_contents(model: nn.Module, format: str) -> dict:
         contents = target.to_theirs(model)
         found = find_adapter(contents, format)
         config, state = found.to_ours(contents, **{name: getattr(model.config, name) for name in target.hints})
+        back = recorded_preprocessing(contents, config, format) if "preprocessing" in contents else None
     except ValueError as err:
         raise ValueError(f"format: {format} cannot hold this model: {err}") from None
     ours, theirs = _resolved(model.config), _resolved(config)
@@ -102,7 +134,9 @@ def foreign_contents(model: nn.Module, format: str) -> dict:
                      or not torch.equal(state[k], mine[k]))
     if changed or mine.keys() != state.keys():
         raise ValueError(f"format: {format} does not give back this model's tensors {changed[:8]}")
-    return contents
+    if back is not None and back != model.preprocessing:
+        raise ValueError(f"format: {format} gives back the preprocessing {back}, not this model's {model.preprocessing}")
+    return contents, back is not None
 
 
 def _resolved(config):
@@ -123,13 +157,12 @@ def _key_value(text: str) -> tuple[str, object]:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="crate-export", description=__doc__.split("\n\n")[0],
-                                     epilog=__doc__.split("\n\n", 1)[1],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.Parser(prog="crate-export", description=__doc__.split("\n\n")[0],
+                        epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("input", help="a checkpoint crate_nn.load reads: a file, or hf-hub:ORG/NAME[@revision][:path]")
     parser.add_argument("output", help="the file to write")
-    parser.add_argument("--format", choices=FORMATS, default=None,
-                        help="default: safetensors for a .safetensors output, else ours")
+    parser.add_argument("--format", choices=cli.Choices(formats), default=None, metavar="FORMAT",
+                        help="one of the formats above (default: safetensors for a .safetensors output, else ours)")
     parser.add_argument("--heads", type=int, default=None, help="heads of another codebase's file (K)")
     parser.add_argument("--name", default=None, help="a registered size for another codebase's file (gives K)")
     parser.add_argument("--option", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
@@ -145,12 +178,32 @@ def run(args: argparse.Namespace) -> str:
     """Load ``args.input``, write ``args.output``; the line that says what was written."""
     if os.path.exists(args.input) and os.path.exists(args.output) and os.path.samefile(args.input, args.output):
         raise ValueError(f"output: {args.output!r} is the input file")
+    from .weights import load
+    from .weights.adapter import spelled
+
     format = args.format or ("safetensors" if args.output.endswith(".safetensors") else "ours")
     overrides = {**dict(args.option), **{k: v for k, v in (("heads", args.heads), ("name", args.name)) if v is not None}}
-    model = load(args.input, **overrides)
-    export(model, args.output, format)
+    with spelled(heads="--heads K", name="--name NAME", in_channels="--option in_channels=C"):
+        model = load(args.input, **overrides)
+    kept = export(model, args.output, format)
     count = sum(p.numel() for p in model.parameters())
-    return f"{args.output}: {format}, a {model.family} model ({count:,} parameters)"
+    line = f"{args.output}: {format}, a {model.family} model ({count:,} parameters)"
+    if model.preprocessing is None:
+        return line + "; it records no preprocessing"
+    if kept:
+        return line + ", its preprocessing kept"
+    return line + f"; {format} has no place for its preprocessing" + _given_back(model.preprocessing)
+
+
+def _given_back(recorded: Preprocessing) -> str:
+    """How the commands take a record a format could not keep: its mean and std as ``--mean``/``--std``
+    (crate-eval, the network audit), its tokenizer as ``--tokenizer`` (the network audit)."""
+    flags = []
+    if recorded.mean is not None:
+        flags += ["--mean", *map(repr, recorded.mean), "--std", *map(repr, recorded.std)]
+    if recorded.tokenizer is not None:
+        flags += ["--tokenizer", recorded.tokenizer]
+    return f": give it back as {' '.join(flags)}" if flags else ""
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,14 +1,14 @@
 """What the command lines load: the weights file a command names → its model and the training config it records
 (``crate-eval``, ``crate-segment``, ``crate-sample``, ``crate-eval-lm``). Every format `crate_nn.load` reads is
 accepted, told from the file by `crate_nn.weights.read_state`; a model of a family the command cannot use is refused
-in one line."""
+in one line. Importing it imports no torch (`add_arguments` runs before a command's arguments are checked)."""
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from torch import nn
-
-from .weights import read_state
+if TYPE_CHECKING:
+    from torch import nn
 
 CAUSAL_LM = {"gpt": "a causal LM"}
 """What ``crate-sample`` and ``crate-eval-lm`` take (`load_model`'s ``families``)."""
@@ -19,9 +19,14 @@ def load_model(path: str, name: str | None = None, heads: int | None = None,
     """(model, its training config or {}) of the weights file ``path`` — a file or ``hf-hub:ORG/NAME[@revision]
     [:path]`` in the local Hugging Face cache —, ours or another codebase's (whose number of heads comes from
     ``heads`` or the registered size ``name``). ``families``: the families the command takes (family → what it is
-    to the command); another is refused naming it (`crate_nn.weights.read_state`)."""
-    stored = read_state(path, families=families, name=name, heads=heads)
-    return stored.build(), stored.train_config
+    to the command); another is refused naming it (`crate_nn.weights.read_state`). A file lacking its heads is
+    refused naming the commands' flags, ``--heads`` and ``--model`` (`add_arguments`)."""
+    from .weights import read_state
+    from .weights.adapter import spelled
+
+    with spelled(heads="--heads K", name="--model NAME"):
+        stored = read_state(path, families=families, name=name, heads=heads)
+        return stored.build(), stored.train_config
 
 
 def load_causal_lm(path: str, heads: int | None = None) -> nn.Module:

@@ -33,7 +33,7 @@ from torch import nn
 from . import cli, extras
 from .data.transforms import DeviceTransform
 from .loading import add_arguments, load_model
-from .preprocessing import normalisation
+from .preprocessing import channel_count, normalisation
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -101,7 +101,7 @@ def load_backbone(args: argparse.Namespace) -> tuple[nn.Module, DeviceTransform,
     if size != model.config.image_size:
         model.config = dataclasses.replace(model.config, dynamic_img_size=True)
     if len(mean) != model.config.in_channels:
-        raise ValueError(f"checkpoint: normalisation for {len(mean)} channels, the model takes "
+        raise ValueError(f"checkpoint: normalisation for {channel_count(len(mean))}, the model takes "
                          f"{model.config.in_channels}")
     device = torch.device(args.device)
     return model.float().eval().to(device), DeviceTransform(size, mean, std, train=False).to(device), size

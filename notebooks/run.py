@@ -8,8 +8,10 @@
 Run it from the repository root with the ``notebooks`` extra installed (``pip install -e ".[notebooks]"``; ``make
 setup`` installs it). Each notebook runs in a kernel of this interpreter (a kernelspec written to a temporary
 folder, so no other ``python3`` kernel is picked up) with the repository root as its working directory and on its
-``PYTHONPATH``, and a private audit cache; a cell that fails stops with its error. The tests
-(``tests/notebooks``) execute them the same way.
+``PYTHONPATH``, and a private audit cache. A cell that fails stops its notebook: the notebook is written all the
+same, with every output up to the failing cell and its error (so the plots before it are kept), the failure is
+named in one line on stderr, the other notebooks run, and the exit status is 1. The tests (``tests/notebooks``)
+execute them the same way.
 """
 from __future__ import annotations
 
@@ -45,18 +47,35 @@ def kernel_environment(cache: Path, base: Mapping[str, str] | None = None) -> di
     return env
 
 
+class NotebookFailed(Exception):
+    """A cell of a notebook failed: ``notebook`` holds the notebook as executed (every output up to the failing
+    cell, and its error), ``cell`` the failing cell's number (1-based, among all cells)."""
+
+    def __init__(self, notebook, cell: int | None, reason: str) -> None:
+        super().__init__(f"cell {cell}: {reason}" if cell else reason)
+        self.notebook, self.cell = notebook, cell
+
+
 def execute(path: Path, kernels: Path, env: Mapping[str, str]):
     """The notebook of the jupytext file ``path`` executed top to bottom in the kernel of ``kernels``, started with
-    the environment ``env`` in the repository root; raises on the first failing cell."""
+    the environment ``env`` in the repository root; `NotebookFailed` (holding the notebook as far as it ran) on the
+    first failing cell."""
     import jupytext
     from jupyter_client.kernelspec import KernelSpecManager
     from jupyter_client.manager import KernelManager
     from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
 
     nb = jupytext.read(path)
     km = KernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernels)]))
-    NotebookClient(nb, km=km, timeout=CELL_TIMEOUT_S, allow_errors=False,
-                   resources={"metadata": {"path": str(ROOT)}}).execute(env=dict(env))  # the kernel's environment
+    try:
+        NotebookClient(nb, km=km, timeout=CELL_TIMEOUT_S, allow_errors=False,
+                       resources={"metadata": {"path": str(ROOT)}}).execute(env=dict(env))  # the kernel's environment
+    except CellExecutionError as err:
+        failed = next((i for i, cell in enumerate(nb.cells, 1)
+                       if any(out.get("output_type") == "error" for out in cell.get("outputs", []))), None)
+        reason = f"{err.ename}: {err.evalue}" if getattr(err, "ename", None) else str(err).strip().splitlines()[-1]
+        raise NotebookFailed(nb, failed, " ".join(reason.split())[:300]) from err
     return nb
 
 
@@ -92,16 +111,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         kernels = write_kernel(Path(tmp) / "kernels")
         # figures as images in the output, whatever MPLBACKEND this shell has
         env = {**kernel_environment(Path(tmp) / "cache"), "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
+        failed = []
         for path in paths:
             start = time.perf_counter()
-            nb = execute(path, kernels, env)
+            try:
+                nb, error = execute(path, kernels, env), None
+            except NotebookFailed as err:
+                nb, error = err.notebook, err
             target = out / f"{path.stem}.{args.format}"
             if args.format == "html":
                 target.write_text(HTMLExporter().from_notebook_node(nb)[0])
             else:
                 nbformat.write(nb, target)
             print(f"{target}  ({time.perf_counter() - start:.0f} s)", flush=True)
-    return 0
+            if error is not None:
+                print(f"notebooks.run: {path.name} failed at {error}; written as far as it ran: {target}",
+                      file=sys.stderr, flush=True)
+                failed.append(path.stem)
+    if failed:
+        print(f"notebooks.run: {len(failed)} of {len(paths)} notebooks failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

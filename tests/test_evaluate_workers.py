@@ -7,9 +7,9 @@ import pytest
 import torch
 
 import crate_nn
-from crate_nn import evaluate as crate_eval_module
 from crate_nn.evaluate import MAX_WORKERS, default_workers
 from crate_nn.evaluate import main as crate_eval
+from crate_nn.evaluation import classification
 
 
 @pytest.mark.parametrize("cpus, local, expected", [(2, None, 2), (64, None, MAX_WORKERS), (6, "2", 3), (1, "4", 0)])
@@ -35,13 +35,13 @@ def test_crate_eval_uses_the_default_and_warns_once(monkeypatch, checkpoint, cap
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)  # a process allowed one CPU
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     used = []
-    evaluate = crate_eval_module.evaluate
+    evaluate = classification.evaluate  # crate-eval imports it when it runs (its arguments are parsed without torch)
 
     def recording(*args, **kwargs):
         used.append(kwargs["num_workers"])
         return evaluate(*args, **kwargs)
 
-    monkeypatch.setattr(crate_eval_module, "evaluate", recording)
+    monkeypatch.setattr(classification, "evaluate", recording)
     common = [checkpoint, "--dataset", "synthetic", "--device", "cpu", "--batch-size", "512", "--json"]
     assert crate_eval(common) == 0
     captured = capsys.readouterr()

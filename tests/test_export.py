@@ -8,10 +8,11 @@ import torch
 from _models import library_families
 
 import crate_nn
-from crate_nn.export import FOREIGN, main
+from crate_nn.export import foreign, main
 from crate_nn.models.dino_head import DINO, DINOConfig
 from crate_nn.models.language import BERTClassifierConfig
 from crate_nn.models.registry import build_model
+from crate_nn.official import crate_nn_to_official
 from crate_nn.preprocessing import Preprocessing
 
 TEXT = dict(dim=12, heads=3, depth=1, vocab_size=20, block_size=6)
@@ -61,7 +62,7 @@ def assert_bit_identical(a, b) -> None:
 
 def test_every_family_and_every_format_is_covered():
     assert set(EVERY_FAMILY) == library_families()
-    assert set(EVERY_FOREIGN) == set(FOREIGN)
+    assert set(EVERY_FOREIGN) == set(foreign())
 
 
 @pytest.mark.parametrize("family", EVERY_FAMILY)
@@ -85,7 +86,7 @@ def test_ours_to_their_format_to_ours_is_bit_identical(format, tmp_path):
     crate_nn.save(tmp_path / "ours.pt", model)
     theirs = tmp_path / ("theirs" + SUFFIX.get(format, ".pth"))
     assert main([str(tmp_path / "ours.pt"), str(theirs), "--format", format]) == 0
-    assert crate_nn.checkpoint.sniff(theirs) == FOREIGN[format].name
+    assert crate_nn.checkpoint.sniff(theirs) == foreign()[format].name
     # their files do not fix the heads, but crate-lm's and nanoGPT's model_args and CRATE-α's JAX arrays do
     heads = [] if format in ("crate-lm", "nanogpt", "crate-alpha-jax") else ["--heads", str(model.config.heads)]
     assert main([str(theirs), str(tmp_path / "back.pt"), *heads]) == 0
@@ -134,8 +135,11 @@ def test_their_file_without_its_heads_and_a_missing_file_are_one_line(tmp_path, 
     crate_nn.save("ours.pt", seeded(EVERY_FOREIGN["official-classifier"]))
     assert main(["ours.pt", "theirs.pth", "--format", "official-classifier"]) == 0
     assert main(["theirs.pth", "back.pt"]) == 2
-    assert capsys.readouterr().err.startswith("crate-export: checkpoint: 'theirs.pth' (authors' CRATE classifier): "
-                                              "heads cannot be inferred from the tensors; pass heads=")
+    # the options spelled as this command takes them (they read "heads=… or a registered name=…", keywords of
+    # crate_nn.load, on a command line whose flags are --heads and --name)
+    assert capsys.readouterr().err == ("crate-export: checkpoint: 'theirs.pth' (authors' CRATE classifier): heads "
+                                       "cannot be inferred from the tensors; pass --heads K or a registered --name "
+                                       "NAME\n")
     assert main(["absent.pt", "back.pt"]) == 2
     assert capsys.readouterr().err == "crate-export: checkpoint: 'absent.pt' does not exist or is not a file\n"
 
@@ -151,3 +155,44 @@ def test_gray_images_and_the_mae_loss_survive_their_formats(tmp_path):
     crate_nn.save(tmp_path / "mae.pt", mae)
     assert main([str(tmp_path / "mae.pt"), str(tmp_path / "mae.pth"), "--format", "official-mae"]) == 0
     assert crate_nn.load(tmp_path / "mae.pth", heads=4).config.norm_pix_loss  # FAIR-MAE's args.norm_pix_loss
+
+
+KEEPS = ("official-classifier", "official-mae", "crate-lm", "nanogpt", "timm")
+"""The formats whose files hold entries beside the weights, where crate-export keeps the preprocessing."""
+
+
+@pytest.mark.parametrize("format", EVERY_FOREIGN)
+def test_their_formats_keep_the_preprocessing_where_they_have_room_and_say_so_where_not(format, tmp_path, capsys):
+    model = seeded(EVERY_FOREIGN[format])
+    channels = getattr(model.config, "in_channels", 3)
+    model.preprocessing = Preprocessing(tokenizer="bytes") if model.family == "gpt" else Preprocessing(
+        mean=(0.25,) * channels, std=(0.5,) * channels, image_size=8, patch_size=model.config.patch_size)
+    crate_nn.save(tmp_path / "ours.pt", model)
+    theirs = tmp_path / ("theirs" + SUFFIX.get(format, ".pth"))
+    assert main([str(tmp_path / "ours.pt"), str(theirs), "--format", format]) == 0
+    line = capsys.readouterr().out.strip()
+    heads = {} if format in ("crate-lm", "nanogpt", "crate-alpha-jax") else {"heads": model.config.heads}
+    back = crate_nn.load(theirs, **heads)
+    if format in KEEPS:
+        assert back.preprocessing == model.preprocessing and line.endswith(", its preprocessing kept"), line
+    else:
+        assert back.preprocessing is None
+        assert line.endswith(f"; {format} has no place for its preprocessing: give it back as --mean 0.25 0.25 0.25 "
+                             "--std 0.5 0.5 0.5"), line
+    assert_bit_identical(back, model)
+
+
+def test_the_authors_classifier_with_its_preprocessing_is_their_training_scripts_layout(tmp_path):
+    """Their training script saves ``{"epoch", "arch", "state_dict", …}``: a file with the preprocessing beside the
+    weights is that layout, whose ``state_dict`` their model loads; without a preprocessing, the bare state dict."""
+    model = seeded(EVERY_FOREIGN["official-classifier"])
+    crate_nn.save(tmp_path / "plain.pt", model)
+    model.preprocessing = Preprocessing(mean=(0.5,) * 3, std=(0.25,) * 3, image_size=8, patch_size=4)
+    crate_nn.save(tmp_path / "recorded.pt", model)
+    for name in ("plain", "recorded"):
+        assert main([str(tmp_path / f"{name}.pt"), str(tmp_path / f"{name}.pth"), "--format",
+                     "official-classifier"]) == 0
+    plain, recorded = (torch.load(tmp_path / f"{n}.pth", weights_only=True) for n in ("plain", "recorded"))
+    assert set(recorded) == {"state_dict", "preprocessing"} and recorded["preprocessing"] == {
+        "mean": [0.5] * 3, "std": [0.25] * 3, "image_size": 8, "patch_size": 4}
+    assert recorded["state_dict"].keys() == plain.keys() == crate_nn_to_official(model.state_dict()).keys()

@@ -222,3 +222,44 @@ def test_nothing_outside_the_repository_is_read(tmp_path, monkeypatch, resolver)
     (folder / "snapshots" / MAIN / "model.safetensors").symlink_to(outside / "model.safetensors")
     with pytest.raises(ValueError, match=r"links to .*outside/model.safetensors, outside the repository's folder"):
         crate_nn.load("hf-hub:org/crate")
+
+
+def test_names_out_of_the_cache_are_refused_whichever_resolver(tmp_path, monkeypatch, resolver):
+    """An organisation or a name of '..' (the Hub client answered in its own words, the layout looked for
+    models--org--..), an absolute revision, a control character, a sub-folder of the snapshot linking out of the
+    cache: each is one line naming it, and nothing outside the repository is read."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    crate_nn.save(outside / "model.safetensors", tiny())
+    folder = snapshot(cache, "org/crate", MAIN, {"model.safetensors": safetensors_bytes(tiny(1), tmp_path)},
+                      refs=("main",))
+    (folder / "sub").symlink_to(outside, target_is_directory=True)
+    for spec, message in (
+            ("hf-hub:org/..", r"path: '\.\.' in 'hf-hub:org/\.\.' is not a name the Hub allows"),
+            ("hf-hub:../crate", r"path: '\.\.' in 'hf-hub:\.\./crate' is not a name the Hub allows"),
+            ("hf-hub:org/crate@/etc", r"path: the revision '/etc' of 'hf-hub:org/crate@/etc' leaves the repository"),
+            ("hf-hub:org/crate:model.safetensors\0", r"path: 'hf-hub:org/crate:model.safetensors\\x00' holds a "
+                                                     r"control character"),
+            ("hf-hub:org/crate:sub/model.safetensors", r"links to .*outside/model.safetensors, outside the "
+                                                        r"repository's folder")):
+        with pytest.raises(ValueError, match=message) as raised:
+            crate_nn.load(spec)
+        assert "\n" not in str(raised.value)
+    assert same_weights(crate_nn.load("hf-hub:org/crate:model.safetensors"), tiny(1))  # the one inside is read
+
+
+def test_a_ref_file_is_read_no_further_than_a_commit_hash(tmp_path, monkeypatch):
+    """A damaged refs/main of gigabytes was read whole; its first 100 bytes say it is not a commit hash."""
+    real = extras.available
+    monkeypatch.setattr(extras, "available", lambda package: package != "huggingface_hub" and real(package))
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    snapshot(cache, "org/crate", MAIN, {"model.safetensors": safetensors_bytes(tiny(), tmp_path)})
+    with open(cache / "models--org--crate" / "refs" / "main", "w") as f:
+        f.write("x" * 100)
+        f.truncate(10**11)  # 100 GB of NUL bytes after them, sparse: read whole, they would not fit in memory
+    with pytest.raises(ValueError, match=r"refs/main holds 'x{80}', not a commit hash \(a damaged Hugging Face "
+                                         r"cache\)"):
+        crate_nn.load("hf-hub:org/crate")

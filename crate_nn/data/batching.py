@@ -19,9 +19,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.data._utils.pin_memory import pin_memory as pin_batch
 
-
-class CorruptImageError(RuntimeError):
-    """An image file that Pillow cannot decode (raised only under ``strict``; the message names the file)."""
+from ..errors import CorruptImageError  # noqa: F401 - raised by the data modules, imported from here
 
 
 class Corrupt(NamedTuple):

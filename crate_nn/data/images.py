@@ -26,12 +26,16 @@ side is resized to ``load_size`` and the central square kept (so batches can be 
 crops are drawn from that square), for evaluation the shorter side is resized to ``eval_resize`` and the central
 ``image_size`` square kept. Augmentation and normalisation run in batches on the training device
 (`crate_nn.data.transforms.DeviceTransform`). A corrupt or unreadable file is reported by name and skipped
-(``Batch.skipped``), or raises ``CorruptImageError`` naming it when ``strict``.
+(``Batch.skipped``), or raises ``CorruptImageError`` naming it when ``strict``. Every file becomes 8-bit RGB
+(`to_rgb`): 16-bit gray scaled, not clipped; CMYK, palette, gray with alpha … by Pillow's conversions; a
+floating-point image refused, its range unknown; an image beyond Pillow's decompression-bomb limit
+(``Image.MAX_IMAGE_PIXELS``) unreadable.
 """
 from __future__ import annotations
 
 import functools
 import pickle
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,11 +45,10 @@ import torch
 from torch.utils.data import Dataset
 
 from ..files import read_text
+from ..preprocessing import IMAGENET_MEAN, IMAGENET_STD  # noqa: F401 - the datasets' default normalisation
 from .batching import Corrupt, CorruptImageError
 from .registry import register_dataset
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
 MAX_REFILL = 64  # consecutive unreadable files a training set skips before it declares the folder broken
 
@@ -110,11 +113,12 @@ class ImageFiles(Dataset):
         return len(self.samples)
 
     def decode(self, path: str) -> torch.Tensor:
-        """One file as a (3, crop, crop) uint8 tensor (Pillow's exception when the file cannot be decoded)."""
+        """One file as a (3, crop, crop) uint8 tensor (Pillow's exception when the file cannot be decoded, or is
+        beyond its decompression-bomb limit; `to_rgb`'s ValueError)."""
         from PIL import Image  # imported in the worker
 
-        with Image.open(path) as im:
-            im = im.convert("RGB")
+        with open_image(path) as im:
+            im = to_rgb(im)
             w, h = im.size
             scale = self.resize / min(w, h)
             im = im.resize((max(self.resize, round(w * scale)), max(self.resize, round(h * scale))), Image.BILINEAR)
@@ -159,6 +163,40 @@ class ImageFiles(Dataset):
             except Exception as err:  # as in decode: anything Pillow raises marks the file unreadable
                 bad.append((str(path), f"{type(err).__name__}: {err}"))
         return bad
+
+
+def open_image(path: str | Path):
+    """Pillow's lazy ``Image.open`` (the header read, nothing decoded) with a size beyond ``Image.MAX_IMAGE_PIXELS``
+    an error, as Pillow's own limit at twice that size is (a decompression bomb decodes into gigabytes): ``with
+    open_image(path) as im``."""
+    from PIL import Image
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        return Image.open(path)
+
+
+SIXTEEN_BITS = ("I;16", "I;16B", "I;16L", "I;16N", "I")
+"""Pillow's modes of 16-bit gray images (older Pillow opens a 16-bit PNG as ``I``, 32-bit integers)."""
+
+
+def to_rgb(im):
+    """A Pillow image as 8-bit RGB: 16-bit gray (`SIXTEEN_BITS`) scaled by 255/65535 (Pillow's own conversion clips
+    every value above 255 to white); any other mode by Pillow's conversion (CMYK, palette, gray, gray or RGB with
+    alpha, the alpha dropped). ValueError for a floating-point image (mode ``F``: its range is not known) and for
+    integers outside 0 … 65535."""
+    from PIL import Image
+
+    if im.mode == "F":
+        raise ValueError("a floating-point image (Pillow mode F): its value range is not known; save it with 8 or 16 "
+                         "bits per channel")
+    if im.mode in SIXTEEN_BITS:
+        values = np.asarray(im, dtype=np.int64)
+        if values.size and (values.min() < 0 or values.max() > 65535):
+            raise ValueError(f"integer pixels from {values.min()} to {values.max()} (Pillow mode {im.mode}), outside "
+                             "16 bits")
+        return Image.fromarray(((values * 255 + 32767) // 65535).astype(np.uint8), "L").convert("RGB")
+    return im.convert("RGB")
 
 
 # --------------------------------------------------------------------------------------------- layouts

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from ..preprocessing import channel_count
 from .resized_crop import RandomResizedCropFlip
 
 AUGMENTATIONS = ("none", "flip", "shift", "rrc_flip", "randaugment")
@@ -28,6 +29,24 @@ def kornia_magnitude(m: float) -> float:
     return min(3.0 * m, KORNIA_MAX_MAGNITUDE)
 
 
+LUMA = (0.299, 0.587, 0.114)
+"""ITU-R 601-2 luma weights of R, G, B: Pillow's conversion of RGB to gray ("L")."""
+
+
+def to_channels(images: torch.Tensor, channels: int) -> torch.Tensor:
+    """(B, C, H, W) float images as (B, ``channels``, H, W): unchanged when C is ``channels``; a gray image's
+    channel repeated (1 → 3); an RGB image's luma, `LUMA` (3 → 1); ValueError for any other pair."""
+    have = images.shape[1]
+    if have == channels:
+        return images
+    if (have, channels) == (1, 3):
+        return images.expand(-1, 3, -1, -1)
+    if (have, channels) == (3, 1):
+        return torch.einsum("bchw,c->bhw", images, images.new_tensor(LUMA)).unsqueeze(1)
+    raise ValueError(f"channels: images of {channel_count(have)} are not converted to {channels} (only 1 and 3 into each "
+                     "other)")
+
+
 class DeviceTransform(nn.Module):
     """Batch augmentation and normalisation on the training device, (B, C, H, W) → float (B, C, S, S).
 
@@ -43,7 +62,10 @@ class DeviceTransform(nn.Module):
 
 
     ``randaugment_m`` is on timm's scale (see `kornia_magnitude`). Evaluation (``train=False``) only resizes to S
-    when the input differs, then normalises.
+    when the input differs, then normalises. ``channels`` converts the images to that many channels first
+    (`to_channels`: a command's ``--channels``); the images must then have one channel per value of ``mean`` (a
+    ValueError otherwise: broadcasting a gray batch against three means would feed the model three channels
+    silently).
     """
 
     def __init__(
@@ -58,13 +80,16 @@ class DeviceTransform(nn.Module):
         randaugment_n: int = 2,
         randaugment_m: float = 14.0,
         shift: int = 1,
+        channels: int | None = None,
     ):
         super().__init__()
         import kornia.augmentation as K
 
         if augment not in AUGMENTATIONS:
             raise ValueError(f"augment: expected one of {', '.join(AUGMENTATIONS)}, got {augment!r}")
-        self.image_size = image_size
+        if len(mean) != len(std):
+            raise ValueError(f"mean, std: one value per channel in each, got {len(mean)} and {len(std)}")
+        self.image_size, self.channels = image_size, channels
         ops: list[nn.Module] = []
         if train and augment in ("rrc_flip", "randaugment"):
             ops.append(RandomResizedCropFlip(image_size, scale=tuple(crop_scale), flip_p=0.5))
@@ -83,6 +108,11 @@ class DeviceTransform(nn.Module):
     @torch.no_grad()
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         x = images.float() / 255.0 if images.dtype == torch.uint8 else images.float()
+        if self.channels is not None:
+            x = to_channels(x, self.channels)
+        if x.shape[1] != self.mean.shape[1]:
+            raise ValueError(f"images have {channel_count(x.shape[1])}, the normalisation (mean, std) "
+                             f"{self.mean.shape[1]} values each")
         if len(self.augment):
             x = self.augment(x)
         if x.shape[-1] != self.image_size or x.shape[-2] != self.image_size:

@@ -54,6 +54,7 @@ from torch import nn
 from tqdm import tqdm
 
 from ..data.batching import EpochBatches, loader
+from ..errors import NonFiniteLossError
 from . import distributed, precision, report
 from .config import COMPILE_MODES, TrainConfig
 from .ema import EMA
@@ -76,10 +77,6 @@ def compile_model(model: nn.Module, mode: str = "default") -> nn.Module:
     if mode not in COMPILE_MODES:
         raise ValueError(f"compile_mode: expected one of {', '.join(COMPILE_MODES)}, got {mode!r}")
     return torch.compile(model, mode=None if mode == "default" else mode)
-
-
-class NonFiniteLossError(RuntimeError):
-    """The training loss became NaN or infinite; the run stopped before updating the weights."""
 
 
 class Preempted(RuntimeError):

@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..preprocessing import channel_count
+
 PATCH_EMBEDS = ("linear", "conv")
 
 
@@ -96,7 +98,7 @@ def check_images(images, *, in_channels: int, patch_size: int, image_size: int |
     if images.dtype != dtype and not torch.is_autocast_enabled(images.device.type):
         raise TypeError(f"images have dtype {images.dtype} but the model's parameters are {dtype}")
     if images.shape[1] != in_channels:
-        raise ValueError(f"images have {images.shape[1]} channels, the model expects in_channels={in_channels}")
+        raise ValueError(f"images have {channel_count(images.shape[1])}, the model expects in_channels={in_channels}")
     h, w = images.shape[-2:]
     if h % patch_size or w % patch_size:
         raise ValueError(f"image size {h}x{w} is not divisible by patch_size={patch_size}")

@@ -30,9 +30,10 @@ and ``crate-export`` then read and write it; ``tests/test_export.py`` checks tha
 """
 from .adapter import Adapter
 from .adapters import ADAPTERS
+from .build import non_finite
 from .ours import FORMAT, Checkpoint, save
 from .reading import create_model, load, read_state, sniff, training_config
 from .transfer import POLICIES, FineTuning, init_from, starting_points
 
 __all__ = ["ADAPTERS", "FORMAT", "POLICIES", "Adapter", "Checkpoint", "FineTuning", "create_model", "init_from", "load",
-           "read_state", "save", "sniff", "starting_points", "training_config"]
+           "non_finite", "read_state", "save", "sniff", "starting_points", "training_config"]

@@ -1,7 +1,10 @@
-"""`Adapter`: another codebase's weights format, as `crate_nn.weights` reads and writes it."""
+"""`Adapter`: another codebase's weights format, as `crate_nn.weights` reads and writes it; and how its errors name
+the options a file lacks (`option`: ``heads=…`` to `crate_nn.load`, ``--heads K`` on a command line, `spelled`)."""
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,3 +49,30 @@ class Adapter:
 def prefixed(state: Mapping, prefix: str) -> bool:
     """Whether some key of ``state`` begins with ``prefix`` (for `Adapter.claims`)."""
     return any(k.startswith(prefix) for k in state)
+
+
+_SPELLING: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar("spelling", default=None)
+
+
+def option(name: str) -> str:
+    """How the caller gives the loading option ``name`` (a keyword of `crate_nn.load`): ``heads=…``, or within
+    `spelled` the command line's flag (``--heads K``)."""
+    return (_SPELLING.get() or {}).get(name, f"{name}=…")
+
+
+@contextlib.contextmanager
+def spelled(**flags: str) -> Iterator[None]:
+    """Within the block, errors name the loading options as a command line takes them: ``spelled(heads="--heads K",
+    name="--model NAME")``."""
+    token = _SPELLING.set({**(_SPELLING.get() or {}), **flags})
+    try:
+        yield
+    finally:
+        _SPELLING.reset(token)
+
+
+def heads_needed(sizes: str = "") -> ValueError:
+    """The error of a file whose tensors fix K·p but not the number of heads K (``sizes``: registered sizes and
+    their K, as a hint)."""
+    return ValueError(f"heads cannot be inferred from the tensors; pass {option('heads')} or a registered "
+                      f"{option('name')}{f' ({sizes})' if sizes else ''}")

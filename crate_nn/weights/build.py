@@ -119,3 +119,13 @@ def shared_parameters(model: nn.Module) -> list[list[str]]:
     for name, parameter in model.named_parameters(remove_duplicate=False):
         groups.setdefault(id(parameter), []).append(name)
     return [names for names in groups.values() if len(names) > 1]
+
+
+def non_finite(model: nn.Module, shown: int = 3) -> str:
+    """The tensors of ``model`` holding NaN or ±Inf (the first ``shown`` of them by name, and how many there are),
+    "" when every value is finite: a command refuses such a model in one line instead of printing NaN metrics."""
+    names = [name for name, t in (*model.named_parameters(), *model.named_buffers())
+             if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    if not names:
+        return ""
+    return f"NaN or Inf in {', '.join(names[:shown])}" + (f" and {len(names) - shown} more" if len(names) > shown else "")

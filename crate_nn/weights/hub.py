@@ -54,9 +54,17 @@ def _inside(name: str) -> bool:
     return bool(parts) and not name.startswith("/") and "\\" not in name and all(p not in ("..", "") for p in parts)
 
 
+_NAME = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?")
+"""An organisation's or a repository's name on the Hub: letters, digits, '-', '_' and '.', neither first nor last a
+'-' or '.', at most 96 characters."""
+
+
 def parse(spec: str) -> tuple[str, str, str | None]:
     """(``ORG/NAME``, revision, path in the repository or None) of ``hf-hub:ORG/NAME[@revision][:path]``;
-    ValueError naming ``spec`` otherwise."""
+    ValueError naming ``spec`` otherwise: a control character, an organisation or a name the Hub does not allow
+    (``..``), a revision or a path that leaves the repository."""
+    if any(ord(c) < 32 or ord(c) == 127 for c in spec):
+        raise ValueError(f"path: {spec!r} holds a control character")
     name, colon, path = spec.removeprefix(PREFIX).partition(":")
     repo, at, revision = name.partition("@")
     if repo.count("/") != 1 or not all(repo.split("/")) or (at and not revision) or (colon and not path):
@@ -66,6 +74,10 @@ def parse(spec: str) -> tuple[str, str, str | None]:
             base, _, inner = rest.partition("/")
             hint = f" (a file inside the repository follows a colon: hf-hub:{org}/{base}:{inner})"
         raise ValueError(f"path: expected {FORM}, got {spec!r}{hint}")
+    bad = [part for part in repo.split("/") if not _NAME.fullmatch(part) or ".." in part]
+    if bad:
+        raise ValueError(f"path: {bad[0]!r} in {spec!r} is not a name the Hub allows (letters, digits, '-', '_' and "
+                         "'.', neither first nor last a '-' or '.', no '..')")
     for what, value in (("revision", revision), ("path", path)):
         if value and not _inside(value):
             raise ValueError(f"path: the {what} {value!r} of {spec!r} leaves the repository (an absolute path or "
@@ -87,7 +99,7 @@ def snapshot(repo: str, revision: str, cache: Path) -> Path:
         found = _snapshot_by_the_hub_client(repo, revision, cache)
     else:
         ref = folder / "refs" / revision
-        commit = ref.read_text().strip() if ref.is_file() else revision if _COMMIT.fullmatch(revision) else None
+        commit = _read_ref(ref) if ref.is_file() else revision if _COMMIT.fullmatch(revision) else None
         if commit is not None and not _COMMIT.fullmatch(commit):
             raise ValueError(f"path: {ref} holds {commit[:80]!r}, not a commit hash (a damaged Hugging Face cache)")
         found = folder / "snapshots" / commit if commit else None
@@ -98,6 +110,13 @@ def snapshot(repo: str, revision: str, cache: Path) -> Path:
         raise ValueError(f"path: revision {revision!r} of {repo} resolves to {found}, not to a snapshot in {snapshots} "
                          "(a damaged Hugging Face cache)")
     return Path(found)
+
+
+def _read_ref(ref: Path) -> str:
+    """The commit a ref file holds (its first 100 bytes: a commit hash is 40; a larger file is damaged, and is not
+    read whole)."""
+    with open(ref, encoding="utf-8", errors="replace") as f:
+        return f.read(100).strip()
 
 
 def _snapshot_by_the_hub_client(repo: str, revision: str, cache: Path) -> Path:

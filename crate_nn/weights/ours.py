@@ -109,12 +109,13 @@ def save(path: str | os.PathLike, model: nn.Module, extra: Mapping | None = None
     if clash:
         raise ValueError(f"extra must not contain the reserved keys {clash}")
     payload = {"format": FORMAT, "family": family, "config": dataclasses.asdict(config),
-               "model": model.state_dict(), **_preprocessing_entry(model), **extra}
+               "model": model.state_dict(), **preprocessing_entry(model), **extra}
     storage.atomic_save({**payload, "checksum": payload_digest(payload)}, path)
 
 
-def _preprocessing_entry(model: nn.Module) -> dict:
-    """``{"preprocessing": its dict}`` when the model records its preprocessing, else nothing."""
+def preprocessing_entry(model: nn.Module) -> dict:
+    """``{"preprocessing": its dict}`` when the model records its preprocessing, else nothing: our files' entry, and
+    the one another codebase's file holds beside its weights where its layout has room (``crate-export``)."""
     recorded = getattr(model, "preprocessing", None)
     return {} if recorded is None else {"preprocessing": recorded.to_dict()}
 
@@ -126,7 +127,7 @@ def _save_safetensors(path, model: nn.Module, family: str, config) -> None:
     tied = {name: names[0] for names in shared_parameters(model) for name in names[1:]}
     tensors = {k: v.detach().contiguous() for k, v in state.items() if k not in tied}
     metadata = {"format": FORMAT, "family": family, "config": json.dumps(dataclasses.asdict(config)),
-                "tied": json.dumps(tied), **{k: json.dumps(v) for k, v in _preprocessing_entry(model).items()}}
+                "tied": json.dumps(tied), **{k: json.dumps(v) for k, v in preprocessing_entry(model).items()}}
     storage.write_safetensors(path, tensors, {**metadata, "checksum": _safetensors_digest(metadata, tensors)})
 
 

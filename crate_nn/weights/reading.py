@@ -53,6 +53,8 @@ def find_adapter(payload: Mapping, source: str = "checkpoint") -> Adapter:
     when none or several do."""
     try:
         state = state_dict_of(payload)
+    except storage.ArrayError:
+        raise  # names the file and the array already
     except (TypeError, ValueError) as err:
         raise ValueError(f"{source}: not a state dict of a known format ({err})") from None
     found = [adapter for adapter in ADAPTERS if adapter.claims(state)]
@@ -73,7 +75,9 @@ def read_state(path: str | os.PathLike, map_location="cpu", verify: bool = True,
     ``verify`` is False; ``options`` are not needed and not used. Another codebase's: the adapter's config and
     tensors, given the ``options`` that are not None (``heads=``, ``name=``, … the options its files do not fix).
     ``families`` (family → what it is to the caller): a file holding another family is refused naming both, before
-    anything is converted. ``what`` names the argument in errors (``init_from``: …).
+    anything is converted. ``what`` names the argument in errors (``init_from``: …). Another codebase's file that
+    holds a ``"preprocessing"`` entry beside its weights (``crate-export`` writes one where the layout has room)
+    gives it back.
     """
     path = local_path(path)
     payload, adapter = _open(path, map_location, verify, what)
@@ -91,7 +95,11 @@ def read_state(path: str | os.PathLike, map_location="cpu", verify: bool = True,
         raise ValueError(f"{what}: {path!r} ({adapter.name}): {err}") from None
     if isinstance(payload, storage.NpzArrays) and isinstance(map_location, (str, torch.device)):
         state = {k: v.to(map_location) for k, v in state.items()}  # NumPy's arrays are read to the CPU
-    return Checkpoint(path, adapter.name, adapter.family, config, state, what=what)
+    try:  # what crate-export keeps beside the weights, where their layout has room (ours.preprocessing_entry)
+        preprocessing = ours.recorded_preprocessing(payload, config, path) if "preprocessing" in payload else None
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{what}: {path!r}: its preprocessing is malformed: {err}") from None
+    return Checkpoint(path, adapter.name, adapter.family, config, state, preprocessing, what=what)
 
 
 def sniff(path: str | os.PathLike) -> str:
@@ -115,7 +123,8 @@ def load(path: str | os.PathLike, map_location="cpu", verify: bool = True, **ove
     `crate_nn.weights.adapters`: the authors' CRATE classifier and CRATE-MAE, CRATE-α, crate-lm, nanoGPT; a torch
     or a ``.safetensors`` file): built from the adapter's config with ``overrides`` — e.g. ``heads=6`` or
     ``name="crate_small"`` for the authors' classifier, whose tensors do not fix the number of heads (the error says
-    so when it is missing) — with ``preprocessing`` None.
+    so when it is missing) — with ``preprocessing`` None, unless the file holds the entry ``crate-export`` keeps
+    beside the weights where the format has room.
     """
     stored = read_state(path, map_location, verify, **overrides)
     if stored.ours and overrides:

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import pickle
+import re
 import struct
+import warnings
 import zipfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
@@ -97,15 +100,39 @@ def atomic_write(path: str | os.PathLike, write: Callable) -> None:
 
 def read_torch(path: str, map_location="cpu", allowed: Iterable[type] = (), what: str = "checkpoint"):
     """What a torch file holds, read with ``weights_only=True`` and the types ``allowed`` beside tensors and plain
-    values; ValueError naming the file when it is missing, empty, truncated or not a torch file."""
+    values; ValueError naming the file when it is missing, empty, not a torch file (by its first bytes), truncated,
+    or holds other Python objects (`refused_objects`: never unpickled, and torch's advice to load it unsafely is not
+    passed on)."""
     require_file(path, what)
+    with open(path, "rb") as f:
+        head = f.read(16)
+    if not head:
+        raise ValueError(f"{what}: {path!r} is empty")
+    if not head.startswith(TORCH_MAGIC):
+        raise ValueError(f"{what}: {path!r} is not a weights file: it begins {head!r} (a torch file begins with a zip "
+                         "archive's PK or a pickle's \\x80, a .safetensors file with its header's length, an .npz "
+                         "file with PK)")
     try:
-        with torch.serialization.safe_globals(list(allowed)):
+        with torch.serialization.safe_globals(list(allowed)), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
             return torch.load(path, map_location=map_location, weights_only=True)
-    except (RuntimeError, EOFError, KeyError, ValueError, pickle.UnpicklingError, UnicodeDecodeError) as err:
+    except pickle.UnpicklingError as err:
+        raise ValueError(f"{what}: {path!r} {refused_objects(str(err))}") from None
+    except (RuntimeError, EOFError, KeyError, ValueError, UnicodeDecodeError) as err:
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ValueError(f"{what}: {path!r} is not a readable torch checkpoint (empty, truncated or another kind "
-                         f"of file): {type(err).__name__}: {reason[:300]}") from err
+        raise ValueError(f"{what}: {path!r} is not a readable torch checkpoint (truncated or another kind of file): "
+                         f"{type(err).__name__}: {reason[:300]}") from None
+
+
+def refused_objects(message: str) -> str:
+    """What torch's ``weights_only`` unpickler refused, from its error ``message`` (which goes on to advise loading
+    the file with ``weights_only=False``, i.e. running whatever it holds): ``holds a Python object torch reads only by
+    running code (posix.system) …``."""
+    found = re.search(r"GLOBAL ([\w.]+)", message)
+    opcode = re.search(r"Unsupported operand (\d+)", message)
+    what = found.group(1) if found else f"pickle opcode {opcode.group(1)}" if opcode else "not tensors"
+    return (f"holds Python objects beyond tensors and plain values ({what}), which are never unpickled here "
+            "(unpickling runs code): not a weights file this package reads")
 
 
 def _safetensors():
@@ -149,34 +176,110 @@ def is_npz(path: str) -> bool:
     return bool(names) and all(name.endswith(".npy") for name in names)
 
 
+MAX_EXPANSION = 1100
+"""How many times its stored size a member of a zip archive may declare: DEFLATE's largest ratio is 1032:1 (runs of
+one byte), so a member declaring more lies about its size."""
+
+
+def memory_bytes() -> int | None:
+    """This machine's physical memory in bytes (None where the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _plain_name(name: str) -> bool:
+    """Whether an archive member's name is a relative name without ``..`` (what NumPy writes: ``params/…/kernel.npy``)."""
+    parts = name.split("/")
+    return bool(name) and not name.startswith("/") and "\\" not in name and ":" not in parts[0] \
+        and all(part not in ("", "..") for part in parts)
+
+
+def check_npz_members(path: str, what: str = "checkpoint") -> set[str]:
+    """The arrays of the ``.npz`` archive ``path`` that hold Python objects (never read: only unpickling would,
+    `NpzArrays` refuses them), after checking every member: ValueError naming the file and the member unless it has
+    a relative name without ``..`` (`_plain_name`) and an ``.npy`` header (read alone, nothing else) of a number or
+    void dtype, or of objects; a numeric member's declared size must be that of its header's shape and dtype, no
+    more than `MAX_EXPANSION` times its stored bytes and no more than this machine's memory. So no array is
+    allocated from a size the file only claims."""
+    memory, objects = memory_bytes(), set()
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            name, where = info.filename, f"{what}: {path!r}: its member {info.filename!r}"
+            if not _plain_name(name):
+                raise ValueError(f"{where} is not a plain array name (an absolute path or '..')")
+            if not name.endswith(".npy"):
+                raise ValueError(f"{where} is not an array (.npy)")
+            stored = info.compress_size
+            if (info.file_size != stored if info.compress_type == zipfile.ZIP_STORED
+                    else info.file_size > MAX_EXPANSION * stored + 1024):
+                raise ValueError(f"{where} declares {info.file_size:,} bytes from {stored:,} stored: more than any "
+                                 "compression gives (a damaged or forged archive)")
+            with archive.open(info) as member:
+                version = np.lib.format.read_magic(member)
+                if version not in ((1, 0), (2, 0)):
+                    raise ValueError(f"{where} is an .npy file of version {version}, not 1.0 or 2.0")
+                read = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                    np.lib.format.read_array_header_2_0
+                shape, _, dtype = read(member)
+                header = member.tell()
+            if dtype.hasobject:
+                objects.add(name.removesuffix(".npy"))
+                continue
+            if dtype.kind not in "biufV":
+                raise ValueError(f"{where} holds {dtype} values, not numbers")
+            size = math.prod(shape) * dtype.itemsize
+            if header + size != info.file_size:
+                raise ValueError(f"{where} declares an array of shape {tuple(shape)} and {dtype} ({size:,} bytes), "
+                                 f"but holds {info.file_size - header:,} bytes")
+            if memory is not None and size > memory:
+                raise ValueError(f"{where} declares {size:,} bytes, more than this machine's memory ({memory:,})")
+    return objects
+
+
+class ArrayError(ValueError):
+    """An array of an ``.npz`` file that cannot be read; the message names the file and the array."""
+
+
 class NpzArrays(Mapping):
     """The arrays of a ``.npz`` file as torch tensors, by name, each read when first asked for (a training
     checkpoint's optimizer state, stored beside its parameters, is never read unless asked for) and kept.
 
     bfloat16 arrays, which NumPy stores as 2-byte void (JAX's checkpoints), come back as ``torch.bfloat16``, bit for
-    bit; big-endian arrays come back with their values, in this machine's byte order. Reading an array that is not a
-    plain numeric one (an object array, which would need unpickling) or a damaged member is a ValueError naming the
-    file and the array."""
+    bit; big-endian arrays come back with their values, in this machine's byte order. Every member is checked when
+    the file is opened (`check_npz_members`: names, dtypes, declared sizes), so a member with a forged size or a
+    name with ``..`` is a ValueError naming the file and the member before any array is read; an array of Python
+    objects (a training checkpoint's bookkeeping beside the parameters) is refused only if it is asked for (NumPy
+    reads it with ``allow_pickle=False`` in any case); so is a damaged member when it is read."""
 
     def __init__(self, path: str, what: str = "checkpoint") -> None:
         self.path, self.what, self._read = path, what, {}
         require_file(path, what)
         try:
+            self._objects = check_npz_members(path, what)
             with np.load(path, allow_pickle=False) as archive:
                 self._names = list(archive.files)
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+        except (OSError, EOFError, zipfile.BadZipFile, zipfile.LargeZipFile) as err:
             raise ValueError(f"{what}: {path!r} is not a readable .npz file (empty, truncated or another kind of "
                              f"file): {type(err).__name__}: {str(err)[:300]}") from None
+        except ValueError as err:
+            if str(err).startswith(f"{what}: {path!r}"):
+                raise
+            raise ValueError(f"{what}: {path!r} is not a readable .npz file: {str(err)[:300]}") from None
 
     def __getitem__(self, name: str) -> torch.Tensor:
         if name not in self._read:
             if name not in self._names:
                 raise KeyError(name)
+            if name in self._objects:
+                raise ArrayError(f"{self.what}: {self.path!r}: its array {name!r} holds Python objects, which only "
+                                 "unpickling reads (never done here)")
             try:
                 with np.load(self.path, allow_pickle=False) as archive:
                     array = archive[name]
             except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
-                raise ValueError(f"{self.what}: {self.path!r}: its array {name!r} is not readable: "
+                raise ArrayError(f"{self.what}: {self.path!r}: its array {name!r} is not readable: "
                                  f"{type(err).__name__}: {str(err)[:300]}") from None
             self._read[name] = _from_numpy(array, f"{self.what}: {self.path!r}: its array {name!r}")
         return self._read[name]
@@ -193,7 +296,7 @@ def _from_numpy(array: np.ndarray, source: str) -> torch.Tensor:
     if array.dtype.kind == "V" and array.dtype.itemsize == 2:
         return torch.from_numpy(np.ascontiguousarray(array).view(np.int16)).view(torch.bfloat16)
     if array.dtype.kind not in "biuf":
-        raise ValueError(f"{source} has dtype {array.dtype}, not a number type")
+        raise ArrayError(f"{source} has dtype {array.dtype}, not a number type")
     if not array.dtype.isnative:  # a big-endian file: the same values in this machine's byte order
         array = array.astype(array.dtype.newbyteorder("="))
     return torch.from_numpy(np.ascontiguousarray(array))

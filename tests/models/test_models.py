@@ -163,7 +163,7 @@ def test_config_rejects_bad_values_by_name(changes, message):
     "bad, error, message",
     [
         (images(size=18), ValueError, "18x18 is not divisible by patch_size=4"),
-        (images(channels=1), ValueError, "1 channels, the model expects in_channels=3"),
+        (images(channels=1), ValueError, "images have 1 channel, the model expects in_channels=3"),
         (images().float(), TypeError, "dtype torch.float32 but the model's parameters are torch.float64"),
         (images().to(torch.uint8), TypeError, "floating-point"),
         (images()[0], ValueError, "rank 3"),

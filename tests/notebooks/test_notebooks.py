@@ -53,3 +53,21 @@ def test_the_run_command_writes_html_a_browser_opens(tmp_path, capsys):
     assert html.count("data:image/png;base64") >= 2  # the notebook's figures, drawn inline
     with pytest.raises(SystemExit, match="no notebook"):
         main(["99"])
+
+
+def test_a_failing_cell_still_writes_the_notebook_and_exits_non_zero(tmp_path, monkeypatch, capsys):
+    """A failing last cell used to write nothing, losing every plot before it: the page is written as far as the
+    notebook ran (its figure and its error inside), the failure is one line on stderr, and the exit status is 1."""
+    import notebooks.run as runner
+
+    notebook = tmp_path / "09_failing.py"
+    notebook.write_text("# %%\nimport matplotlib.pyplot as plt\nplt.plot([1, 2, 3]); plt.show()\n\n"
+                        "# %%\nprint('before the failure')\n\n# %%\nraise ValueError('the last cell fails')\n")
+    monkeypatch.setattr(runner, "NOTEBOOKS", [notebook])
+    assert main(["09", "--output-dir", str(tmp_path / "out")]) == 1
+    html = (tmp_path / "out" / "09_failing.html").read_text()
+    assert "data:image/png;base64" in html and "before the failure" in html and "the last cell fails" in html
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"notebooks.run: 09_failing.py failed at cell 3: ValueError: the last cell fails; written as far "
+                   f"as it ran: {tmp_path / 'out' / '09_failing.html'}", "notebooks.run: 1 of 1 notebooks failed: "
+                   "09_failing"]

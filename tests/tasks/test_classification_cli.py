@@ -125,7 +125,9 @@ def test_crate_eval_top_k_and_imagenet_real(tmp_path, capsys):
         f"  loss        {metrics['loss']:7.4f}  cross-entropy, nats per image",  # values right-aligned
         f"  top-1       {100 * metrics['top1']:6.2f}%",
         "  top-5       100.00%",
-        f"  ReaL top-1  {100 * metrics['real_top1']:6.2f}%  over the 3 images with a plausible label"]
+        f"  ReaL top-1  {100 * metrics['real_top1']:6.2f}%  over the 3 images with a plausible label",
+        "inputs: mean (0.485, 0.456, 0.406), std (0.229, 0.224, 0.225), recorded in the checkpoint "
+        "(model.preprocessing)"]  # what the images were normalised by, and where that came from
     model = crate_nn.load(run.checkpoint).eval()
     val = build_dataset("imagenet", "val", data_dir=str(root), train=False, image_size=16, load_size=20,
                         eval_resize=20)
@@ -225,12 +227,14 @@ def test_crate_eval_refuses_bad_inputs_with_one_line(tmp_path, capsys):
         assert crate_eval([run.checkpoint, *common, *flags]) == 2
         err = capsys.readouterr().err
         assert re.search(message or "dataset: 10 classes, but the model predicts 2", err), err
-    for content in (b"", b"hello, I am text", Path(run.checkpoint).read_bytes()[:1000]):
+    for content, said in ((b"", "is empty"), (b"hello, I am text", "is not a weights file: it begins b'hello, I am "
+                                                                   "text'"),
+                          (Path(run.checkpoint).read_bytes()[:1000], "is not a readable torch checkpoint")):
         (tmp_path / "bad.pt").write_bytes(content)
-        with pytest.raises(ValueError, match=r"checkpoint: .*bad\.pt' is not a readable torch checkpoint"):
+        with pytest.raises(ValueError, match=rf"checkpoint: .*bad\.pt' {re.escape(said)}"):
             crate_nn.load(tmp_path / "bad.pt")
         assert crate_eval([str(tmp_path / "bad.pt"), *common]) == 2
-        assert "is not a readable torch checkpoint" in capsys.readouterr().err
+        assert said in capsys.readouterr().err
 
 
 def test_without_a_preset_crate_train_lists_the_presets_and_starts_nothing(tmp_path, capsys, monkeypatch):

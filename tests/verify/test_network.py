@@ -14,7 +14,7 @@ import crate_nn
 from crate_nn.analysis.diagnostics import half_logdet
 from crate_nn.engine import initial_model, recorded_config
 from crate_nn.tasks import get_preset
-from verify import network
+from verify import layerwise, network
 from verify.joint import Sizes
 
 SMALL = dict(dim=32, depth=3, heads=2, image_size=32, patch_size=8, num_classes=5)
@@ -72,9 +72,9 @@ def test_a_crate_alpha_file_on_an_image_folder_against_a_vit(stand_in, capsys):
 
 def test_the_models_rates_are_measure_layers_on_the_same_images(stand_in, tmp_path):
     images = write_images(tmp_path / "flat", 5)
-    net = network.load_network(str(stand_in / "alpha.pth"), "model", heads=2)
-    inputs = network.image_inputs(net.model, 5, 0, folder=str(images))
-    measured = network.measure(net, inputs.tensor, joint_n=3, progress=False, batch_size=2)
+    net = layerwise.load_network(str(stand_in / "alpha.pth"), "model", heads=2)
+    inputs = layerwise.image_inputs(net.model, 5, 0, folder=str(images))
+    measured = layerwise.measure(net, inputs.tensor, joint_n=3, progress=False, batch_size=2)
     for protocol in ("official", "paper"):
         theirs = crate_nn.measure_layers(net.model, inputs.tensor, protocol=protocol)
         # the same float64 rates of the same float32 tokens; batches of 2 against one of 5 reorder float32 sums
@@ -89,7 +89,7 @@ def test_a_run_directory_has_its_own_initialisation_as_a_control(tmp_path, capsy
     crate_nn.engine.train(config)
     recorded = crate_nn.weights.training_config(tmp_path / "run" / "checkpoints" / "last.pt")
     assert recorded_config(recorded, "classification", "run").to_dict() == config.to_dict()
-    own = network.run_init(str(tmp_path / "run"))
+    own = layerwise.run_init(str(tmp_path / "run"))
     for key, value in initial_model(config).state_dict().items():
         assert torch.equal(own.model.state_dict()[key], value), key
     assert network.main([str(tmp_path / "run"), "--dataset", "digits", "--n", "16", "--control-n", "8",
@@ -128,8 +128,8 @@ def test_the_same_seed_gives_the_same_report_and_another_seed_another_sample(sta
 
 
 @pytest.mark.parametrize("arguments, message", [
-    (["--images", "absent"], "images: 'absent' does not exist or is not a directory"),
-    (["--images", "empty"], "images: 'empty' holds no image files"),
+    (["--images", "absent"], "images: 'absent' does not exist"),
+    (["--images", "empty"], "images: 'empty' holds 0 images; the audit's rule needs at least 3"),
     (["--text", "book.txt", "--tokenizer", "bytes"], "text: the model is not a language model"),
 ])
 def test_bad_input_is_one_line(stand_in, monkeypatch, capsys, arguments, message):
@@ -147,7 +147,7 @@ def test_a_vit_alone_and_too_few_seeds_are_refused(stand_in, capsys):
     assert "has no MSSA layers (a ViT?); bring it as --against" in capsys.readouterr().err
     with pytest.raises(SystemExit) as stop:
         network.main([str(stand_in / "alpha.pth"), "--images", str(images), "--init-seeds", "2"])
-    assert stop.value.code == 2 and "--init-seeds: expected 0 or at least 3" in capsys.readouterr().err
+    assert stop.value.code == 2 and "--init-seeds: expected 0 or 3 to 100, got 2" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------------------------- verdict flips
@@ -158,19 +158,19 @@ def _layers(*columns, n=40, noise=0.01, seed=0):
 
 
 def test_rc_falls_flips_with_the_trend_from_layer_2():
-    assert network.falls({"official": _layers(5.0, 4.0, 3.0, 2.0)}, "official").verdict == "holds"
+    assert layerwise.falls({"official": _layers(5.0, 4.0, 3.0, 2.0)}, "official").verdict == "holds"
     # layer 1 is not part of the claim: a rise from layer 1 to 2 does not decide it
-    assert network.falls({"official": _layers(1.0, 4.0, 3.0, 2.0)}, "official").verdict == "holds"
-    assert network.falls({"official": _layers(5.0, 2.0, 3.0, 4.0)}, "official").verdict == "fails"
-    assert network.falls({"official": _layers(5.0, 2.0, 2.0, 2.0, noise=1.0)}, "official").verdict == "inconclusive"
+    assert layerwise.falls({"official": _layers(1.0, 4.0, 3.0, 2.0)}, "official").verdict == "holds"
+    assert layerwise.falls({"official": _layers(5.0, 2.0, 3.0, 4.0)}, "official").verdict == "fails"
+    assert layerwise.falls({"official": _layers(5.0, 2.0, 2.0, 2.0, noise=1.0)}, "official").verdict == "inconclusive"
 
 
 def test_below_the_control_needs_every_layer():
     control = [{"paper": _layers(5.0, 5.0, 5.0, n=20, seed=1)}]  # one network: over the inputs, paired
-    assert network.below({"paper": _layers(4.0, 4.0, 4.0)}, control, "run init", "paper").verdict == "holds"
-    assert network.below({"paper": _layers(4.0, 6.0, 4.0)}, control, "run init", "paper").verdict == "fails"
+    assert layerwise.below({"paper": _layers(4.0, 4.0, 4.0)}, control, "run init", "paper").verdict == "holds"
+    assert layerwise.below({"paper": _layers(4.0, 6.0, 4.0)}, control, "run init", "paper").verdict == "fails"
     seeds = [{"paper": _layers(5.0 + d, 5.0 + d, 5.0 + d, n=20, seed=s)} for s, d in enumerate((0.0, 0.1, -0.1))]
-    found = network.below({"paper": _layers(4.0, 4.0, 4.0)}, seeds, "random init", "paper")
+    found = layerwise.below({"paper": _layers(4.0, 4.0, 4.0)}, seeds, "random init", "paper")
     assert found.verdict == "holds" and found.numbers["unit"].startswith("3 initialisation seeds")
 
 
@@ -178,16 +178,16 @@ def test_a_network_inside_the_seeds_spread_is_not_below_them():
     # each input says "below" the pooled seeds (−0.3 with noise 0.01), but the seeds themselves spread by ±3: over
     # the seeds, the unit of a population of random networks, the interval straddles 0
     seeds = [{"official": _layers(c, c, c, n=20, seed=s)} for s, c in enumerate((2.0, 5.0, 8.0))]
-    assert network.below({"official": _layers(4.7, 4.7, 4.7)}, seeds, "random init",
+    assert layerwise.below({"official": _layers(4.7, 4.7, 4.7)}, seeds, "random init",
                          "official").verdict == "inconclusive"
 
 
 def test_sparsity_exempts_the_last_layer():
-    assert network.sparsity_rises({"sparsity": _layers(0.6, 0.5, 0.4, 0.9)}).verdict == "holds"
-    assert network.sparsity_rises({"sparsity": _layers(0.4, 0.5, 0.6, 0.3)}).verdict == "fails"
+    assert layerwise.sparsity_rises({"sparsity": _layers(0.6, 0.5, 0.4, 0.9)}).verdict == "holds"
+    assert layerwise.sparsity_rises({"sparsity": _layers(0.4, 0.5, 0.6, 0.3)}).verdict == "fails"
     control = [{"sparsity": _layers(0.5, 0.5, 0.5, n=20, seed=1)}]
-    assert network.sparser({"sparsity": _layers(0.4, 0.4, 0.9)}, control, "init").verdict == "holds"
-    assert network.sparser({"sparsity": _layers(0.4, 0.6, 0.4)}, control, "init").verdict == "fails"
+    assert layerwise.sparser({"sparsity": _layers(0.4, 0.4, 0.9)}, control, "init").verdict == "holds"
+    assert layerwise.sparser({"sparsity": _layers(0.4, 0.6, 0.4)}, control, "init").verdict == "fails"
 
 
 def _joint(specific, alignment, spread, n=30, seed=0):
@@ -201,17 +201,17 @@ def _joint(specific, alignment, spread, n=30, seed=0):
 def test_the_joint_verdict_tells_compression_from_collapse():
     sizes = Sizes(32, 17, 2)
     control = [_joint(1.0, 0.5, 1.0, seed=1)]
-    assert network.joint(_joint(0.9, 0.7, 1.0), control, "init", sizes).verdict == "holds"
-    collapsed = network.joint(_joint(0.9, 0.7, 0.5), control, "init", sizes)
+    assert layerwise.joint(_joint(0.9, 0.7, 1.0), control, "init", sizes).verdict == "holds"
+    collapsed = layerwise.joint(_joint(0.9, 0.7, 0.5), control, "init", sizes)
     assert collapsed.verdict == "fails" and collapsed.numbers["labels"] == ["collapse"] * 3
-    assert network.joint(_joint(1.1, 0.3, 1.0), control, "init", sizes).verdict == "fails"
+    assert layerwise.joint(_joint(1.1, 0.3, 1.0), control, "init", sizes).verdict == "fails"
 
 
 def test_fig26_against_another_model_flips():
     this = {"official": _layers(10.0, 8.0, 6.0), **{f"above_{t:g}": _layers(0.2, 0.2, 0.2) for t in (1.0, 0.5, 0.1)}}
     vit = {"official": _layers(10.0, 9.5, 9.0), **{f"above_{t:g}": _layers(0.9, 0.9, 0.9) for t in (1.0, 0.5, 0.1)}}
-    assert [v.verdict for v in network.versus(this, vit, "vit")] == ["holds", "holds"]
-    assert [v.verdict for v in network.versus(vit, this, "crate")] == ["fails", "fails"]
+    assert [v.verdict for v in layerwise.versus(this, vit, "vit")] == ["holds", "holds"]
+    assert [v.verdict for v in layerwise.versus(vit, this, "crate")] == ["fails", "fails"]
 
 
 @given(n=st.integers(1, 12), m=st.integers(1, 12), beta=st.floats(1e-3, 1e3), seed=st.integers(0, 2**16))
@@ -251,13 +251,14 @@ def test_text_windows_do_not_overlap_and_a_short_text_names_n(tmp_path, capsys):
     crate_nn.save(tmp_path / "gpt.pt", crate_nn.create_model("crate_gpt_small", dim=32, depth=3, heads=2,
                                                              vocab_size=300, block_size=16))
     (tmp_path / "book.txt").write_text("".join(chr(97 + i % 26) for i in range(200)))  # 12 windows of 16 bytes
-    net = network.load_network(str(tmp_path / "gpt.pt"), "model")
-    inputs = network.text_inputs(net.model, str(tmp_path / "book.txt"), 12, 0, tokenizer="bytes")
+    net = layerwise.load_network(str(tmp_path / "gpt.pt"), "model")
+    inputs = layerwise.text_inputs(net.model, str(tmp_path / "book.txt"), 12, 0, tokenizer="bytes")
     starts = sorted(int(name.split()[1].split("–")[0]) for name in inputs.names)
     assert starts == list(range(0, 192, 16))  # every non-overlapping window once
     assert network.main([str(tmp_path / "gpt.pt"), "--text", str(tmp_path / "book.txt"), "--tokenizer", "bytes",
                          "--n", "13", "--out", str(tmp_path / "out")]) == 2
-    assert "holds 12 non-overlapping windows of 16 tokens (200 tokens); pass --n 12 or less" in capsys.readouterr().err
+    assert "(200 tokens) holds 12 non-overlapping windows of 16 tokens (a shorter --window gives more); pass --n 12 " \
+           "or less" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("arguments, message", [
@@ -295,11 +296,27 @@ def test_controls_reports_and_refusals_of_a_whole_run(stand_in, capsys):
     assert network.main([*common, "--out", out, "--overwrite"]) == 0
 
 
-def test_non_finite_tokens_are_one_line(stand_in, capsys):
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_non_finite_weights_are_refused_naming_the_tensor(stand_in, capsys, value):
     model = crate_nn.load(stand_in / "ours.pt")
     with torch.no_grad():
-        model.encoder.layers[1].attn.qkv.weight[0, 0] = float("nan")
-    crate_nn.save(stand_in / "nan.pt", model)
+        model.encoder.layers[1].attn.qkv.weight[0, 0] = value
+    crate_nn.save(stand_in / "bad.pt", model)
     images = write_images(stand_in / "flat", 4)
-    assert network.main([str(stand_in / "nan.pt"), "--images", str(images), "--out", str(stand_in / "o")]) == 2
-    assert capsys.readouterr().err.startswith("python -m verify.network: model: this network")
+    assert network.main([str(stand_in / "bad.pt"), "--images", str(images), "--out", str(stand_in / "o")]) == 2
+    assert capsys.readouterr().err == (f"python -m verify.network: model: {str(stand_in / 'bad.pt')!r} holds "
+                                       "non-finite weights (NaN or Inf in encoder.layers.1.mssa.qkv.weight); no "
+                                       "measure of it would be finite\n")
+    assert not (stand_in / "o").exists()
+
+
+def test_finite_weights_that_overflow_are_one_line(stand_in, capsys):
+    model = crate_nn.load(stand_in / "ours.pt")
+    with torch.no_grad():
+        model.encoder.layers[1].attn.out.weight.fill_(3e38)  # finite, but its outputs overflow float32
+    crate_nn.save(stand_in / "huge.pt", model)
+    images = write_images(stand_in / "flat", 4)
+    assert network.main([str(stand_in / "huge.pt"), "--images", str(images), "--out", str(stand_in / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m verify.network: model: this network") and "non-finite tokens" in err, err
+    assert err.count("\n") == 1 and not (stand_in / "o").exists()

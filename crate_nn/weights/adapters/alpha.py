@@ -19,7 +19,7 @@ from torch import nn
 
 from ...models.classifier import _ALPHA, CRATEClassifier, CRATEConfig
 from ...models.registry import model_config
-from ..adapter import Adapter
+from ..adapter import Adapter, heads_needed
 from ..build import build_loaded, build_owning, check_matches, expected_state
 from ..keys import KeyMap, layer_count, state_dict_of
 
@@ -75,8 +75,7 @@ def to_ours(payload: Mapping, name: str | None = None, **overrides) -> tuple[CRA
     if clash:
         raise ValueError(f"the checkpoint contradicts {name}: {clash} (registered, checkpoint)")
     if name is None and "heads" not in overrides:
-        raise ValueError("heads cannot be inferred from the tensors; pass heads=… or a registered name=… "
-                         "(crate_alpha_b16: 12, crate_alpha_l14: 16)")
+        raise heads_needed("crate_alpha_b16: 12, crate_alpha_l14: 16")
     config = base.replace(**{**inferred, **overrides})
     check_matches(state, crate_nn_to_crate_alpha(expected_state(CRATEClassifier, config, len(state))), SOURCE)
     return config, crate_alpha_to_crate_nn(state)

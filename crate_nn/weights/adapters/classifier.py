@@ -18,9 +18,10 @@ from torch import nn
 from ...models.classifier import CRATEClassifier, CRATEConfig
 from ...models.embedding import resample_pos_embed
 from ...models.registry import model_config
-from ..adapter import Adapter, prefixed
+from ..adapter import Adapter, heads_needed, option, prefixed
 from ..build import build_loaded, build_owning, check_matches, expected_state
 from ..keys import KeyMap, layer_count, state_dict_of
+from ..ours import preprocessing_entry
 
 SOURCE = "authors'"
 CHANNELS = (3, 1)
@@ -68,9 +69,9 @@ def _patch(patch_dim: int, in_channels: int | None) -> tuple[int, int]:
             return size, channels
     if in_channels is None:
         raise ValueError(f"in_channels: the patch dimension {patch_dim} (P²·C) fits neither 3 nor 1 image channels; "
-                         "pass the channels as in_channels=…")
+                         f"pass the channels as {option('in_channels')}")
     raise ValueError(f"in_channels={in_channels} does not fit the patch dimension {patch_dim} (P²·C); pass the "
-                     "images' channels as in_channels=… (or leave it out: 3 and 1 are told from the tensors)")
+                     f"images' channels as {option('in_channels')} (or leave it out: 3 and 1 are told from the tensors)")
 
 
 def _infer_config(state: dict[str, torch.Tensor], name: str | None, overrides: dict) -> tuple[CRATEConfig, int]:
@@ -102,7 +103,7 @@ def _infer_config(state: dict[str, torch.Tensor], name: str | None, overrides: d
             raise ValueError(f"the checkpoint has {key}={inferred[key]} but {name} has {key}={getattr(base, key)}")
     options = {**inferred, **overrides}
     if name is None and "heads" not in overrides:
-        raise ValueError("heads cannot be inferred from the tensors; pass heads=… or a registered name=…")
+        raise heads_needed()
     inner = state["transformer.layers.0.0.fn.qkv.weight"].shape[0]
     heads = options.get("heads", base.heads)
     if inner % heads:
@@ -149,9 +150,12 @@ def load_official_checkpoint(source, name: str | None = None, **overrides) -> CR
     return build(CRATEClassifier, *to_ours(payload, name, **overrides))
 
 
-def to_theirs(model: nn.Module) -> dict[str, torch.Tensor]:
-    """A classifier's state dict under the authors' names (what their code's ``load_state_dict`` takes)."""
-    return crate_nn_to_official(model.state_dict())
+def to_theirs(model: nn.Module) -> dict:
+    """A classifier's state dict under the authors' names (what their code's ``load_state_dict`` takes); with the
+    model's preprocessing, their training script's layout: ``{"state_dict": …, "preprocessing": …}`` (their files
+    hold ``epoch``, ``arch``, ``optimizer`` … beside ``state_dict``)."""
+    state, entry = crate_nn_to_official(model.state_dict()), preprocessing_entry(model)
+    return {"state_dict": state, **entry} if entry else state
 
 
 ADAPTER = Adapter(

@@ -31,7 +31,7 @@ import torch
 from ...models.language import CRATEGPT, GPTConfig
 from ...models.registry import model_config
 from .. import ours
-from ..adapter import Adapter
+from ..adapter import Adapter, option
 from ..build import build_loaded, build_owning, expected_state
 from ..keys import KeyMap, layer_count, state_dict_of
 
@@ -83,7 +83,8 @@ def gpt_config_of(source, heads: int | None = None) -> tuple[GPTConfig, dict[str
     args = payload.get("model_args") if isinstance(payload.get("model_args"), dict) else {}
     heads = heads or args.get("n_head")
     if not heads:
-        raise ValueError("heads: the checkpoint has no model_args['n_head']; pass heads= (the number of heads)")
+        raise ValueError(f"heads: the checkpoint has no model_args['n_head']; pass {option('heads')} (the number of "
+                         "heads)")
     for key in ("transformer.wte.weight", "transformer.wpe.weight"):
         if key not in state:
             raise ValueError(f"missing key in the {fmt} checkpoint: {key}")
@@ -180,10 +181,10 @@ def model_args(config: GPTConfig) -> dict:
 CRATE_LM = Adapter(
     name="crate-lm", family="gpt", export="crate-lm",
     claims=lambda s: "transformer.wte.weight" in s and any(".prenorm_1." in k for k in s),
-    to_ours=to_ours, to_theirs=lambda m: {"model": to_crate_lm(m), "model_args": model_args(m.config)},
+    to_ours=to_ours, to_theirs=lambda m: {"model": to_crate_lm(m), "model_args": model_args(m.config), **ours.preprocessing_entry(m)},
 )
 NANOGPT = Adapter(
     name="nanoGPT", family="gpt", export="nanogpt",
     claims=lambda s: "transformer.wte.weight" in s and any(".ln_1." in k for k in s),
-    to_ours=to_ours, to_theirs=lambda m: {"model": to_nanogpt(m), "model_args": model_args(m.config)},
+    to_ours=to_ours, to_theirs=lambda m: {"model": to_nanogpt(m), "model_args": model_args(m.config), **ours.preprocessing_entry(m)},
 )

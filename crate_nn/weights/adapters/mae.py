@@ -21,7 +21,7 @@ from torch import nn
 from ...models.mae import CRATEMAE, CRATEMAEConfig
 from ...models.registry import model_config
 from .. import ours
-from ..adapter import Adapter, prefixed
+from ..adapter import Adapter, heads_needed, prefixed
 from ..build import build_loaded, build_owning, check_matches, expected_state
 from ..keys import KeyMap, layer_count, state_dict_of
 
@@ -116,7 +116,7 @@ def _infer_config(state: dict[str, torch.Tensor], name: str | None, overrides: d
     if name is not None and base.dim != dim:
         raise ValueError(f"the checkpoint has dim={dim} but {name} has dim={base.dim}")
     if name is None and "heads" not in overrides:
-        raise ValueError("heads cannot be inferred from the tensors; pass heads=… or a registered name=…")
+        raise heads_needed()
     inner = state[_ENC.format(i=0) + "0.fn.qkv.weight"].shape[0]
     heads = overrides.get("heads", base.heads)
     if inner % heads:
@@ -161,9 +161,10 @@ def load_official_mae(source, name: str | None = None, **overrides) -> CRATEMAE:
 
 
 def to_theirs(model: nn.Module) -> dict:
-    """A FAIR-MAE checkpoint's ``model`` and the ``args`` entry its loader reads the loss from."""
+    """A FAIR-MAE checkpoint's ``model`` and the ``args`` entry its loader reads the loss from (and the model's
+    ``preprocessing``, when it records one)."""
     return {"model": crate_nn_to_official_mae(model.state_dict()),
-            "args": argparse.Namespace(norm_pix_loss=model.config.norm_pix_loss)}
+            "args": argparse.Namespace(norm_pix_loss=model.config.norm_pix_loss), **ours.preprocessing_entry(model)}
 
 
 ADAPTER = Adapter(

@@ -51,9 +51,10 @@ from torch import nn
 
 from ...models.classifier import _VIT, CRATEClassifier, CRATEConfig
 from ...models.registry import list_models, model_config
-from ..adapter import Adapter
+from ..adapter import Adapter, heads_needed
 from ..build import check_matches, expected_state
 from ..keys import KeyMap, layer_count, state_dict_of
+from ..ours import preprocessing_entry
 
 NORM_EPS = 1e-6
 """timm's and DINO's LayerNorm ε."""
@@ -123,8 +124,7 @@ def _config(state: Mapping[str, torch.Tensor], name: str | None, overrides: dict
         raise ValueError(f"the checkpoint's tensors contradict {given} (given): they give "
                          f"{ {k: inferred[k] for k in given} }")
     if name is None and "heads" not in overrides:
-        raise ValueError("heads cannot be inferred from the tensors; pass heads=… or a registered name=… "
-                         f"({', '.join(f'{n}: {model_config(n).heads}' for n in list_models('vit_*')[:4])})")
+        raise heads_needed(", ".join(f"{n}: {model_config(n).heads}" for n in list_models("vit_*")[:4]))
     base = model_config(name) if name is not None else CRATEConfig(**FORMAT)
     clash = {k: (getattr(base, k), inferred[k]) for k in ("dim", "depth")
              if name is not None and getattr(base, k) != inferred[k]}
@@ -199,6 +199,14 @@ def to_timm(model: nn.Module) -> dict[str, torch.Tensor]:
     return KEYS.to_theirs(model.state_dict(), "timm ViT")
 
 
+def timm_file(model: nn.Module) -> dict:
+    """What ``crate-export --format timm`` writes: `to_timm`'s state dict; with the model's preprocessing, timm's
+    training checkpoint layout, ``{"state_dict": …, "preprocessing": …}`` (which ``timm.models.load_checkpoint``
+    reads)."""
+    state, entry = to_timm(model), preprocessing_entry(model)
+    return {"state_dict": state, **entry} if entry else state
+
+
 def to_dino(model: nn.Module) -> dict[str, torch.Tensor]:
     """Our ViT's backbone under DINO's names, as DINO publishes a backbone (no ``head``); ValueError unless
     ``head.fc`` is the identity (a backbone has no classifier)."""
@@ -213,7 +221,7 @@ def to_dino(model: nn.Module) -> dict[str, torch.Tensor]:
 TIMM = Adapter(
     name="timm ViT", family="classifier", export="timm",
     claims=lambda s: is_vit(s) and "head.weight" in s,
-    to_ours=timm_to_ours, to_theirs=to_timm,
+    to_ours=timm_to_ours, to_theirs=timm_file,
 )
 DINO = Adapter(
     name="DINO / SimDINO ViT", family="classifier", export="dino",
