@@ -87,6 +87,12 @@ COMMANDS: dict[str, Run | StandIn | Parse] = {
     "python -m verify --list": Run(),
     "python -m verify.errata": Run(),
     "python -m verify.errata --only eq436 thm16 --output-dir out/errata": Run(),
+    "python -m verify.panel": Parse("10 quick audits (tens of minutes of CPU); tests/verify/test_reproducibility.py "
+                                    "runs a panel end to end on one claim"),
+    "python -m verify.panel --seeds 21 23": Parse("2 quick audits; tests/verify/test_reproducibility.py runs a panel "
+                                                  "end to end"),
+    "python -m verify --perturb": Parse("a whole quick audit with perturbed training (minutes); "
+                                        "tests/verify/test_reproducibility.py runs the trained CRATE-MAE claims so"),
     # README.md, docs/audit.md: the network audit
     "python -m verify.network hf-hub:UCSC-VLAA/CRATE-alpha:torch/crate_alpha_B16.pth --name crate_alpha_b16 "
     "--images /data/imagenet/val": Parse("the published CRATE-α B/16 on 256 ImageNet validation images (a user's "

@@ -254,7 +254,9 @@ def perturbed():
     """Within the block every run `run` trains starts from its initialisation `nudge`d, and is cached apart
     (`PERTURBED_RUNS`; module docstring). The engine builds a run's task, model included, in
     `crate_nn.engine.loop.start_task`, which `train` and `initial_model` both call: the block wraps it, so the
-    stored initialisation is the nudged model the training started from."""
+    stored initialisation is the nudged model the training started from. The claims memoise what they read of their
+    runs per mode and base seed within a process: measure perturbed claims in a process of their own, as
+    ``python -m verify --perturb`` does."""
     building = loop.start_task
 
     def start_task(*args, **kwargs):
