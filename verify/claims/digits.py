@@ -184,8 +184,8 @@ for _name in PROTOCOLS:
     measures=f"joint judgement (verify.joint) of trained against init at Z^{{ℓ+1/2}} per layer, paired over "
              f"{digits.SEEDS} seeds: subspace-specific R^c, own-subspace energy and spread of unit tokens against "
              "U^ℓ (ε = 0.1) on the test digits (quick: 8 epochs, 40 images; --full: 30 epochs, 360 images)",
-    expected=TRAINING_RULE + ". Expected to fail (recorded after measuring; this claim replaces "
-             "the former claims 2.24-digits-relative, which held (−0.017, −0.018, −0.034) because R^c against isotropic tokens credits "
+    expected=TRAINING_RULE + ". Expected to fail (recorded after measuring; this claim replaces the former claims "
+             "2.24-digits-relative, which held (−0.017, −0.018, −0.034) because R^c against isotropic tokens credits "
              "collapse, and 2.24-digits-alignment, which failed). Quick, re-measured with the collapse floor of one "
              "object per image (0.0156 at d 96, 5 tokens, K 4: every token of a digit on one subspace drops the "
              "spread by 0.015): layer 3 a collapse (spread −0.078 [−0.089, −0.068], specific −0.001 [−0.012, "
