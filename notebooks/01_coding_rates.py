@@ -33,7 +33,8 @@
 #    $[-\alpha/8, \alpha]$;
 # 6. **the symmetries** (120)–(121), including (121) *as printed*, whose arguments are swapped;
 #
-# and ends with the audit's own measurements of claims 2.1–2.5 (`python -m verify --only 2.1 2.2 2.3 2.5`).
+# and ends with the audit's own measurements of the same statements: its `calculus` claims but Lemma 11's
+# (`python -m verify --only calculus`; `lemma11-hessian-bound` is notebook 3's).
 
 # %%
 # %matplotlib inline
@@ -196,14 +197,14 @@ print(f"(121) natural form: {natural[0]:.6f} vs {natural[1]:.6f}  (gap {natural_
 print(f"(121) as printed:   {printed[0]:.6f} vs {printed[1]:.6f}  (gap {printed_gap:.2f})")
 
 # %% [markdown]
-# ## The audit's measurements (claims 2.1–2.5)
+# ## The audit's measurements (the `calculus` claims)
 # The same statements as measured by `python -m verify` (quick mode, seed 0), each with its verdict. Lemma 11
-# (2.4) is the subject of notebook 3.
+# (`lemma11-hessian-bound`) is the subject of notebook 3.
 
 # %%
 with tempfile.TemporaryDirectory() as out:
-    audit = run_claims(select(all_claims(), ["2.1", "2.2", "2.3", "2.5"]), mode="quick", seed=0, output_dir=out,
-                       progress=False)
+    claims = [c for c in select(all_claims(), ["calculus"]) if c.id != "lemma11-hessian-bound"]
+    audit = run_claims(claims, mode="quick", seed=0, output_dir=out, progress=False)
 print(format_table(audit))
 print(format_summary(audit))
 

@@ -39,7 +39,7 @@
 #   $\beta Z$ already explains;
 # * the descent property along repeated steps, exact vs MSSA vs Neumann;
 #
-# and the audit's claims 2.6–2.8.
+# and the audit's claims on them (`python -m verify --only compression mssa alg4-nn-encoder`).
 
 # %%
 # %matplotlib inline
@@ -199,14 +199,14 @@ for beta in [0.08, 0.33, 1.3, 5.2]:
         f"{m} {trajectories[(beta, m)][-1]:.3g}" for m in ("exact", "mssa", "neumann")))
 
 # %% [markdown]
-# ## The audit's measurements (claims 2.6–2.8)
-# Including the temperature claim 2.8: the code's $p^{-1/2}$ temperature changes the operator (35) by a large
-# relative amount although both versions point along $-\nabla R^c$ about equally well.
+# ## The audit's measurements (`compression`, `mssa`, `alg4-nn-encoder`)
+# Including the temperature claim eq35-ideal-temperature: the code's $p^{-1/2}$ temperature changes the operator
+# (35) by a large relative amount although both versions point along $-\nabla R^c$ about equally well.
 
 # %%
 with tempfile.TemporaryDirectory() as out:
-    audit = run_claims(select(all_claims(), ["2.6", "2.7", "2.8"]), mode="quick", seed=0, output_dir=out,
-                       progress=False)
+    audit = run_claims(select(all_claims(), ["compression", "mssa", "alg4-nn-encoder"]), mode="quick", seed=0,
+                       output_dir=out, progress=False)
 print(format_table(audit))
 print(format_summary(audit))
 

@@ -158,12 +158,14 @@ print(f"‖∇R^c‖ = {base_result.grad_norm:.3f}; residual vs (315) {base_resu
       f"vs exact-A {base_result.residual_exact_a:.2e}")
 
 # %% [markdown]
-# ## The audit's measurements (claims 2.16–2.18, quick sizes)
+# ## The audit's measurements (Theorem 16, Remarks 17–18; quick sizes)
+# `python -m verify --only eqs257-258 thm16 remark17 remark18`: the claims on Theorem 16's good event, its bound and
+# its remarks.
 
 # %%
 with tempfile.TemporaryDirectory() as out:
-    audit = run_claims(select(all_claims(), ["2.16", "2.17", "2.18"]), mode="quick", seed=0, output_dir=out,
-                       progress=False)
+    audit = run_claims(select(all_claims(), ["eqs257-258", "thm16", "remark17", "remark18"]), mode="quick", seed=0,
+                       output_dir=out, progress=False)
 print(format_table(audit))
 print(format_summary(audit))
 

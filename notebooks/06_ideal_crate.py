@@ -149,7 +149,7 @@ print(f"largest off-block |coherence|: ideal {ideal_off:.1e};  mean off-block |c
       f"{random_off:.3f} (1/√d = {1 / np.sqrt(d):.3f})")
 
 # %% [markdown]
-# ## The audit's measurements (claims 2.24-ideal-*)
+# ## The audit's measurements (claims sec2.5-ideal-compression, fig14-ideal-sparsity)
 
 # %%
 with tempfile.TemporaryDirectory() as out:

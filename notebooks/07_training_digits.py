@@ -27,8 +27,8 @@
 #   started from a saved random initialisation (`init_from`) so that the initialisation can be measured too;
 # * the layer-wise measurements use `crate_nn.measure_layers` under both protocols: "paper" ($R^c(Z^{\ell+1/2}\mid U^\ell)$,
 #   ε = 0.1) and "official" (the authors' hook: per-head unit-norm codes of $U^{\ell*}\mathrm{LN}(Z^\ell)$, ε² = 0.01);
-# * the audit measures the same on the preset's full schedule (`python -m verify --only 2.24`), claims
-#   2.24-digits-*; its verdicts are quoted at the end, not re-run here (they train for 30 epochs).
+# * the audit measures the same on the preset's full schedule (`python -m verify --only fig14-digits fig15-digits
+#   fig16-digits fig17-digits`); its verdicts are quoted at the end, not re-run here (they train for 30 epochs).
 
 # %%
 # %matplotlib inline
@@ -175,14 +175,14 @@ fig.tight_layout()
 row_sums = traces[layer_index].attention.sum(-1)
 
 # %% [markdown]
-# ## The audit's view (claims 2.24-digits-*, five seeds)
-# `python -m verify --only 2.24` trains the preset five times (8 epochs in quick mode, the full 30 under `--full`,
-# each run against its own saved initialisation) and compares trained with initialisation over the seeds, with 95%
-# intervals, under every protocol. Its expected verdicts: `fig15-digits-official` holds (the authors' scale-free
-# protocol: trained below initialisation at every layer); `fig15-digits-paper` fails at the paper's weight decay 0.5
-# (the last layer is not below), and `fig15-digits-weight-decay` (`--full`) shows that its verdict moves with the
-# weight decay; the joint rule that tells compression from collapse (`fig15-digits-joint`) finds no compression at
-# layer 2 and a collapse at layer 3;
+# ## The audit's view (claims fig14-digits-* to fig17-digits-*, five seeds)
+# `python -m verify --only fig14-digits fig15-digits fig16-digits fig17-digits` trains the preset five times (8 epochs
+# in quick mode, the full 30 under `--full`, each run against its own saved initialisation) and compares trained with
+# initialisation over the seeds, with 95% intervals, under every protocol. Its expected verdicts:
+# `fig15-digits-official` holds (the authors' scale-free protocol: trained below initialisation at every layer);
+# `fig15-digits-paper` fails at the paper's weight decay 0.5 (the last layer is not below), and
+# `fig15-digits-weight-decay` (`--full`) shows that its verdict moves with the weight decay; the joint rule that tells
+# compression from collapse (`fig15-digits-joint`) finds no compression at layer 2 and a collapse at layer 3;
 # `fig14-digits-depth` fails (3 layers cannot establish a depth trend), `fig15-digits-sparsity` fails (see above).
 
 # %% [markdown]

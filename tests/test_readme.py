@@ -188,7 +188,7 @@ COMMANDS: dict[str, Run | StandIn | Parse] = {
     "crate-segment experiment --seeds 0 1 2 3 4 --output-dir runs/objects --report-dir results/segmentation":
         Parse("20 trainings, ≈ 1 hour; tests/tasks/test_segmentation_experiment.py runs it with --max-steps"),
     # results/README.md
-    "python -m verify --only table11 table12 table13 table15": Run(),
+    "python -m verify --only ablations": Run(),
     "python -m verify.record digits": Parse("retrains a replication and rewrites results/digits in the repository"),
     "python -m verify.record --report ablations": Parse("rewrites results/ablations/report.* in the repository"),
 }

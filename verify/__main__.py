@@ -2,7 +2,7 @@
 
     python -m verify                      # quick mode (the default): every claim at reduced sizes, ≤ 60 s on 2 cores
     python -m verify --full               # CRATE-Base sizes, more samples
-    python -m verify --only 2.11 lemma11  # ids, id prefixes or tags
+    python -m verify --only eq115 lemma11  # ids, id prefixes or tags
     python -m verify --list               # the registered claims
     python -m verify --table              # also print the full table (wide) after the summary
     python -m verify --figures            # also draw the figures (always under --full)

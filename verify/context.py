@@ -84,7 +84,9 @@ class Context:
 
     def rng_for(self, stream: str) -> np.random.Generator:
         """A generator shared by the claims that name the same ``stream``, for a measurement several claims read
-        (computed once and memoised by the claim module)."""
+        (computed once and memoised by the claim module). A stream's name is the key of its draws, not a claim's id:
+        streams named while the claims were numbered (``2.16-sweep``) keep those names, since a new name would draw
+        other data than the verdicts were recorded on."""
         return np.random.default_rng([self.seed, zlib.crc32(stream.encode())])
 
     def torch_seed_for(self, stream: str) -> int:
@@ -92,7 +94,13 @@ class Context:
         return int(np.random.default_rng([self.seed, zlib.crc32(stream.encode()), 1]).integers(2**31))
 
     def figure_path(self, name: str) -> Path:
-        """Path of a PNG figure for this claim inside the output directory (the ``figures/`` folder is created)."""
+        """Path of a PNG figure for this claim inside the output directory (the ``figures/`` folder is created):
+        ``figures/<claim id>-<name>.png``, or ``figures/<claim id>.png`` where the id already holds ``name``'s words
+        in order (``fig15-digits-weight-decay`` drawing ``weight-decay``), so that no file name says a word twice.
+        A figure several claims share is drawn under a context whose id is the prefix or tag that selects them
+        (``fig15-digits``, ``ideal``)."""
         folder = self.output_dir / "figures"
         folder.mkdir(parents=True, exist_ok=True)
-        return folder / f"{self.claim_id}-{name}.png"
+        words, extra = self.claim_id.split("-"), name.split("-")
+        held = any(words[i:i + len(extra)] == extra for i in range(len(words) - len(extra) + 1))
+        return folder / f"{self.claim_id if held else f'{self.claim_id}-{name}'}.png"

@@ -16,7 +16,7 @@ from crate_nn.models.language import sinusoid_table
 
 # Counted from the module structure (models/language.py's table): CRATE-GPT Base 60,699,648 and 12-layer
 # overcomplete 81,934,848 as the public crate-lm, GPT-2 124,475,904 as nanoGPT; Table 10 prints 60M / 242M (CRATE-GPT),
-# 64M / 124M / 774M (GPT-2), 33M / 61M / 129M (CRATE-BERT) — see the verify claims 2.23-params-*.
+# 64M / 124M / 774M (GPT-2), 33M / 61M / 129M (CRATE-BERT) — see the verify claims table10-params-*.
 EXPECTED_PARAMETERS = {
     "crate_gpt_small": 35_747_840,
     "crate_gpt_base": 60_699_648,

@@ -108,7 +108,7 @@ def test_full_mode_and_list(tmp_path, capsys):
     """--full runs (here on one cheap claim, whose sizes come from the registry) and --list names every claim."""
     from verify.__main__ import main
 
-    assert main(["--full", "--only", "2.18", "--output-dir", str(tmp_path), "--no-progress"]) == 0
+    assert main(["--full", "--only", "thm16-beta-at-least-1", "--output-dir", str(tmp_path), "--no-progress"]) == 0
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["meta"]["mode"] == "full" and report["claims"][0]["data"]["d"] == 768
     capsys.readouterr()

@@ -528,6 +528,18 @@ def test_figures_are_drawn_on_request_and_under_full_only_by_default(tmp_path):
     assert plots.enabled()  # the switch is restored after the audit
 
 
+def test_a_figure_is_named_after_its_claim_without_saying_a_word_twice(tmp_path):
+    """``<id>-<name>.png``, the name left out where the id already holds its words in order."""
+    def named(claim_id, name):
+        return Context("quick", 0, claim_id, tmp_path).figure_path(name).name
+
+    assert named("table4-dino-knn", "per-layer") == "table4-dino-knn-per-layer.png"
+    assert named("fig15-digits-weight-decay", "weight-decay") == "fig15-digits-weight-decay.png"
+    assert named("fig21-digits-depth-official", "depth") == "fig21-digits-depth-official.png"
+    assert named("approx12-rate", "rates") == "approx12-rate-rates.png"  # another word
+    assert (tmp_path / "figures").is_dir()
+
+
 def test_one_network_against_a_population_uses_the_prediction_interval():
     """A network drawn from the population itself lies outside the 95% prediction interval in 5% of draws; the
     interval of the seeds' mean, which `compare` on the differences gives, calls it different whenever

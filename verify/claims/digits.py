@@ -136,7 +136,8 @@ def _protocols_figure(ctx) -> str:
 
 @functools.lru_cache(maxsize=4)
 def _draw_protocols(output_dir: str, mode: str, seed: int) -> str:
-    runs = digits.runs(Context(mode, seed, "2.24-digits", output_dir))
+    ctx = Context(mode, seed, "fig15-digits", output_dir)  # one figure for fig15-digits-paper, -official and -joint
+    runs = digits.runs(ctx)
     panels, bands = {}, {}
     paths = {**{name: path for name, (path, _) in PROTOCOLS.items()}, **JOINT}
     for name, path in paths.items():
@@ -145,7 +146,7 @@ def _draw_protocols(output_dir: str, mode: str, seed: int) -> str:
             per_layer = intervals(digits.per_seed(runs, model, path))
             panels[name][model] = [i.mean for i in per_layer]
             bands[name][model] = ([i.low for i in per_layer], [i.high for i in per_layer])
-    return plots.per_layer(Context(mode, seed, "2.24-digits", output_dir).figure_path("protocols"), panels,
+    return plots.per_layer(ctx.figure_path("protocols"), panels,
                            bands=bands, title=f"digits CRATE vs its initialisation, {len(runs)} seeds (95% bands)")
 
 
@@ -183,7 +184,7 @@ for _name in PROTOCOLS:
     measures=f"joint judgement (verify.joint) of trained against init at Z^{{ℓ+1/2}} per layer, paired over "
              f"{digits.SEEDS} seeds: subspace-specific R^c, own-subspace energy and spread of unit tokens against "
              "U^ℓ (ε = 0.1) on the test digits (quick: 8 epochs, 40 images; --full: 30 epochs, 360 images)",
-    expected=TRAINING_RULE + ". Expected to fail (recorded after measuring; this claim replaces "
+    expected=TRAINING_RULE + ". Expected to fail (recorded after measuring; this claim replaces the former claims "
              "2.24-digits-relative, which held (−0.017, −0.018, −0.034) because R^c against isotropic tokens credits "
              "collapse, and 2.24-digits-alignment, which failed). Quick, re-measured with the collapse floor of one "
              "object per image (0.0156 at d 96, 5 tokens, K 4: every token of a digit on one subspace drops the "

@@ -262,7 +262,7 @@ def _draw_controls(output_dir: str, mode: str, seed: int, sizes: tuple[int, int,
             per_station = intervals(_measure(_stack_at(mode, seed, sizes, name), measure))
             panels[label][name] = [i.mean for i in per_station]
             bands[label][name] = ([i.low for i in per_station], [i.high for i in per_station])
-    path = Context(mode, seed, "2.24-ideal", output_dir).figure_path("controls")
+    path = Context(mode, seed, "ideal", output_dir).figure_path("controls")  # one figure for the *-ideal-* claims
     return plots.per_layer(path, panels, title=f"ideal CRATE and its controls ({SEEDS} seeds, 95% bands)", x=x,
                            xlabel="station (ℓ: input of layer ℓ, ℓ + ½: after MSSA)", bands=bands)
 
