@@ -26,7 +26,7 @@ from typing import Any
 
 from verify.context import ROOT
 from verify.registry import SCOPES, SOURCES, Claim, all_claims
-from verify.report import COUNTED, FAILS_READ, LAYERS_COMPRESS, PLURAL, PROTOCOLS, delta_r
+from verify.report import COUNTED, FAILS_READ, LAYERS_COMPRESS, PLURAL, PROTOCOLS, STALE, delta_r
 
 BEGIN = "<!-- generated: {name} (python -m verify.documents) -->"
 END = "<!-- end: {name} -->"
@@ -57,8 +57,14 @@ def _md(text: str) -> str:
 
 
 def _errors(report: dict) -> list[dict]:
-    """The report's entries of the papers' statements (scope ``paper``) that fail: the errors of the papers."""
-    return [e for e in report["claims"] if e.get("scope") == "paper" and e["verdict"] == "fails"]
+    """The report's entries of the papers' statements (scope ``paper``) that fail: the errors of the papers (a stale
+    stored verdict, `verify.runner.Outcome.stale`, is no finding)."""
+    return [e for e in report["claims"] if e.get("scope") == "paper" and e["verdict"] == "fails" and not e.get("stale")]
+
+
+def _verdict(entry: dict) -> str:
+    """An entry's verdict, marked when it is stale (its replication's last re-check failed)."""
+    return entry["verdict"] + (f" ({STALE})" if entry.get("stale") else "")
 
 
 def headline(report: dict, claims: list[Claim]) -> str:
@@ -107,8 +113,9 @@ def layers_compress(report: dict, claims: list[Claim]) -> str:
             if e is None:
                 cells.append("—")
                 continue
-            tally[protocol][e["verdict"]] = tally[protocol].get(e["verdict"], 0) + 1
-            cells.append(f"**{e['verdict']}** ({_md(_headline_text(e))}; `{e['id']}`)")
+            if not e.get("stale"):
+                tally[protocol][e["verdict"]] = tally[protocol].get(e["verdict"], 0) + 1
+            cells.append(f"**{_verdict(e)}** ({_md(_headline_text(e))}; `{e['id']}`)")
         joint = found[2]
         rows.append(f"| {model} | {scope}" + (f": {_md(first['setting'])}" if first.get("setting") else "")
                     + " | " + " | ".join(cells) + f" | {delta_r(joint.get('data')) if joint else '—'} |")
@@ -135,7 +142,7 @@ def claims_index(report: dict, claims: list[Claim]) -> str:
                   "|---|---|---|---|---|"]
         for c in group:
             e = entries.get(c.id)
-            verdict, found = (e["verdict"], _headline_text(e)) if e else (f"{c.expected_verdict} (expected)", "—")
+            verdict, found = (_verdict(e), _headline_text(e)) if e else (f"{c.expected_verdict} (expected)", "—")
             lines.append(f"| {_md(c.location)} | `{c.id}` | {c.scope or '—'} | {verdict} | {_md(found)} |")
         lines.append("")
     return "\n".join(lines).rstrip("\n")
