@@ -240,7 +240,7 @@ def test_another_base_seed_does_not_re_measure_stored_claims_and_exits_0(tmp_pat
     assert "not re-measured†" in md and "re-record: python -m verify.record tost --seed 1" in md
 
 
-def test_stored_verdicts_are_marked_in_every_view_and_the_header_names_their_seals(tmp_path, capsys):
+def test_stored_verdicts_are_marked_in_every_view_and_the_report_names_the_code_that_recorded_them(tmp_path, capsys):
     assert cli.main(["--only", "tost", "table17", "--no-progress", "--output-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     doc = json.loads((tmp_path / "report.json").read_text())
@@ -253,7 +253,8 @@ def test_stored_verdicts_are_marked_in_every_view_and_the_header_names_their_sea
     reps = {r["name"]: r for r in doc["meta"]["replications"]}
     assert set(reps) == {"tost", TABLE17}
     for name, r in reps.items():
-        assert r["sha256"] == json.loads(committed.path(name).read_text())["sha256"] and r["sha256"][:16] in md
+        assert r["sha256"] == json.loads(committed.path(name).read_text())["sha256"]
+        assert f"by commit `{r['commit'][:12]}`" in md and r["check"]["state"] in ("never", "passed", "failed")
         assert len(r["commit"]) == 40 and isinstance(r["today_differs"], bool)
         assert r["sealed_after_recording"] and isinstance(r["files_differing"], list)
     assert cli.main(["--list", "--only", "tost"]) == 0
