@@ -18,9 +18,9 @@ except the per-input samples under a ``values`` key, which the mean and std stor
 
 **The rule** (`compare`). If today's code trains the same population of runs as the code that recorded them, a
 re-trained run is one more draw of it, and each of its quantities lies inside the stored seeds' prediction interval
-(`verify.statistics.prediction_interval`: mean ± t_{S−1}·s·√(1 + 1/S), the interval `verify.statistics.compare_one`
-reads) with the interval's probability. A check reads m quantities — hundreds, correlated in ways three or five
-seeds cannot estimate — so at 95% about 5% of them would lie outside by chance. A quantity has *moved* when it lies
+(`verify.statistics.prediction_interval`: mean ± t_{S−1}·s·√(1 + 1/S), the interval
+`verify.statistics.compare_one` reads) with the interval's probability. A check reads m quantities — hundreds,
+correlated in ways three or five seeds cannot estimate — so at 95% about 5% of them would lie outside by chance. A quantity has *moved* when it lies
 outside its interval at level 1 − 0.05/m (Bonferroni): a check of faithful code reports a moved quantity with
 probability at most 5%, whatever the correlation. The price is width: with 5 seeds and m = 150 the interval spans
 ±12.5 stored standard deviations, with 3 seeds and m = 60 ±40 — a check catches code that trains or measures
@@ -152,8 +152,8 @@ def describe(runs: list[dict], i: int) -> str:
 
 
 def plan(name: str) -> tuple[str, float | None]:
-    """What a check of replication ``name`` re-trains, in words, and its stored training time in seconds (None for
-    Table 17, whose file keeps no times)."""
+    """What a check of replication ``name`` re-trains, in words, and the sampled runs' training time as stored
+    (seconds of wall time when recorded; None for Table 17, whose file keeps no times)."""
     stored = committed.replication(name)
     if name == TABLE17:
         variants = list(stored.content["configs"])
@@ -301,8 +301,8 @@ def _retrain(name: str, progress: bool) -> tuple[list[dict], list[str], dict[int
     runs, chosen = stored.runs, sample(stored.runs)
     sampled = Sampled(name, chosen)
     with tempfile.TemporaryDirectory(prefix=f"verify-check-{name}-") as tmp, experiments.answered_by(sampled):
-        outcomes = run_claims([c for c in all_claims() if c.committed == name], mode="full", seed=stored.base_seed, output_dir=tmp, progress=progress,
-                              figures=False)
+        outcomes = run_claims([c for c in all_claims() if c.committed == name], mode="full", seed=stored.base_seed,
+                              output_dir=tmp, progress=progress, figures=False)
     raised = [o.claim.id for o in outcomes if o.error]
     if raised:
         first = next(o.error for o in outcomes if o.error).strip().splitlines()[-1]
@@ -338,7 +338,8 @@ def _retrain_table17(progress: bool) -> tuple[list[dict], list[str], dict[int, d
     groups = [f"{r['name']} {r['state']}" for r in rows]
     fresh, described = {}, {}
     for row in json.loads(json.dumps(results["runs"])):
-        i = next(j for j, r in enumerate(rows) if (r["name"], r["state"], r["seed"]) == (row["name"], row["state"], seed))
+        i = next(j for j, r in enumerate(rows)
+                 if (r["name"], r["state"], r["seed"]) == (row["name"], row["state"], seed))
         fresh[i], described[i] = row, f"{row['name']} {row['state']}, seed {seed}"
     return rows, groups, fresh, described
 
@@ -351,7 +352,7 @@ def check(name: str, progress: bool = True) -> int:
     stored = committed.replication(name)
     what, seconds = plan(name)
     print(f"checking {name}: re-training {what} with today's code"
-          + (f" (≈ {seconds / 60:.1f} min of CPU as recorded)" if seconds else ""), flush=True)
+          + (f" (they trained in {seconds / 60:.1f} min when recorded)" if seconds else ""), flush=True)
     started, cpu = time.perf_counter(), time.process_time()
     if name == TABLE17:
         runs, groups, fresh, described = _retrain_table17(progress)

@@ -120,9 +120,9 @@ def seal(names: list[str]) -> int:
 
 
 def plans(names: list[str]) -> str:
-    """What ``--check`` re-trains of each replication and its CPU time: the sampled runs' training time as recorded,
-    and the CPU time of its last check."""
-    lines = ["what --check re-trains of each replication, and its CPU time (one thread):"]
+    """What ``--check`` re-trains of each replication and how long it takes: the sampled runs' training time as
+    stored, and the CPU time of its last check."""
+    lines = ["what --check re-trains of each replication, and how long it takes (one thread):"]
     for name in names:
         try:
             what, seconds = check.plan(name)
@@ -130,7 +130,7 @@ def plans(names: list[str]) -> str:
         except StoredDataError as err:
             lines.append(f"  {name}: {err}")
             continue
-        said = [what] + ([f"training ≈ {seconds / 60:.1f} min as recorded"] if seconds else [])
+        said = [what] + ([f"they trained in {seconds / 60:.1f} min when recorded"] if seconds else [])
         if last.get("cpu_seconds") is not None:
             said.append(f"its last check took {last['cpu_seconds'] / 60:.1f} min of CPU ({last['checked'][:10]})")
         lines.append(f"  {name}: " + "; ".join(said))

@@ -215,8 +215,8 @@ def provenance(meta: dict[str, Any], outcomes: list[Outcome]) -> list[str]:
                  + "".join(f", and {t}" for t in torch) if r["today_differs"] else "today's code is that code")
         after = ", sealed after recording" if r["sealed_after_recording"] else ""
         lines.append(f"- **{r['name']}** (`{r['file']}`: {r['runs']} runs at base seed {r['base_seed']}, "
-                     f"{verdicts} verdicts here): recorded {r['recorded'][:10]} by commit `{(r['commit'] or '—')[:12]}`"
-                     f"{after}; {today}. {_checked(r['name'], r['check'])}")
+                     f"{verdicts} verdict{'' if verdicts == 1 else 's'} here): recorded {r['recorded'][:10]} by "
+                     f"commit `{(r['commit'] or '—')[:12]}`{after}; {today}. {_checked(r['name'], r['check'])}")
     return lines + [""]
 
 

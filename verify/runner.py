@@ -5,9 +5,9 @@ replication's stored numbers: its outcome names the replication (``stored``) and
 At another base seed the claim is not measured (``skipped``: "recorded at base seed 0 only", with the command that
 records it at this one), which is neither a verdict nor an error. A replication whose last re-check failed
 (`verify.committed.Replication.stale`: today's code no longer trains what it stores) gives *stale* verdicts: measured
-from the stored numbers and shown, but neither counted nor compared with their expectation. A file refused (damaged, edited, unsealed) or
-lacking what a claim asks is that claim's error, in one line. SIGTERM/SIGINT stop the run
-(`verify.stopping.Interrupted`, also when the engine reports them as `crate_nn.engine.Preempted`).
+from the stored numbers and shown, but neither counted nor compared with their expectation. A file refused
+(damaged, edited, unsealed) or lacking what a claim asks is that claim's error, in one line. SIGTERM/SIGINT stop the
+run (`verify.stopping.Interrupted`, also when the engine reports them as `crate_nn.engine.Preempted`).
 """
 from __future__ import annotations
 

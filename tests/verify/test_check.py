@@ -55,7 +55,7 @@ def _checked(monkeypatch, compute=_weights):
 
 
 # --------------------------------------------------------------------------------------------- a check
-def test_an_unchanged_toy_replication_is_reproduced_and_its_check_sealed_beside_it(toy, cache, monkeypatch):  # noqa: F811
+def test_an_unchanged_toy_replication_is_reproduced_and_its_check_is_sealed(toy, cache, monkeypatch):  # noqa: F811
     stored = (toy / "runs.json").read_bytes()
     trained = len(cache)
     assert _checked(monkeypatch) == 0

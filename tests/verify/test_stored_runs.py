@@ -53,6 +53,33 @@ def test_an_interrupted_write_leaves_the_previous_file(tmp_path, monkeypatch):
 
 
 # --------------------------------------------------------------------------------------------- committed files
+PINNED = {
+}
+"""The SHA-256 of every sealed file under results/ (the replications' runs, Table 17's results, their checks). A seal
+promises integrity — a damaged file, or one edited without sealing again, is refused — not authenticity: anyone can
+seal an edited file again. This table is the record: a file sealed again (re-recorded, re-checked, or edited) fails
+here unless its pin moves in the same commit, where a reviewer sees both."""
+
+
+def _sealed_files() -> dict[str, str]:
+    return {str(p.relative_to(REPO)): json.loads(p.read_text())["sha256"]
+            for p in sorted((REPO / "results").glob("*/*.json"))
+            if p.name in ("runs.json", "results.json", committed.CHECK)}
+
+
+def test_every_sealed_stored_file_is_pinned_and_matches_its_seal():
+    assert _sealed_files() == PINNED
+    for file in PINNED:
+        integrity.read(REPO / file)  # its content is the one its checksum was taken of
+
+
+def test_every_replication_is_checked_on_its_current_recording():
+    """A replication re-recorded without a check, or whose check file was edited, is caught here (the check of a
+    warm cache's fresh recording costs only its measuring: `python -m verify.record --check NAME`)."""
+    for name in record.replications():
+        assert committed.replication(name).check()["state"] in ("passed", "failed"), name
+
+
 def test_every_committed_replication_is_sealed_with_the_code_that_recorded_it():
     names = record.replications()
     assert set(names) == {"ablations", "bert", "digits", "dino", "figures", "mae", TABLE17, "tost"}
