@@ -18,20 +18,20 @@ except the per-input samples under a ``values`` key, which the mean and std stor
 
 **The rule** (`compare`). If today's code trains the same population of runs as the code that recorded them, a
 re-trained run is one more draw of it, and each of its quantities lies inside the stored seeds' prediction interval
-(`verify.statistics.prediction_interval`: mean ± t_{S−1}·s·√(1 + 1/S), the interval
-`verify.statistics.compare_one` reads) with the interval's probability. A check reads m quantities — hundreds,
-correlated in ways three or five seeds cannot estimate — so at 95% about 5% of them would lie outside by chance. A quantity has *moved* when it lies
+(`verify.statistics.prediction_interval`: mean ± t_{S−1}·s·√(1 + 1/S), the interval `verify.statistics.compare_one`
+reads) with the interval's probability. A check reads m quantities — hundreds, correlated in ways three or five
+seeds cannot estimate — so at 95% about 5% of them would lie outside by chance. A quantity has *moved* when it lies
 outside its interval at level 1 − 0.05/m (Bonferroni): a check of faithful code reports a moved quantity with
 probability at most 5%, whatever the correlation. The price is width: with 5 seeds and m = 150 the interval spans
 ±12.5 stored standard deviations, with 3 seeds and m = 60 ±40 — a check catches code that trains or measures
 something else (a broken step, a changed default or measure), not a shift of a few seeds' spread; the quantities
-outside their plain 95% intervals are counted beside it. Exact reproduction is the stronger statement and is
-counted first: training on the CPU is deterministic, so code whose arithmetic did not change gives the stored
-seed's numbers again (to `RTOL`), and a reproduced quantity never moved. Seeds that agree exactly (352/360 test
-digits on all three seeds, the raw pixels' k-NN that no seed moves) give an interval of width 0: such a quantity
-takes as its spread its *resolution*, the smallest difference between two stored values of it anywhere in the file
-(1/360 for that accuracy), and one that never differs anywhere (a setting such as ε) must be reproduced. A stored
-quantity the re-trained run lacks has moved (today's code no longer measures it); one it adds is not compared.
+outside their plain 95% intervals are counted beside it. Exact reproduction is the stronger statement and is counted
+first: training on the CPU is deterministic, so code whose arithmetic did not change gives the stored seed's numbers
+again (to `RTOL`), and a reproduced quantity never moved. Seeds that agree exactly (352/360 test digits on all three
+seeds, the raw pixels' k-NN that no seed moves) give an interval of width 0: such a quantity takes as its spread its
+*resolution*, the smallest difference between two stored values of it anywhere in the file (1/360 for that
+accuracy), and one that never differs anywhere (a setting such as ε) must be reproduced. A stored quantity the
+re-trained run lacks has moved (today's code no longer measures it); one it adds is not compared.
 
 **The record.** ``results/NAME/check.json``, sealed (`verify.integrity`) and committed beside the replication, never
 touching its ``runs.json``: when, by which code (`verify.committed.identity`), of which recording (its SHA-256),
