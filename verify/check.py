@@ -55,6 +55,8 @@ from typing import Any
 
 import numpy as np
 
+from crate_nn import table17
+from crate_nn.tasks import get_preset
 from verify import committed, experiments, integrity, stopping
 from verify.context import TABLE17
 from verify.integrity import StoredDataError
@@ -85,14 +87,20 @@ def run_name(entry: dict) -> str:
     return f"{entry['task']}-{experiments.fields_hash(entry['task'], {**entry['recipe'], 'seed': entry['seed']})}"
 
 
+def _names(runs: list[dict]) -> dict[str, int]:
+    """Each stored run's index by its name (`run_name`)."""
+    return {run_name(e): i for i, e in enumerate(runs)}
+
+
 def _referenced(text: str, names: dict[str, int]) -> list[int]:
+    """The indices of the stored runs ``text`` names (``names``: `_names`)."""
     return [names[m.group(0)] for m in RUN_NAME.finditer(text) if m.group(0) in names]
 
 
 def configurations(runs: list[dict]) -> list[str]:
     """Each run's configuration: a hash of its task and its recipe without the seed, in which a stored run named
     (a fine-tuning's ``init_from``) is replaced by that run's configuration."""
-    names = {run_name(e): i for i, e in enumerate(runs)}
+    names = _names(runs)
     keys: dict[int, str] = {}
 
     def key(i: int) -> str:
@@ -112,7 +120,7 @@ def sample(runs: list[dict]) -> list[int]:
     groups = configurations(runs)
     chosen = {min((i for i, g in enumerate(groups) if g == group), key=lambda i: runs[i]["seed"])
               for group in set(groups)}
-    names = {run_name(e): i for i, e in enumerate(runs)}
+    names = _names(runs)
     todo = list(chosen)
     while todo:
         entry = runs[todo.pop()]
@@ -127,11 +135,9 @@ def sample(runs: list[dict]) -> list[int]:
 def describe(runs: list[dict], i: int) -> str:
     """Run ``i`` in words: its task, its preset and the recipe fields in which it differs from the preset (a dict
     field key by key; a fine-tuning's start described in turn), and its seed."""
-    from crate_nn.tasks import get_preset
-
     entry = runs[i]
     recipe = entry["recipe"]
-    names = {run_name(e): j for j, e in enumerate(runs)}
+    names = _names(runs)
     try:
         base = json.loads(json.dumps(get_preset(recipe["preset"]).to_dict(), default=str))
     except (KeyError, ValueError, TypeError):  # a preset removed since: the recipe speaks for itself
@@ -216,61 +222,64 @@ def _same(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=RTOL, abs_tol=0.0) or (math.isnan(a) and math.isnan(b))
 
 
+def judge(value: float, own: float | None, population: list[float], step: float, level: float) -> dict:
+    """One quantity by the rule of the module docstring: ``value`` re-trained, ``own`` its stored seed's,
+    ``population`` the stored seeds' (its own included), ``step`` its resolution in the file, ``level`` the check's.
+    Returns its state (`STATES`) and, where an interval decided it, the interval: mean, spread, low, high."""
+    finite = [v for v in population if math.isfinite(v)]  # a diverged seed's loss is no spread
+    if own is not None and _same(value, own):
+        return {"state": "reproduced"}
+    if not math.isfinite(value):
+        return {"state": "moved"}
+    if len(finite) < MIN_SEEDS:
+        return {"state": "not compared"}
+    spread = float(np.std(finite))
+    if spread == 0.0 and step == 0.0:
+        return {"state": "moved"}  # never differs anywhere in the file: a setting, which only reproduction satisfies
+    least = step if spread == 0.0 else 0.0
+    wide = prediction_interval(finite, level=level, least_std=least)
+    plain = prediction_interval(finite, level=LEVEL, least_std=least)
+    state = ("moved" if not wide.low <= value <= wide.high
+             else "outside 95%" if not plain.low <= value <= plain.high else "within")
+    return {"mean": wide.mean, "std": wide.std, "low": wide.low, "high": wide.high, "state": state}
+
+
 def compare(stored: list[dict], groups: list[str], fresh: dict[int, dict],
             flatten: Callable[[dict], dict[str, float]] = quantities, alpha: float = ALPHA) -> dict:
     """Compare each re-trained run ``fresh[i]`` with the stored runs of its configuration ``groups[i]`` (``stored``:
-    the stored runs, ``flatten`` their quantities), by the rule of the module docstring. Returns the check's
-    result: ``runs`` (per re-trained run, each quantity's value, its stored seed's, the stored seeds' mean, spread
-    and number, the interval at the check's level and the state, `STATES`), ``counts`` (per state), ``moved``
-    (``"<run>: <quantity>"``), ``quantities`` (m), ``level`` and ``passed``."""
+    the stored runs, ``flatten`` their quantities), each quantity by `judge` at the level 1 − ``alpha``/m, m the
+    quantities compared. Returns the check's result: ``runs`` (per re-trained run and quantity: the value, its
+    stored seed's, the number of stored seeds, the state and the interval that decided it), ``counts`` (per state),
+    ``moved`` (``"<run index>: <quantity>"``), ``quantities`` (m), ``level`` and ``passed``."""
     values = [flatten(e) for e in stored]
-    resolution: dict[str, list[float]] = {}
+    pooled: dict[str, list[float]] = {}
     for q in values:
         for path, v in q.items():
-            resolution.setdefault(path, []).append(v)
-    steps = {path: _resolution(v) for path, v in resolution.items()}
-    plan_: list[tuple[int, str, float, list[float]]] = []
-    missing: list[tuple[int, str]] = []
+            pooled.setdefault(path, []).append(v)
+    compared: list[tuple[int, str, float, list[float]]] = []
+    runs: dict[int, dict] = {i: {} for i in fresh}
     for i, entry in fresh.items():
         mine = flatten(entry)
         seeds = [j for j, g in enumerate(groups) if g == groups[i]]
         for path in sorted(set().union(*(values[j] for j in seeds))):
             population = [values[j][path] for j in seeds if path in values[j]]
-            if path not in mine:
-                missing.append((i, path))
+            if path not in mine:  # today's code no longer measures it
+                runs[i][path] = {"value": None, "stored": values[i].get(path), "state": "moved"}
             elif len(population) >= MIN_SEEDS:
-                plan_.append((i, path, mine[path], population))
-    m = max(len(plan_), 1)
-    level = 1 - alpha / m
-    runs: dict[int, dict] = {i: {} for i in fresh}
-    for i, path, value, population in plan_:
+                compared.append((i, path, mine[path], population))
+        for path in sorted(set(mine) - set().union(*(values[j] for j in seeds))):
+            runs[i][path] = {"value": mine[path], "stored": None, "state": "not compared"}  # new since recorded
+    level = 1 - alpha / max(len(compared), 1)
+    for i, path, value, population in compared:
         own = values[i].get(path)
-        record = {"value": value, "stored": own, "n": len(population)}
-        population = [v for v in population if math.isfinite(v)]  # a diverged seed: its loss is no spread
-        if own is not None and _same(value, own):
-            state = "reproduced"
-        elif not math.isfinite(value):
-            state = "moved"
-        elif len(population) < MIN_SEEDS:
-            state = "not compared"
-        elif float(np.std(population)) == 0.0 and steps.get(path, 0.0) == 0.0:
-            state = "moved"  # never differs anywhere in the file: a setting, which only reproduction satisfies
-        else:
-            least = steps[path] if float(np.std(population)) == 0.0 else 0.0
-            wide = prediction_interval(population, level=level, least_std=least)
-            plain = prediction_interval(population, level=LEVEL, least_std=least)
-            record.update(mean=wide.mean, std=wide.std, low=wide.low, high=wide.high)
-            state = ("moved" if not wide.low <= value <= wide.high
-                     else "outside 95%" if not plain.low <= value <= plain.high else "within")
-        runs[i][path] = {**record, "state": state}
-    for i, path in missing:
-        runs[i][path] = {"value": None, "stored": values[i].get(path), "state": "moved"}
-    for i, entry in fresh.items():
-        for path in sorted(set(flatten(entry)) - set(runs[i])):
-            runs[i][path] = {"value": flatten(entry)[path], "stored": values[i].get(path), "state": "not compared"}
+        runs[i][path] = {"value": value, "stored": own, "n": len(population),
+                         **judge(value, own, population, _resolution(pooled[path]), level)}
+    for i, entry in fresh.items():  # stored on fewer than MIN_SEEDS seeds of its configuration
+        for path, value in flatten(entry).items():
+            runs[i].setdefault(path, {"value": value, "stored": values[i].get(path), "state": "not compared"})
     counts = {s: sum(r["state"] == s for q in runs.values() for r in q.values()) for s in STATES}
     moved = [f"{i}: {path}" for i, q in runs.items() for path, r in q.items() if r["state"] == "moved"]
-    return {"runs": runs, "counts": counts, "moved": moved, "quantities": len(plan_), "level": level,
+    return {"runs": runs, "counts": counts, "moved": moved, "quantities": len(compared), "level": level,
             "passed": not moved}
 
 
@@ -320,9 +329,6 @@ def _retrain(name: str, progress: bool) -> tuple[list[dict], list[str], dict[int
 def _retrain_table17(progress: bool) -> tuple[list[dict], list[str], dict[int, dict], dict[int, str]]:
     """Table 17's sample: the lowest stored seed of each architecture trained (through the audit's cache) and
     measured now with its initialisation, matched with the stored rows of the same architecture, state and seed."""
-    from crate_nn import table17
-    from crate_nn.tasks import get_preset
-
     stored = committed.replication(TABLE17)
     content = stored.content
     changed = [v for v, c in content["configs"].items()
