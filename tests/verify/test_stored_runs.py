@@ -54,6 +54,20 @@ def test_an_interrupted_write_leaves_the_previous_file(tmp_path, monkeypatch):
 
 # --------------------------------------------------------------------------------------------- committed files
 PINNED = {
+    "results/ablations/check.json": "ac7969859fddd3c4a7857ebbc1ce49d8159c1da84e7ecd2a980606bb436cd933",
+    "results/ablations/runs.json": "0b2f1d5776f90c10ccfe32ee84555b8c19c2485ef13a3ca85fcad09cb0d2f803",
+    "results/bert/runs.json": "11789dda744aa67f8f29c26489ade94c8c7f2a438b5e2b1ca387ec1adf765407",
+    "results/digits/check.json": "4ef37fee21a0f670ebd0390aba2d3e6c8ce2f808867e7c829920b9698fefd1ab",
+    "results/digits/runs.json": "f701d7f8ab80c9c31ead16210050da1b457105d8bc6c80b099b8145857cd00b8",
+    "results/dino/check.json": "a6505330fd55775a369e4fbda224478fb4feb72c7270af99d82a175bcbdde20f",
+    "results/dino/runs.json": "05b71d0cc225195d0197c2cd1e48ec34918afbb6ec0ee0e8920ac32991ddc61f",
+    "results/figures/check.json": "51c3facc87c518fee273a9d0b6c92ea11bc4005255d9a23d9e83eb1f8a4beb98",
+    "results/figures/runs.json": "507dcfc46be781f7e199ced5e157a0e32dfdd017f71e05e09c8651785d2882a4",
+    "results/mae/check.json": "043a1cf1747a5638c79ac8071c52829017399deb6cd232d2ebc9a4210b6e976e",
+    "results/mae/runs.json": "6e3a5f69eb6e2ace4ed904a9327fe5ee4351b7673d9dbea436a75994341a2cd2",
+    "results/segmentation/results.json": "a4f37629ba71fb3f3aa73d6bc2b920f2501ab0385ef9fbc42390d3a139c9d813",
+    "results/tost/check.json": "94962164bbdc7d0ae416ea5a91b2d0d121288efec49ec97e8e79e264d5b02669",
+    "results/tost/runs.json": "63254bd355f9e4a9a7cc5de6fc22a23397693bd46ba2280f7b8e8309191a0594",
 }
 """The SHA-256 of every sealed file under results/ (the replications' runs, Table 17's results, their checks). A seal
 promises integrity — a damaged file, or one edited without sealing again, is refused — not authenticity: anyone can
