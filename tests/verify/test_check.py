@@ -85,6 +85,20 @@ def test_a_moved_number_fails_the_check_naming_the_run_and_the_quantity(toy, mon
     assert "1 quantities moved" in committed.replication("toy").stale
 
 
+def test_stored_numbers_moved_and_sealed_again_fail_the_check(toy, monkeypatch, capsys):
+    """The edit a seal cannot see (every seed's test loss raised and the file sealed again, the pin aside): the
+    re-trained run lies far outside the seeds' spread."""
+    doc = integrity.read(toy / "runs.json")
+    spread = np.std([run["metrics"]["test_loss"] for run in doc["runs"]], ddof=1)
+    for run in doc["runs"]:
+        # 100 spreads: beyond the check's interval, t_2 at 1 − 0.05/(2·12) times √(4/3) ≈ 17.8 spreads (3 seeds, 12
+        # quantities)
+        run["metrics"]["test_loss"] += 100 * spread
+    integrity.write(toy / "runs.json", doc, indent=1)
+    assert _checked(monkeypatch) == 1
+    assert [m.split(": ")[-1] for m in integrity.read(toy / "check.json")["moved"]] == ["metrics.test_loss"]
+
+
 def test_a_check_of_an_earlier_recording_does_not_apply(toy, monkeypatch):
     assert _checked(monkeypatch, _shifted) == 1
     doc = integrity.read(toy / "runs.json")
