@@ -159,11 +159,14 @@ SCOPE_HEADER = ("scope", "claims", *(PLURAL[v] for v in COUNTED), "as expected: 
 
 STORED_MARK = "†"
 """Marks a verdict read from a committed replication's stored runs (`Outcome.stored`) in every view."""
+STALE = "stale"
+"""Marks a stored verdict whose replication's last re-check failed (`verify.runner.Outcome.stale`)."""
 
 
 def stored_lines(outcomes: list[Outcome]) -> list[str]:
-    """The headline's sentences on stored verdicts (unwrapped): how many were read from stored runs, and the stored
-    claims not re-measured at this base seed (by the base seed their replications were recorded at)."""
+    """The headline's sentences on stored verdicts (unwrapped): how many were read from stored runs, how many are
+    stale (their replication's last re-check failed), and the stored claims not re-measured at this base seed (by
+    the base seed their replications were recorded at)."""
     lines = []
     stored = [o for o in outcomes if o.stored and o.counted]
     if stored:
@@ -185,10 +188,6 @@ def stored_lines(outcomes: list[Outcome]) -> list[str]:
         lines.append(f"{len(group)} stored claims {NOT_MEASURED} (not counted): recorded at base seed {recorded} only "
                      f"(re-record: python -m verify.record NAME --seed {group[0].seed}, NAME in {names}).")
     return lines
-
-
-STALE = "stale"
-"""Marks a stored verdict whose replication's last re-check failed (`verify.runner.Outcome.stale`)."""
 
 
 def provenance(meta: dict[str, Any], outcomes: list[Outcome]) -> list[str]:
