@@ -387,8 +387,8 @@ def check(name: str, progress: bool = True) -> int:
     }
     file = integrity.write(committed.check_path(name), doc, indent=1)
     counts = result["counts"]
-    print(f"{'passed' if result['passed'] else 'FAILED'}: {len(fresh)} runs re-trained, {result['quantities']} "
-          f"quantities compared: {counts['reproduced']} reproduced, {counts['within']} within 95%, "
+    print(f"{'passed' if result['passed'] else 'FAILED'}: {len(fresh)} sampled runs re-run, "
+          f"{result['quantities']} quantities compared: {counts['reproduced']} reproduced, {counts['within']} within 95%, "
           f"{counts['outside 95%']} outside 95%, {counts['moved']} moved; {doc['cpu_seconds'] / 60:.1f} min of CPU; "
           f"written to {committed.shown(file)}")
     for item in doc["moved"][:20]:

@@ -230,8 +230,8 @@ def _checked(name: str, check: dict) -> str:
     by = ("today's code" if not check["files_differing"] else
           f"{check['files_differing']} crate_nn files differ from it today")
     counts = check["counts"]
-    found = (f"{check['runs']} runs re-trained, {check['quantities']} quantities compared, {counts['reproduced']} "
-             f"reproduced exactly, {counts['outside 95%']} outside their 95% interval")
+    found = (f"{check['runs']} sampled runs re-run, {check['quantities']} quantities compared, "
+             f"{counts['reproduced']} reproduced exactly, {counts['outside 95%']} outside their 95% interval")
     if state == "passed":
         return (f"Re-checked {check['checked'][:10]} by commit `{(check['commit'] or '—')[:12]}` ({by}): passed — "
                 f"{found}, none moved.")

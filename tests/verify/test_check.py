@@ -257,8 +257,8 @@ def test_the_provenance_says_in_words_which_code_recorded_each_replication_and_i
                 "in 85 of 115 files.") in text
         assert "ab" * 16 not in text  # the checksum is report.json's, not the reader's
     assert "**Never re-checked**: `python -m verify.record --check ablations`." in said["never"]
-    assert ("Re-checked 2026-11-29 by commit `cccccccccccc` (today's code): passed — 14 runs re-trained, 154 "
-            "quantities compared, 140 reproduced exactly, 4 outside their 95% interval, none moved.") in said["passed"]
+    assert ("Re-checked 2026-11-29 by commit `cccccccccccc` (today's code): passed — 14 sampled runs re-run, "
+            "154 quantities compared, 140 reproduced exactly, 4 outside their 95% interval, none moved.") in said["passed"]
     assert "**Check failed** 2026-11-29 by commit `cccccccccccc` (3 crate_nn files differ from it today): 2 " \
            "quantities moved (classification digits (model_args.ista=mm), seed 0: metrics.test_top1;" in said["failed"]
     assert "Its verdicts are **stale**, left out of the counts." in said["failed"]

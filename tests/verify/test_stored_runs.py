@@ -65,6 +65,7 @@ PINNED = {
     "results/figures/runs.json": "507dcfc46be781f7e199ced5e157a0e32dfdd017f71e05e09c8651785d2882a4",
     "results/mae/check.json": "043a1cf1747a5638c79ac8071c52829017399deb6cd232d2ebc9a4210b6e976e",
     "results/mae/runs.json": "6e3a5f69eb6e2ace4ed904a9327fe5ee4351b7673d9dbea436a75994341a2cd2",
+    "results/segmentation/check.json": "88ab7fc02f1a08dfaf4fd69b4a09229dc0e20f03bf20e0498d8b4c56704cd608",
     "results/segmentation/results.json": "a4f37629ba71fb3f3aa73d6bc2b920f2501ab0385ef9fbc42390d3a139c9d813",
     "results/tost/check.json": "94962164bbdc7d0ae416ea5a91b2d0d121288efec49ec97e8e79e264d5b02669",
     "results/tost/runs.json": "63254bd355f9e4a9a7cc5de6fc22a23397693bd46ba2280f7b8e8309191a0594",
