@@ -166,7 +166,8 @@ def plan(name: str) -> tuple[str, float | None]:
         return f"seed {stored.content['seeds'][0]} of each of its {len(variants)} architectures", None
     runs = stored.runs
     chosen = sample(runs)
-    return (f"{len(chosen)} of its {len(runs)} runs ({len(set(configurations(runs)))} configurations)",
+    kinds = len(set(configurations(runs)))
+    return (f"{len(chosen)} of its {len(runs)} runs ({kinds} configuration{'' if kinds == 1 else 's'})",
             sum(runs[i]["seconds"] for i in chosen))
 
 

@@ -99,6 +99,15 @@ def test_stored_numbers_moved_and_sealed_again_fail_the_check(toy, monkeypatch, 
     assert [m.split(": ")[-1] for m in integrity.read(toy / "check.json")["moved"]] == ["metrics.test_loss"]
 
 
+def test_the_help_states_each_replications_sample_and_its_time(toy, monkeypatch, capsys):
+    assert _checked(monkeypatch) == 0
+    with pytest.raises(SystemExit):
+        record.main(["--help"])
+    out = capsys.readouterr().out
+    assert re.search(r"\n  toy: 1 of its 3 runs \(1 configuration\); they trained in [0-9.]+ min when recorded; its "
+                     r"last check took [0-9.]+ min of CPU \(20[0-9-]+\)\n", out)
+
+
 def test_a_check_of_an_earlier_recording_does_not_apply(toy, monkeypatch):
     assert _checked(monkeypatch, _shifted) == 1
     doc = integrity.read(toy / "runs.json")
