@@ -54,8 +54,9 @@ def test_an_interrupted_write_leaves_the_previous_file(tmp_path, monkeypatch):
 
 # --------------------------------------------------------------------------------------------- committed files
 PINNED = {
-    "results/ablations/check.json": "ac7969859fddd3c4a7857ebbc1ce49d8159c1da84e7ecd2a980606bb436cd933",
+    "results/ablations/check.json": "4cc47a04d94bae991debe04936bf09cd54ed7503a78b4ced1669c9ec62250d04",
     "results/ablations/runs.json": "0b2f1d5776f90c10ccfe32ee84555b8c19c2485ef13a3ca85fcad09cb0d2f803",
+    "results/bert/check.json": "f10f8f4bca7086624ab49e69a3e22856605f3230d9f15bfac4a720b6d8ecda82",
     "results/bert/runs.json": "11789dda744aa67f8f29c26489ade94c8c7f2a438b5e2b1ca387ec1adf765407",
     "results/digits/check.json": "4ef37fee21a0f670ebd0390aba2d3e6c8ce2f808867e7c829920b9698fefd1ab",
     "results/digits/runs.json": "f701d7f8ab80c9c31ead16210050da1b457105d8bc6c80b099b8145857cd00b8",
