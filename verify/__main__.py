@@ -12,7 +12,9 @@ Writes ``report.md``, ``report.json`` (and with ``--figures``, or under ``--full
 ``--output-dir`` (default ``./verify-report``; with ``--only``, ``./verify-report/only``, so that a partial audit
 never replaces the full report) and prints the headline and the summary (≤ 40 lines, ≤ 120 columns). In quick mode
 the claims of the committed replications are decided from their stored numbers (`verify.committed`, marked † in
-every view); at a ``--seed`` other than the one a replication was recorded at they are not re-measured, and say so.
+every view); at a ``--seed`` other than the one a replication was recorded at they are not re-measured, and say so,
+and a replication whose last re-check failed (``python -m verify.record --check NAME``) gives stale verdicts, shown
+but not counted.
 
 The exit status is 1 when any measured verdict lies outside the verdicts its claim expects — its one verdict, or
 the band of verdicts it gave over a panel of base seeds and perturbed trainings (`verify.registry.Band`,

@@ -127,7 +127,8 @@ class StoredRun:
     """A run of a committed replication: what `verify.experiments.Run` gives, read from ``runs.json``; no weights."""
 
     def __init__(self, config: TrainConfig, entry: dict, name: str, store: Store):
-        self.config, self._entry, self._name, self._store = config, entry, name, store
+        self.config, self.entry, self._name, self._store = config, entry, name, store
+        """``entry``: its entry of ``runs.json`` as read."""
         self.folder = experiments.location(config)  # where the run would be cached: a run names another by this path
 
     def _missing(self, what: str) -> NotStored:
@@ -142,18 +143,18 @@ class StoredRun:
 
     @property
     def metrics(self) -> dict:
-        return self._entry["metrics"]
+        return self.entry["metrics"]
 
     @property
     def seconds(self) -> float:
-        return self._entry["seconds"]
+        return self.entry["seconds"]
 
     def measurements(self) -> dict[int, dict]:
-        return {int(epoch): record for epoch, record in self._entry.get("measurements", {}).items()}
+        return {int(epoch): record for epoch, record in self.entry.get("measurements", {}).items()}
 
     def derived(self, name: str, compute, code, **params) -> Any:
         key = _params(params)
-        for item in self._entry.get("derived", []):
+        for item in self.entry.get("derived", []):
             if item["name"] == name and self._store.today(item["params"]) == key:
                 return item["value"]
         raise self._missing(f"the derived number {name!r} ({key})")
@@ -187,21 +188,88 @@ class Replication:
     def code_differences(self) -> list[str]:
         """What differs between the code that recorded it and today's: crate_nn files changed, added or removed
         (relative paths; `identity`), and torch's version (``torch A → B``)."""
-        recorded, today = self.seal["code"], _file_hashes(experiments.code_files())
-        changed = sorted(f for f in set(recorded["files"]) | set(today)
-                         if recorded["files"].get(f) != today.get(f))
-        if recorded["torch"] != torch.__version__:
-            changed.append(f"torch {recorded['torch']} → {torch.__version__}")
-        return changed
+        return differences_today(self.seal["code"])
+
+    def check(self) -> dict:
+        """Its last re-check (`verify.check`, ``results/NAME/check.json``) as the audit shows it: ``state``
+        ``passed`` or ``failed`` — with when, by which code (and in how many crate_nn files that code differs from
+        today's), what it re-trained and compared, and what moved —, ``never`` (no check file, or one of an
+        earlier recording of the file: ``note``), or ``refused`` (the check file damaged, edited or malformed:
+        ``error``, one line)."""
+        file = check_path(self.name)
+        if not file.is_file():
+            return {"state": "never"}
+        try:
+            doc = _read_check(file)
+            if doc["stored"]["sha256"] != self.sha256:
+                return {"state": "never", "note": f"its last check ({doc['checked']}) was of an earlier recording"}
+            code = doc["code"]
+            return {"state": "passed" if doc["passed"] else "failed", "checked": doc["checked"],
+                    "commit": code["commit"], "code_hash": code["hash"],
+                    "files_differing": sum(" → " not in f for f in differences_today(code)),
+                    "runs": len(doc["runs"]), "quantities": doc["rule"]["quantities"], "counts": doc["counts"],
+                    "moved": doc["moved"], "cpu_seconds": doc["cpu_seconds"]}
+        except Damaged as err:
+            return {"state": "refused", "error": str(err)}
+        except (KeyError, TypeError) as err:
+            return {"state": "refused", "error": f"{shown(file)}: malformed (lacks {err})"}
+
+    @property
+    def stale(self) -> str | None:
+        """Why its verdicts are stale (its last check failed: today's code no longer trains what it stores), or
+        None."""
+        found = self.check()
+        if found["state"] != "failed":
+            return None
+        return (f"the last check of {self.name} ({found['checked']}) failed: {len(found['moved'])} quantities moved "
+                f"(python -m verify.record --check {self.name})")
 
     def summary(self) -> dict:
-        """What the report's header says of it (`verify.report`): file, checksum, recording and code."""
+        """What the report says of it (`verify.report`): file, checksum, recording, code, how many crate_nn files
+        differ today, and its last check (`check`)."""
         code, differences = self.seal["code"], self.code_differences()
         return {"name": self.name, "file": shown(self.file), "sha256": self.sha256, "runs": len(self.runs),
                 "base_seed": self.base_seed, "recorded": self.seal["recorded"], "code_hash": code["hash"],
                 "commit": code["commit"], "sealed_after_recording": self.seal.get("sealed_after_recording"),
                 "today_differs": code["hash"] != experiments.CODE or bool(differences),
-                "files_differing": differences}
+                "files_differing": differences, "files": len(set(code["files"]) | set(experiments.code_files())),
+                "check": self.check()}
+
+
+def differences_today(code: dict) -> list[str]:
+    """What differs between the code a seal names (``code``: `identity`'s ``files`` and ``torch``) and today's:
+    crate_nn files changed, added or removed (relative paths), and torch's version (``torch A → B``)."""
+    today = _file_hashes(experiments.code_files())
+    changed = sorted(f for f in set(code["files"]) | set(today) if code["files"].get(f) != today.get(f))
+    if code["torch"] != torch.__version__:
+        changed.append(f"torch {code['torch']} → {torch.__version__}")
+    return changed
+
+
+CHECK = "check.json"
+"""The file of a replication's last re-check (`verify.check`), beside its stored runs."""
+
+
+def check_path(name: str) -> Path:
+    """``results/NAME/check.json``: replication ``name``'s last re-check (`verify.check`)."""
+    return RESULTS / name / CHECK
+
+
+_CHECKS: dict[tuple, dict] = {}
+"""Check files read in this process, by (file, modification time, size)."""
+
+
+def _read_check(file: Path) -> dict:
+    """A check file's content, its checksum checked (`verify.integrity.Damaged`, one line, otherwise)."""
+    stat = file.stat()
+    key = (str(file), stat.st_mtime_ns, stat.st_size)
+    if key not in _CHECKS:
+        try:
+            _CHECKS[key] = integrity.read(file)
+        except Damaged as err:
+            raise Damaged(shown(file), err.reason, f"restore it (git checkout -- {shown(file)}) or check again: "
+                          f"python -m verify.record --check {file.parent.name}") from None
+    return _CHECKS[key]
 
 
 def _remedy(name: str) -> str:
@@ -309,16 +377,18 @@ def being_read(name: str) -> Replication | None:
 def entries() -> list[dict]:
     """Every run this process read through `verify.experiments` (`verify.experiments.touched`), as ``runs.json``
     entries."""
-    out = []
-    for run, derived in experiments.touched():
-        entry = {"task": run.config.task, "seed": run.config.seed,
-                 "recipe": portable(experiments.recipe(run.config)), "metrics": run.metrics, "seconds": run.seconds}
-        measurements = run.measurements()
-        if measurements:
-            entry["measurements"] = {str(epoch): record for epoch, record in measurements.items()}
-        entry["derived"] = [{"name": name, "params": _params(params), "value": value}
-                            for (name, _), (params, value) in sorted(derived.items())]
-        out.append(entry)
+    return [entry(run, derived) for run, derived in experiments.touched()]
+
+
+def entry(run: experiments.Run, derived: dict) -> dict:
+    """``run`` as a ``runs.json`` entry, with the ``derived`` numbers read from it (`verify.experiments.touched`)."""
+    out = {"task": run.config.task, "seed": run.config.seed, "recipe": portable(experiments.recipe(run.config)),
+           "metrics": run.metrics, "seconds": run.seconds}
+    measurements = run.measurements()
+    if measurements:
+        out["measurements"] = {str(epoch): record for epoch, record in measurements.items()}
+    out["derived"] = [{"name": name, "params": _params(params), "value": value}
+                      for (name, _), (params, value) in sorted(derived.items())]
     return out
 
 

@@ -36,6 +36,7 @@ from verify.report import (
     PLURAL,
     PROTOCOLS,
     SEED_SENSITIVE,
+    STALE,
     UNCLASSIFIED,
     delta_r,
     kinds_text,
@@ -68,7 +69,10 @@ def _headline_text(entry: dict) -> str:
 
 def _verdict(entry: dict) -> str:
     """What a document says of a claim's verdict: the verdict, or for a seed-sensitive claim inside its band the band
-    (``holds or inconclusive``), which every processor and base seed reproduces where one verdict of it would not."""
+    (``holds or inconclusive``), which every processor and base seed reproduces where one verdict of it would not;
+    marked when it is stale (its replication's last re-check failed)."""
+    if entry.get("stale"):
+        return f"{entry['verdict']} ({STALE})"
     if entry.get("seed_sensitive") and entry.get("matches_expectation"):
         return " or ".join(entry["expected_band"])
     return entry["verdict"]
@@ -82,7 +86,8 @@ def _errors(report: dict) -> dict[str, list[dict]]:
     """The report's entries of the papers' statements (scope ``paper``) that fail — the errors of the papers — by kind
     (`verify.registry.ERROR_KINDS`, then `verify.report.UNCLASSIFIED` for one whose claim names none), each kind
     present only when it has an entry."""
-    failing = [e for e in report["claims"] if e.get("scope") == "paper" and e["verdict"] == "fails"]
+    failing = [e for e in report["claims"]  # a stale stored verdict (`verify.runner.Outcome.stale`) is no finding
+               if e.get("scope") == "paper" and e["verdict"] == "fails" and not e.get("stale")]
     by_kind = {kind: [e for e in failing if e.get("error_kind") == kind] for kind in ERROR_KINDS}
     by_kind[UNCLASSIFIED] = [e for e in failing if e.get("error_kind") not in ERROR_KINDS]
     return {kind: found for kind, found in by_kind.items() if found}
@@ -152,7 +157,9 @@ def layers_compress(report: dict, claims: list[Claim]) -> str:
             if e is None:
                 cells.append("—")
                 continue
-            decided.append((protocol, e.get("scope"), SEED_SENSITIVE if _verdict(e) != e["verdict"] else e["verdict"]))
+            counted = STALE if e.get("stale") else SEED_SENSITIVE if _verdict(e) != e["verdict"] else e["verdict"]
+            if counted != STALE:
+                decided.append((protocol, e.get("scope"), counted))
             cells.append(f"**{_verdict(e)}** ({e.get('scope') or '—'}; {_md(_headline_text(e))}; `{e['id']}`)")
         first, joint = next(e for e in found if e), found[2]
         rows.append(f"| {model} | " + " | ".join(cells) + f" | {delta_r(joint.get('data')) if joint else '—'} | "

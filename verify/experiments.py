@@ -306,11 +306,15 @@ def touched() -> list[tuple[Run, dict]]:
 
 
 def run(config: TrainConfig) -> Run:
-    """The run of ``config`` with the current code: read from the cache (checked against its checksums the first
-    time this process uses it; a damaged entry is trained again), or trained now (once) and stored; within
-    `answered_by`, the stand-in's answer instead."""
-    if _ANSWER:
-        return _ANSWER[-1](config)
+    """The run of ``config`` with the current code (`trained`); within `answered_by`, the stand-in's answer
+    instead."""
+    return _ANSWER[-1](config) if _ANSWER else trained(config)
+
+
+def trained(config: TrainConfig) -> Run:
+    """The run of ``config`` with the current code, whatever stand-in answers `run`: read from the cache (checked
+    against its checksums the first time this process uses it; a damaged entry is trained again), or trained now
+    (once) and stored."""
     folder = location(config)
     known = _TOUCHED.get(folder)
     found = known[0] if known else Run(config, folder)

@@ -9,8 +9,11 @@ that the runs stored are exactly those its claims read): the claims are measured
 runs than the committed file holds is refused. A failed or interrupted recording (SIGTERM/SIGINT: exit status
 128 + the signal) leaves ``results/NAME`` as it was. Exit status 0 when every claim came out as expected.
 
-``python -m verify.record --seal NAME …`` seals files recorded before seals existed, as their last commit holds
-them (`verify.committed.seal_as_committed`). ``python -m verify.record --report NAME …`` rewrites a replication's
+``python -m verify.record --check NAME …`` re-trains a stated sample of each replication with today's code (the lowest
+seed of each configuration) and compares it with the stored seeds, writing ``results/NAME/check.json`` and never
+touching the stored runs (`verify.check`; ``--help`` lists each replication's sample and its CPU time). ``python -m
+verify.record --seal NAME …`` seals files recorded before seals existed, as their last commit holds them
+(`verify.committed.seal_as_committed`). ``python -m verify.record --report NAME …`` rewrites a replication's
 report (report.md, report.json, figures/) from its stored runs, by today's claims and rules — after a claim or a
 rule changed — training nothing and leaving the sealed file as it is.
 """
@@ -25,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from verify import committed, experiments, stopping
+from verify import check, committed, experiments, stopping
 from verify.__main__ import audit
 from verify.context import RESULTS
 from verify.integrity import StoredDataError
@@ -116,10 +119,32 @@ def seal(names: list[str]) -> int:
     return 0
 
 
+def plans(names: list[str]) -> str:
+    """What ``--check`` re-trains of each replication and how long it takes: the sampled runs' training time as
+    stored, and the CPU time of its last check."""
+    lines = ["what --check re-trains of each replication, and how long it takes (one thread):"]
+    for name in names:
+        try:
+            what, seconds = check.plan(name)
+            last = committed.replication(name).check()
+        except StoredDataError as err:
+            lines.append(f"  {name}: {err}")
+            continue
+        said = [what] + ([f"they trained in {seconds / 60:.1f} min when recorded"] if seconds else [])
+        if last.get("cpu_seconds") is not None:
+            said.append(f"its last check took {last['cpu_seconds'] / 60:.1f} min of CPU ({last['checked'][:10]})")
+        lines.append(f"  {name}: " + "; ".join(said))
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     known = replications()
+    argv = sys.argv[1:] if argv is None else argv
+    helping = bool({"-h", "--help"} & set(argv))  # the plans read every stored file: only when asked for
     parser = argparse.ArgumentParser(prog="python -m verify.record", description="Measure each replication's claims "
-                                     "under --full and commit what they read into results/NAME (verify.committed).")
+                                     "under --full and commit what they read into results/NAME (verify.committed).",
+                                     epilog=plans(sorted(known)) if helping else None,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("names", nargs="+", choices=sorted(known), metavar="NAME",
                         help=f"replications to record: {', '.join(sorted(known))}")
     parser.add_argument("--seed", type=int, default=0, help="the audit's base seed to record at (default 0)")
@@ -127,26 +152,35 @@ def main(argv: list[str] | None = None) -> int:
                         "last commit holds them (the seal names that commit's code); trains nothing")
     parser.add_argument("--report", action="store_true", help="rewrite each replication's report from its stored "
                         "runs by today's claims and rules; trains nothing, leaves the sealed file as it is")
+    parser.add_argument("--check", action="store_true", help="re-train a sample of each replication with today's "
+                        f"code ({check.SAMPLE}; Table 17: the lowest seed of each architecture) and compare it with "
+                        "the stored seeds: each number within their prediction interval, Bonferroni over the "
+                        "check's numbers (verify.check); writes results/NAME/check.json, never the stored runs; exit "
+                        "status 1 when a number moved")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     if args.seal:
         return seal(args.names)
     if args.report:
         return max(report(name, progress=not args.no_progress) for name in args.names)
+    progress = not args.no_progress
+    if args.check and len(args.names) == 1:
+        return check.main(args.names[0], progress=progress)
+    flags = (["--check"] if args.check else [f"--seed={args.seed}"]) + ([] if progress else ["--no-progress"])
+    command = "python -m verify.record" + (" --check" if args.check else "")
     with stopping.on_signals():
         try:
             if len(args.names) == 1:
-                return record(args.names[0], seed=args.seed, progress=not args.no_progress)
-            return _each(args.names, args.seed, args.no_progress)
+                return record(args.names[0], seed=args.seed, progress=progress)
+            return _each(args.names, flags)
         except (stopping.Interrupted, KeyboardInterrupt) as stop:
-            print("\n" + stopping.message("python -m verify.record", stop, str(experiments.root())), file=sys.stderr)
+            print("\n" + stopping.message(command, stop, str(experiments.root())), file=sys.stderr)
             return stopping.status(stop)
 
 
-def _each(names: list[str], seed: int, no_progress: bool) -> int:
-    """Record each replication in a process of its own; a signal is passed on to the one running, which stops
-    cleanly, and stops the rest."""
-    flags = [f"--seed={seed}"] + (["--no-progress"] if no_progress else [])
+def _each(names: list[str], flags: list[str]) -> int:
+    """Record (or check) each replication in a process of its own; a signal is passed on to the one running, which
+    stops cleanly, and stops the rest."""
     status = 0
     for name in names:
         child = subprocess.Popen([sys.executable, "-m", "verify.record", name, *flags], start_new_session=True)

@@ -7,8 +7,10 @@ replication's `fails` does not replicate at its scale, a probe's `fails` is a fi
 
 ``report.md`` opens with the headline, then the summary a reader of the papers takes in at a glance: the central
 question "do CRATE layers compress?" under each protocol (`LAYERS_COMPRESS`) and one row per substantive statement
-of the papers (`PAPER_CLAIMS`), then the detail (every claim as one bullet with its verdict, grouped by scope), the
-full table and one section per claim. The console gets the headline and the summary; ``python -m verify --table``
+of the papers (`PAPER_CLAIMS`), then where the stored verdicts come from (`provenance`: each replication's recording
+code and last re-check, in words), the detail (every claim as one bullet with its verdict, grouped by scope), the
+full table and one section per claim. A stale verdict (its replication's last re-check failed) is shown, marked,
+and left out of every count. The console gets the headline and the summary; ``python -m verify --table``
 adds the full table.
 """
 from __future__ import annotations
@@ -102,10 +104,12 @@ def _find(outcomes: list[Outcome], claim_id: str | None) -> Outcome | None:
 
 def summary(outcomes: list[Outcome]) -> dict[str, Any]:
     """Counts of verdicts (all, per scope and per kind), the as-expected counts per provenance, and the ids whose
-    measured verdict differs from the expected one; how many verdicts were read from stored runs (``stored``), and
-    the stored claims not re-measured at this base seed (``not_re_measured``, left out of every count)."""
+    measured verdict differs from the expected one; how many verdicts were read from stored runs (``stored``), the
+    stored claims not re-measured at this base seed (``not_re_measured``) and the stale ones (``stale``: their
+    replication's last re-check failed), both left out of every count."""
     skipped = [o for o in outcomes if o.skipped]
-    outcomes = [o for o in outcomes if not o.skipped]
+    stale = [o for o in outcomes if o.stale]
+    outcomes = [o for o in outcomes if o.counted]
 
     def tally(group: list[Outcome]) -> dict[str, Any]:
         per = Counter(SEED_SENSITIVE if o.seed_sensitive and o.matches else o.verdict for o in group)
@@ -128,6 +132,7 @@ def summary(outcomes: list[Outcome]) -> dict[str, Any]:
         "seconds": round(sum(o.seconds for o in outcomes), 2),
         "stored": sum(o.stored is not None for o in outcomes),
         "not_re_measured": [o.claim.id for o in skipped],
+        "stale": [o.claim.id for o in stale],
     }
 
 
@@ -205,17 +210,26 @@ SCOPE_HEADER = ("scope", "claims", *(PLURAL[v] for v in (*COUNTED, SEED_SENSITIV
 
 STORED_MARK = "†"
 """Marks a verdict read from a committed replication's stored runs (`Outcome.stored`) in every view."""
+STALE = "stale"
+"""Marks a stored verdict whose replication's last re-check failed (`verify.runner.Outcome.stale`)."""
 
 
 def stored_lines(outcomes: list[Outcome]) -> list[str]:
-    """The headline's sentences on stored verdicts (unwrapped): how many were read from stored runs, and the stored
-    claims not re-measured at this base seed (by the base seed their replications were recorded at)."""
+    """The headline's sentences on stored verdicts (unwrapped): how many were read from stored runs, how many are
+    stale (their replication's last re-check failed), and the stored claims not re-measured at this base seed (by
+    the base seed their replications were recorded at)."""
     lines = []
-    stored = [o for o in outcomes if o.stored and not o.skipped]
+    stored = [o for o in outcomes if o.stored and o.counted]
     if stored:
         names = ", ".join(dict.fromkeys(o.stored for o in stored))
         lines.append(f"{len(stored)} verdicts {STORED_MARK} read from stored runs, not measured now (results/: "
-                     f"{names}; report.md lists each file's seal and recording code).")
+                     f"{names}; report.md says below its summary which code recorded each and when it was last "
+                     "re-checked).")
+    stale = [o for o in outcomes if o.stale]
+    if stale:
+        names = ", ".join(dict.fromkeys(o.stored for o in stale))
+        lines.append(f"{len(stale)} stored verdicts {STALE} (not counted): the last re-check of {names} failed, "
+                     f"today's code no longer trains what it stores (python -m verify.record --check NAME).")
     by_seed: dict[int, list[Outcome]] = {}
     for o in outcomes:
         if o.skipped:
@@ -227,32 +241,55 @@ def stored_lines(outcomes: list[Outcome]) -> list[str]:
     return lines
 
 
-def stored_section(meta: dict[str, Any]) -> list[str]:
-    """report.md's header section on the committed replications read in this run (``meta["replications"]``): each
-    file with its checksum, when and at which base seed it was recorded, the code that recorded it, and whether
-    (and in which files) today's code differs."""
+def provenance(meta: dict[str, Any], outcomes: list[Outcome]) -> list[str]:
+    """report.md's section, below the summary, on the committed replications read in this run
+    (``meta["replications"]``), one sentence each in plain words: its file and runs, when and by which commit it was
+    recorded, in how many crate_nn files today's code differs from that, and its last re-check — when, by which
+    code, what it found; a replication never re-checked, or whose check failed (its verdicts stale), is marked."""
     reps = meta.get("replications") or []
     if not reps:
         return []
     lines = ["## Stored runs", "",
              f"Verdicts marked {STORED_MARK} are decided from the committed runs of these replications, not measured "
-             "now (`--full` trains them again; `python -m verify.record NAME` records them). Each file is sealed: "
-             "its SHA-256 is checked when read, and the seal names the code that trained its runs.", "",
-             "| replication | runs | base seed | recorded | SHA-256 | commit | code hash | today's code |",
-             "|---|---|---|---|---|---|---|---|"]
+             "now. Each file is sealed (its SHA-256, checked when read, in report.json) and names the code that "
+             "trained it; `python -m verify.record --check NAME` re-trains a sample of it with today's code and "
+             "compares it with the stored seeds (docs/audit.md).", ""]
     for r in reps:
         if "error" in r:
-            lines.append(f"| {r['name']} (`{r['file']}`) | — | — | — | — | — | — | {_md_escape(r['error'])} |")
+            lines += [f"- **{r['name']}** (`{r['file']}`): refused — {_md_escape(r['error'])}"]
             continue
-        files = r["files_differing"]
-        today = ("differs: " + ", ".join(f"`{f}`" for f in files[:10]) + (f" and {len(files) - 10} more" if
-                                                                           len(files) > 10 else "")
-                 if r["today_differs"] else "same")
-        after = " (sealed after recording)" if r["sealed_after_recording"] else ""
-        commit = f"`{r['commit'][:12]}`" if r["commit"] else "—"
-        lines.append(f"| {r['name']} (`{r['file']}`) | {r['runs']} | {r['base_seed']} | {r['recorded']}{after} | "
-                     f"`{r['sha256'][:16]}…` | {commit} | `{r['code_hash']}` | {today} |")
+        verdicts = sum(o.stored == r["name"] for o in outcomes)
+        files = [f for f in r["files_differing"] if " → " not in f]
+        torch = [f for f in r["files_differing"] if " → " in f]
+        today = (f"today's crate_nn differs from that code in {len(files)} of {r['files']} files"
+                 + "".join(f", and {t}" for t in torch) if r["today_differs"] else "today's code is that code")
+        after = ", sealed after recording" if r["sealed_after_recording"] else ""
+        lines.append(f"- **{r['name']}** (`{r['file']}`: {r['runs']} runs at base seed {r['base_seed']}, "
+                     f"{verdicts} verdict{'' if verdicts == 1 else 's'} here): recorded {r['recorded'][:10]} by "
+                     f"commit `{(r['commit'] or '—')[:12]}`{after}; {today}. {_checked(r['name'], r['check'])}")
     return lines + [""]
+
+
+def _checked(name: str, check: dict) -> str:
+    """A replication's last re-check in words (`verify.committed.Replication.check`)."""
+    state = check["state"]
+    if state == "never":
+        return (f"**Never re-checked**{' (' + check['note'] + ')' if check.get('note') else ''}: "
+                f"`python -m verify.record --check {name}`.")
+    if state == "refused":
+        return f"**Check file refused**: {_md_escape(check['error'])}."
+    by = ("today's code" if not check["files_differing"] else
+          f"{check['files_differing']} crate_nn files differ from it today")
+    counts = check["counts"]
+    found = (f"{check['runs']} sampled runs re-run, {check['quantities']} quantities compared, "
+             f"{counts['reproduced']} reproduced exactly, {counts['outside 95%']} outside their 95% interval")
+    if state == "passed":
+        return (f"Re-checked {check['checked'][:10]} by commit `{(check['commit'] or '—')[:12]}` ({by}): passed — "
+                f"{found}, none moved.")
+    moved = check["moved"]
+    return (f"**Check failed** {check['checked'][:10]} by commit `{(check['commit'] or '—')[:12]}` ({by}): "
+            f"{len(moved)} quantities moved ({_md_escape('; '.join(moved[:3]))}{'; …' if len(moved) > 3 else ''}); "
+            f"{found}. Its verdicts are **{STALE}**, left out of the counts.")
 
 
 def _kind_rows(outcomes: list[Outcome]) -> list[tuple[str, ...]]:
@@ -269,8 +306,9 @@ KIND_HEADER = ("kind of check", "claims", *(PLURAL[v] for v in (*COUNTED, SEED_S
 
 
 def _verdict_cell(o: Outcome, expected: str = "expected ") -> str:
-    text = o.verdict if o.matches or o.skipped else f"{o.verdict} ({expected}{o.expected_verdict})"
-    return text + (SEED_MARK if o.seed_sensitive and o.matches else "") + (STORED_MARK if o.stored else "")
+    text = o.verdict if o.matches or not o.counted else f"{o.verdict} ({expected}{o.expected_verdict})"
+    return (text + (SEED_MARK if o.seed_sensitive and o.matches else "") + (STORED_MARK if o.stored else "")
+            + (f" ({STALE})" if o.stale else ""))
 
 
 def _measured(o: Outcome) -> str:
@@ -483,9 +521,9 @@ def _bullet(o: Outcome) -> str:
             + corrected)
 
 
-def summary_page(outcomes: list[Outcome], meta: dict[str, Any]) -> list[str]:
-    """The summary (the sources, the central question `LAYERS_COMPRESS` and `PAPER_CLAIMS` as tables: ≤ 30 lines)
-    and the detail (every claim, grouped by scope, each bullet with its verdict)."""
+def summary_page(outcomes: list[Outcome]) -> list[str]:
+    """The summary: the sources, the central question `LAYERS_COMPRESS` and `PAPER_CLAIMS` as tables (≤ 30
+    lines)."""
     layers = layers_compress_rows(outcomes, setting=True)
     rows = [_summary_cells(said, o, 60) + (o.claim.id,) for said, o in paper_rows(outcomes)]
     lines = ["## Summary", "", PAPERS, ""]
@@ -493,20 +531,26 @@ def summary_page(outcomes: list[Outcome], meta: dict[str, Any]) -> list[str]:
         lines += _md_table(LAYERS_HEADER + ("setting of the first claim",), layers) + [""]
         lines += [f"Counted by scope — {layers_tally(layers_outcomes(outcomes))}. {PAPERS_SCALE}", ""]
     lines += _md_table(SUMMARY_HEADER + ("claim",), rows) if rows else ["(none of the summary's claims was measured)"]
-    lines += [
-        "", "## Detail", "",
+    return lines + [""]
+
+
+def detail_page(outcomes: list[Outcome], meta: dict[str, Any]) -> list[str]:
+    """The detail: every claim, grouped by scope, each bullet with its verdict."""
+    lines = [
+        "## Detail", "",
         "Verdicts: **holds** = confirmed; **fails** = contradicted by the measurement; **loose** = true, with a",
         "bound the data beat by a wide margin; **inconclusive** = a comparison whose 95% interval over seeds",
         "contains its boundary; *(expected …)* marks a verdict that differs from its claim's expectation, and",
         f"{SEED_MARK} a seed-sensitive verdict (one of the band its claim gave over base seeds and perturbed trainings). Each",
         f"expectation is set by *analysis* ({PROVENANCES['analysis']}) or by *measurement*",
-        f"({PROVENANCES['measurement']}). {STORED_MARK} marks a verdict read from stored runs (see Stored runs).",
+        f"({PROVENANCES['measurement']}). {STORED_MARK} marks a verdict read from stored runs (see Stored runs); "
+        f"*({STALE})* one whose replication's last re-check failed, not counted.",
     ]
     for scope, (name, description) in SCOPES.items():
         group = sorted((o for o in outcomes if o.claim.scope == scope), key=lambda o: DETAIL_ORDER.index(o.verdict))
         if group:
-            counts = Counter(o.verdict for o in group)
-            tally = ", ".join(f"{counts[v]} {PLURAL.get(v, v)}" for v in (*COUNTED, NOT_MEASURED) if counts[v])
+            counts = Counter(o.verdict if not o.stale else STALE for o in group)
+            tally = ", ".join(f"{counts[v]} {PLURAL.get(v, v)}" for v in (*COUNTED, NOT_MEASURED, STALE) if counts[v])
             lines += ["", f"### {name[0].upper() + name[1:]} ({len(group)}: {tally})", "",
                       f"{description[0].upper() + description[1:]}.", ""]
             lines += [_bullet(o) for o in group]
@@ -531,10 +575,11 @@ def write_markdown(path: Path, outcomes: list[Outcome], meta: dict[str, Any]) ->
         "",
         *([band_line(summary(outcomes)["seed_sensitive"]), ""] if any(o.seed_sensitive for o in outcomes) else []),
         *(f"{t}\n" for t in stored_lines(outcomes)),
-        *stored_section(meta),
         *_md_table(KIND_HEADER, _kind_rows(outcomes)),
         "",
-        *summary_page(outcomes, meta),
+        *summary_page(outcomes),
+        *provenance(meta, outcomes),
+        *detail_page(outcomes, meta),
         "## All claims",
         "",
         *_md_table(COLUMNS, [_row(o) for o in outcomes]),

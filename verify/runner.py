@@ -3,9 +3,11 @@
 In quick mode a claim of a committed replication (``Claim.committed``, `verify.committed`) is decided from the
 replication's stored numbers: its outcome names the replication (``stored``) and the base seed it was recorded at.
 At another base seed the claim is not measured (``skipped``: "recorded at base seed 0 only", with the command that
-records it at this one), which is neither a verdict nor an error. A file refused (damaged, edited, unsealed) or
-lacking what a claim asks is that claim's error, in one line. SIGTERM/SIGINT stop the run
-(`verify.stopping.Interrupted`, also when the engine reports them as `crate_nn.engine.Preempted`).
+records it at this one), which is neither a verdict nor an error. A replication whose last re-check failed
+(`verify.committed.Replication.stale`: today's code no longer trains what it stores) gives *stale* verdicts: measured
+from the stored numbers and shown, but neither counted nor compared with their expectation. A file refused
+(damaged, edited, unsealed) or lacking what a claim asks is that claim's error, in one line. SIGTERM/SIGINT stop the
+run (`verify.stopping.Interrupted`, also when the engine reports them as `crate_nn.engine.Preempted`).
 """
 from __future__ import annotations
 
@@ -50,6 +52,8 @@ class Outcome:
     """Why a stored claim was not measured: recorded at another base seed only (and how to record it)."""
     seed: int = 0
     """The audit's base seed."""
+    stale: str | None = None
+    """Why a stored verdict is stale (its replication's last check failed), or None."""
 
     @property
     def band(self) -> Band:
@@ -83,8 +87,13 @@ class Outcome:
     @property
     def unexpected(self) -> bool:
         """A measured verdict other than the expected one, or an error (what the exit status counts); a claim not
-        measured (``skipped``) is neither."""
-        return not self.skipped and not self.matches
+        measured (``skipped``) or stale is neither."""
+        return not self.skipped and not self.stale and not self.matches
+
+    @property
+    def counted(self) -> bool:
+        """Whether its verdict counts (the headline, the summary): neither `skipped` nor `stale`."""
+        return not self.skipped and not self.stale
 
     def to_json(self) -> dict[str, Any]:
         c = self.claim
@@ -118,6 +127,7 @@ class Outcome:
             "recorded_seed": self.recorded_seed,
             "skipped": self.skipped,
             "labels": self.result.labels if self.result else None,
+            "stale": self.stale,
         }
 
 
@@ -151,10 +161,11 @@ def _run(claims: list[Claim], mode: str, seed: int, output_dir: Path, progress: 
         bar.set_postfix_str(claim.id)
         start = time.perf_counter()
         stored = claim.committed if claim.committed and mode == "quick" else None
-        recorded = skipped = result = error = None
+        recorded = skipped = stale = result = error = None
         try:
             if stored:
-                recorded = committed.replication(stored).base_seed
+                replication = committed.replication(stored)
+                recorded, stale = replication.base_seed, replication.stale
                 if recorded != seed:
                     skipped = (f"recorded at base seed {recorded} only (re-record: "
                                f"{committed.record_command(stored, seed)})")
@@ -173,7 +184,8 @@ def _run(claims: list[Claim], mode: str, seed: int, output_dir: Path, progress: 
             result, error = None, traceback.format_exc()
         seconds = time.perf_counter() - start
         figures = [_relative(f, output_dir) for f in (result.figures if result else []) if f]
-        outcomes.append(Outcome(claim, result, seconds, error, figures, mode, stored, recorded, skipped, seed))
+        outcomes.append(Outcome(claim, result, seconds, error, figures, mode, stored, recorded, skipped, seed,
+                                stale if result is not None and not skipped else None))
     return outcomes
 
 

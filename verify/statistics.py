@@ -152,24 +152,39 @@ def compare(a, b=None, *, direction: str, boundary: float = 0.0, paired: bool = 
     return Comparison(difference, direction, float(boundary), paired and y is not None)
 
 
+def prediction_interval(population, *, level: float = LEVEL, least_std: float = 0.0) -> Interval:
+    """The Student-t prediction interval of ONE new draw X of the population that ``population`` (one number per
+    seed, at least `MIN_SEEDS`) was drawn from: mean ± t_{S−1, (1+level)/2} · s · √(1 + 1/S), s the seeds' std
+    (ddof 1). A new draw lies outside it with probability 1 − ``level`` (Gaussian seeds): the interval of the mean
+    alone (`interval`) shrinks as 1/√S and would call most new draws different. ``least_std``: a floor on s, for a
+    quantity the seeds cannot show spreading below some step (`verify.check`: seeds that agree exactly)."""
+    y = np.asarray(population, dtype=float).ravel()
+    if y.size < MIN_SEEDS:
+        raise ValueError(f"population: a comparison needs at least {MIN_SEEDS} seeds, got {y.size}")
+    if not np.all(np.isfinite(y)):
+        raise ValueError(f"population: expected finite numbers, got {y}")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level: expected a probability in (0, 1), got {level}")
+    mean, std = float(y.mean()), max(float(y.std(ddof=1)), float(least_std))
+    half = float(_stats.t.ppf(0.5 + level / 2, y.size - 1)) * std * float(np.sqrt(1 + 1 / y.size))
+    return Interval(mean, std, int(y.size), mean - half, mean + half)
+
+
 def compare_one(value: float, population, *, direction: str, boundary: float = 0.0) -> Comparison:
     """The rule for ONE network against a population the seeds draw from (a trained network against random
-    initialisations of its architecture): the 95% Student-t *prediction* interval of ``value`` − X for a new draw X
-    of the population, mean(value − population) ± t_{S−1} · std · √(1 + 1/S), read against ``boundary`` as `compare`
+    initialisations of its architecture): the 95% `prediction_interval` of ``value`` − X for a new draw X of the
+    population, mean(value − population) ± t_{S−1} · std · √(1 + 1/S), read against ``boundary`` as `compare`
     reads its interval. The interval of the mean difference alone (`compare` on the differences) would ask whether
     ``value`` differs from the population's mean, which a network drawn from the population itself does at every
     layer where the seeds spread; this asks whether it lies outside the population. ``population``: one number per
     seed (at least `MIN_SEEDS`)."""
     if direction not in DIRECTIONS:
         raise ValueError(f"direction: expected one of {DIRECTIONS}, got {direction!r}")
-    y = np.asarray(population, dtype=float).ravel()
-    if y.size < MIN_SEEDS:
-        raise ValueError(f"population: a comparison needs at least {MIN_SEEDS} seeds, got {y.size}")
-    if not (np.all(np.isfinite(y)) and np.isfinite(value)):
-        raise ValueError(f"value, population: expected finite numbers, got {value} and {y}")
-    mean, std = float(value - y.mean()), float(y.std(ddof=1))
-    half = float(_stats.t.ppf(0.5 + LEVEL / 2, y.size - 1)) * std * float(np.sqrt(1 + 1 / y.size))
-    return Comparison(Interval(mean, std, int(y.size), mean - half, mean + half), direction, float(boundary), False)
+    if not np.isfinite(value):
+        raise ValueError(f"value: expected a finite number, got {value}")
+    draw = prediction_interval(population)
+    return Comparison(Interval(value - draw.mean, draw.std, draw.n, value - draw.high, value - draw.low), direction,
+                      float(boundary), False)
 
 
 def per_column(a, b=None, *, direction: str, boundary: float = 0.0, paired: bool = True) -> list[Comparison]:

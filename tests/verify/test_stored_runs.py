@@ -53,6 +53,49 @@ def test_an_interrupted_write_leaves_the_previous_file(tmp_path, monkeypatch):
 
 
 # --------------------------------------------------------------------------------------------- committed files
+PINNED = {
+    "results/ablations/check.json": "4cc47a04d94bae991debe04936bf09cd54ed7503a78b4ced1669c9ec62250d04",
+    "results/ablations/runs.json": "0b2f1d5776f90c10ccfe32ee84555b8c19c2485ef13a3ca85fcad09cb0d2f803",
+    "results/bert/check.json": "f10f8f4bca7086624ab49e69a3e22856605f3230d9f15bfac4a720b6d8ecda82",
+    "results/bert/runs.json": "11789dda744aa67f8f29c26489ade94c8c7f2a438b5e2b1ca387ec1adf765407",
+    "results/digits/check.json": "4ef37fee21a0f670ebd0390aba2d3e6c8ce2f808867e7c829920b9698fefd1ab",
+    "results/digits/runs.json": "f701d7f8ab80c9c31ead16210050da1b457105d8bc6c80b099b8145857cd00b8",
+    "results/dino/check.json": "a6505330fd55775a369e4fbda224478fb4feb72c7270af99d82a175bcbdde20f",
+    "results/dino/runs.json": "05b71d0cc225195d0197c2cd1e48ec34918afbb6ec0ee0e8920ac32991ddc61f",
+    "results/figures/check.json": "51c3facc87c518fee273a9d0b6c92ea11bc4005255d9a23d9e83eb1f8a4beb98",
+    "results/figures/runs.json": "507dcfc46be781f7e199ced5e157a0e32dfdd017f71e05e09c8651785d2882a4",
+    "results/mae/check.json": "043a1cf1747a5638c79ac8071c52829017399deb6cd232d2ebc9a4210b6e976e",
+    "results/mae/runs.json": "6e3a5f69eb6e2ace4ed904a9327fe5ee4351b7673d9dbea436a75994341a2cd2",
+    "results/segmentation/check.json": "88ab7fc02f1a08dfaf4fd69b4a09229dc0e20f03bf20e0498d8b4c56704cd608",
+    "results/segmentation/results.json": "a4f37629ba71fb3f3aa73d6bc2b920f2501ab0385ef9fbc42390d3a139c9d813",
+    "results/tost/check.json": "94962164bbdc7d0ae416ea5a91b2d0d121288efec49ec97e8e79e264d5b02669",
+    "results/tost/runs.json": "63254bd355f9e4a9a7cc5de6fc22a23397693bd46ba2280f7b8e8309191a0594",
+}
+"""The SHA-256 of every sealed file under results/ (the replications' runs, Table 17's results, their checks). A seal
+promises integrity — a damaged file, or one edited without sealing again, is refused — not authenticity: anyone can
+seal an edited file again. This table is the record: a file sealed again (re-recorded, re-checked, or edited) fails
+here unless its pin moves in the same commit, where a reviewer sees both."""
+
+
+def _sealed_files() -> dict[str, str]:
+    return {str(p.relative_to(REPO)): json.loads(p.read_text())["sha256"]
+            for p in sorted((REPO / "results").glob("*/*.json"))
+            if p.name in ("runs.json", "results.json", committed.CHECK)}
+
+
+def test_every_sealed_stored_file_is_pinned_and_matches_its_seal():
+    assert _sealed_files() == PINNED
+    for file in PINNED:
+        integrity.read(REPO / file)  # its content is the one its checksum was taken of
+
+
+def test_every_replication_is_checked_on_its_current_recording():
+    """A replication re-recorded without a check, or whose check file was edited, is caught here (the check of a
+    warm cache's fresh recording costs only its measuring: `python -m verify.record --check NAME`)."""
+    for name in record.replications():
+        assert committed.replication(name).check()["state"] in ("passed", "failed"), name
+
+
 def test_every_committed_replication_is_sealed_with_the_code_that_recorded_it():
     names = record.replications()
     assert set(names) == {"ablations", "bert", "digits", "dino", "figures", "mae", TABLE17, "tost"}
@@ -240,7 +283,7 @@ def test_another_base_seed_does_not_re_measure_stored_claims_and_exits_0(tmp_pat
     assert "not re-measured†" in md and "re-record: python -m verify.record tost --seed 1" in md
 
 
-def test_stored_verdicts_are_marked_in_every_view_and_the_header_names_their_seals(tmp_path, capsys):
+def test_stored_verdicts_are_marked_in_every_view_and_the_report_names_the_code_that_recorded_them(tmp_path, capsys):
     assert cli.main(["--only", "tost", "table17", "--no-progress", "--output-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     doc = json.loads((tmp_path / "report.json").read_text())
@@ -253,7 +296,8 @@ def test_stored_verdicts_are_marked_in_every_view_and_the_header_names_their_sea
     reps = {r["name"]: r for r in doc["meta"]["replications"]}
     assert set(reps) == {"tost", TABLE17}
     for name, r in reps.items():
-        assert r["sha256"] == json.loads(committed.path(name).read_text())["sha256"] and r["sha256"][:16] in md
+        assert r["sha256"] == json.loads(committed.path(name).read_text())["sha256"]
+        assert f"by commit `{r['commit'][:12]}`" in md and r["check"]["state"] in ("never", "passed", "failed")
         assert len(r["commit"]) == 40 and isinstance(r["today_differs"], bool)
         assert r["sealed_after_recording"] and isinstance(r["files_differing"], list)
     assert cli.main(["--list", "--only", "tost"]) == 0
