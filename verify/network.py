@@ -42,7 +42,8 @@ these inputs. The claims:
 
 * R^c falls from layer 2 to L (each protocol): layer L − layer 2 below 0;
 * R^c lies below each control at every layer (each protocol);
-* the joint verdict against each initialisation: compression at every layer 2 … L (`verify.joint.from_layer_2`);
+* the joint verdict against each initialisation: compression at every layer 2 … L − 1 (`verify.joint.from_layer_2`;
+  the collapse floor of unknown memberships; footnote 17 exempts the last layer, as it does from the sparsity claims);
 * sparsity rises with depth (‖Z‖₀/(dn) falls) from layer 1 to L − 1, the last layer exempt (footnote 17); the model
   sparser than each initialisation at every layer but the last;
 * against each ``--against`` model (Fig. 26): its authors'-protocol R^c falls further from layer 1 to L,
@@ -108,8 +109,6 @@ DISPLAY = {"run init": "the run's starting weights"}
 INIT_SEEDS = 1000
 """The random initialisations' seeds start here, away from the small seeds runs use (and never the run's own, whose
 initialisation is a control of its own)."""
-SINGLE_OBJECT = ("digits", "mnist5k")
-"""Built-in datasets whose every image shows one object (`verify.joint.Sizes.single_object`)."""
 DEFAULTS = dict(images=256, windows=64, control_n=64, init_seeds=3, seed=0)
 BATCH_TOKENS = 8192
 """Tokens per batch when ``--batch-size`` is not given (41 images of 197 tokens, 8 windows of 1,024): every layer's
@@ -426,8 +425,9 @@ def below(measured: Mapping[str, np.ndarray], control: Sequence[Mapping[str, np.
 
 def joint(measured: Mapping[str, np.ndarray], control: Sequence[Mapping[str, np.ndarray]], label: str,
           sizes: Sizes) -> Verdict:
-    """The joint verdict of the model against an initialisation at every layer (`verify.joint.from_layer_2`), each
-    measure compared over `units`."""
+    """The joint verdict of the model against an initialisation at every layer but the first and the last
+    (`verify.joint.from_layer_2` with footnote 17's exemption, as the sparsity verdicts), each measure compared over
+    `units`."""
     depth = measured["specific"].shape[1]
     judged: list[Judgement] = []
     for i in range(depth):
@@ -439,11 +439,14 @@ def joint(measured: Mapping[str, np.ndarray], control: Sequence[Mapping[str, np.
     return Verdict(f"joint-{_slug(label)}", f"The layers compress the tokens relative to the {label}, jointly: "
                    "onto their own subspaces (specific R^c lower, alignment higher), not by collapse",
                    f"verify.joint.compresses per layer over {unit}, collapse floor {sizes.floor:.4g} at d {sizes.d}, "
-                   f"n {sizes.n}, K {sizes.heads}; holds when layers 2 … L all compress (layer 1 reported apart)",
-                   from_layer_2(judged), f"{layer_labels(judged)}; ΔR of unit tokens at the last layer, this − {label}: "
-                   + (f"{last.rate_reduction.difference.mean:+.3g}" if last.rate_reduction else "—"),
+                   f"n {sizes.n}, K {sizes.heads} (memberships unknown: every token of an input on one subspace); "
+                   "holds when layers 2 … L − 1 all compress (layer 1 and, footnote 17, the last reported apart)",
+                   from_layer_2(judged, exempt_last=True),
+                   f"{layer_labels(judged)} (layer {depth} apart: footnote 17); ΔR of unit tokens at the last layer, "
+                   f"this − {label}: " + (f"{last.rate_reduction.difference.mean:+.3g}" if last.rate_reduction else "—")
+                   + "".join(f"; layer {i}: {j.objective}" for i, j in enumerate(judged, 1) if j.objective),
                    {"unit": unit, "per_layer": [j.as_dict() for j in judged], "floor": sizes.floor,
-                    "labels": [j.label for j in judged]})
+                    "labels": [j.label for j in judged], "exempt_last": True})
 
 
 DENSE = ("; Z^{ℓ+1} has no zero entry at any layer: the block's output is a residual stream (CRATE-α's ISTA block "
@@ -624,10 +627,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--name", default=None, help="another codebase's file: a registered size giving its heads")
     parser.add_argument("--against-heads", type=int, default=None, help="--against files: their number of heads")
     parser.add_argument("--against-name", default=None, help="--against files: a registered size (e.g. vit_small)")
-    parser.add_argument("--single-object", action=argparse.BooleanOptionalAction, default=None,
-                        help="each input is an image of one object, so all its tokens may lie on one subspace: the "
-                             "collapse floor takes that construction (default: on for the built-in "
-                             f"{' and '.join(SINGLE_OBJECT)}, off otherwise)")
     parser.add_argument("--seed", type=int, default=DEFAULTS["seed"], help="seed of the sample and the yardsticks")
     parser.add_argument("--batch-size", type=int, default=None,
                         help=f"inputs per batch (default: {BATCH_TOKENS} tokens' worth)")
@@ -706,8 +705,7 @@ def audit(args: argparse.Namespace, progress: bool = True) -> tuple[dict, list[V
         inits[own.label] = [measure(own, head, joint_n=control_n, **options)]
     against = {o.label: measure(o, head, joint_n=0, **options) for o in others}
     s = measured["sizes"]
-    single_object = args.single_object if args.single_object is not None else args.dataset in SINGLE_OBJECT
-    sizes = Sizes(s["d"], s["n"], s["heads"], s["p"], single_object=single_object)
+    sizes = Sizes(s["d"], s["n"], s["heads"], s["p"])  # memberships unknown: the worst case over every law
     verdicts = decide(measured, inits, against, sizes)
     first = {f"this network, first {control_n} inputs": {k: v[:control_n] for k, v in measured.items()
                                                         if k != "sizes"}} if control_n < len(inputs) else {}
@@ -723,7 +721,8 @@ def audit(args: argparse.Namespace, progress: bool = True) -> tuple[dict, list[V
             "controls": [*([f"random init ×{len(controls)} (seeds {', '.join(str(c.seed) for c in controls)})"]
                            if controls else []), *([own.label] if own else []),
                          *(f"{o.label} ({o.format}, {o.spec})" for o in others)],
-            "sizes": {**s, "floor": sizes.floor, "single_object": single_object},
+            "sizes": {**s, "floor": sizes.floor, "orthant_floor": sizes.collapse_floor().orthant_floor,
+                      "memberships": sizes.memberships},
             "versions": {**versions(), "python": platform.python_version(), "crate_nn code": experiments.CODE},
             "machine": f"{platform.machine()}, {torch.get_num_threads()} torch threads"}
     figure_paths = figures(folder / "figures", series, f"{args.model}: per-layer means, 95% bands (over inputs; "

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from crate_theory import CrateLayerParams, compression_rate, crate_forward, layer_norm
-from crate_theory.protocol import compression_profile
+from crate_theory.protocol import CollapseFloor, compression_profile
 from crate_theory.synthetic import orthonormal_bases, random_orthogonal, sample_tokens
 from verify import plots, verdicts
 from verify.context import Context
@@ -89,10 +89,12 @@ def _sizes(ctx) -> tuple[int, int, int, int]:
     return ctx.pick((32, 64, 4, 8), (128, 196, 8, 12))
 
 
-def _floor(ctx) -> float:
-    """The joint rule's collapse floor at the stacks' size (verify.joint, crate_theory.protocol.collapse_floor)."""
+def _floor(ctx) -> CollapseFloor:
+    """The joint rule's collapse floors at the stacks' size for the memberships their tokens have — drawn i.i.d.
+    with equal shares on orthogonal subspaces, and known (verify.joint.Sizes, ``memberships="balanced"``;
+    crate_theory.protocol.collapse_floor)."""
     d, n, K, _ = _sizes(ctx)
-    return Sizes(d, n, K).floor
+    return Sizes(d, n, K, memberships="balanced").collapse_floor()
 
 
 def _stack(ctx, name: str, seeds: int = SEEDS) -> np.ndarray:
@@ -219,7 +221,7 @@ TREND_RULE = ("from layer 2 on (layer 1, which holds the first sparsification, i
               "`inconclusive` when the seeds cannot tell")
 
 
-def trend_from_layer_2(values: np.ndarray, floor: float) -> tuple[Judgement, float, str]:
+def trend_from_layer_2(values: np.ndarray, floor: CollapseFloor) -> tuple[Judgement, float, str]:
     """`TREND_RULE` on Z^{ℓ+1/2}: (joint judgement of the last layer against layer 2, the share of steps over layers
     2 … L at which the subspace-specific R^c falls by a 95% interval over seeds, verdict: the joint rule's with
     `verify.verdicts.most` of those steps); ``floor``: the collapse floor."""
@@ -316,7 +318,7 @@ def ideal_compression(ctx) -> Result:
                   labels=named_labels({"layer 1 → 2": first, f"layer 2 → {_depth(values)}": joint}))
 
 
-def _mssa_steps(values: np.ndarray, floor: float) -> list[Judgement]:
+def _mssa_steps(values: np.ndarray, floor: CollapseFloor) -> list[Judgement]:
     """The joint judgement of every layer's MSSA half-step, Z^{ℓ+1/2} against Z^ℓ, ℓ = 1 … L."""
     return [compresses(_joint(values, _half(layer)), _joint(values, _input(layer)), floor=floor)
             for layer in range(1, _depth(values) + 1)]

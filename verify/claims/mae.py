@@ -294,7 +294,7 @@ def _joint_steps(ctx, model: str, part: str) -> list[joint.Judgement]:
     profiles = [run[model][f"joint_{part}"] for run in _measurements(ctx.quick, ctx.seed)]
     before, after = ("input", "half") if part == "encoder" else ("half", "output")
     rule = joint.compresses if part == "encoder" else joint.expands
-    depth, floor = len(profiles[0]["specific"][after]), joint.Sizes.of(profiles, single_object=True).floor
+    depth, floor = len(profiles[0]["specific"][after]), joint.Sizes.of(profiles).collapse_floor()
     return [rule(joint.at(profiles, after, layer), joint.at(profiles, before, layer), floor=floor)
             for layer in range(1, depth + 1)]
 
@@ -379,7 +379,7 @@ _step_claim("decoder", "62", "inconclusive", ". Expected inconclusive (recorded 
               "are more compressed than its random initialisation's — compression, not collapse",
     measures="joint judgement (verify.joint) of trained against init at the encoder's Z^{ℓ+1/2} per layer, paired "
              f"over the seeds, on the first {joint.IMAGES} masked test digits; {_RUNS}",
-    expected=joint.TRAINING_RULE + ". Recorded after measuring (quick): training makes the encoder's "
+    expected=joint.training_rule() + ". Recorded after measuring (quick): training makes the encoder's "
              "tokens *less* alike (spread +0.13, +0.23, +0.25 at base seed 0) and moves neither their specific R^c "
              "nor their own-subspace energy beyond the seed spread: undecided at every layer for base seeds 0 and 2; "
              "base seed 1 gives `fails` (layer 3's energy −0.045 [−0.082, −0.007] lower: no compression). The "
@@ -397,7 +397,7 @@ _step_claim("decoder", "62", "inconclusive", ". Expected inconclusive (recorded 
 def mae_joint(ctx) -> Result:
     runs = _measurements(ctx.quick, ctx.seed)
     return joint.against_init([run["trained"]["joint_encoder"] for run in runs],
-                              [run["init"]["joint_encoder"] for run in runs], single_object=True)
+                              [run["init"]["joint_encoder"] for run in runs])
 
 
 # ---------------------------------------------------------------------------------------------- Sec. 4.2
