@@ -350,8 +350,9 @@ EXPECTED = {
                                   "+0.063]"),
         joint=("inconclusive", ". Recorded after measuring (seeds 0–2): undecided at every layer — specific R^c "
                                "−0.003 [−0.028, +0.022], −0.003, −0.002, own-subspace energy and spread within the "
-                               "seed spread (layer 3's spread −0.064 [−0.163, +0.035]; collapse floor 0.005 at d 96, "
-                               "17 tokens, K 4); the stored profiles predate ΔR",
+                               "seed spread (layer 3's spread −0.064 [−0.163, +0.035], apart by footnote 17; collapse "
+                               "floor of unknown memberships 0.094 at d 96, 17 tokens, K 4 — it was 0.005 before it "
+                               "allowed an image on one subspace; no label changed); the stored profiles predate ΔR",
                "layer 1 undecided, layer 2 undecided, layer 3 undecided"))
 }
 for _mode, _expected in EXPECTED.items():

@@ -348,8 +348,9 @@ def _step_claim(part: str, equation: str, expected_verdict: str, note: str, labe
 
 
 _step_claim("encoder", "56", "inconclusive", ". Expected inconclusive (recorded after measuring, quick, base seed 0): "
-            "every drop of spread lies within the collapse floor of one object per image (0.136 at d 64, 17 tokens, "
-            "K 4: every token of a digit on one 16-dimensional subspace drops the spread that much), so the measure "
+            "every drop of spread lies within the collapse floor of unknown memberships (0.137 at d 64, 17 tokens, "
+            "K 4: every token of a digit on one 16-dimensional subspace, the worst law, drops the spread that much), "
+            "so the measure "
             "cannot tell the steps' drops at layers 2 and 3 (−0.065 [−0.089, −0.040], −0.070 [−0.088, −0.052]; both "
             "read as collapse shared by the untrained model before that construction) from compression onto one "
             "subspace per image, and neither specific R^c nor the own-subspace energy moves decidedly at every "
@@ -360,8 +361,9 @@ _step_claim("encoder", "56", "inconclusive", ". Expected inconclusive (recorded 
 _step_claim("decoder", "62", "inconclusive", ". Expected inconclusive (recorded after measuring, quick, base seed "
             "0): the former claim held on unnormalised R^c, which grows with the tokens' norm; jointly the step's "
             "drops of spread (layer 1 −0.021 [−0.037, −0.004], layer 2 −0.039 [−0.046, −0.033], layer 3 −0.058 "
-            "[−0.069, −0.047]; layers 2–3 read as collapse before the floor of one object per image) lie within that "
-            "floor (0.136 at d 64, 17 tokens, K 4), and the specific R^c does not rise decidedly (layer 2 −0.004 "
+            "[−0.069, −0.047]; layers 2–3 read as collapse before the floor allowed an image on one subspace) lie "
+            "within the floor of unknown memberships (0.137 at d 64, 17 tokens, K 4), and the specific R^c does not "
+            "rise decidedly (layer 2 −0.004 "
             "[−0.010, +0.001]): undecided at every layer, anti-compression nowhere. --full (measured before the "
             "floor): layer 3's spread −0.054 [−0.061, −0.048], layers 1–2 undecided",
             "layer 1 undecided, layer 2 undecided, layer 3 undecided")
