@@ -72,7 +72,7 @@ at the size measured (d, n tokens per input, K heads of dimension p, ε):
    the spread more than one subspace per input, with any codes. Coherent subspaces escape this draw-by-draw
    argument (one direction can then hold energy of several subspaces), but their tokens' covariance
    Σ_k π_k U_kU_k*/p still has eigenvalues ≤ 1/p summing to 1, majorised by one subspace's; measured, largest
-   principal cosines 0.3–0.9 lower the spread less than one subspace per input
+   principal cosines 0.3–0.8 lower the spread less than one subspace per input
    (tests/theory/test_protocol.py, tests/verify/test_joint_beyond.py).
 3. *Codes isotropic inside the subspace.* (10)'s codes are zero-mean Gaussians of any covariance on span(U_k); one
    concentrated on a few directions is tokens bunched inside their subspace, whose limit — a class on one point —
@@ -96,7 +96,7 @@ much depends on how their subspaces lie relative to the coordinate axes, so `Col
 largest drop over the construction's ReLU with its subspaces Haar-oriented and spanned by coordinate axes
 (`ORIENTATIONS`; at d 32, n 64, K 4: 0.115 and 0.219 for one subspace per input, 0.055 and 0.019 for balanced
 memberships). Every token onto one shared direction drops the spread by 0.80 at d 32, n 64 (0.73 at d 96, n 5),
-each class onto one point of its subspace by 0.43 (0.30): beyond every floor, with a ReLU after them too
+each class onto one point of its subspace by 0.43 (0.34): beyond every floor, with a ReLU after them too
 (``benchmarks/joint_calibration.py``).
 
 Why ``spread`` and not the whole rate R (eq. 8) for the collapse check: R works at a different operating point

@@ -152,6 +152,19 @@ def test_the_last_layer_is_apart_where_a_head_reads_it(monkeypatch, tmp_path):
     assert verdict("sec4.2-mae-joint", tmp_path).verdict == "fails"
 
 
+def test_two_layers_and_a_head_leave_no_layer_to_decide():
+    """Layer 1 apart and the last apart (footnote 17): a 2-layer model read by a head is `inconclusive`, whatever
+    its layers show, and says which layer its headline is."""
+    def two_layers(p):
+        return {k: (v if k == "sizes" else {s: values[:2] for s, values in v.items()}) for k, v in p.items()}
+    trained = [two_layers(profile(s, half=COLLAPSED)) for s in range(SEEDS)]
+    init = [two_layers(profile(s + 1000)) for s in range(SEEDS)]
+    result = joint.against_init(trained, init, exempt_last=True)
+    assert result.verdict == "inconclusive" and result.labels == "layer 1 collapse, layer 2 collapse"
+    assert result.headline.label.startswith("ℓ 2 (apart) collapse")
+    assert joint.against_init(trained, init).verdict == "fails"
+
+
 def test_gpt_joint_flips(monkeypatch, tmp_path):
     def install(trained):
         profiles = {"trained": [profile(s, half=trained) for s in range(SEEDS)],
