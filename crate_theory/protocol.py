@@ -86,9 +86,10 @@ by Monte-Carlo with its delta-method standard error; the floor is its upper 95% 
 d 96, n 5, K 4 (the digits CRATE), 0.093 at d 96, n 17, 0.186 at d 32, n 64, K 4, 0.203 at d 128, n 196, K 8 and
 0.198 at d 576, n 197, K 12 (projecting out the all-ones direction, as LayerNorm centres every token, moves these
 by less than 0.001). Where the memberships are known to be drawn i.i.d. with equal shares on orthogonal subspaces
-(``memberships="balanced"``: the ideal stacks' mixture (11)), the floor is that law's drop, which is 0 in
-expectation, or that of the same tokens centred (`CENTRED`: 0.0017 at d 32, n 64, K 4), whichever is larger:
-0.0021 at d 32, n 64, K 4, 0.0006 at d 128, n 196, K 8.
+(``memberships="balanced"``: the ideal stacks' mixture (11)), the floor is that law's drop, 0 in expectation, so
+its upper bound is its Monte-Carlo error: 0.0005 at d 32, n 64, K 4, 0.0002 at d 128, n 196, K 8. (Centring such
+tokens, as LayerNorm does, would lower it by 0.0017 at d 32, n 64; of the ideal stacks' comparisons only layer 1's
+MSSA step starts from centred tokens, Z^1 = LN of the data, which favours the step, never the reverse.)
 
 **The orthant floor.** A ReLU (the ISTA block's output, eq. 44) pulls the tokens towards the orthant's diagonal
 and lowers the spread by itself (ReLU-ed isotropic tokens: 0.054 at d 32, n 64); for exact-subspace tokens by how
@@ -133,7 +134,6 @@ __all__ = [
     "profile_from_yardsticks",
     "compression_profile",
     "MEMBERSHIPS",
-    "CENTRED",
     "ORIENTATIONS",
     "CALIBRATION_COSINE",
     "relu_construction",
@@ -332,9 +332,6 @@ MEMBERSHIPS = {"any": "one subspace per input", "balanced": "balanced per token"
 docstring, "The collapse floor"): ``any`` — nothing known of the memberships (every trained model, any input):
 every token of an input on one subspace, the worst case over every law; ``balanced`` — memberships known to be
 drawn i.i.d. per token with equal shares, on mutually orthogonal subspaces (the ideal stacks' mixture (11))."""
-CENTRED = "balanced per token, centred"
-"""The second construction of the ``balanced`` law: its tokens with one random direction projected out, as
-LayerNorm's centring removes the all-ones direction from every token (module docstring, "The collapse floor")."""
 ORIENTATIONS = ("generic", "axis-aligned")
 """How the construction's subspaces lie relative to the coordinate axes when a ReLU meets them (the orthant floor):
 Haar-random, or spanned by coordinate axes (an orthogonal dictionary D = I)."""
@@ -438,8 +435,8 @@ class CollapseFloor:
         d, n, K, p, eps: the size measured (dimension, tokens per input, heads, head dimension, ε).
         memberships: the membership law allowed (`MEMBERSHIPS`).
         sets: token sets drawn per construction.
-        drops: construction (`MEMBERSHIPS` [memberships], for ``balanced`` also `CENTRED`, and the first's ReLUs,
-            `relu_construction`) → (mean drop of spread from isotropic tokens, its standard error).
+        drops: construction (`MEMBERSHIPS` [memberships] and its ReLUs, `relu_construction`) → (mean drop of spread
+            from isotropic tokens, its standard error).
     """
 
     d: int
@@ -453,9 +450,9 @@ class CollapseFloor:
 
     @property
     def floor(self) -> float:
-        """The drop beyond which a change of spread is collapse: the largest upper 95% bound, mean + 1.96 standard
-        errors (at least 0), over the law's constructions without a ReLU."""
-        return max(_upper(drop) for name, drop in self.drops.items() if not name.startswith("ReLU"))
+        """The drop beyond which a change of spread is collapse: the construction's upper 95% bound, mean + 1.96
+        standard errors (at least 0)."""
+        return _upper(self.drops[MEMBERSHIPS[self.memberships]])
 
     @property
     def orthant_floor(self) -> float:
@@ -520,13 +517,6 @@ def _construction(memberships: str, m: int, d: int, n: int, K: int, rng: np.rand
     return normalize_columns(codes)
 
 
-def _centred(tokens: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Token sets (m, d, n) with one uniformly random direction u per set projected out, ``(I − uu*)Z``,
-    re-normalised: LayerNorm's centring (the all-ones direction) with the subspaces in generic orientation."""
-    u = normalize_columns(rng.standard_normal(tokens.shape[:2] + (1,)))
-    return normalize_columns(tokens - u @ (np.swapaxes(u, 1, 2) @ tokens))
-
-
 def _relu_of(coords: np.ndarray, d: int, orientation: str, rng: np.random.Generator) -> np.ndarray:
     """The ReLU of token sets given by coordinates (m, r, n) on the first r coordinate axes, with those axes
     Haar-rotated first (``generic``) or kept (``axis-aligned``): (m, d, n), re-normalised (zero tokens stay zero)."""
@@ -571,8 +561,7 @@ def collapse_floor(d: int, n: int, K: int, p: int | None = None, eps: float = OF
     target = None if sets is None else check_int(sets, "sets", minimum=2)
     rng = as_generator(seed)
     chunk = max(1, min(64, FLOOR_CHUNK_ELEMENTS // (d * n)))
-    plain = [MEMBERSHIPS[memberships], *([CENTRED] if memberships == "balanced" else [])]
-    names = [*plain, *(relu_construction(memberships, o) for o in ORIENTATIONS)]
+    names = [MEMBERSHIPS[memberships], *(relu_construction(memberships, o) for o in ORIENTATIONS)]
     rates: dict[str, list[np.ndarray]] = {name: [] for name in ["isotropic", *names]}
     drawn, summary = 0, {}
     while True:
@@ -580,9 +569,7 @@ def collapse_floor(d: int, n: int, K: int, p: int | None = None, eps: float = OF
         rates["isotropic"].append(_head_rates(normalize_columns(rng.standard_normal((m, d, n))), K, eps))
         coords = _construction(memberships, m, d, n, K, rng)
         rates[names[0]].append(_rotated_rates(coords, K, eps, rng, d))
-        if CENTRED in plain:
-            rates[CENTRED].append(_rotated_rates(_centred(coords, rng), K, eps, rng, d))
-        for name, orientation in zip(names[len(plain):], ORIENTATIONS):
+        for name, orientation in zip(names[1:], ORIENTATIONS):
             rates[name].append(_rotated_rates(_relu_of(coords, d, orientation, rng), K, eps, rng, d))
         drawn += m
         isotropic = np.concatenate(rates["isotropic"])

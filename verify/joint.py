@@ -60,9 +60,9 @@ law: a smaller collapse reads as whatever the other two measures say — isotrop
 direction drop the spread by 0.12 at d 32, n 64, within that size's floor (at d 96, n 5 by 0.07, beyond its
 0.015) — and every judgement prints its floor. Where the memberships *are* known — the ideal stacks draw them
 i.i.d. with equal shares on orthogonal subspaces and give them to the measure — the floor is that law's (`Sizes`
-with ``memberships "balanced"``), with LayerNorm's centring of the tokens allowed for (it alone lowers the spread
-by 0.0017 at d 32, n 64): 0.0021 there, orthant floor 0.055 — the situation measured, with no worst case to allow
-for. The floor settles collapse only: on strongly overlapping subspaces (largest principal cosine 0.45 at d 32,
+with ``memberships "balanced"``): 0.0005 at d 32, n 64, its Monte-Carlo error, for exact-subspace tokens of that
+law do not lower the spread at all (orthant floor 0.055) — the situation measured, with no worst case to allow for,
+so any bunching the seeds can resolve is reported, however small, with its numbers. The floor settles collapse only: on strongly overlapping subspaces (largest principal cosine 0.45 at d 32,
 n 64; 0.8 at 5 or 17 tokens in d 96) exact-subspace tokens read as no compression, never as collapse, because (13)
 sums the rates of the projections onto every subspace and counts a token in each one it overlaps, so R^c itself is
 then no lower for them than for the same tokens in random orientations (`verify.joint_calibration.OVERLAP`).

@@ -318,16 +318,13 @@ def test_the_floor_is_the_drop_the_measure_itself_finds(d, n, K):
 
 def test_the_balanced_floor_is_the_balanced_law_and_keeps_the_spread():
     """At the ideal stacks' size balanced exact-subspace tokens share the space as isotropic ones do (their drop is 0
-    within 4 standard errors); centred ones (LayerNorm's removal of one direction) and the ReLU's do not; the floors
-    are the upper 95% bounds."""
+    within 4 standard errors; the ReLU's is not), and the floors are the upper 95% bounds."""
     floor = protocol.collapse_floor(D, N, K, memberships="balanced", seed=3)
     mean, se = floor.drops[protocol.MEMBERSHIPS["balanced"]]
-    centred = floor.drops[protocol.CENTRED]
-    assert abs(mean) <= 4 * se and 0 < se <= protocol.FLOOR_SE and centred[0] > 4 * centred[1]
-    assert floor.floor == pytest.approx(max(m + 1.96 * s for m, s in (floor.drops[protocol.MEMBERSHIPS["balanced"]],
-                                                                      centred)))
+    assert abs(mean) <= 4 * se and 0 < se <= protocol.FLOOR_SE
+    assert floor.floor == pytest.approx(max(0.0, mean + 1.96 * se))
     assert floor.orthant_floor == pytest.approx(max(m + 1.96 * s for m, s in floor.drops.values()))
-    assert floor.orthant_floor > 10 * floor.floor  # a ReLU alone pulls the tokens together (measured: 0.055)
+    assert floor.orthant_floor > 50 * floor.floor  # a ReLU alone pulls the tokens together (measured: 0.055)
     assert protocol.collapse_floor(D, N, K, memberships="balanced", seed=3) == floor  # deterministic for a seed
     assert "balanced memberships" in floor.text()
 

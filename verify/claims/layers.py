@@ -296,7 +296,7 @@ def _curve(values) -> str:
              "The raw R^c (35 → 33) tracks the tokens' energy. ΔR (reported beside) falls too: −1.79 [−2.04, −1.53] "
              "at layer 1 → 2, −2.44 [−3.00, −1.88] from layer 2 to 8. Re-measured with the collapse floor (0.0052 at "
              "d 32, n 64, K 4; 0.0035 at d 128, n 196, K 8), then with the floor of the stacks' own memberships "
-             "(balanced and known, LayerNorm's centring allowed: 0.0021; 0.0006 at d 128): no label changed",
+             "(balanced and known: 0.0005; 0.0002 at d 128): no label changed",
     expected_verdict="fails",
     expected_labels="layer 1 → 2: collapse; layer 2 → 8: no compression",
     full_labels="layer 1 → 2: collapse; layer 2 → 12: no compression",
@@ -342,17 +342,17 @@ def _mssa_steps(values: np.ndarray, floor: CollapseFloor) -> list[Judgement]:
              "R^c/isotropic yardstick; "
              "quick, 16 seeds): from layer 2 on every MSSA half-step compresses — specific R^c −0.005 to −0.003, "
              "own-subspace energy +0.026 to +0.004, spread not lower — while the raw R^c rises by ≈ 3.6 per "
-             "half-step (the skip adds energy); layer 1's step is no compression: its spread falls by 0.0006 "
-             "[0.0006, 0.0007], within the floor of the stacks' own memberships (balanced and known, LayerNorm's "
-             "centring allowed: 0.0021; it read as a slight collapse before any floor), and its own-subspace energy "
-             "by 0.0034 [0.0030, 0.0038]. ΔR (reported beside) rises at layers 1–3 and falls from layer 5 on (−0.03 "
-             "to −0.09). --full (d 128, K 8, 12 layers) it fails: the specific R^c falls (−0.012 to −0.003) but so "
-             "does the own-subspace energy (−0.014 to −0.0002): no compression at layers 2–11 (layer 12 at the "
-             "seeds' resolution: undecided at base seed 1); layer 1's step is a collapse (spread −0.0010 [−0.0010, "
-             "−0.0010], beyond that law's floor at this size, 0.0006; it was no compression under the former fitted "
-             "floor, 0.0035)",
+             "half-step (the skip adds energy); layer 1's step is a slight collapse: its spread falls by 0.0006 "
+             "[0.0006, 0.0007] at base seeds 0–2, beyond the floor of the stacks' own memberships (balanced and "
+             "known: 0.0005, for such tokens do not lower the spread at all; under the former fitted floor, 0.0052, "
+             "it was no compression), and its own-subspace energy by 0.0034 [0.0030, 0.0038]; ΔR rises there, which "
+             "the report marks. ΔR (reported beside) rises at layers 1–3 and falls from layer 5 on (−0.03 to −0.09). "
+             "--full (d 128, K 8, 12 layers) it fails: the specific R^c falls (−0.012 to −0.003) but so does the "
+             "own-subspace energy (−0.014 to −0.0002): no compression at layers 2–11 (layer 12 undecided at base seed "
+             "1); layer 1's step a collapse (spread −0.0010 [−0.0010, −0.0010], beyond the floor 0.0002 of this size; "
+             "no compression under the fitted floor, 0.0035)",
     expected_verdict="holds", full_verdict="fails",
-    expected_labels=label_runs(("no compression", 1), ("compression", 7)),
+    expected_labels=label_runs(("collapse", 1), ("compression", 7)),
     full_labels=label_runs(("collapse", 1), ("no compression", 10), ("no compression|undecided", 1)),
     kind="ideal", provenance="measurement",
 )
@@ -384,13 +384,15 @@ def ideal_half_steps(ctx) -> Result:
              "seeds): the raw R^c does fall "
              "(−22 per MSSA half-step, given back by the next LayerNorm + ISTA), but layer 1's step is a collapse "
              "(spread −0.009 [−0.010, −0.008], beyond the floor of the stacks' own memberships, balanced and known, "
-             "0.0021; own-subspace energy −0.090), layers 2–5 show no compression — the own-subspace energy falls at "
-             "each (−0.083 to −0.027) while the specific R^c falls too (−0.057 to −0.093) — and layers 6–8 are a "
-             "collapse (spread −0.006 to −0.011, beyond that floor at base seeds 0–2; under the former fitted floor, "
-             "0.0052, their intervals straddled it). --full: layer 1 a collapse, no compression at layers 2–12 "
-             "(spread higher at each; labels unchanged by either floor)",
+             "0.0005; own-subspace energy −0.090), layers 2–4 show no compression — the own-subspace energy falls at "
+             "each (−0.083 to −0.038) while the specific R^c falls too (−0.057 to −0.082) — layer 5 sits at the "
+             "floor (spread −0.0035 [−0.0074, +0.0004]: no compression at base seeds 0 and 2, a collapse at 1), and "
+             "layers 6–8 are a collapse (spread −0.006 to −0.011, beyond that floor at base seeds 0–2; under the "
+             "former fitted floor, 0.0052, their intervals straddled it). --full: layer 1 a collapse, no compression "
+             "at layers 2–12 (spread higher at each; labels unchanged by either floor)",
     expected_verdict="fails",
-    expected_labels=label_runs(("collapse", 1), ("no compression", 4), ("collapse", 3)),
+    expected_labels=label_runs(("collapse", 1), ("no compression", 3), ("no compression|collapse", 1),
+                               ("collapse", 3)),
     full_labels=label_runs(("collapse", 1), ("no compression", 11)),
     kind="ideal", provenance="measurement",
 )
@@ -436,29 +438,29 @@ CREDIT_VARIANTS = {"T = 1": ("CRATE", "ISTA only"), "T = √p": ("CRATE, T = √
     expected="`holds` when the joint rule credits compression to attention at every layer 2 … L (layer 1 apart) in "
              "every variant, `fails` when it fails at one. Expected to fail (recorded after measuring, quick, 16 "
              "seeds; it held under the former R^c/isotropic yardstick, which credited the collapse; re-decided with "
-             "the floor of the stacks' own memberships — balanced and known, LayerNorm's centring allowed: 0.0021 "
-             "at this size —, under which every variant still fails): attention leaves the tokens more alike than "
-             "the ISTA-only control from layer 2 on. T = 1: layer 1 no compression, layers 2–8 a collapse (layer 8: "
-             "spread −0.010 [−0.011, −0.009], energy −0.021 [−0.025, −0.018], specific R^c −0.003 [−0.004, −0.002]; "
-             "layer 2, −0.0029 [−0.0032, −0.0025], sits at the floor: no compression at base seed 1); T = √p: layer "
-             "1 undecided, layers 2–8 a collapse though the own-subspace energy rises (layer 2: spread −0.0031 "
-             "[−0.0033, −0.0028], energy +0.009; layer 8: −0.010 [−0.012, −0.009], energy +0.018); axis-aligned: no "
-             "compression at every layer (layer 8: energy −0.050 [−0.057, −0.043]; spread −0.0027 [−0.0036, "
-             "−0.0018], within the floor). Under the former fitted floor (0.0052) layers 2–4 read as no compression "
-             "(T = 1) and compression (T = √p). ΔR (reported beside) is lower with attention at every layer 2–8 of "
-             "every variant. --full (floor 0.0006 at d 128, n 196, K 8; it was 0.0035): a collapse at every layer "
-             "with T = 1 (layer 12: spread −0.0079 [−0.0087, −0.0071], energy −0.026) and axis-aligned subspaces "
-             "(spread −0.0009 to −0.0052, energy −0.03 to −0.28), and with T = √p at layers 2–12 (spread −0.0018 "
-             "to −0.0038, energy +0.009 to +0.020), a compression at layer 1; under the fitted floor T = √p was a "
-             "compression at layers 1–11 and the others no compression at their first layers",
+             "the floor of the stacks' own memberships — balanced and known: 0.0005 at this size, for such tokens do "
+             "not lower the spread at all —, under which every variant still fails): with attention the tokens are "
+             "more alike than in the ISTA-only control at every layer of every variant, at base seeds 0–2. T = 1: "
+             "layer 1 spread −0.0011 [−0.0012, −0.0009], layer 8 −0.010 [−0.011, −0.009] (energy −0.021 [−0.025, "
+             "−0.018], specific R^c −0.003 [−0.004, −0.002]); T = √p: layer 1 −0.0008 [−0.0009, −0.0007], layer 8 "
+             "−0.010 [−0.012, −0.009] though the own-subspace energy rises (+0.002 to +0.018); axis-aligned: "
+             "−0.0009 to −0.0027, energy −0.004 to −0.050. Under the former fitted floor (0.0052) layers 1–4 read as "
+             "no compression (T = 1, axis-aligned: every layer) or compression (T = √p, layers 2–4). ΔR (reported "
+             "beside) is lower with attention at every layer 2–8 of every variant. --full (floor 0.0002 at d 128, "
+             "n 196, K 8; it was 0.0035), base seeds 0 and 1: a collapse at every layer with T = 1 (layer 12: spread "
+             "−0.0079 [−0.0087, −0.0071], energy −0.026) and axis-aligned subspaces (spread −0.0009 to −0.0058, "
+             "energy −0.03 to −0.28), and with T = √p at layers 2–12 (spread −0.0018 to −0.0038, energy +0.009 to "
+             "+0.020); T = √p's layer 1 sits at the floor (spread −0.0002 [−0.0003, −0.0002]: a compression at both "
+             "seeds). Under the fitted floor T = √p was a compression at layers 1–11 and the others no compression "
+             "at their first layers",
     expected_verdict="fails",
     expected_labels="; ".join([
-        "T = 1: " + label_runs(("no compression", 1), ("no compression|collapse", 1), ("collapse", 6)),
-        "T = √p: " + label_runs(("undecided", 1), ("collapse", 7)),
-        "axis-aligned: " + label_runs(("no compression", 8))]),
+        "T = 1: " + label_runs(("collapse", 8)),
+        "T = √p: " + label_runs(("collapse", 8)),
+        "axis-aligned: " + label_runs(("collapse", 8))]),
     full_labels="; ".join([
         "T = 1: " + label_runs(("collapse", 12)),
-        "T = √p: " + label_runs(("compression", 1), ("collapse", 11)),
+        "T = √p: " + label_runs(("compression|collapse", 1), ("collapse", 11)),
         "axis-aligned: " + label_runs(("collapse", 12))]),
     kind="control", provenance="measurement",
 )
@@ -491,15 +493,15 @@ def ideal_attention_credit(ctx) -> Result:
              "of the former R^c/isotropic yardstick, which credited the collapse): at layer 8 the CRATE stack's "
              "tokens are more alike than the random layers' (spread −0.008 [−0.010, −0.006]) and no closer to their "
              "subspaces (own-subspace energy −0.034 [−0.042, −0.027], specific R^c −0.002 [−0.004, −0.000]) — a "
-             "collapse at layers 3–8, beyond the floor of the stacks' own memberships (balanced and known, "
-             "LayerNorm's centring allowed: 0.0021) at base seeds 0–2; at layers 1–2 the spread drop (−0.0006, "
-             "−0.0022 [−0.0029, −0.0015]) does not pass it and the lower own-subspace energy makes them no "
-             "compression. Under the former fitted floor (0.0052) only layers 7–8 passed it (6–8 at base seed 2). ΔR "
-             "lower at every layer (layer 8: −1.28 [−1.79, −0.77]). --full (floor 0.0006; it was 0.0035): a collapse "
-             "at every layer 1–12 at base seeds 0 and 1 (layer 1: spread −0.0013 [−0.0015, −0.0011]; layer 12: "
-             "−0.011, energy −0.057)",
+             "collapse at layers 2–8, beyond the floor of the stacks' own memberships (balanced and known: 0.0005) "
+             "at base seeds 0–2 (layer 2: spread −0.0022 [−0.0029, −0.0015]); at layer 1 the spread drop (−0.0006 "
+             "[−0.0012, −0.0001]) does not pass it and the lower own-subspace energy makes it no compression. Under "
+             "the former fitted floor (0.0052) only layers 7–8 passed it (6–8 at base seed 2). ΔR lower at every "
+             "layer (layer 8: −1.28 [−1.79, −0.77]). --full (floor 0.0002; it was 0.0035): a collapse at every layer "
+             "1–12 at base seeds 0 and 1 (layer 1: spread −0.0013 [−0.0015, −0.0011]; layer 12: −0.011, energy "
+             "−0.057)",
     expected_verdict="fails",
-    expected_labels=label_runs(("no compression", 2), ("collapse", 6)),
+    expected_labels=label_runs(("no compression", 1), ("collapse", 7)),
     full_labels=label_runs(("collapse", 12)),
     kind="control", provenance="measurement",
 )
@@ -542,7 +544,7 @@ it to about ± 0.0025, under half the effect. Each data set costs about 0.04 s (
              f"{ORIENTATION_SEEDS} seeds specific R^c about −0.006 ± 0.0025, own-subspace energy and spread higher "
              "— most of it between layers 2 and 3. With 16 seeds this verdict depended on the base seed "
              "(`holds`, `inconclusive`, `holds` at base seeds 0, 1, 2). Layer 1 → 2 is a collapse even with "
-             "axis-aligned subspaces (spread −0.021, beyond the floor of the stacks' own memberships, 0.0021). --full "
+             "axis-aligned subspaces (spread −0.021, beyond the floor of the stacks' own memberships, 0.0005). --full "
              "(d 128, K 8, 12 layers) it fails: alignment retained 0.74, and from layer 2 to 12 the own-subspace "
              "energy falls by 0.131 (no compression). The labels were recorded after measuring (neither the fitted "
              "floor, 0.0052, nor the floor of the stacks' own memberships changed any)",
