@@ -51,22 +51,54 @@ compression:
 higher, and ``spread`` not lower *by more than compression itself can lower it* — `collapse_floor`.
 
 **The collapse floor.** Moving tokens exactly onto their subspaces is what compression does to the extreme (the
-signal model (10): z_i = U_{s_i} α_i), yet it lowers ``spread`` a little wherever the subspaces do not share the
-tokens as isotropic tokens share the space: unequal class shares, coherent subspaces, few tokens per input. So a
-lower spread is evidence of collapse only beyond that. `collapse_floor` computes it at the size measured (d, n
-tokens per input, K heads of dimension p, ε) by Monte-Carlo, with common random numbers: for each construction
-of `CONSTRUCTIONS` — exact-subspace tokens (memberships i.i.d. from the class shares, as App. B.3 draws them,
-Gaussian codes) with balanced shares, with one class twice as common as each other (shares (2, 1, …, 1)/(K + 1):
-0.4/0.2/0.2/0.2 at K = 4), and on coherent subspaces (largest principal cosine `CALIBRATION_COSINE`) — the mean
-drop of spread from isotropic tokens to those tokens, and its standard error; the floor is the largest upper 95%
-bound (mean + 1.96 standard errors) over the constructions. Measured (ε = 0.1, the default 16384 tokens per
-construction): 0.0052 at d 32, n 64, K 4 (the unbalanced shares: 0.0046 ± 0.0003; balanced 0.0001, coherent
-0.0023); 0.0011 at d 96, n 5, K 4 (the digits CRATE: unbalanced 0.0009 ± 0.0001); 0.0035 at d 128, n 196, K 8
-(coherent). Where an input is an image of one object (the 8×8 digits of the trained CRATEs), all its tokens may lie
-on that object's subspace — (10) with one membership per input rather than per token — and
-``collapse_floor(..., single_object=True)`` adds that construction (`SINGLE_OBJECT`): at d 96, n 5, K 4 it drops
-the spread by 0.0145 ± 0.0004, which is then the floor. A pull of every class onto one point inside its subspace drops the spread by 0.43 at d 32, n 64, and
-one shared direction by 0.80: far beyond (``benchmarks/joint_calibration.py``).
+signal model (10): z_i = U_{s_i} α_i), yet it lowers ``spread`` wherever the subspaces do not share the tokens as
+isotropic tokens share the space. (10) leaves free the joint law of the memberships s_i (Sec. 2.1: "the joint
+distribution of such Z is underspecified": class shares, absent classes, how many subspaces one input's tokens
+occupy) and the codes' covariance inside each subspace; the coherence of the U_k moves the tokens' Gram matrix
+too. A drop of spread is evidence of collapse only beyond what these can cause, and `collapse_floor` bounds that
+at the size measured (d, n tokens per input, K heads of dimension p, ε):
+
+1. *How the heads lie does not matter.* ``E_O R^c(OẐ | U) = Σ_k E_O R(U_k* O Ẑ)``, and for Haar O each term has
+   the same expectation for every orthonormal U_k: the expected spread is a function of the tokens' Gram matrix
+   alone, whatever the heads' mutual coherence. `collapse_floor` measures against the K coordinate blocks.
+2. *Every token of an input on one subspace is the worst membership law.* As a function of M = ẐẐ*,
+   f(M) = E_O R^c(OẐ | U) is concave (a log-determinant of a linear image of M, averaged) and invariant to
+   rotations of M, hence Schur-concave in M's eigenvalues. Unit codes a_i ∈ R^p placed by memberships s_i on
+   mutually orthogonal subspaces give M ≅ ⊕_k A_k with A_k = Σ_{s_i = k} a_i a_i*; the same codes all on one
+   subspace give Σ_k A_k (⊕ 0). The eigenvalues of ⊕_k A_k are majorised by those of Σ_k A_k (the top eigenvectors
+   of the A_k, m_k of each with Σ m_k = m, span at most m dimensions, on which Σ_k A_k holds at least their
+   eigenvalues' sum; the traces agree), so f(⊕_k A_k) ≥ f(Σ_k A_k) for every draw of the codes: no law of the
+   memberships — shares, absent classes, any number of subspaces per input, drawn per token or per input — lowers
+   the spread more than one subspace per input, with any codes. Coherent subspaces escape this draw-by-draw
+   argument (one direction can then hold energy of several subspaces), but their tokens' covariance
+   Σ_k π_k U_kU_k*/p still has eigenvalues ≤ 1/p summing to 1, majorised by one subspace's; measured, largest
+   principal cosines 0.3–0.8 lower the spread less than one subspace per input
+   (tests/theory/test_protocol.py, tests/verify/test_joint_beyond.py).
+3. *Codes isotropic inside the subspace.* (10)'s codes are zero-mean Gaussians of any covariance on span(U_k); one
+   concentrated on a few directions is tokens bunched inside their subspace, whose limit — a class on one point —
+   Remark 3 excludes ("diverse and expanded within their supporting subspaces, and in particular not collapsed to
+   individual points"). The construction takes α_i ~ N(0, I_p), the most expanded: bunching inside a subspace is
+   collapse once it lowers the spread beyond that.
+
+So ``collapse_floor(d, n, K)`` (``memberships="any"``, `MEMBERSHIPS`) is the mean drop of spread from isotropic
+unit tokens to n unit tokens with N(0, I_p) codes on one subspace — by 1. a function of d, n, p and ε alone —,
+by Monte-Carlo with its delta-method standard error; the floor is its upper 95% bound. Measured (ε = 0.1): 0.015 at
+d 96, n 5, K 4 (the digits CRATE), 0.093 at d 96, n 17, 0.186 at d 32, n 64, K 4, 0.203 at d 128, n 196, K 8 and
+0.198 at d 576, n 197, K 12 (projecting out the all-ones direction, as LayerNorm centres every token, moves these
+by less than 0.001). Where the memberships are known to be drawn i.i.d. with equal shares on orthogonal subspaces
+(``memberships="balanced"``: the ideal stacks' mixture (11)), the floor is that law's drop, 0 in expectation, so
+its upper bound is its Monte-Carlo error: 0.0005 at d 32, n 64, K 4, 0.0002 at d 128, n 196, K 8. (Centring such
+tokens, as LayerNorm does, would lower it by 0.0017 at d 32, n 64; of the ideal stacks' comparisons only layer 1's
+MSSA step starts from centred tokens, Z^1 = LN of the data, which favours the step, never the reverse.)
+
+**The orthant floor.** A ReLU (the ISTA block's output, eq. 44) pulls the tokens towards the orthant's diagonal
+and lowers the spread by itself (ReLU-ed isotropic tokens: 0.054 at d 32, n 64); for exact-subspace tokens by how
+much depends on how their subspaces lie relative to the coordinate axes, so `CollapseFloor.orthant_floor` is the
+largest drop over the construction's ReLU with its subspaces Haar-oriented and spanned by coordinate axes
+(`ORIENTATIONS`; at d 32, n 64, K 4: 0.115 and 0.219 for one subspace per input, 0.055 and 0.019 for balanced
+memberships). Every token onto one shared direction drops the spread by 0.80 at d 32, n 64 (0.73 at d 96, n 5),
+each class onto one point of its subspace by 0.43 (0.34): beyond every floor, with a ReLU after them too
+(``benchmarks/joint_calibration.py``).
 
 Why ``spread`` and not the whole rate R (eq. 8) for the collapse check: R works at a different operating point
 (per-direction isotropic eigenvalue 1/ε², the heads' 1/(Kε²)), so its changes are not commensurate with R^c's; and
@@ -87,7 +119,7 @@ import numpy as np
 
 from ._checks import check_bases, check_int, check_labels, check_positive, check_same_size, check_tokens
 from .coding_rate import coding_rate, compression_rate, project_onto_bases, rate_reduction
-from .synthetic import as_generator, normalize_columns, orthonormal_bases, random_orthogonal
+from .synthetic import as_generator, normalize_columns, random_orthogonal
 
 __all__ = [
     "OFFICIAL_EPS",
@@ -101,9 +133,10 @@ __all__ = [
     "CompressionProfile",
     "profile_from_yardsticks",
     "compression_profile",
+    "MEMBERSHIPS",
+    "ORIENTATIONS",
     "CALIBRATION_COSINE",
-    "CONSTRUCTIONS",
-    "SINGLE_OBJECT",
+    "relu_construction",
     "class_shares",
     "largest_principal_cosine",
     "coherent_bases",
@@ -294,20 +327,26 @@ def compression_profile(Z, U, eps=OFFICIAL_EPS, *, labels=None, draws: int = 8, 
 
 
 # ------------------------------------------------------------------------------------------------ the collapse floor
+MEMBERSHIPS = {"any": "one subspace per input", "balanced": "balanced per token"}
+"""Membership law → the exact-subspace construction whose spread drop is `collapse_floor`'s floor (module
+docstring, "The collapse floor"): ``any`` — nothing known of the memberships (every trained model, any input):
+every token of an input on one subspace, the worst case over every law; ``balanced`` — memberships known to be
+drawn i.i.d. per token with equal shares, on mutually orthogonal subspaces (the ideal stacks' mixture (11))."""
+ORIENTATIONS = ("generic", "axis-aligned")
+"""How the construction's subspaces lie relative to the coordinate axes when a ReLU meets them (the orthant floor):
+Haar-random, or spanned by coordinate axes (an orthogonal dictionary D = I)."""
 CALIBRATION_COSINE = 0.3
-"""Largest principal cosine between two subspaces of the coherent calibration construction (`coherent_bases`):
-mildly coherent, as trained heads are (Sec. 2.1 asks for incoherent subspaces, not exactly orthogonal ones)."""
+"""Largest principal cosine between two subspaces of the coherent calibration case (`coherent_bases`; the
+default there): mildly coherent, as trained heads are (Sec. 2.1 asks for incoherent subspaces, not orthogonal ones)."""
 
-CONSTRUCTIONS = ("balanced", "unbalanced", "coherent")
-"""The exact-subspace constructions of `collapse_floor` (module docstring): tokens of the signal model (10) with
-balanced class shares, with one class twice as common as each other, and on coherent subspaces (balanced)."""
-SINGLE_OBJECT = "one subspace per input"
-"""The construction `collapse_floor` adds for inputs that are images of one object: every token of an input on the
-subspace of one membership drawn per input (balanced)."""
+
+def relu_construction(memberships: str, orientation: str) -> str:
+    """The name of the ReLU of `MEMBERSHIPS` [memberships]'s construction with subspaces of ``orientation``."""
+    return f"ReLU of {MEMBERSHIPS[memberships]}, {orientation}"
 
 
 def class_shares(K: int, balanced: bool = True) -> np.ndarray:
-    """Class shares of the calibration constructions, (K,): 1/K each, or (2, 1, …, 1)/(K + 1) — one class twice as
+    """Class shares of the calibration cases, (K,): 1/K each, or (2, 1, …, 1)/(K + 1) — one class twice as
     common as each other (0.4/0.2/0.2/0.2 at K = 4)."""
     K = check_int(K, "K", minimum=1)
     weights = np.ones(K) if balanced else np.concatenate([[2.0], np.ones(K - 1)])
@@ -318,16 +357,19 @@ def largest_principal_cosine(U) -> float:
     """The largest cosine of a principal angle between two distinct subspaces span(U_j), span(U_k) of bases
     (K, d, p): the largest singular value of Q_j*Q_k over j ≠ k, Q_k an orthonormal basis (0 for K = 1)."""
     Q = np.linalg.qr(check_bases(U))[0]
-    K = Q.shape[0]
-    return max((float(np.linalg.norm(Q[j].T @ Q[k], 2)) for j in range(K) for k in range(j + 1, K)), default=0.0)
+    j, k = np.triu_indices(Q.shape[0], 1)
+    if not j.size:
+        return 0.0
+    return float(np.linalg.norm(np.swapaxes(Q[j], 1, 2) @ Q[k], 2, axis=(1, 2)).max())  # all pairs in one batch
 
 
 def coherent_bases(K: int, d: int, p: int, cosine: float = CALIBRATION_COSINE, seed=None) -> np.ndarray:
-    """Randomly oriented, mildly coherent subspaces whose largest principal cosine is ``cosine``, (K, d, p) with
+    """Randomly oriented, coherent subspaces whose largest principal cosine is ``cosine``, (K, d, p) with
     orthonormal columns: K mutually orthogonal blocks Q_k (a Haar-random frame, Kp ≤ d) each tilted by a Gaussian
     G_k, ``U_k = orth(Q_k + t G_k)``, with t found by bisection so that `largest_principal_cosine` equals ``cosine``
     (to 1e-9). Unlike `crate_theory.synthetic.orthonormal_bases`' exact coherence (every principal angle equal,
-    which needs (K + 1)p ≤ d), only the largest cosine is set, and Kp = d is allowed."""
+    which needs (K + 1)p ≤ d), only the largest cosine is set, and Kp = d is allowed; a tilt of any size reaches no
+    more than the largest cosine of independent random subspaces (about 0.85 at d 32, p 8)."""
     K, d, p = check_int(K, "K", minimum=2), check_int(d, "d", minimum=1), check_int(p, "p", minimum=1)
     if K * p > d:
         raise ValueError(f"coherent_bases needs K·p <= d, got K·p = {K * p} > d = {d}")
@@ -353,10 +395,11 @@ def coherent_bases(K: int, d: int, p: int, cosine: float = CALIBRATION_COSINE, s
 
 
 def subspace_tokens(U, n: int, shares=None, seed=None, sets: int | None = None,
-                    per_input: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Unit tokens exactly on their subspaces, the signal model (10) ``z_i = U_{s_i} α_i / ‖·‖``: memberships s_i
-    i.i.d. from ``shares`` (default balanced) — with ``per_input`` one membership per token set, shared by its n
-    tokens —, codes α_i ~ N(0, I_p).
+                    occupied: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Unit tokens exactly on their subspaces, the signal model (10) ``z_i = U_{s_i} α_i / ‖·‖`` with codes
+    α_i ~ N(0, I_p): memberships s_i i.i.d. from ``shares`` (default balanced), or with ``occupied`` = m ≤ K i.i.d.
+    uniform over m subspaces drawn per token set (uniformly, without replacement) — m = 1: every token of a set on
+    one subspace (an image of one object), m = 2: an input on two subspaces.
 
     Returns:
         (Z, labels): (d, n) and (n,), or with ``sets`` (sets, d, n) and (sets, n).
@@ -364,24 +407,35 @@ def subspace_tokens(U, n: int, shares=None, seed=None, sets: int | None = None,
     U = check_bases(U)
     K, d, p = U.shape
     n = check_int(n, "n", minimum=1)
-    shares = class_shares(K) if shares is None else np.asarray(shares, dtype=float)
     rng = as_generator(seed)
     count = 1 if sets is None else check_int(sets, "sets", minimum=1)
-    labels = rng.choice(K, size=(count, 1 if per_input else n), p=shares)
-    labels = np.broadcast_to(labels, (count, n)).copy()
-    Z = normalize_columns(np.einsum("sndp,snp->sdn", U[labels], rng.standard_normal((count, n, p))))
+    if occupied is None:
+        shares = class_shares(K) if shares is None else np.asarray(shares, dtype=float)
+        if shares.shape != (K,) or np.any(shares < 0) or not np.isclose(shares.sum(), 1.0):
+            raise ValueError(f"shares must be {K} non-negative numbers summing to 1, got {shares}")
+        labels = rng.choice(K, size=(count, n), p=shares)
+    else:
+        occupied = check_int(occupied, "occupied", minimum=1)
+        if occupied > K or shares is not None:
+            raise ValueError(f"occupied must be <= K = {K}, without shares; got {occupied} and shares {shares}")
+        chosen = np.argsort(rng.random((count, K)), axis=1)[:, :occupied]  # m distinct subspaces per set
+        labels = np.take_along_axis(chosen, rng.integers(occupied, size=(count, n)), axis=1)
+    codes = np.zeros((count, K, p, n))
+    codes[np.arange(count)[:, None], labels, :, np.arange(n)[None, :]] = rng.standard_normal((count, n, p))
+    Z = normalize_columns(np.swapaxes(U, 0, 1).reshape(d, K * p) @ codes.reshape(count, K * p, n))
     return (Z[0], labels[0]) if sets is None else (Z, labels)
 
 
 @dataclass(frozen=True)
 class CollapseFloor:
-    """The largest drop of ``spread`` that moving tokens exactly onto their subspaces causes, at one size (module
+    """The largest drop of ``spread`` that tokens lying exactly on their subspaces can cause, at one size (module
     docstring; `collapse_floor`).
 
     Attributes:
         d, n, K, p, eps: the size measured (dimension, tokens per input, heads, head dimension, ε).
+        memberships: the membership law allowed (`MEMBERSHIPS`).
         sets: token sets drawn per construction.
-        drops: construction (`CONSTRUCTIONS`, and `SINGLE_OBJECT` where it was asked for) → (mean drop of spread
+        drops: construction (`MEMBERSHIPS` [memberships] and its ReLUs, `relu_construction`) → (mean drop of spread
             from isotropic tokens, its standard error).
     """
 
@@ -390,58 +444,111 @@ class CollapseFloor:
     K: int
     p: int
     eps: float
+    memberships: str
     sets: int
     drops: dict
 
     @property
     def floor(self) -> float:
-        """The largest upper 95% bound, mean + 1.96 standard errors, over the constructions (at least 0)."""
-        return max(0.0, max(mean + 1.96 * se for mean, se in self.drops.values()))
+        """The drop beyond which a change of spread is collapse: the construction's upper 95% bound, mean + 1.96
+        standard errors (at least 0)."""
+        return _upper(self.drops[MEMBERSHIPS[self.memberships]])
+
+    @property
+    def orthant_floor(self) -> float:
+        """The same for a step into the non-negative orthant: the largest upper bound over the construction and its
+        ReLUs (at least `floor`)."""
+        return max(_upper(drop) for drop in self.drops.values())
 
     def text(self) -> str:
-        """``floor 0.0068 (d 32, n 64, K 4: balanced 0.0005 ± 0.0003, …)``."""
+        """``floor 0.1870, orthant 0.2215 (d 32, n 64, K 4, any memberships: one subspace per input 0.1855 ± …)``."""
         parts = ", ".join(f"{name} {mean:.4f} ± {se:.4f}" for name, (mean, se) in self.drops.items())
-        return f"floor {self.floor:.4f} (d {self.d}, n {self.n}, K {self.K}: {parts})"
+        return (f"floor {self.floor:.4f}, orthant {self.orthant_floor:.4f} (d {self.d}, n {self.n}, K {self.K}, "
+                f"{self.memberships} memberships, {self.sets} sets: {parts})")
 
 
-FLOOR_TOKENS = 16384
-"""Tokens per construction that `collapse_floor` draws by default: ⌈16384/n⌉ sets of n (at least 64), so that each
-drop's standard error is about 3e-4 or less at the sizes the audit measures (d 32–128, n 5–196)."""
+def _upper(drop: tuple[float, float]) -> float:
+    mean, se = drop
+    return max(0.0, mean + 1.96 * se)
+
+
+FLOOR_SE, FLOOR_RELATIVE_SE = 2.5e-4, 0.005
+"""The standard error `collapse_floor` draws sets until every construction's drop reaches — this much, or this
+fraction of the drop itself, whichever is larger (or `FLOOR_MAX_SETS`): a floor's own Monte-Carlo error,
+1.96 standard errors, then stays below 5e-4 (a tenth of the smallest floor the audit uses, 0.015) or 1% of it."""
+FLOOR_MIN_SETS, FLOOR_MAX_SETS = 64, 4096
+"""The fewest and the most token sets `collapse_floor` draws per construction by default (the most: at sizes of a
+few tokens in a few dimensions, where one set's drop varies most; its standard error, which the floor adds, is then
+below 1e-3)."""
 FLOOR_CHUNK_ELEMENTS = 2**22
-"""Token entries (sets × d × n) `collapse_floor` draws at once: 16 sets of d 768 × n 1,024 took 8.7 GiB; every size
-of d·n ≤ 2^18 keeps its 16 (or more) sets per chunk, so its random stream, and its floor, are unchanged."""
-
-
-def _rotation_averaged(Z: np.ndarray, frames: np.ndarray, Q: np.ndarray, eps: float) -> np.ndarray:
-    """mean over rotations of R^c(OZ | Q) for unit token sets Z (m, d, n), each rotation O given by its Haar frame on
-    the span of Z (``frames`` (draws, m, d, r), r = min(d, n); as `crate_nn.analysis.protocol.rotated_like`): (m,)."""
-    _, coords = np.linalg.qr(Z)  # Z = E C with E (m, d, r) orthonormal; OZ = (OE) C and OE is a Haar frame
-    return np.mean(compression_rate(frames @ coords, Q, eps), axis=0)
+"""Token entries (sets × d × n) `collapse_floor` draws at once (32 MiB of float64), at most 64 sets."""
 
 
 def _haar_frames(shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """Haar-random matrices with orthonormal columns, (..., d, r): QR of a Gaussian with the signs of R's diagonal
+    made positive."""
     q, r = np.linalg.qr(rng.standard_normal(shape))
     return q * np.where(np.diagonal(r, axis1=-2, axis2=-1) < 0, -1.0, 1.0)[..., None, :]
 
 
+def _head_rates(X: np.ndarray, K: int, eps: float) -> np.ndarray:
+    """R^c (13) of token sets X (m, d, n) against the K coordinate blocks of dimension d/K: (m,)."""
+    m, d, n = X.shape
+    return coding_rate(X.reshape(m, K, d // K, n), eps).sum(axis=-1)
+
+
+def _rotated_rates(T: np.ndarray, K: int, eps: float, rng: np.random.Generator, d: int) -> np.ndarray:
+    """R^c of unit token sets in a uniformly random orientation, one orientation per set: ``T`` (m, r, n) holds
+    their coordinates in an r-dimensional orthonormal frame of R^d (r ≤ d); the orientation O acts on that frame
+    alone, a Haar (d, r) frame (as `crate_nn.analysis.protocol.rotated_like`). Its mean over O is
+    E_O R^c(OẐ | U) for any K heads of dimension d/K (module docstring): (m,)."""
+    if T.shape[-2] > T.shape[-1]:  # more coordinates than tokens: the tokens' own span is smaller
+        T = np.linalg.qr(T)[1]
+    return _head_rates(_haar_frames((T.shape[0], d, T.shape[-2]), rng) @ T, K, eps)
+
+
+def _construction(memberships: str, m: int, d: int, n: int, K: int, rng: np.random.Generator) -> np.ndarray:
+    """``m`` token sets of `MEMBERSHIPS` [memberships]' construction, as coordinates (m, r, n) of unit tokens on the
+    K coordinate blocks (r = p for one subspace per input, whose tokens need no more)."""
+    p = d // K
+    codes = rng.standard_normal((m, p if memberships == "any" else d, n))
+    if memberships == "balanced":
+        codes *= (np.arange(d)[:, None] // p) == rng.integers(K, size=(m, 1, n))
+    return normalize_columns(codes)
+
+
+def _relu_of(coords: np.ndarray, d: int, orientation: str, rng: np.random.Generator) -> np.ndarray:
+    """The ReLU of token sets given by coordinates (m, r, n) on the first r coordinate axes, with those axes
+    Haar-rotated first (``generic``) or kept (``axis-aligned``): (m, d, n), re-normalised (zero tokens stay zero)."""
+    m, r, n = coords.shape
+    if orientation == "generic":
+        tokens = _haar_frames((m, d, r), rng) @ coords
+    else:
+        tokens = np.concatenate([coords, np.zeros((m, d - r, n))], axis=1)
+    return normalize_columns(np.maximum(tokens, 0.0))
+
+
 def collapse_floor(d: int, n: int, K: int, p: int | None = None, eps: float = OFFICIAL_EPS, *,
-                   cosine: float = CALIBRATION_COSINE, draws: int = 2, sets: int | None = None,
-                   seed=0, single_object: bool = False) -> CollapseFloor:
-    """The largest drop of ``spread`` that true compression causes at this size (module docstring, "The collapse
-    floor"): for each of `CONSTRUCTIONS`, the mean over ``sets`` token sets of (spread of isotropic unit tokens −
-    spread of exact-subspace tokens), both measured against the same bases and the same yardstick draws (the same
-    isotropic sets and rotations: common random numbers), and its standard error.
+                   memberships: str = "any", sets: int | None = None, seed=0) -> CollapseFloor:
+    """The largest drop of ``spread`` that tokens lying exactly on their subspaces cause at this size (module
+    docstring, "The collapse floor"): for `MEMBERSHIPS` [memberships]' construction and its ReLU in each of
+    `ORIENTATIONS`, the mean drop ``1 − E_O R^c(OẐ | U) / E R^c(isotropic | U)`` from isotropic unit tokens, its
+    standard error by the delta method (the two means from independent draws), from ``sets`` token sets each.
+
+    The expectations do not depend on how the K heads lie (module docstring), so they are taken against the K
+    coordinate blocks, each set in one random orientation. Time and memory: O(sets · d · n · min(d, n)), the
+    rotation of the ReLU's sets dominating; `FLOOR_CHUNK_ELEMENTS` bounds the memory.
 
     Args:
         d, n, K: dimension, tokens per input (per token set), heads; p: head dimension (default d/K; K·p = d needed,
-            as every CRATE has); eps: ε of the rates (default the measure's 0.1); cosine: largest principal cosine
-            of the coherent construction; draws: yardstick sets per token set (as the measure takes them); sets:
-            token sets per construction (default ⌈`FLOOR_TOKENS`/n⌉, at least 64); seed: int, None or Generator;
-            single_object: the inputs are images of one object each, whose tokens may all lie on one subspace (adds
-            the `SINGLE_OBJECT` construction).
+            as every CRATE has); eps: ε of the rates (default the measure's 0.1); memberships: a key of
+            `MEMBERSHIPS`; sets: token sets per construction (default: drawn in chunks until every standard error is
+            ≤ `FLOOR_SE` or `FLOOR_RELATIVE_SE` of its drop, between `FLOOR_MIN_SETS` and `FLOOR_MAX_SETS`); seed:
+            int, None or Generator.
 
     Returns:
-        :class:`CollapseFloor` (its ``floor``: the boundary a drop of spread must pass to count as collapse).
+        :class:`CollapseFloor` (``floor``: the drop of spread beyond which it is collapse; ``orthant_floor``: the
+        same for a step into the non-negative orthant).
     """
     d, n, K = check_int(d, "d", minimum=1), check_int(n, "n", minimum=1), check_int(K, "K", minimum=1)
     p = d // K if p is None else check_int(p, "p", minimum=1)
@@ -449,26 +556,35 @@ def collapse_floor(d: int, n: int, K: int, p: int | None = None, eps: float = OF
         raise ValueError(f"collapse_floor needs K·p = d (orthogonal subspaces holding every direction), got K = {K}, "
                          f"p = {p}, d = {d}")
     eps = check_positive(eps, "eps")
-    draws = check_int(draws, "draws", minimum=1)
-    sets = max(64, -(-FLOOR_TOKENS // n)) if sets is None else check_int(sets, "sets", minimum=2)
+    if memberships not in MEMBERSHIPS:
+        raise ValueError(f"memberships must be one of {sorted(MEMBERSHIPS)}, got {memberships!r}")
+    target = None if sets is None else check_int(sets, "sets", minimum=2)
     rng = as_generator(seed)
-    chunk = min(max(16, -(-2048 // n)), max(1, FLOOR_CHUNK_ELEMENTS // (d * n)))
-    constructions = (*CONSTRUCTIONS, SINGLE_OBJECT) if single_object else CONSTRUCTIONS
-    drops: dict[str, list[np.ndarray]] = {name: [] for name in constructions}
-    for start in range(0, sets, chunk):
-        m = min(chunk, sets - start)
-        isotropic = normalize_columns(rng.standard_normal((m, d, n)))
-        yardstick = normalize_columns(rng.standard_normal((draws, m, d, n)))
-        frames = _haar_frames((draws, m, d, min(d, n)), rng)
-        for name in constructions:
-            U = coherent_bases(K, d, p, cosine, rng) if name == "coherent" else orthonormal_bases(K, d, p, seed=rng)
-            Z, _ = subspace_tokens(U, n, class_shares(K, balanced=name != "unbalanced"), rng, sets=m,
-                                   per_input=name == SINGLE_OBJECT)
-            iso_rate = np.mean(compression_rate(yardstick, U, eps), axis=0)
-            drops[name].append((_rotation_averaged(isotropic, frames, U, eps)
-                                - _rotation_averaged(Z, frames, U, eps)) / iso_rate)
-    summary = {}
-    for name, values in drops.items():
-        x = np.concatenate(values)
-        summary[name] = (float(x.mean()), float(x.std(ddof=1) / np.sqrt(x.size)))
-    return CollapseFloor(d=d, n=n, K=K, p=p, eps=float(eps), sets=sets, drops=summary)
+    chunk = max(1, min(64, FLOOR_CHUNK_ELEMENTS // (d * n)))
+    names = [MEMBERSHIPS[memberships], *(relu_construction(memberships, o) for o in ORIENTATIONS)]
+    rates: dict[str, list[np.ndarray]] = {name: [] for name in ["isotropic", *names]}
+    drawn, summary = 0, {}
+    while True:
+        m = chunk if target is None else min(chunk, target - drawn)
+        rates["isotropic"].append(_head_rates(normalize_columns(rng.standard_normal((m, d, n))), K, eps))
+        coords = _construction(memberships, m, d, n, K, rng)
+        rates[names[0]].append(_rotated_rates(coords, K, eps, rng, d))
+        for name, orientation in zip(names[1:], ORIENTATIONS):
+            rates[name].append(_rotated_rates(_relu_of(coords, d, orientation, rng), K, eps, rng, d))
+        drawn += m
+        isotropic = np.concatenate(rates["isotropic"])
+        summary = {name: _ratio_drop(np.concatenate(rates[name]), isotropic) for name in names}
+        if target is not None:
+            if drawn >= target:
+                break
+        elif drawn >= FLOOR_MAX_SETS or (drawn >= FLOOR_MIN_SETS and all(
+                se <= max(FLOOR_SE, FLOOR_RELATIVE_SE * abs(mean)) for mean, se in summary.values())):
+            break
+    return CollapseFloor(d=d, n=n, K=K, p=p, eps=float(eps), memberships=memberships, sets=drawn, drops=summary)
+
+
+def _ratio_drop(rates: np.ndarray, isotropic: np.ndarray) -> tuple[float, float]:
+    """(1 − mean(rates)/mean(isotropic), its delta-method standard error) for independent samples."""
+    a, b = rates.mean(), isotropic.mean()
+    variance = rates.var(ddof=1) / rates.size / b**2 + a**2 * isotropic.var(ddof=1) / isotropic.size / b**4
+    return float(1.0 - a / b), float(np.sqrt(variance))

@@ -27,7 +27,8 @@ these inputs. The claims:
 
 * R^c falls from layer 2 to L (each protocol): layer L − layer 2 below 0;
 * R^c lies below each control at every layer (each protocol);
-* the joint verdict against each initialisation: compression at every layer 2 … L (`verify.joint.from_layer_2`);
+* the joint verdict against each initialisation: compression at every layer 2 … L − 1 (`verify.joint.from_layer_2`;
+  the collapse floor of unknown memberships; footnote 17 exempts the last layer, as it does from the sparsity claims);
 * sparsity rises with depth (‖Z‖₀/(dn) falls) from layer 1 to L − 1, the last layer exempt (footnote 17); the model
   sparser than each initialisation at every layer but the last;
 * against each ``--against`` model (Fig. 26): its authors'-protocol R^c falls further from layer 1 to L,
@@ -106,8 +107,6 @@ DISPLAY = {"run init": "the run's starting weights"}
 INIT_SEEDS = 1000
 """The random initialisations' seeds start here, away from the small seeds runs use (and never the run's own, whose
 initialisation is a control of its own)."""
-SINGLE_OBJECT = ("digits", "mnist5k")
-"""Built-in datasets whose every image shows one object (`verify.joint.Sizes.single_object`)."""
 BATCH_TOKENS = 8192
 """Tokens per batch when ``--batch-size`` is not given (41 images of 197 tokens, 8 windows of 1,024): every layer's
 three stations of a batch are held at once, so memory follows the tokens, not the inputs."""
@@ -507,8 +506,9 @@ def below(measured: Mapping[str, np.ndarray], control: Sequence[Mapping[str, np.
 
 def joint(measured: Mapping[str, np.ndarray], control: Sequence[Mapping[str, np.ndarray]], label: str,
           sizes: Sizes) -> Verdict:
-    """The joint verdict of the model against an initialisation at every layer (`verify.joint.from_layer_2`), each
-    measure compared over `units`."""
+    """The joint verdict of the model against an initialisation at every layer but the first and the last
+    (`verify.joint.from_layer_2` with footnote 17's exemption, as the sparsity verdicts), each measure compared over
+    `units`."""
     depth = measured["specific"].shape[1]
     judged: list[Judgement] = []
     for i in range(depth):
@@ -520,11 +520,14 @@ def joint(measured: Mapping[str, np.ndarray], control: Sequence[Mapping[str, np.
     return Verdict(f"joint-{_slug(label)}", f"The layers compress the tokens relative to the {label}, jointly: "
                    "onto their own subspaces (specific R^c lower, alignment higher), not by collapse",
                    f"verify.joint.compresses per layer over {unit}, collapse floor {sizes.floor:.4g} at d {sizes.d}, "
-                   f"n {sizes.n}, K {sizes.heads}; holds when layers 2 … L all compress (layer 1 reported apart)",
-                   from_layer_2(judged), f"{layer_labels(judged)}; ΔR of unit tokens at the last layer, this − {label}: "
-                   + (f"{last.rate_reduction.difference.mean:+.3g}" if last.rate_reduction else "—"),
+                   f"n {sizes.n}, K {sizes.heads} (memberships unknown: every token of an input on one subspace); "
+                   "holds when layers 2 … L − 1 all compress (layer 1 and, footnote 17, the last reported apart)",
+                   from_layer_2(judged, exempt_last=True),
+                   f"{layer_labels(judged)} (layer {depth} apart: footnote 17); ΔR of unit tokens at the last layer, "
+                   f"this − {label}: " + (f"{last.rate_reduction.difference.mean:+.3g}" if last.rate_reduction else "—")
+                   + "".join(f"; layer {i}: {j.objective}" for i, j in enumerate(judged, 1) if j.objective),
                    {"unit": unit, "per_layer": [j.as_dict() for j in judged], "floor": sizes.floor,
-                    "labels": [j.label for j in judged]})
+                    "labels": [j.label for j in judged], "exempt_last": True})
 
 
 DENSE = ("; Z^{ℓ+1} has no zero entry at any layer: the block's output is a residual stream (CRATE-α's ISTA block "
@@ -891,8 +894,7 @@ def measure_and_decide(args: argparse.Namespace, network: Network, inputs: Input
         inits[own.label] = [measure(own, head, joint_n=control_n, **options)]
     against = {o.label: measure(o, head, joint_n=0, **options) for o in others}
     s = measured["sizes"]
-    single_object = args.single_object if args.single_object is not None else args.dataset in SINGLE_OBJECT
-    sizes = Sizes(s["d"], s["n"], s["heads"], s["p"], single_object=single_object)
+    sizes = Sizes(s["d"], s["n"], s["heads"], s["p"])  # memberships unknown: the worst case over every law
     verdicts = decide(measured, inits, against, sizes)
     first = {f"this network, first {control_n} inputs": {k: v[:control_n] for k, v in measured.items()
                                                         if k != "sizes"}} if control_n < len(inputs) else {}
@@ -911,7 +913,8 @@ def measure_and_decide(args: argparse.Namespace, network: Network, inputs: Input
                      *(f"{o.label} ({o.format}, {o.spec})" for o in others)],
         "conclusion": conclusion(verdicts, len(inputs), {label: len(m) for label, m in inits.items()},
                                  list(against)),
-        "sizes": {**s, "floor": sizes.floor, "single_object": single_object},
+        "sizes": {**s, "floor": sizes.floor, "orthant_floor": sizes.collapse_floor().orthant_floor,
+                  "memberships": sizes.memberships},
         "versions": {**versions(), "python": platform.python_version(), "crate_nn code": experiments.CODE},
         "machine": f"{platform.machine()}, {torch.get_num_threads()} torch threads",
         "means": means, "verdicts": [dataclasses.asdict(v) for v in verdicts],

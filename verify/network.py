@@ -82,10 +82,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--name", default=None, help="another codebase's file: a registered size giving its heads")
     parser.add_argument("--against-heads", type=int, default=None, help="--against files: their number of heads")
     parser.add_argument("--against-name", default=None, help="--against files: a registered size (e.g. vit_small)")
-    parser.add_argument("--single-object", action=argparse.BooleanOptionalAction, default=None,
-                        help="each input is an image of one object, so all its tokens may lie on one subspace: the "
-                             "collapse floor takes that construction (default: on for the built-in digits and "
-                             "mnist5k, off otherwise)")
     parser.add_argument("--seed", type=int, default=DEFAULTS["seed"], help="seed of the sample and the yardsticks")
     parser.add_argument("--batch-size", type=int, default=None,
                         help="inputs per batch (default: the inputs of verify.layerwise.BATCH_TOKENS tokens)")

@@ -374,10 +374,12 @@ def _data(o: Outcome | None) -> dict | None:
 
 
 def _joint_cell(o: Outcome) -> str:
-    """A joint claim's verdict and its last layer's label (`verify.joint`), e.g. ``fails: ℓ 3 collapse``."""
+    """A joint claim's verdict and its last layer's label (`verify.joint`), e.g. ``fails: ℓ 3 collapse``, marked
+    ``(apart)`` where footnote 17 exempts the last layer from the verdict."""
     judged = last_layer(_data(o))
     depth = len(_data(o).get("per_layer", [])) if _data(o) else 0
-    return _verdict_cell(o, "≠") + (f": ℓ {depth} {judged['label']}" if judged.get("label") else "")
+    apart = " (apart)" if (_data(o) or {}).get("exempt_last") else ""
+    return _verdict_cell(o, "≠") + (f": ℓ {depth} {judged['label']}{apart}" if judged.get("label") else "")
 
 
 def _scoped(cell: str, o: Outcome) -> str:

@@ -19,8 +19,9 @@ must hold every direction, K·p ≥ d (every CRATE has p = d/K).
 
 ``verify.joint.compresses`` decides "A compresses relative to B" from ``specific``, ``alignment`` and ``spread``
 (a drop of spread is collapse only beyond ``crate_theory.protocol.collapse_floor`` at the measured size, which
-`LayerProfile.sizes` records), with ``rate_reduction`` reported beside and ``nonnegative`` marking a step into the
-non-negative orthant (sparsification, left to the sparsity claims).
+`LayerProfile.sizes` records: the drop of every token of an input on one subspace, the worst membership law), with
+``rate_reduction`` reported beside and ``nonnegative`` marking a step into the non-negative orthant (sparsification,
+left to the sparsity claims unless the spread falls beyond what a ReLU of exact-subspace tokens causes).
 `station_measures` measures one layer's `LayerTrace` (any model's ``forward_intermediates``) against its
 attention module; `layer_profile` does it for every layer of a CRATE encoder over a set of images.
 """

@@ -13,7 +13,7 @@ SEEDS, DEPTH = 5, 3
 
 
 SIZES = {"d": 32, "n": 64, "heads": 4, "p": 8}
-"""The size the constructed profiles record (collapse floor 0.0052)."""
+"""The size the constructed profiles record (collapse floor 0.186, memberships unknown)."""
 
 
 def profile(seed: int, **stations) -> dict:
@@ -36,7 +36,7 @@ def verdict(claim_id: str, tmp_path, mode: str = "quick"):
 
 COMPRESSED = {"specific": [0.85] * DEPTH, "alignment": [0.5] * DEPTH, "spread": [0.95] * DEPTH}
 COLLAPSED = {"specific": [0.85] * DEPTH, "alignment": [0.5] * DEPTH, "spread": [0.6] * DEPTH}
-"""Spread 0.35 below the base: beyond every collapse floor, one object per image included (0.14 at 17 tokens)."""
+"""Spread 0.35 below the base: beyond every collapse floor of these sizes (0.186 at d 32, n 64; 0.093 at 17 tokens)."""
 EXPANDED = {"specific": [0.95] * DEPTH, "alignment": [0.3] * DEPTH, "spread": [0.95] * DEPTH}
 
 
@@ -48,13 +48,13 @@ def test_expands_mirrors_compresses_and_never_credits_collapse():
                          joint.at(base, "half", 1), floor=floor).label == "expansion"
     assert joint.expands(joint.at([profile(s, half=COMPRESSED) for s in range(SEEDS)], "half", 1),
                          joint.at(base, "half", 1), floor=floor).label == "no expansion"
-    collapsed = joint.expands(joint.at([profile(s, half={**EXPANDED, "spread": [0.8] * DEPTH}) for s in range(SEEDS)],
+    collapsed = joint.expands(joint.at([profile(s, half={**EXPANDED, "spread": [0.6] * DEPTH}) for s in range(SEEDS)],
                                        "half", 1), joint.at(base, "half", 1), floor=floor)
     assert (collapsed.label, collapsed.verdict) == ("collapse", "fails")
 
 
 def test_per_layer_reports_layer_1_apart():
-    first_collapses = {"specific": [0.85] * DEPTH, "alignment": [0.5] * DEPTH, "spread": [0.8, 0.95, 0.95]}
+    first_collapses = {"specific": [0.85] * DEPTH, "alignment": [0.5] * DEPTH, "spread": [0.6, 0.95, 0.95]}
     judged = joint.per_layer([profile(s, half=first_collapses) for s in range(SEEDS)], [profile(s) for s in range(SEEDS)])
     assert [j.label for j in judged] == ["collapse", "compression", "compression"]
     assert joint.from_layer_2(judged) == "holds" and joint.describe(judged).startswith("layer 1: collapse")
@@ -132,10 +132,37 @@ def test_stored_profiles_without_sizes_or_rate_reduction_are_judged(monkeypatch,
     monkeypatch.setattr(dino, "_measurements", lambda mode, seed, system="dino": {"joint": profiles})
     result = verdict("fig15-dino-joint", tmp_path, "full")
     assert result.verdict == "fails" and "ΔR not stored" in result.measured
-    assert result.data["per_layer"][0]["collapse_floor"] == joint.Sizes(96, 17, 4, single_object=True).floor
+    assert result.data["per_layer"][0]["collapse_floor"] == joint.Sizes(96, 17, 4).floor
     assert result.labels == "layer 1 collapse, layer 2 collapse, layer 3 collapse"
     with pytest.raises(ValueError, match="sizes"):
         joint.per_layer(profiles["dino"], profiles["random init"])
+
+
+def test_the_last_layer_is_apart_where_a_head_reads_it(monkeypatch, tmp_path):
+    """Footnote 17 (verify.joint): a collapse at the last layer alone decides the DINO teacher's claim (a head reads
+    it) no more than its sparsity claim; CRATE-MAE's encoder, which no head reads, keeps every layer."""
+    last_collapses = {**COMPRESSED, "spread": [0.95, 0.95, 0.6]}
+    profiles = {"dino": [profile(s, half=last_collapses) for s in range(SEEDS)],
+                "random init": [profile(s + 1000) for s in range(SEEDS)]}
+    monkeypatch.setattr(dino, "_measurements", lambda mode, seed, system="dino": {"joint": profiles})
+    result = verdict("fig15-dino-joint", tmp_path, "full")
+    assert result.verdict == "holds" and result.labels.endswith("layer 3 collapse")
+    assert "layer 3 (footnote 17, apart): collapse" in result.measured and result.headline.label.startswith("ℓ 2")
+    mae_runs(monkeypatch, {"half": last_collapses}, {})
+    assert verdict("sec4.2-mae-joint", tmp_path).verdict == "fails"
+
+
+def test_two_layers_and_a_head_leave_no_layer_to_decide():
+    """Layer 1 apart and the last apart (footnote 17): a 2-layer model read by a head is `inconclusive`, whatever
+    its layers show, and says which layer its headline is."""
+    def two_layers(p):
+        return {k: (v if k == "sizes" else {s: values[:2] for s, values in v.items()}) for k, v in p.items()}
+    trained = [two_layers(profile(s, half=COLLAPSED)) for s in range(SEEDS)]
+    init = [two_layers(profile(s + 1000)) for s in range(SEEDS)]
+    result = joint.against_init(trained, init, exempt_last=True)
+    assert result.verdict == "inconclusive" and result.labels == "layer 1 collapse, layer 2 collapse"
+    assert result.headline.label.startswith("ℓ 2 (apart) collapse")
+    assert joint.against_init(trained, init).verdict == "fails"
 
 
 def test_gpt_joint_flips(monkeypatch, tmp_path):

@@ -95,7 +95,7 @@ def test_a_run_directory_has_its_own_initialisation_as_a_control(tmp_path, capsy
     assert network.main([str(tmp_path / "run"), "--dataset", "digits", "--n", "16", "--control-n", "8",
                          "--out", str(tmp_path / "out")]) == 0
     report = json.loads((tmp_path / "out" / "report.json").read_text())
-    assert "run init" in report["controls"] and report["sizes"]["single_object"] is True
+    assert "run init" in report["controls"] and report["sizes"]["memberships"] == "any"
     assert {"joint-run-init", "rc-below-run-init-official", "sparser-than-run-init"} <= {v["id"] for v in
                                                                                          report["verdicts"]}
 
@@ -205,6 +205,17 @@ def test_the_joint_verdict_tells_compression_from_collapse():
     collapsed = layerwise.joint(_joint(0.9, 0.7, 0.5), control, "init", sizes)
     assert collapsed.verdict == "fails" and collapsed.numbers["labels"] == ["collapse"] * 3
     assert layerwise.joint(_joint(1.1, 0.3, 1.0), control, "init", sizes).verdict == "fails"
+
+
+def test_the_joint_verdict_exempts_the_last_layer_as_the_sparsity_verdicts_do():
+    """Footnote 17 (verify.joint): a collapse at the last layer alone leaves the verdict to layers 2 … L − 1."""
+    sizes = Sizes(32, 17, 2)
+    control = [_joint(1.0, 0.5, 1.0, seed=1)]
+    last_collapses = _joint(0.9, 0.7, 1.0)
+    last_collapses["spread"][:, -1] = 0.5
+    judged = layerwise.joint(last_collapses, control, "init", sizes)
+    assert judged.verdict == "holds" and judged.numbers["labels"] == ["compression", "compression", "collapse"]
+    assert "layer 3 apart: footnote 17" in judged.text
 
 
 def test_fig26_against_another_model_flips():

@@ -375,19 +375,23 @@ def gpt_sparsity(ctx) -> Result:
               "compressed than its random initialisation's — compression, not collapse",
     measures="joint judgement (verify.joint) of trained against init at Z^{ℓ+1/2} per layer, paired by seed, on 16 "
              f"validation windows; {_RUNS}",
-    expected=joint.TRAINING_RULE + ". Expected to fail (recorded after measuring, quick, base seeds "
-             "0–2): at both layers training collapses the tokens (spread −0.74 [−0.79, −0.69] and −0.67 [−0.71, "
-             "−0.64] at base seed 0) while their specific R^c *rises* (+0.045, +0.038) — the authors' protocol's "
-             "decrease (fig15-gpt-compression-official) is the collapse, not compression onto the subspaces, and ΔR (reported "
-             "beside) falls by 9.9 and 10.1: the paper's objective agrees. The collapse floor (0.011 at d 48, 64 "
-             "tokens, K 2) changed no label. --full (the preset, three seeds; measured before the floor, far beyond "
-             "it): a collapse at all four layers (spread −0.59 to −0.28), specific R^c higher by +0.04 to +0.10",
-    expected_verdict="fails", expected_labels="layer 1 collapse, layer 2 collapse",
+    expected=joint.training_rule(exempt_last=True) + ". Expected inconclusive quick and to fail under --full "
+             "(recorded after measuring, quick, base seeds 0–2): at both layers training collapses the tokens (spread "
+             "−0.74 [−0.79, −0.69] and −0.67 [−0.71, −0.64] at base seed 0, far beyond the collapse floor of unknown "
+             "memberships, 0.133 at d 48, 64 tokens, K 2) while their specific R^c *rises* (+0.045, +0.038) — the "
+             "authors' protocol's decrease (fig15-gpt-compression-official) is the collapse, not compression onto "
+             "the subspaces, and ΔR (reported beside) falls by 9.9 and 10.1: the paper's objective agrees. But the "
+             "quick model has 2 layers: layer 1 is reported apart, and layer 2, which the output head reads, is set "
+             "apart by footnote 17 as it is from the sparsity claims, so no layer is left to decide (it read `fails` "
+             "before the exemption was applied to the joint rule). --full (the preset, three seeds; measured before "
+             "the floor, far beyond it): a collapse at all four layers (spread −0.59 to −0.28), specific R^c higher "
+             "by +0.04 to +0.10: layers 2–3 decide `fails`",
+    expected_verdict="inconclusive", full_verdict="fails", expected_labels="layer 1 collapse, layer 2 collapse",
     kind="trained", provenance="measurement",
 )
 def gpt_joint(ctx) -> Result:
     profiles = _layers(ctx.mode, ctx.seed)["joint"]
-    return joint.against_init(profiles["trained"], profiles["init"])
+    return joint.against_init(profiles["trained"], profiles["init"], exempt_last=True)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from crate_theory import CrateLayerParams, compression_rate, crate_forward, layer_norm
-from crate_theory.protocol import compression_profile
+from crate_theory.protocol import CollapseFloor, compression_profile
 from crate_theory.synthetic import orthonormal_bases, random_orthogonal, sample_tokens
 from verify import plots, verdicts
 from verify.context import Context
@@ -89,10 +89,12 @@ def _sizes(ctx) -> tuple[int, int, int, int]:
     return ctx.pick((32, 64, 4, 8), (128, 196, 8, 12))
 
 
-def _floor(ctx) -> float:
-    """The joint rule's collapse floor at the stacks' size (verify.joint, crate_theory.protocol.collapse_floor)."""
+def _floor(ctx) -> CollapseFloor:
+    """The joint rule's collapse floors at the stacks' size for the memberships their tokens have — drawn i.i.d.
+    with equal shares on orthogonal subspaces, and known (verify.joint.Sizes, ``memberships="balanced"``;
+    crate_theory.protocol.collapse_floor)."""
     d, n, K, _ = _sizes(ctx)
-    return Sizes(d, n, K).floor
+    return Sizes(d, n, K, memberships="balanced").collapse_floor()
 
 
 def _stack(ctx, name: str, seeds: int = SEEDS) -> np.ndarray:
@@ -219,7 +221,7 @@ TREND_RULE = ("from layer 2 on (layer 1, which holds the first sparsification, i
               "`inconclusive` when the seeds cannot tell")
 
 
-def trend_from_layer_2(values: np.ndarray, floor: float) -> tuple[Judgement, float, str]:
+def trend_from_layer_2(values: np.ndarray, floor: CollapseFloor) -> tuple[Judgement, float, str]:
     """`TREND_RULE` on Z^{ℓ+1/2}: (joint judgement of the last layer against layer 2, the share of steps over layers
     2 … L at which the subspace-specific R^c falls by a 95% interval over seeds, verdict: the joint rule's with
     `verify.verdicts.most` of those steps); ``floor``: the collapse floor."""
@@ -293,7 +295,8 @@ def _curve(values) -> str:
              "step), own-subspace energy −0.188 [−0.196, −0.179]. --full the same (layer 2 → 12: +0.040, −0.243). "
              "The raw R^c (35 → 33) tracks the tokens' energy. ΔR (reported beside) falls too: −1.79 [−2.04, −1.53] "
              "at layer 1 → 2, −2.44 [−3.00, −1.88] from layer 2 to 8. Re-measured with the collapse floor (0.0052 at "
-             "d 32, n 64, K 4; 0.0035 at d 128, n 196, K 8): no label changed",
+             "d 32, n 64, K 4; 0.0035 at d 128, n 196, K 8), then with the floor of the stacks' own memberships "
+             "(balanced and known: 0.0005; 0.0002 at d 128): no label changed",
     expected_verdict="fails",
     expected_labels="layer 1 → 2: collapse; layer 2 → 8: no compression",
     full_labels="layer 1 → 2: collapse; layer 2 → 12: no compression",
@@ -316,7 +319,7 @@ def ideal_compression(ctx) -> Result:
                   labels=named_labels({"layer 1 → 2": first, f"layer 2 → {_depth(values)}": joint}))
 
 
-def _mssa_steps(values: np.ndarray, floor: float) -> list[Judgement]:
+def _mssa_steps(values: np.ndarray, floor: CollapseFloor) -> list[Judgement]:
     """The joint judgement of every layer's MSSA half-step, Z^{ℓ+1/2} against Z^ℓ, ℓ = 1 … L."""
     return [compresses(_joint(values, _half(layer)), _joint(values, _input(layer)), floor=floor)
             for layer in range(1, _depth(values) + 1)]
@@ -339,15 +342,18 @@ def _mssa_steps(values: np.ndarray, floor: float) -> list[Judgement]:
              "R^c/isotropic yardstick; "
              "quick, 16 seeds): from layer 2 on every MSSA half-step compresses — specific R^c −0.005 to −0.003, "
              "own-subspace energy +0.026 to +0.004, spread not lower — while the raw R^c rises by ≈ 3.6 per "
-             "half-step (the skip adds energy); layer 1's step is no compression: its spread falls by 0.0006 "
-             "[0.0006, 0.0007], within the collapse floor 0.0052 (it read as a slight collapse before the floor), and "
-             "its own-subspace energy by 0.0034 [0.0030, 0.0038]. ΔR (reported beside) rises at layers 1–3 and "
-             "falls from layer 5 on (−0.03 to −0.09). --full (d 128, K 8, 12 layers) it fails: the specific R^c falls "
-             "(−0.012 to −0.003) but so does the own-subspace energy (−0.014 to −0.0002), no compression at layers "
-             "1–12 (re-measured with the floor: labels unchanged)",
+             "half-step (the skip adds energy); layer 1's step is a slight collapse: its spread falls by 0.0006 "
+             "[0.0006, 0.0007] at base seeds 0–2, beyond the floor of the stacks' own memberships (balanced and "
+             "known: 0.0005, for such tokens do not lower the spread at all; under the former fitted floor, 0.0052, "
+             "it was no compression), and its own-subspace energy by 0.0034 [0.0030, 0.0038]; ΔR rises there, which "
+             "the report marks. ΔR (reported beside) rises at layers 1–3 and falls from layer 5 on (−0.03 to −0.09). "
+             "--full (d 128, K 8, 12 layers) it fails: the specific R^c falls (−0.012 to −0.003) but so does the "
+             "own-subspace energy (−0.014 to −0.0002): no compression at layers 2–11 (layer 12 undecided at base seed "
+             "1); layer 1's step a collapse (spread −0.0010 [−0.0010, −0.0010], beyond the floor 0.0002 of this size; "
+             "no compression under the fitted floor, 0.0035)",
     expected_verdict="holds", full_verdict="fails",
-    expected_labels=label_runs(("no compression", 1), ("compression", 7)),
-    full_labels=label_runs(("no compression", 12)),
+    expected_labels=label_runs(("collapse", 1), ("compression", 7)),
+    full_labels=label_runs(("collapse", 1), ("no compression", 10), ("no compression|undecided", 1)),
     kind="ideal", provenance="measurement",
 )
 def ideal_half_steps(ctx) -> Result:
@@ -377,14 +383,16 @@ def ideal_half_steps(ctx) -> Result:
              "1 apart), `fails` when it fails at more than 1/4. Expected to fail (recorded after measuring, quick, 16 "
              "seeds): the raw R^c does fall "
              "(−22 per MSSA half-step, given back by the next LayerNorm + ISTA), but layer 1's step is a collapse "
-             "(spread −0.009 [−0.010, −0.008], beyond the collapse floor 0.0052; own-subspace energy −0.090) and "
-             "layers 2–8 show no compression: the own-subspace energy falls at each (−0.083 to −0.011) while the "
-             "specific R^c falls too (−0.057 to −0.120). Layers 6–8 read as collapse before the floor (spread "
-             "−0.006 to −0.011, intervals straddling −0.0052: re-measured with the floor); they sit at the floor and "
-             "read as collapse at base seeds 1 (layers 6–8) and 2 (layers 7–8). --full: no compression at layers "
-             "2–12 (labels unchanged by the floor)",
+             "(spread −0.009 [−0.010, −0.008], beyond the floor of the stacks' own memberships, balanced and known, "
+             "0.0005; own-subspace energy −0.090), layers 2–4 show no compression — the own-subspace energy falls at "
+             "each (−0.083 to −0.038) while the specific R^c falls too (−0.057 to −0.082) — layer 5 sits at the "
+             "floor (spread −0.0035 [−0.0074, +0.0004]: no compression at base seeds 0 and 2, a collapse at 1), and "
+             "layers 6–8 are a collapse (spread −0.006 to −0.011, beyond that floor at base seeds 0–2; under the "
+             "former fitted floor, 0.0052, their intervals straddled it). --full: layer 1 a collapse, no compression "
+             "at layers 2–12 (spread higher at each; labels unchanged by either floor)",
     expected_verdict="fails",
-    expected_labels=label_runs(("collapse", 1), ("no compression", 4), ("no compression|collapse", 3)),
+    expected_labels=label_runs(("collapse", 1), ("no compression", 3), ("no compression|collapse", 1),
+                               ("collapse", 3)),
     full_labels=label_runs(("collapse", 1), ("no compression", 11)),
     kind="ideal", provenance="measurement",
 )
@@ -429,33 +437,31 @@ CREDIT_VARIANTS = {"T = 1": ("CRATE", "ISTA only"), "T = √p": ("CRATE, T = √
              f"seeds, for {', '.join(CREDIT_VARIANTS)}",
     expected="`holds` when the joint rule credits compression to attention at every layer 2 … L (layer 1 apart) in "
              "every variant, `fails` when it fails at one. Expected to fail (recorded after measuring, quick, 16 "
-             "seeds; it held under the "
-             "former R^c/isotropic yardstick, which credited the collapse; re-decided with the collapse floor, 0.0052 "
-             "at this size, under which every variant still fails but for different reasons): attention leaves the "
-             "tokens more alike than the ISTA-only control, by more than the floor from layer 5 on. T = 1: layers 2–4 "
-             "no compression (own-subspace energy −0.008 to −0.016), layers 5–8 a collapse (layer 8: spread −0.010 "
-             "[−0.011, −0.009], energy −0.021 [−0.025, −0.018], specific R^c −0.003 [−0.004, −0.002]); T = √p: "
-             "layers 2–4 a compression (specific −0.002 to −0.003, energy +0.009 to +0.016, spread −0.003 to −0.005 "
-             "within the floor), layers 5–8 a collapse (layer 8: energy +0.018 [+0.015, +0.020] but spread −0.010 "
-             "[−0.012, −0.009]); axis-aligned: no compression at every layer (layer 8: energy −0.050 [−0.057, "
-             "−0.043]; spread −0.003 [−0.004, −0.002], within the floor — it read as collapse before). ΔR (reported "
-             "beside) is lower with attention at every layer 2–8 of every variant. Layer 5 sits at the floor: at "
-             "base seed 1 it is no compression (T = 1) and a compression (T = √p). --full (floor 0.0035 at d 128, "
-             "n 196, K 8): T = 1 no compression at layers 1–2, collapse at 3–12 (layer 12: spread −0.0079 [−0.0087, "
-             "−0.0071], energy −0.026); T = √p a compression at layers 1–11 (energy +0.003 to +0.020, specific "
-             "−0.001 to −0.004, spread −0.0002 to −0.0036 within the floor) and a collapse at layer 12, barely "
-             "(spread −0.0038 [−0.0041, −0.0035]); axis-aligned no compression at layers 1–10 (energy −0.03 to "
-             "−0.24), collapse at 11–12 (spread −0.0052 [−0.0059, −0.0045]); before the floor: collapse at layers "
-             "2–12 in every variant",
+             "seeds; it held under the former R^c/isotropic yardstick, which credited the collapse; re-decided with "
+             "the floor of the stacks' own memberships — balanced and known: 0.0005 at this size, for such tokens do "
+             "not lower the spread at all —, under which every variant still fails): with attention the tokens are "
+             "more alike than in the ISTA-only control at every layer of every variant, at base seeds 0–2. T = 1: "
+             "layer 1 spread −0.0011 [−0.0012, −0.0009], layer 8 −0.010 [−0.011, −0.009] (energy −0.021 [−0.025, "
+             "−0.018], specific R^c −0.003 [−0.004, −0.002]); T = √p: layer 1 −0.0008 [−0.0009, −0.0007], layer 8 "
+             "−0.010 [−0.012, −0.009] though the own-subspace energy rises (+0.002 to +0.018); axis-aligned: "
+             "−0.0009 to −0.0027, energy −0.004 to −0.050. Under the former fitted floor (0.0052) layers 1–4 read as "
+             "no compression (T = 1, axis-aligned: every layer) or compression (T = √p, layers 2–4). ΔR (reported "
+             "beside) is lower with attention at every layer 2–8 of every variant. --full (floor 0.0002 at d 128, "
+             "n 196, K 8; it was 0.0035), base seeds 0 and 1: a collapse at every layer with T = 1 (layer 12: spread "
+             "−0.0079 [−0.0087, −0.0071], energy −0.026) and axis-aligned subspaces (spread −0.0009 to −0.0058, "
+             "energy −0.03 to −0.28), and with T = √p at layers 2–12 (spread −0.0018 to −0.0038, energy +0.009 to "
+             "+0.020); T = √p's layer 1 sits at the floor (spread −0.0002 [−0.0003, −0.0002]: a compression at both "
+             "seeds). Under the fitted floor T = √p was a compression at layers 1–11 and the others no compression "
+             "at their first layers",
     expected_verdict="fails",
     expected_labels="; ".join([
-        "T = 1: " + label_runs(("no compression", 4), ("no compression|collapse", 1), ("collapse", 3)),
-        "T = √p: " + label_runs(("undecided", 1), ("compression", 3), ("compression|collapse", 1), ("collapse", 3)),
-        "axis-aligned: " + label_runs(("no compression", 8))]),
+        "T = 1: " + label_runs(("collapse", 8)),
+        "T = √p: " + label_runs(("collapse", 8)),
+        "axis-aligned: " + label_runs(("collapse", 8))]),
     full_labels="; ".join([
-        "T = 1: " + label_runs(("no compression", 2), ("collapse", 10)),
-        "T = √p: " + label_runs(("compression", 11), ("collapse", 1)),
-        "axis-aligned: " + label_runs(("no compression", 10), ("collapse", 2))]),
+        "T = 1: " + label_runs(("collapse", 12)),
+        "T = √p: " + label_runs(("compression|collapse", 1), ("collapse", 11)),
+        "axis-aligned: " + label_runs(("collapse", 12))]),
     kind="control", provenance="measurement",
 )
 def ideal_attention_credit(ctx) -> Result:
@@ -487,15 +493,16 @@ def ideal_attention_credit(ctx) -> Result:
              "of the former R^c/isotropic yardstick, which credited the collapse): at layer 8 the CRATE stack's "
              "tokens are more alike than the random layers' (spread −0.008 [−0.010, −0.006]) and no closer to their "
              "subspaces (own-subspace energy −0.034 [−0.042, −0.027], specific R^c −0.002 [−0.004, −0.000]) — a "
-             "collapse at layers 7–8, beyond the collapse floor 0.0052; at layers 1–6 the spread drop (−0.0006 to "
-             "−0.0066) does not pass the floor and the lower own-subspace energy makes them no compression (all "
-             "collapse before the floor). Layers 6–8 sit at the floor: at base seed 1 every layer is no compression "
-             "(verdict alike), at base seed 2 layers 6–8 collapse. ΔR lower at every layer (layer 8: −1.28 [−1.79, "
-             "−0.77]). --full (floor "
-             "0.0035): no compression at layers 1–2, collapse at 3–12 (layer 12: spread −0.011, energy −0.057)",
+             "collapse at layers 2–8, beyond the floor of the stacks' own memberships (balanced and known: 0.0005) "
+             "at base seeds 0–2 (layer 2: spread −0.0022 [−0.0029, −0.0015]); at layer 1 the spread drop (−0.0006 "
+             "[−0.0012, −0.0001]) does not pass it and the lower own-subspace energy makes it no compression. Under "
+             "the former fitted floor (0.0052) only layers 7–8 passed it (6–8 at base seed 2). ΔR lower at every "
+             "layer (layer 8: −1.28 [−1.79, −0.77]). --full (floor 0.0002; it was 0.0035): a collapse at every layer "
+             "1–12 at base seeds 0 and 1 (layer 1: spread −0.0013 [−0.0015, −0.0011]; layer 12: −0.011, energy "
+             "−0.057)",
     expected_verdict="fails",
-    expected_labels=label_runs(("no compression", 5), ("no compression|collapse", 3)),
-    full_labels=label_runs(("no compression", 2), ("collapse", 10)),
+    expected_labels=label_runs(("no compression", 1), ("collapse", 7)),
+    full_labels=label_runs(("collapse", 12)),
     kind="control", provenance="measurement",
 )
 def ideal_random_layers(ctx) -> Result:
@@ -537,9 +544,10 @@ it to about ± 0.0025, under half the effect. Each data set costs about 0.04 s (
              f"{ORIENTATION_SEEDS} seeds specific R^c about −0.006 ± 0.0025, own-subspace energy and spread higher "
              "— most of it between layers 2 and 3. With 16 seeds this verdict depended on the base seed "
              "(`holds`, `inconclusive`, `holds` at base seeds 0, 1, 2). Layer 1 → 2 is a collapse even with "
-             "axis-aligned subspaces (spread −0.021, beyond the collapse floor 0.0052). --full (d 128, K 8, 12 "
-             "layers) it fails: alignment retained 0.74, and from layer 2 to 12 the own-subspace energy falls by "
-             "0.131 (no compression). The labels were recorded after measuring (the floor changed none)",
+             "axis-aligned subspaces (spread −0.021, beyond the floor of the stacks' own memberships, 0.0005). --full "
+             "(d 128, K 8, 12 layers) it fails: alignment retained 0.74, and from layer 2 to 12 the own-subspace "
+             "energy falls by 0.131 (no compression). The labels were recorded after measuring (neither the fitted "
+             "floor, 0.0052, nor the floor of the stacks' own memberships changed any)",
     expected_verdict="holds", full_verdict="fails",
     expected_labels="axis-aligned layer 1 → 2: collapse; axis-aligned layer 2 → 8: compression; random layer 2 → 8: "
                     "no compression",

@@ -318,7 +318,7 @@ def _joint_steps(ctx, model: str, part: str) -> list[joint.Judgement]:
     profiles = [run[model][f"joint_{part}"] for run in _measurements(ctx.quick, ctx.seed)]
     before, after = ("input", "half") if part == "encoder" else ("half", "output")
     rule = joint.compresses if part == "encoder" else joint.expands
-    depth, floor = len(profiles[0]["specific"][after]), joint.Sizes.of(profiles, single_object=True).floor
+    depth, floor = len(profiles[0]["specific"][after]), joint.Sizes.of(profiles).collapse_floor()
     return [rule(joint.at(profiles, after, layer), joint.at(profiles, before, layer), floor=floor)
             for layer in range(1, depth + 1)]
 
@@ -372,8 +372,9 @@ def _step_claim(part: str, equation: str, expected_verdict: str, note: str, labe
 
 
 _step_claim("encoder", "56", "inconclusive", ". Expected inconclusive (recorded after measuring, quick, base seed 0): "
-            "every drop of spread lies within the collapse floor of one object per image (0.136 at d 64, 17 tokens, "
-            "K 4: every token of a digit on one 16-dimensional subspace drops the spread that much), so the measure "
+            "every drop of spread lies within the collapse floor of unknown memberships (0.137 at d 64, 17 tokens, "
+            "K 4: every token of a digit on one 16-dimensional subspace, the worst law, drops the spread that much), "
+            "so the measure "
             "cannot tell the steps' drops at layers 2 and 3 (−0.065 [−0.089, −0.040], −0.070 [−0.088, −0.052]; both "
             "read as collapse shared by the untrained model before that construction) from compression onto one "
             "subspace per image, and neither specific R^c nor the own-subspace energy moves decidedly at every "
@@ -384,8 +385,9 @@ _step_claim("encoder", "56", "inconclusive", ". Expected inconclusive (recorded 
 _step_claim("decoder", "62", "inconclusive", ". Expected inconclusive (recorded after measuring, quick, base seed "
             "0): the former claim held on unnormalised R^c, which grows with the tokens' norm; jointly the step's "
             "drops of spread (layer 1 −0.021 [−0.037, −0.004], layer 2 −0.039 [−0.046, −0.033], layer 3 −0.058 "
-            "[−0.069, −0.047]; layers 2–3 read as collapse before the floor of one object per image) lie within that "
-            "floor (0.136 at d 64, 17 tokens, K 4), and the specific R^c does not rise decidedly (layer 2 −0.004 "
+            "[−0.069, −0.047]; layers 2–3 read as collapse before the floor allowed an image on one subspace) lie "
+            "within the floor of unknown memberships (0.137 at d 64, 17 tokens, K 4), and the specific R^c does not "
+            "rise decidedly (layer 2 −0.004 "
             "[−0.010, +0.001]): undecided at every layer, anti-compression nowhere. --full (measured before the "
             "floor): layer 3's spread −0.054 [−0.061, −0.048], layers 1–2 undecided",
             "layer 1 undecided, layer 2 undecided, layer 3 undecided")
@@ -403,7 +405,7 @@ _step_claim("decoder", "62", "inconclusive", ". Expected inconclusive (recorded 
               "are more compressed than its random initialisation's — compression, not collapse",
     measures="joint judgement (verify.joint) of trained against init at the encoder's Z^{ℓ+1/2} per layer, paired "
              f"over the seeds, on the first {joint.IMAGES} masked test digits; {_RUNS}",
-    expected=joint.TRAINING_RULE + ". Recorded after measuring (quick): training makes the encoder's "
+    expected=joint.training_rule() + ". Recorded after measuring (quick): training makes the encoder's "
              "tokens *less* alike (spread +0.13, +0.23, +0.25 at base seed 0) and moves neither their specific R^c "
              "nor their own-subspace energy beyond the seed spread: undecided at every layer for base seeds 0 and 2; "
              "base seed 1 gives `fails` (layer 3's energy −0.045 [−0.082, −0.007] lower: no compression). The "
@@ -421,7 +423,7 @@ _step_claim("decoder", "62", "inconclusive", ". Expected inconclusive (recorded 
 def mae_joint(ctx) -> Result:
     runs = _measurements(ctx.quick, ctx.seed)
     return joint.against_init([run["trained"]["joint_encoder"] for run in runs],
-                              [run["init"]["joint_encoder"] for run in runs], single_object=True)
+                              [run["init"]["joint_encoder"] for run in runs])
 
 
 # ---------------------------------------------------------------------------------------------- Sec. 4.2
