@@ -36,6 +36,9 @@ compression:
    * ``spread`` — how unlike each other the tokens are, at the heads' resolution (same K, p, β, ε): 1 for
      isotropic tokens, and equally for tokens spread over K orthogonal subspaces with Kp = d; below 1 when the
      tokens bunch together (a shared direction, clusters, a common mean).
+
+   How the two means are drawn ("Drawing the yardsticks" below) changes their Monte-Carlo error, never their
+   expectation.
 3. **Alignment** — each token's energy fraction ``‖P_k z_i‖²/‖z_i‖²`` in its own subspace (its label when known,
    else the subspace holding most of its energy), P_k the orthogonal projector onto span(U_k).
 
@@ -105,6 +108,41 @@ Why ``spread`` and not the whole rate R (eq. 8) for the collapse check: R works 
 it sees LayerNorm's removal of the mean direction as lost rate (unit LayerNorm-ed tokens on their subspaces,
 8 seeds: R 0.973 ± 0.009 of isotropic at ε = 0.1, spread 0.998 ± 0.002).
 
+**Drawing the yardsticks.** Each yardstick's mean is a sum over heads of expectations, and each head's term depends
+on one random object only, so each head can be drawn apart:
+
+* *Isotropic.* For a unit isotropic token x̂ and orthonormal Q_k (d × p), Q_k*x̂ has the law of any p coordinates of
+  x̂: head k's rate is taken on the coordinates kp … kp + p − 1 (mod d) of each isotropic set (`head_blocks`), no
+  product with U needed; E R^c(iso | U) depends on K, p, n and ε alone, whatever the heads' coherence. The
+  isotropic alignment does need U: it is the mean over at most `ALIGNMENT_TOKENS` tokens of each set (its expectation
+  does not depend on how many; its standard error per input, 2 sets, is 0.0004 at d 768, K 12 and 0.003 at d 32,
+  K 4, from per-token deviations of 0.0085 and 0.069).
+* *Rotated.* With ẐẐ* = EΛE* (Λ = diag(λ_1 … λ_d), of which at most r = min(d, n) are non-zero) and O Haar,
+  Q_k*OẐẐ*O*Q_k = V_k*ΛV_k with V_k = E*O*Q_k a uniformly random d × p frame (Haar O times fixed orthonormal
+  columns), so ``E_O R^c(OẐ | U) = Σ_k E_V ½ logdet(I_p + β V*ΛV)``: the spectrum of the tokens' Gram matrix and
+  one random p-dimensional subspace per head, for heads of any coherence. `rotated_rates` draws each head's frame
+  on its own, V_k = orth(G_k) for a Gaussian d × p matrix G_k (`rotation_frames`), where the rotation drew all of
+  them at once (V = E*O*Q, a QR of a d × d matrix and a rotation of the d × n tokens per set). Rows of V_k on the
+  zero eigenvalues do not enter V*ΛV, so only the r rows of the non-zero ones matter, with G_k*G_k: the torch
+  measure keeps them and replaces the other d − r rows by the triangular factor of their QR (Bartlett: independent
+  χ_{d−r−j} on the diagonal, Gaussians above), which leaves both laws unchanged. Cost: the spectrum once per set
+  (the smaller Gram matrix and its eigenvalues), then O(K r p²) per frame set.
+
+  *Its Monte-Carlo error.* Frames drawn jointly give every eigendirection i the same total energy
+  ``Σ_k ‖row_i V_k‖² = 1`` (Kp = d); independent ones let it vary, and the rate with it (measured: a set's standard
+  deviation 2–9 times the rotation's at d 32–768). Each head's rate is therefore corrected by the control variate
+  ``c_k = Σ_i φ_i (‖row_i V_k‖² − p/d)``: the rows of a uniformly random frame are exchangeable with squared norms
+  summing to p, so ``E ‖row_i V_k‖² = p/d`` exactly, and φ depends on Λ alone, so ``E c_k = 0`` and the
+  expectation is ``E_O R^c(OẐ | U)`` exactly, whatever φ. φ sets how much error it removes: φ_i is the first-order
+  change of the head's rate with the energy ``r_i = ‖v_i‖²`` its frame gives direction i,
+  ``½βλ_i v_i*(I + βV*ΛV)^{-1}v_i / r_i``, at the deterministic equivalent of that resolvent (Sherman–Morrison:
+  ``v_i*T v_i = q_i/(1 + βλ_i q_i)``, ``q_i ≈ t p/d`` with ``t = tr T / p``; tracing ``T(I + βV*ΛV) = I`` gives
+  ``t (1 + (β/d) Σ_i λ_i / (1 + βλ_i t p/d)) = 1``, whose root `_control_weights` finds by bisection):
+  ``φ_i = ½βλ_i t / (1 + βλ_i t p/d)``. With it a set's standard deviation is 0.8–1.7 times the rotation's over
+  isotropic, collapsing, low-rank and power-law tokens at d 32–768 (``python -m benchmarks.joint_measure``), and for
+  jointly drawn frames (Kp = d, orthonormal heads) Σ_k c_k = 0: the corrected formula then gives the rotated set's
+  R^c exactly (tests/theory/test_protocol.py).
+
 ``U`` need not be orthonormal (a trained model's U is not): every rate uses an orthonormal basis of each span, the
 projectors ``U_k U_k^+``, so neither the tokens' norms nor ‖U‖ (weight decay) enters. The subspaces must be able to
 hold every direction, K·p ≥ d (every CRATE has p = d/K): with K·p < d, (13) is lowered by moving energy *out of*
@@ -117,7 +155,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ._checks import check_bases, check_int, check_labels, check_positive, check_same_size, check_tokens
+from ._checks import as_float_array, check_bases, check_int, check_labels, check_positive, check_same_size, check_tokens
 from .coding_rate import coding_rate, compression_rate, project_onto_bases, rate_reduction
 from .synthetic import as_generator, normalize_columns, random_orthogonal
 
@@ -130,6 +168,11 @@ __all__ = [
     "alignment",
     "isotropic_tokens",
     "rotated_tokens",
+    "ALIGNMENT_TOKENS",
+    "head_blocks",
+    "rotation_frames",
+    "unit_spectrum",
+    "rotated_rates",
     "CompressionProfile",
     "profile_from_yardsticks",
     "compression_profile",
@@ -233,13 +276,97 @@ def isotropic_tokens(Z, seed=None, draws: int | None = None) -> np.ndarray:
 
 
 def rotated_tokens(Z, seed=None, draws: int | None = None) -> np.ndarray:
-    """The rotation yardstick: ``OZ`` for a Haar-random orthogonal O (d × d) — the same tokens (the same Gram matrix
-    Z*Z) in a uniformly random orientation, so that ``R^c(OZ | U) = R^c(Z | O*U)`` (Sec. 2.1: (13)–(14) are
-    invariant to joint rotations); with ``draws``, a stack (draws, d, n) of independent rotations."""
+    """The rotation yardstick by its definition: ``OZ`` for a Haar-random orthogonal O (d × d) — the same tokens
+    (the same Gram matrix Z*Z) in a uniformly random orientation, so that ``R^c(OZ | U) = R^c(Z | O*U)`` (Sec. 2.1:
+    (13)–(14) are invariant to joint rotations); with ``draws``, a stack (draws, d, n) of independent rotations.
+    The measure draws its mean from the spectrum instead (`rotated_rates`, module docstring "Drawing the
+    yardsticks"); this is what the tests and ``benchmarks.joint_measure`` hold it to."""
     Z = check_tokens(Z, batch=False)
     rng = as_generator(seed)
     sets = np.stack([random_orthogonal(Z.shape[0], rng) @ Z for _ in range(_draws(draws))])
     return sets[0] if draws is None else sets
+
+
+ALIGNMENT_TOKENS = 256
+"""Tokens of each isotropic set whose energies give the isotropic alignment (module docstring, "Drawing the
+yardsticks"): its expectation does not depend on the count, and its codes against U are the one product with the
+heads the isotropic yardstick needs."""
+
+
+def head_blocks(d: int, K: int, p: int) -> np.ndarray:
+    """The coordinates on which the isotropic yardstick takes head k's rate, (K, p): ``kp … kp + p − 1`` modulo d
+    (the K coordinate blocks when Kp = d)."""
+    return (np.arange(K)[:, None] * p + np.arange(p)) % d
+
+
+def _head_rates(X: np.ndarray, K: int, p: int, eps: float) -> np.ndarray:
+    """R^c (13) of token sets X (m, d, n), head k taking the coordinates `head_blocks` gives it (the K coordinate
+    blocks when Kp = d): (m,)."""
+    return coding_rate(X[:, head_blocks(X.shape[1], K, p)], eps).sum(axis=-1)
+
+
+def rotation_frames(d: int, K: int, p: int, seed=None, draws: int | None = None) -> np.ndarray:
+    """The rotation yardstick's random orientations: K standard Gaussian d × p matrices G_k per set, (K, d, p), or
+    with ``draws`` (draws, K, d, p). The span of each is a uniformly random p-dimensional subspace of R^d (the
+    law of O*Q_k for a Haar O), read by `rotated_rates` in the eigenbasis of the tokens' Gram matrix."""
+    d, K, p = check_int(d, "d", minimum=1), check_int(K, "K", minimum=1), check_int(p, "p", minimum=1)
+    if p > d:
+        raise ValueError(f"p must be <= d = {d}, got {p}")
+    frames = as_generator(seed).standard_normal((_draws(draws), K, d, p))
+    return frames[0] if draws is None else frames
+
+
+def unit_spectrum(Z) -> np.ndarray:
+    """The eigenvalues of ẐẐ* for the unit tokens Ẑ of Z (d, n) that can be non-zero: r = min(d, n) of them,
+    ascending, from the smaller Gram matrix (rounding below 0 set to 0), (r,). They sum to the number of non-zero
+    tokens."""
+    unit = normalize_columns(check_tokens(Z, batch=False))
+    d, n = unit.shape
+    gram = unit @ unit.T if n >= d else unit.T @ unit
+    return np.clip(np.linalg.eigvalsh(gram), 0.0, None)
+
+
+def _control_weights(spectrum: np.ndarray, d: int, p: int, beta: float) -> np.ndarray:
+    """φ_i = ½βλ_i t / (1 + βλ_i t p/d) of the control variate (module docstring), t ∈ (0, 1] the root of
+    h(t) = t (1 + (β/d) Σ_i λ_i / (1 + βλ_i t p/d)) = 1 (h increases from h(0) = 0 to h(1) ≥ 1; 64 halvings)."""
+    low, high = 0.0, 1.0
+    for _ in range(64):
+        t = (low + high) / 2
+        if t * (1 + beta / d * np.sum(spectrum / (1 + beta * spectrum * t * p / d))) < 1:
+            low = t
+        else:
+            high = t
+    t = (low + high) / 2
+    return 0.5 * beta * spectrum * t / (1 + beta * spectrum * t * p / d)
+
+
+def rotated_rates(spectrum, frames, d: int, n: int, eps) -> np.ndarray:
+    """The rotation yardstick, one estimate of ``E_O R^c(OẐ | U)`` per frame set (module docstring, "Drawing the
+    yardsticks"): ``Σ_k [½ logdet(I_p + β V_k*ΛV_k) − Σ_i φ_i (‖row_i V_k‖² − p/d)]`` with V_k an orthonormal basis
+    of span(G_k) and β = p/(nε²) (eq. 12).
+
+    Args:
+        spectrum: the r = min(d, n) eigenvalues of ẐẐ* that can be non-zero (`unit_spectrum`), (r,);
+        frames: (draws, K, m, p), r ≤ m ≤ d: the first r rows of each frame in the eigenbasis of ``spectrum`` (in its
+            order), the other m − r in that of eigenvalue 0 (`rotation_frames`: m = d; any frame of full column rank,
+            only its span is used); d, n: the tokens' dimension and number; eps: ε > 0.
+
+    Returns:
+        (draws,).
+    """
+    spectrum = as_float_array(spectrum, "spectrum", ndim=1)
+    frames = as_float_array(frames, "frames", ndim=4, shape_hint="(draws, K, m, p)")
+    d, n, eps = check_int(d, "d", minimum=1), check_int(n, "n", minimum=1), check_positive(eps, "eps")
+    r, (_, _, m, p) = spectrum.size, frames.shape
+    if r != min(d, n) or not p <= m <= d or r > m or np.any(spectrum < 0):
+        raise ValueError(f"spectrum must hold min(d, n) = {min(d, n)} non-negative eigenvalues and frames (draws, K, m, "
+                         f"p) with r <= m <= d, p <= m; got {r} and shape {frames.shape}")
+    beta = p / (n * eps**2)
+    top = np.linalg.qr(frames)[0][..., :r, :]  # rows of the orthonormal frame V_k on the non-zero eigenvalues
+    inner = np.swapaxes(top, -1, -2) @ (spectrum[:, None] * top)  # V_k*ΛV_k, (draws, K, p, p)
+    rates = 0.5 * np.linalg.slogdet(np.eye(p) + beta * inner)[1]
+    control = (np.sum(top**2, axis=-1) - p / d) @ _control_weights(spectrum, d, p, beta)
+    return (rates - control).sum(axis=-1)
 
 
 @dataclass
@@ -279,32 +406,38 @@ def _stack(sets, name: str, shape: tuple[int, int]) -> np.ndarray:
     return sets
 
 
-def profile_from_yardsticks(Z, U, eps, isotropic, rotated, labels=None) -> CompressionProfile:
-    """The joint measure of ``Z`` given its yardsticks' token sets (deterministic; :func:`compression_profile`
-    draws them). Every set is normalised to unit columns (Approximation 9) before its R^c (eqs. 12–13) is
-    taken.
+def profile_from_yardsticks(Z, U, eps, isotropic, frames, labels=None) -> CompressionProfile:
+    """The joint measure of ``Z`` given its yardsticks' random draws (deterministic; :func:`compression_profile`
+    draws them): R^c (eqs. 12–13) of the unit tokens (Approximation 9) against the isotropic sets' rates and the
+    rotated rates of the frames (module docstring, "Drawing the yardsticks").
 
     Args:
         Z: tokens (d, n); U: bases (K, d, p), any basis of each span; eps: ε > 0 of β = p/(nε²) (eq. 12);
-        isotropic: (draws, d, n) isotropic token sets (:func:`isotropic_tokens`);
-        rotated: (draws', d, n) rotations of Z (:func:`rotated_tokens`);
+        isotropic: (draws, d, n) isotropic token sets (:func:`isotropic_tokens`), normalised to unit columns;
+        frames: (draws', K, m, p) orientations of the rotation yardstick (:func:`rotation_frames`, m = d; see
+            :func:`rotated_rates`);
         labels: memberships (n,) or None (:func:`own_subspace`) for the alignment.
     """
     Z, U = _tokens_bases(Z, U)
-    if U.shape[0] * U.shape[2] < Z.shape[0]:
-        raise ValueError(f"U must hold every direction, K·p >= d (module docstring); got K·p = "
-                         f"{U.shape[0] * U.shape[2]} < d = {Z.shape[0]}")
+    (d, n), (K, _, p) = Z.shape, U.shape
+    if K * p < d:
+        raise ValueError(f"U must hold every direction, K·p >= d (module docstring); got K·p = {K * p} < d = {d}")
     eps = check_positive(eps, "eps")
     labels = _labels(Z, U, labels)
-    isotropic, rotated = _stack(isotropic, "isotropic", Z.shape), _stack(rotated, "rotated", Z.shape)
+    isotropic = normalize_columns(_stack(isotropic, "isotropic", Z.shape))
+    frames = as_float_array(frames, "frames", ndim=4, shape_hint="(draws, K, m, p)")
+    if frames.shape[1] != K or frames.shape[3] != p:
+        raise ValueError(f"frames must be (draws, K = {K}, m, p = {p}), got shape {frames.shape}")
     Q = np.linalg.qr(U)[0]  # Q_k: an orthonormal basis of span(U_k)
     unit = normalize_columns(Z)
     rate = float(compression_rate(unit, Q, eps))
-    iso_rate = float(np.mean(compression_rate(normalize_columns(isotropic), Q, eps)))
-    rot_rate = float(np.mean(compression_rate(normalize_columns(rotated), Q, eps)))
-    own = _own_energy(_energy(np.concatenate([Z[None], isotropic]), subspace_projectors(U)), labels)
+    iso_rate = float(np.mean(_head_rates(isotropic, K, p, eps)))
+    rot_rate = float(np.mean(rotated_rates(unit_spectrum(Z), frames, d, n, eps)))
+    P, few = subspace_projectors(U), min(n, ALIGNMENT_TOKENS)
+    iso_own = _own_energy(_energy(isotropic[..., :few], P), None if labels is None else labels[:few])
     return CompressionProfile(relative=rate / iso_rate, specific=rate / rot_rate, spread=rot_rate / iso_rate,
-                              alignment=float(np.mean(own[0])), isotropic_alignment=float(np.mean(own[1:])),
+                              alignment=float(np.mean(_own_energy(_energy(Z, P), labels))),
+                              isotropic_alignment=float(np.mean(iso_own)),
                               rate_reduction=float(rate_reduction(unit, Q, eps)),
                               nonnegative=float(np.all(Z >= 0)))
 
@@ -321,9 +454,11 @@ def compression_profile(Z, U, eps=OFFICIAL_EPS, *, labels=None, draws: int = 8, 
     Returns:
         :class:`CompressionProfile`.
     """
-    Z = check_tokens(Z, batch=False)
+    Z, U = _tokens_bases(Z, U)
     rng = as_generator(seed)
-    return profile_from_yardsticks(Z, U, eps, isotropic_tokens(Z, rng, draws), rotated_tokens(Z, rng, draws), labels)
+    K, d, p = U.shape
+    return profile_from_yardsticks(Z, U, eps, isotropic_tokens(Z, rng, draws), rotation_frames(d, K, p, rng, draws),
+                                   labels)
 
 
 # ------------------------------------------------------------------------------------------------ the collapse floor
@@ -491,20 +626,14 @@ def _haar_frames(shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray
     return q * np.where(np.diagonal(r, axis1=-2, axis2=-1) < 0, -1.0, 1.0)[..., None, :]
 
 
-def _head_rates(X: np.ndarray, K: int, eps: float) -> np.ndarray:
-    """R^c (13) of token sets X (m, d, n) against the K coordinate blocks of dimension d/K: (m,)."""
-    m, d, n = X.shape
-    return coding_rate(X.reshape(m, K, d // K, n), eps).sum(axis=-1)
-
-
 def _rotated_rates(T: np.ndarray, K: int, eps: float, rng: np.random.Generator, d: int) -> np.ndarray:
     """R^c of unit token sets in a uniformly random orientation, one orientation per set: ``T`` (m, r, n) holds
     their coordinates in an r-dimensional orthonormal frame of R^d (r ≤ d); the orientation O acts on that frame
-    alone, a Haar (d, r) frame (as `crate_nn.analysis.protocol.rotated_like`). Its mean over O is
+    alone, a Haar (d, r) frame (the rotation as `rotated_tokens` draws it, on the tokens' span). Its mean over O is
     E_O R^c(OẐ | U) for any K heads of dimension d/K (module docstring): (m,)."""
     if T.shape[-2] > T.shape[-1]:  # more coordinates than tokens: the tokens' own span is smaller
         T = np.linalg.qr(T)[1]
-    return _head_rates(_haar_frames((T.shape[0], d, T.shape[-2]), rng) @ T, K, eps)
+    return _head_rates(_haar_frames((T.shape[0], d, T.shape[-2]), rng) @ T, K, d // K, eps)
 
 
 def _construction(memberships: str, m: int, d: int, n: int, K: int, rng: np.random.Generator) -> np.ndarray:
@@ -566,7 +695,7 @@ def collapse_floor(d: int, n: int, K: int, p: int | None = None, eps: float = OF
     drawn, summary = 0, {}
     while True:
         m = chunk if target is None else min(chunk, target - drawn)
-        rates["isotropic"].append(_head_rates(normalize_columns(rng.standard_normal((m, d, n))), K, eps))
+        rates["isotropic"].append(_head_rates(normalize_columns(rng.standard_normal((m, d, n))), K, p, eps))
         coords = _construction(memberships, m, d, n, K, rng)
         rates[names[0]].append(_rotated_rates(coords, K, eps, rng, d))
         for name, orientation in zip(names[1:], ORIENTATIONS):

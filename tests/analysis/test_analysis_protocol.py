@@ -30,13 +30,60 @@ def test_measures_equal_the_column_convention_reference():
     U = rng.standard_normal((K, d, p))  # a trained U: neither orthonormal nor mutually orthogonal
     Z = rng.standard_normal((2, d, n)) * rng.uniform(0.1, 10, (2, 1, n))
     iso = np.stack([reference.isotropic_tokens(z, rng, draws) for z in Z], axis=1)  # (draws, 2, d, n)
-    rot = np.stack([reference.rotated_tokens(z, rng, draws) for z in Z], axis=1)
-    measured = protocol.measures_from_yardsticks(_rows(Z), _weight(U), K, 0.3, _rows(iso), _rows(rot))
+    frames = np.stack([reference.rotation_frames(d, K, p, rng, draws) for z in Z], axis=1)  # (draws, 2, K, d, p)
+    measured = protocol.measures_from_yardsticks(_rows(Z), _weight(U), K, 0.3, _rows(iso), torch.from_numpy(frames))
     assert set(measured) == set(protocol.MEASURES)
     for b in range(2):
-        expected = reference.profile_from_yardsticks(Z[b], U, 0.3, iso[:, b], rot[:, b]).as_dict()
+        expected = reference.profile_from_yardsticks(Z[b], U, 0.3, iso[:, b], frames[:, b]).as_dict()
         for name, value in expected.items():
             assert measured[name][b].item() == pytest.approx(value, rel=TOL), name
+
+
+@pytest.mark.parametrize("n", [3, 9, 40])
+def test_measures_on_torchs_own_draws_equal_the_reference(n, monkeypatch):
+    """torch's compressed frames (n < d: Bartlett rows for the zero eigenvalues; n ≥ d: none) and isotropic sets,
+    read by both implementations; with `ALIGNMENT_TOKENS` lowered to 16 (as 256 is at 1,024 tokens) at n = 40."""
+    assert protocol.ALIGNMENT_TOKENS == reference.ALIGNMENT_TOKENS
+    monkeypatch.setattr(protocol, "ALIGNMENT_TOKENS", 16)
+    monkeypatch.setattr(reference, "ALIGNMENT_TOKENS", 16)
+    rng = np.random.default_rng(n)
+    K, d, p = 4, 16, 4
+    U = rng.standard_normal((K, d, p))
+    Z = rng.standard_normal((3, d, n))
+    generator = torch.Generator().manual_seed(n)
+    iso = torch.stack([protocol.isotropic_like(_rows(Z), generator) for _ in range(2)])
+    frames = torch.stack([protocol.rotation_frames(_rows(Z), K, p, generator) for _ in range(2)])
+    assert frames.shape[-2] == min(n, d) + min(d - min(n, d), p)
+    measured = protocol.measures_from_yardsticks(_rows(Z), _weight(U), K, 0.1, iso, frames)
+    for b in range(3):
+        sets = np.swapaxes(iso[:, b].numpy(), -1, -2)
+        expected = reference.profile_from_yardsticks(Z[b], U, 0.1, sets, frames[:, b].numpy()).as_dict()
+        for name, value in expected.items():
+            assert measured[name][b].item() == pytest.approx(value, rel=TOL), name
+    torch.testing.assert_close(protocol.head_blocks(10, 3, 4), torch.from_numpy(reference.head_blocks(10, 3, 4)))
+
+
+def test_compressed_frames_give_the_full_frames_rates():
+    """Rows of a Gaussian frame on the zero eigenvalues enter only through their Gram matrix: replacing them by the
+    triangular factor of their QR leaves every rate as it was (rounding), and Bartlett's law of that factor has
+    E R_jj² = d − r − j (χ² of d − r − j degrees) and standard Gaussians above the diagonal."""
+    torch.manual_seed(0)
+    d, n, K, p = 24, 6, 3, 4
+    z = torch.randn(2, n, d, dtype=torch.float64)
+    spectrum = protocol.unit_spectrum(z)
+    full = torch.randn(5, 2, K, d, p, dtype=torch.float64)
+    compressed = torch.cat([full[..., :n, :], torch.linalg.qr(full[..., n:, :]).R], dim=-2)
+    torch.testing.assert_close(protocol.rotated_rates(spectrum, compressed, d, n, 0.1),
+                               protocol.rotated_rates(spectrum, full, d, n, 0.1), rtol=TOL, atol=0)
+    frames = protocol.rotation_frames(torch.zeros(4000, n, d), K, p, torch.Generator().manual_seed(1))
+    bartlett = frames[..., n:, :]  # (4000, K, p, p)
+    assert torch.equal(bartlett, bartlett.triu())
+    # 12,000 draws: E R_jj² = d − n − j with standard deviation √(2(d − n − j)) ≤ 6, so the mean's is ≤ 0.055;
+    # 5 of them 0.28. Above the diagonal the second moment is 1 (standard deviation √2 / √12,000 = 0.013; 5 of them)
+    torch.testing.assert_close(bartlett.diagonal(dim1=-2, dim2=-1).square().mean((0, 1)),
+                               d - n - torch.arange(p, dtype=torch.float64), rtol=0, atol=0.28)
+    above = bartlett[..., torch.triu_indices(p, p, 1)[0], torch.triu_indices(p, p, 1)[1]]
+    torch.testing.assert_close(above.square().mean(), torch.tensor(1.0, dtype=torch.float64), rtol=0, atol=0.065)
 
 
 def test_rate_reduction_and_non_negative_codes_equal_the_reference():
@@ -48,28 +95,14 @@ def test_rate_reduction_and_non_negative_codes_equal_the_reference():
     Z = np.stack([np.maximum(rng.standard_normal((d, 9)), 0), rng.standard_normal((d, 9))])
     Z[1, :, 4] = 0.0
     iso = np.stack([reference.isotropic_tokens(z, rng, 2) for z in Z], axis=1)
-    rot = np.stack([reference.rotated_tokens(z, rng, 2) for z in Z], axis=1)
-    measured = protocol.measures_from_yardsticks(_rows(Z), _weight(U), K, 0.1, _rows(iso), _rows(rot))
+    frames = np.stack([reference.rotation_frames(d, K, p, rng, 2) for z in Z], axis=1)
+    measured = protocol.measures_from_yardsticks(_rows(Z), _weight(U), K, 0.1, _rows(iso), torch.from_numpy(frames))
     for b in range(2):
-        expected = reference.profile_from_yardsticks(Z[b], U, 0.1, iso[:, b], rot[:, b])
+        expected = reference.profile_from_yardsticks(Z[b], U, 0.1, iso[:, b], frames[:, b])
         assert measured["rate_reduction"][b].item() == pytest.approx(expected.rate_reduction, rel=TOL)
         assert measured["nonnegative"][b].item() == expected.nonnegative == (1.0 if b == 0 else 0.0)
     unit = normalize_columns(Z[1])
     assert protocol.coding_rate(_rows(unit), 0.1).item() == pytest.approx(ct.coding_rate(unit, 0.1), rel=TOL)
-
-
-def test_rotated_tokens_keep_the_gram_matrix_and_point_in_uniform_directions():
-    gen = torch.Generator().manual_seed(1)
-    z = torch.randn(3, 5, 8, dtype=torch.float64) * torch.rand(3, 5, 1, dtype=torch.float64)
-    rotated = protocol.rotated_like(z, gen)
-    gram = z @ z.transpose(-2, -1)
-    torch.testing.assert_close(rotated @ rotated.transpose(-2, -1), gram, rtol=0, atol=1e-12 * gram.abs().max())
-    # one fixed unit token rotated 2000 times: each squared coordinate has mean 1/d (variance 2/(d(d+2)) ≈ 0.0046 at
-    # d = 16); the mean's std over 2000 rotations is 0.0015, 5 of them 0.0076
-    e = torch.zeros(2000, 1, 16, dtype=torch.float64)
-    e[..., 3] = 1.0
-    torch.testing.assert_close(protocol.rotated_like(e, gen).square().mean((0, 1)),
-                               torch.full((16,), 1 / 16, dtype=torch.float64), rtol=0, atol=0.0076)
 
 
 def test_yardsticks_and_the_limits_of_the_measure():
@@ -150,8 +183,10 @@ def test_bad_input_is_named():
         protocol.joint_measures(z, weight, 2, eps=0.0)
     with pytest.raises(ValueError, match="every direction"):
         protocol.joint_measures(z, weight[:4], 2)
-    with pytest.raises(ValueError, match="rotated"):
-        protocol.measures_from_yardsticks(z, weight, 2, 0.1, z[None], z[None, :3])
+    with pytest.raises(ValueError, match="frames"):
+        protocol.measures_from_yardsticks(z, weight, 2, 0.1, z[None], torch.ones(1, 2, 3, 3, dtype=torch.float64))
+    with pytest.raises(ValueError, match="isotropic"):
+        protocol.measures_from_yardsticks(z, weight, 2, 0.1, z[None, :3], torch.ones(1, 2, 5, 3, dtype=torch.float64))
     with pytest.raises(TypeError, match="model"):
         protocol.layer_profile(torch.nn.Linear(2, 2), z)
 

@@ -60,9 +60,12 @@ def test_one_object_per_input_is_the_floors_own_construction():
 
 def test_the_former_rule_misread_exactly_the_cases_the_review_named():
     """Before the floor every spread interval below 0 was collapse: unbalanced classes, coherent subspaces and the
-    ReLU were vetoed; every other label is unchanged (recorded after measuring)."""
+    ReLU were vetoed; every other label is unchanged (recorded after measuring). Unbalanced classes at the digits
+    size sit on that edge: spread −0.0007 [−0.0013, −0.0000] with the yardsticks drawn per head, −0.0006 [−0.0014,
+    +0.0001] with the rotation drawn whole (the same mean, 0.0001 narrower), so the former rule vetoes it too."""
     misread = {"onto subspaces, unbalanced 0.4/0.2/0.2/0.2", "onto subspaces, coherent (largest cosine 0.3)",
-               "ReLU of exact-subspace tokens", "onto one subspace per input, digits size"}
+               "ReLU of exact-subspace tokens", "onto one subspace per input, digits size",
+               "onto subspaces, unbalanced, digits size"}
     for name, label in LABELS.items():
         assert joint_calibration.measure(name).former == ("collapse" if name in misread else label), name
 
@@ -101,15 +104,17 @@ def _pairs(seed, d=16, n=24, K=4, seeds=4):
 
 
 def _judged(pairs, transform):
-    """The judgement of A against B, each set measured after ``transform(Z, U)`` → (Z', U', yardstick map)."""
+    """The judgement of A against B, each set measured after ``transform(Z, U)`` → (Z', U') with the yardsticks'
+    draws of (Z, U): the isotropic rate is taken on the sets' coordinates and the rotated one on the spectrum, so
+    neither moves with a rotation of tokens and heads (crate_theory.protocol, "Drawing the yardsticks")."""
     measured = []
     for s, (A, X, U, labels) in enumerate(pairs):
         row = []
         for Z in (A, X):
-            Z2, U2, move = transform(Z, U)
-            rng = np.random.default_rng(s)
-            iso, rot = protocol.isotropic_tokens(Z, rng, 2), protocol.rotated_tokens(Z, rng, 2)
-            row.append(protocol.profile_from_yardsticks(Z2, U2, 0.1, move(iso), move(rot), labels).as_dict())
+            Z2, U2 = transform(Z, U)
+            rng, (K, d, p) = np.random.default_rng(s), U.shape
+            iso, frames = protocol.isotropic_tokens(Z, rng, 2), protocol.rotation_frames(d, K, p, rng, 2)
+            row.append(protocol.profile_from_yardsticks(Z2, U2, 0.1, iso, frames, labels).as_dict())
         measured.append(row)
     a, b = ({k: np.array([m[i][k] for m in measured]) for k in measured[0][0]} for i in (0, 1))
     return compresses(a, b, floor=0.01)
@@ -118,11 +123,10 @@ def _judged(pairs, transform):
 @given(seed=st.integers(0, 2**32 - 1), log_scales=st.lists(st.floats(-6, 6), min_size=24, max_size=24))
 def test_the_judgement_is_invariant_to_rescaling_and_to_a_joint_rotation(seed, log_scales):
     pairs = _pairs(seed)
-    base = _judged(pairs, lambda Z, U: (Z, U, lambda sets: sets))
+    base = _judged(pairs, lambda Z, U: (Z, U))
     scales = np.exp(np.array(log_scales))
     rotation = random_orthogonal(16, np.random.default_rng(seed))
-    for transform in (lambda Z, U: (Z * scales, U, lambda sets: sets),
-                      lambda Z, U: (rotation @ Z, rotation @ U, lambda sets: rotation @ sets)):
+    for transform in (lambda Z, U: (Z * scales, U), lambda Z, U: (rotation @ Z, rotation @ U)):
         judged = _judged(pairs, transform)
         assert judged.label == base.label
         for name in ("specific", "alignment", "spread", "rate_reduction"):
@@ -135,5 +139,5 @@ def test_the_judgement_is_invariant_to_rescaling_and_to_a_joint_rotation(seed, l
 def test_rotating_the_tokens_alone_is_never_compression(seed):
     rotation = random_orthogonal(16, np.random.default_rng(seed))
     pairs = [(rotation @ A, A, U, labels) for A, _, U, labels in _pairs(seed)]  # B: on their subspaces; A: rotated
-    judged = _judged(pairs, lambda Z, U: (Z, U, lambda sets: sets))
+    judged = _judged(pairs, lambda Z, U: (Z, U))
     assert judged.label == "no compression"
