@@ -282,7 +282,8 @@ class Judgement:
 
 
 def compresses(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray] | None = None, *,
-               floor: float | Sizes | CollapseFloor, paired: bool = True, population: bool = False) -> Judgement:
+               floor: float | Sizes | CollapseFloor, paired: bool = True, population: bool = False,
+               union: int = 1) -> Judgement:
     """Whether A compresses the tokens relative to B (module docstring).
 
     ``a``, ``b``: measure name (``specific``, ``alignment``, ``spread``; optionally ``rate_reduction`` and
@@ -291,9 +292,12 @@ def compresses(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray] | None =
     `CollapseFloor` is computed), a `CollapseFloor`, or a number — then the floor of every step, a step into the
     orthant included. ``paired``: as in `compare`. ``population``: A is one network (its values all one number) and
     B's values are draws of a population (random initialisations): each measure by
-    `verify.statistics.compare_one`, the prediction interval.
+    `verify.statistics.compare_one`, the prediction interval. ``union``: the number of comparisons whose refutations
+    the claim this judgement belongs to unites (`verify.statistics`: a claim of several layers counts three per
+    layer — a collapse, ``specific`` higher, ``alignment`` lower): each refuting side — the collapse's, and each
+    measure's wrong side — is read at that share of the claim's level.
     """
-    return _judge(a, b, floor, paired, SIDES, "compression", population)
+    return _judge(a, b, floor, paired, SIDES, "compression", population, union)
 
 
 def expands(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray] | None = None, *,
@@ -315,7 +319,8 @@ def _floors(floor: float | Sizes | CollapseFloor) -> tuple[float, float]:
     return value, value
 
 
-def _judge(a, b, floor, paired: bool, sides: Mapping[str, str], goal: str, population: bool = False) -> Judgement:
+def _judge(a, b, floor, paired: bool, sides: Mapping[str, str], goal: str, population: bool = False,
+           union: int = 1) -> Judgement:
     missing = [name for name in sides for side in (a, b) if side is not None and name not in side]
     if missing:
         raise KeyError(f"the joint rule needs per-seed values of {', '.join(sides)}; missing {sorted(set(missing))}")
@@ -325,14 +330,18 @@ def _judge(a, b, floor, paired: bool, sides: Mapping[str, str], goal: str, popul
     sparsification = _sparsifies(a, b)
     boundary = orthant if sparsification else plain
 
-    def rule(name: str, direction: str, boundary: float = 0.0) -> Comparison:
+    def rule(name: str, direction: str, boundary: float = 0.0, union: int = 1, refutes: str = "fails") -> Comparison:
         if population:
-            return compare_one(float(np.mean(a[name])), b[name], direction=direction, boundary=boundary)
-        return compare(a[name], None if b is None else b[name], direction=direction, paired=paired, boundary=boundary)
+            return compare_one(float(np.mean(a[name])), b[name], direction=direction, boundary=boundary, union=union,
+                               refutes=refutes)
+        return compare(a[name], None if b is None else b[name], direction=direction, paired=paired, boundary=boundary,
+                       union=union, refutes=refutes)
 
-    comparisons = {name: rule(name, side, -boundary if name == "spread" else 0.0) for name, side in sides.items()}
+    # a collapse (spread's claimed side) refutes the goal, as the other measures' wrong sides do
+    comparisons = {name: rule(name, side, -boundary, union, "holds") if name == "spread" else rule(name, side, 0.0, union)
+                   for name, side in sides.items()}
     stored = "rate_reduction" in a and (b is None or "rate_reduction" in b)
-    objective = rule("rate_reduction", OBJECTIVE_SIDES[goal]) if stored else None
+    objective = rule("rate_reduction", OBJECTIVE_SIDES[goal]) if stored else None  # beside the label: never split
     return Judgement(**comparisons, goal=goal, rate_reduction=objective, sparsification=sparsification)
 
 
