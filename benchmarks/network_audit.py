@@ -38,12 +38,13 @@ if kind == "audit":
     status = network.main(rest)
 else:
     import crate_nn
+    from crate_nn.data.inputs import text_windows
     from verify import layerwise
-    from verify.layerwise import image_inputs, load_network, text_inputs
+    from verify.layerwise import image_inputs, load_network
     net = load_network(rest[0], "model", name=rest[4] if len(rest) > 4 else None)
     n = int(rest[2])
     if rest[1] == "text":
-        inputs = text_inputs(net.model, rest[3], n, 0, tokenizer="bytes")
+        inputs = text_windows(net.model, rest[3], n, 0, tokenizer="bytes")
     else:
         inputs = image_inputs(net.model, n, 0, folder=rest[3])
     tokens = inputs.tensor.shape[1] if inputs.tensor.ndim == 2 else (net.model.config.image_size // net.model.config.patch_size) ** 2 + 1

@@ -71,10 +71,11 @@ from crate_nn.analysis.diagnostics import (
     trace,
 )
 from crate_nn.analysis.protocol import coding_rate, joint_measures
+from crate_nn.data.inputs import Inputs, dataset_images, folder_images, resized, text_windows
 from crate_nn.files import atomic_write, write_json
 from crate_nn.models.mssa import MSSA
 from crate_nn.models.registry import build_model, family_of
-from crate_nn.preprocessing import channel_count, image_pipeline
+from crate_nn.preprocessing import channel_count
 from crate_nn.weights import non_finite, read_state
 from crate_nn.weights.adapter import spelled
 from verify import experiments, plots
@@ -206,165 +207,19 @@ def check_comparable(other: Network, network: Network) -> None:
 
 
 # --------------------------------------------------------------------------------------------- inputs
-@dataclass
-class Inputs:
-    """The sample every model sees: ``tensor``, the model inputs (normalised images (B, C, S, S) or token ids
-    (B, T)), ``source`` (what they are), ``names`` (file names or window offsets), ``preprocessing`` (what was
-    done to them, for report.json: the normalisation and where it came from, the files skipped; a text's
-    tokenizer)."""
-
-    tensor: torch.Tensor
-    source: str
-    names: list[str]
-    preprocessing: dict = field(default_factory=dict)
-
-    def __len__(self) -> int:
-        return len(self.tensor)
-
-
-def _count(count: int, n: int, all_inputs: bool, argument: str, where: str, unit: str) -> int:
-    """How many of the ``count`` inputs ``where`` holds to take for ``--n`` ``n``: ``n``, or all ``count`` when
-    fewer and ``all_inputs`` (the default ``--n``); ValueError naming ``argument`` when fewer than `MIN_SEEDS` are
-    there, naming ``--n`` when an ``--n`` given exceeds them."""
-    if count < MIN_SEEDS:
-        raise ValueError(f"{argument}: {where} holds {count} {unit}; the audit's rule needs at least {MIN_SEEDS}")
-    if count < n and not all_inputs:
-        raise ValueError(f"n: {where} holds {count} {unit}; pass --n {count} or less")
-    return min(n, count)
-
-
-@dataclass
-class ImageSample:
-    """The files of an image folder drawn for the audit: ``chosen`` (a seeded order, the first ``n`` that are
-    images), ``skipped`` ((name, why) of every file passed over: no image suffix, or not an image Pillow
-    recognises) and ``candidates`` (the files with an image suffix)."""
-
-    chosen: list[Path]
-    skipped: list[tuple[str, str]]
-    candidates: int
-
-    def note(self) -> str:
-        """``; 2 files skipped, not images (notes.txt, a.png)`` or ""."""
-        if not self.skipped:
-            return ""
-        shown = ", ".join(name for name, _ in self.skipped[:3]) + (" …" if len(self.skipped) > 3 else "")
-        return f"; {len(self.skipped)} file{'s' * (len(self.skipped) != 1)} skipped, not images ({shown})"
-
-
-def image_files(root: Path, n: int, seed: int, *, grid: int, all_inputs: bool = False) -> ImageSample:
-    """The images of the folder ``root`` the audit measures: in the seeded order of its files with an image suffix,
-    the first ``n`` that Pillow recognises as images (read from their headers; nothing decoded). Files without an
-    image suffix and files Pillow does not recognise are skipped and counted, not inputs. ValueError naming the file
-    for an image larger than Pillow's decompression-bomb limit or with fewer pixels a side than the model has patches
-    (``grid``: upscaled, its patches would hold less than a pixel each), and naming ``--n`` as `_count` does."""
-    from PIL import Image, UnidentifiedImageError
-
-    from crate_nn.data.images import IMAGE_EXTENSIONS, open_image
-
-    files = sorted(f for f in root.rglob("*") if f.is_file())
-    named = [f for f in files if f.suffix.lower() in IMAGE_EXTENSIONS]
-    skipped = [(str(f.relative_to(root)), "no image suffix") for f in files if f.suffix.lower() not in IMAGE_EXTENSIONS]
-    chosen: list[Path] = []
-    for i in np.random.default_rng(seed).permutation(len(named)):
-        if len(chosen) == n:
-            break
-        name = str(named[i].relative_to(root))
-        try:
-            with open_image(named[i]) as im:
-                size = im.size
-        except (Image.DecompressionBombWarning, Image.DecompressionBombError):
-            raise ValueError(f"images: {name!r} is larger than Pillow's limit of {Image.MAX_IMAGE_PIXELS:,} pixels "
-                             "(PIL.Image.MAX_IMAGE_PIXELS, against decompression bombs)") from None
-        except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as err:
-            skipped.append((name, f"not an image Pillow recognises ({type(err).__name__})"))
-            continue
-        if min(size) < grid:
-            raise ValueError(f"images: {name!r} is {size[0]}×{size[1]} pixels, fewer a side than the model's "
-                             f"{grid}×{grid} patches (upscaled, each patch would hold less than a pixel); remove it")
-        chosen.append(named[i])
-    sample = ImageSample(chosen, skipped, len(named))
-    _count(len(chosen), n, all_inputs, "images", repr(str(root)), "images" + sample.note())
-    return sample
-
-
 def image_inputs(model: nn.Module, n: int, seed: int, *, folder: str | None = None, dataset: str | None = None,
                  split: str = "test", all_inputs: bool = False, mean: Sequence[float] | None = None,
                  std: Sequence[float] | None = None, channels: int | None = None) -> Inputs:
-    """``n`` images (a seeded sample: `image_files` of an image folder, or of a built-in dataset; all of them when
-    fewer and ``all_inputs``), as the model takes them: resized, centre-cropped and normalised as
-    `crate_nn.preprocessing.image_pipeline` decides from ``mean``, ``std``, ``channels`` and the model's record."""
-    from crate_nn.data.batching import CorruptImageError
-    from crate_nn.data.images import ImageFiles
-    from crate_nn.data.registry import build_dataset
-    from crate_nn.data.transforms import DeviceTransform
-
-    size = model.config.image_size
-    resize = max(size, round(size * 256 / 224))
+    """``n`` images of a folder or of a built-in dataset (`crate_nn.data.inputs`)."""
     if folder is not None:
-        root = Path(folder)
-        if not root.is_dir():
-            raise ValueError(f"images: {folder!r} does not exist or is not a folder")
-        sample = image_files(root, n, seed, grid=size // model.config.patch_size, all_inputs=all_inputs)
-        data = ImageFiles([(str(f), 0) for f in sample.chosen], ["-"], train=False, image_size=size,
-                          load_size=resize, eval_resize=resize, strict=True)
-        try:
-            images = torch.stack([data[i][0] for i in range(len(data))])
-        except CorruptImageError as err:
-            raise ValueError(f"images: {err}") from None
-        names, source = [str(f.relative_to(root)) for f in sample.chosen], f"image folder {folder}"
-        drawn = f"{len(names)} of {sample.candidates} files with an image suffix{sample.note()}"
-        skipped = [{"file": name, "why": why} for name, why in sample.skipped]
-    else:
-        data = build_dataset(dataset, split, data_dir=None, train=False, image_size=size, load_size=resize,
-                             eval_resize=resize)
-        take = _count(len(data), n, all_inputs, "dataset", f"{dataset} ({split} split)", "images")
-        chosen = np.random.default_rng(seed).permutation(len(data))[:take]
-        images = torch.stack([data[int(i)][0] for i in chosen])
-        names, source = [f"{dataset}/{split}/{i}" for i in chosen], f"built-in dataset {dataset} ({split} split)"
-        native = data.info.image_size
-        drawn = f"{len(names)} of {len(data)}" + (f", {native}×{native} resized to {size}×{size}"
-                                                  if native and native != size else "")
-        skipped = []
-    pipeline = image_pipeline(model, images.shape[1], source, mean=mean, std=std, channels=channels)
-    transform = DeviceTransform(size, pipeline.mean, pipeline.std, train=False, channels=pipeline.channels)
-    return Inputs(transform(images), f"{source}, {drawn}", names, {**pipeline.to_dict(), "skipped": skipped})
+        return folder_images(model, folder, n, seed, all_inputs=all_inputs, mean=mean, std=std, channels=channels)
+    from crate_nn.data import build_dataset
 
-
-def text_inputs(model: nn.Module, path: str, n: int, seed: int, *, tokenizer: str | None = None,
-                window: int | None = None, all_inputs: bool = False) -> Inputs:
-    """``n`` windows of the text file ``path`` tokenised by the model's tokenizer: a seeded sample of its
-    non-overlapping windows (overlapping ones would share tokens, and the intervals over them would claim more than
-    the text holds); ValueError naming ``--n`` when it holds fewer (all of them taken when ``all_inputs``), naming
-    ``text`` for an empty file and for one holding NUL bytes (a binary file: no text has them)."""
-    from crate_nn.data.tokenizers import get_tokenizer
-
-    recorded = getattr(getattr(model, "preprocessing", None), "tokenizer", None)
-    spec = tokenizer or recorded
-    if spec is None:
-        raise ValueError("tokenizer: the checkpoint records no tokenizer; pass --tokenizer (bytes, tiktoken:gpt2, "
-                         "hf:<name or tokenizer.json>)")
-    if not Path(path).is_file():
-        raise ValueError(f"text: {path!r} does not exist or is not a file")
-    data = Path(path).read_bytes()
-    if not data:
-        raise ValueError(f"text: {path!r} is empty")
-    first = data.find(b"\0")
-    if first >= 0:
-        raise ValueError(f"text: {path!r} holds NUL bytes (the first at byte {first:,}): a binary file, not text")
-    ids = np.asarray(get_tokenizer(spec).encode(data.decode("utf-8", errors="replace")))
-    block = window or model.config.block_size
-    if block > model.config.block_size:
-        raise ValueError(f"window: {block} exceeds the model's block_size {model.config.block_size}")
-    vocab = model.config.vocab_size
-    if ids.size and ids.max() >= vocab:
-        raise ValueError(f"tokenizer: {spec} gives ids up to {ids.max()}, the model's vocabulary has {vocab}")
-    count = ids.size // block
-    take = _count(count, n, all_inputs, "text", f"{path!r} ({ids.size:,} tokens)",
-                  f"non-overlapping windows of {block} tokens (a shorter --window gives more)")
-    starts = block * np.random.default_rng(seed).permutation(count)[:take]
-    windows = torch.from_numpy(np.stack([ids[s:s + block] for s in starts]).astype(np.int64))
-    return Inputs(windows, f"text {path} ({ids.size} tokens, {spec}), {len(starts)} windows of {block}",
-                  [f"tokens {s}–{s + block}" for s in starts], {"tokenizer": spec})
+    size = resized(model.config.image_size)
+    data = build_dataset(dataset, split, data_dir=None, train=False, image_size=model.config.image_size,
+                         load_size=size, eval_resize=size)
+    return dataset_images(model, data, dataset, split, n, seed, all_inputs=all_inputs, mean=mean, std=std,
+                          channels=channels)
 
 
 # --------------------------------------------------------------------------------------------- measuring
@@ -835,7 +690,7 @@ def audit(args: argparse.Namespace, progress: bool = True) -> tuple[dict, list[V
     if args.text is not None:
         if not hasattr(model.config, "block_size"):
             raise ValueError("text: the model is not a language model; give --images or --dataset")
-        inputs = text_inputs(model, args.text, args.n, args.seed, tokenizer=args.tokenizer, window=args.window,
+        inputs = text_windows(model, args.text, args.n, args.seed, tokenizer=args.tokenizer, window=args.window,
                              all_inputs=args.all_inputs)
     else:
         if not hasattr(model.config, "image_size"):

@@ -257,15 +257,12 @@ def test_the_published_crate_alpha_b16_is_audited_on_32_built_in_inputs(tmp_path
     assert {v["verdict"] for v in report["verdicts"]} <= {"holds", "fails", "inconclusive"}
 
 
-def test_text_windows_do_not_overlap_and_a_short_text_names_n(tmp_path, capsys):
+def test_a_short_text_names_n(tmp_path, capsys):
+    """The windows themselves: tests/data/test_inputs.py."""
     torch.manual_seed(0)
     crate_nn.save(tmp_path / "gpt.pt", crate_nn.create_model("crate_gpt_small", dim=32, depth=3, heads=2,
                                                              vocab_size=300, block_size=16))
     (tmp_path / "book.txt").write_text("".join(chr(97 + i % 26) for i in range(200)))  # 12 windows of 16 bytes
-    net = layerwise.load_network(str(tmp_path / "gpt.pt"), "model")
-    inputs = layerwise.text_inputs(net.model, str(tmp_path / "book.txt"), 12, 0, tokenizer="bytes")
-    starts = sorted(int(name.split()[1].split("–")[0]) for name in inputs.names)
-    assert starts == list(range(0, 192, 16))  # every non-overlapping window once
     assert network.main([str(tmp_path / "gpt.pt"), "--text", str(tmp_path / "book.txt"), "--tokenizer", "bytes",
                          "--n", "13", "--out", str(tmp_path / "out")]) == 2
     assert "(200 tokens) holds 12 non-overlapping windows of 16 tokens (a shorter --window gives more); pass --n 12 " \
