@@ -39,8 +39,8 @@ if kind == "audit":
 else:
     import crate_nn
     from crate_nn.data.inputs import text_windows
-    from verify import layerwise
-    from verify.layerwise import image_inputs, load_network
+    from verify import checkpoint as layerwise
+    from verify.checkpoint import image_inputs, load_network
     net = load_network(rest[0], "model", name=rest[4] if len(rest) > 4 else None)
     n = int(rest[2])
     if rest[1] == "text":

@@ -142,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with on_signals():
             check_paths(args)
-            from verify import layerwise
+            from verify import checkpoint as layerwise
 
             report, verdicts, folder = layerwise.audit(args, progress=sys.stderr.isatty())
     except Interrupted as stop:

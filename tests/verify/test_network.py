@@ -14,7 +14,8 @@ import crate_nn
 from crate_nn.analysis.diagnostics import half_logdet
 from crate_nn.engine import initial_model, recorded_config
 from crate_nn.tasks import get_preset
-from verify import layerwise, network
+from verify import checkpoint as layerwise
+from verify import network
 from verify.joint import Sizes
 
 SMALL = dict(dim=32, depth=3, heads=2, image_size=32, patch_size=8, num_classes=5)

@@ -22,7 +22,8 @@ import crate_nn
 from crate_nn.export import main as export
 from crate_nn.files import FileLock
 from crate_nn.weights.ours import payload_digest
-from verify import layerwise, network, plots
+from verify import checkpoint as layerwise
+from verify import network, plots
 
 SMALL = dict(dim=32, depth=3, heads=2, image_size=32, patch_size=8, num_classes=5)
 FAST = ["--n", "6", "--control-n", "4"]
