@@ -359,16 +359,6 @@ def at(profiles: Sequence[Mapping], station: str, layer: int) -> dict[str, np.nd
     return {name: np.array([p[name][station][layer - 1] for p in profiles], dtype=float) for name in names}
 
 
-def from_layer_2(judgements: Sequence[Judgement], exempt_last: bool = False) -> str:
-    """The verdict of "every layer compresses" with layer 1 (which holds the first ISTA ReLU's sparsification)
-    reported apart, and with ``exempt_last`` the last layer too (a head reads it: footnote 17, module docstring):
-    `holds` when every judgement of layers 2 … L (L − 1) holds, `fails` when one fails, else `inconclusive` — also
-    when the exemption leaves no layer to decide."""
-    if len(judgements) < 2:
-        raise ValueError("judgements: expected at least two layers")
-    return every_judgement(judgements[1:len(judgements) - exempt_last])
-
-
 def every_judgement(judgements: Sequence[Judgement]) -> str:
     """`holds` when every judgement holds (at least one), `fails` when one fails, else `inconclusive` (also for
     none: nothing was judged)."""

@@ -42,6 +42,7 @@ chance ≤ α, per row (`tests/verify/test_layerwise_error_rates.py` measures it
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -76,6 +77,8 @@ QUANTITIES = {
 }
 """The quantities of the family (module docstring): key → `Quantity`."""
 
+SHOWN = {"run init": "the run's starting weights"}
+"""How the reports name a control whose label is terse (a run directory's own initialisation)."""
 CONTROL_KINDS = {"init": "its own initialisation", "random": "random initialisations of its architecture",
                  "network": "another network", "epoch": "an earlier epoch of its training"}
 
@@ -411,6 +414,32 @@ def _denser(row: Row, sample: Sample) -> Result:
 _DECIDE: dict[str, Callable[[Row, Sample], Result]] = {"every": _per_layer, "footnote17": _per_layer,
                                                        "falls": _falls, "falls17": _falls, "further": _further,
                                                        "denser": _denser}
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A row and its `verify.registry.Result`: a verdict of the network audit (which registers no claim), named and
+    stated by its row."""
+
+    row: Row
+    result: Result
+
+    @property
+    def id(self) -> str:
+        return name(self.row)
+
+    @property
+    def verdict(self) -> str:
+        return self.result.verdict
+
+    def to_json(self) -> dict:
+        """report.json's entry: id, what it states, its rule, verdict, measured line, numbers, headline, labels and
+        scope (the papers' statement, on the network and inputs measured)."""
+        h = self.result.headline
+        return {"id": self.id, "statement": statement(self.row), "rule": criterion(self.row), "verdict": self.verdict,
+                "text": self.result.measured, "numbers": self.result.data,
+                "headline": None if h is None else dataclasses.asdict(h), "labels": self.result.labels,
+                "scope": "paper"}
 
 
 # --------------------------------------------------------------------------------------------- registered rows
