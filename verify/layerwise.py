@@ -239,14 +239,14 @@ class Sample:
     """What a subject supplies for one row: ``this`` (the object's values) and ``other`` (the control's; None for a
     rule of `ALONE`), measure → (units, L) arrays; the ``pairing`` of their units (`PAIRINGS`; ``population``:
     ``this`` holds one row, the network's mean over the units the controls saw, and ``other`` one row per seed);
-    ``unit`` (what one unit is, in words) and the ``sizes`` measured (`verify.joint.Sizes`: the joint's collapse
-    floor)."""
+    ``unit`` (what one unit is, in words) and the ``sizes`` measured (`verify.joint.Sizes`, whose collapse floor the
+    joint measure reads; or the floor itself)."""
 
     this: Mapping[str, np.ndarray]
     other: Mapping[str, np.ndarray] | None
     pairing: str
     unit: str
-    sizes: Sizes | None = None
+    sizes: Sizes | float | None = None
 
     def __post_init__(self) -> None:
         if self.pairing not in PAIRINGS:
