@@ -116,8 +116,8 @@ def test_a_random_crate_is_decided_within_the_level_against_random_crates(random
     builds them), on 250 draws of one network and 20 controls from the 120 random CRATEs: each row decides within
     `bound` of 5% (measured: 0%, 1.2%, 1.6% and 4.8% for R^c under both protocols, the joint measure and the
     sparsity); under the rule before the split the rows of many refutations decide in 14%, 36% and 26% of the same
-    draws (R^c of the paper's formula, the joint measure, the sparsity). The draws share networks, so the rates' errors exceed the binomial ones; the bound is
-    still far from both."""
+    draws (R^c of the paper's formula, the joint measure, the sparsity). The draws share networks, so the rates'
+    errors exceed the binomial ones; the bound is still far from both."""
     monkeypatch.setenv("CRATE_WHITEBOX_CACHE", str(tmp_path))  # the collapse floor at this size, computed once
     images, pool, measured = random_crates
     rng = np.random.default_rng(0)
