@@ -1,4 +1,5 @@
-"""The audit's outputs: the console summary, the full table, ``report.md`` and ``report.json``.
+"""The audit's outputs — the console summary, the full table, ``report.md`` and ``report.json`` — and the network
+audit's (``python -m verify.network``): the one place a report of the audit is written and escaped.
 
 Every claim says what it tests (its scope, `verify.registry.SCOPES`): the papers' statement as printed, the papers'
 statement at their protocol replicated at laptop scale, or a probe of the audit's own. The headline counts verdicts
@@ -12,6 +13,13 @@ code and last re-check, in words), the detail (every claim as one bullet with it
 full table and one section per claim. A stale verdict (its replication's last re-check failed) is shown, marked,
 and left out of every count. The console gets the headline and the summary; ``python -m verify --table``
 adds the full table.
+
+A network audit's report (`write_network`, into the folder `ReportFolder` holds) opens with its conclusion
+(`network_conclusion`: does the network compress and sparsify, and against what), then every row of the layer-wise
+family decided on it (`verify.layerwise.Decision`: a row and its `verify.registry.Result`) with its rule and
+numbers, the per-layer means and R^c per head (`network_markdown`); beside it ``report.json``, ``values.npz`` (every
+measure per input and layer of every network), ``layers.csv`` (per-layer means, per head for R^c) and the figures
+(`network_figures`); the console gets every verdict (`network_console`).
 """
 from __future__ import annotations
 
@@ -766,7 +774,7 @@ def network_console(meta: dict[str, Any], decisions, folder: Path) -> str:
             f"{meta['inputs']['n']} inputs, {meta['seconds']:.0f} s", meta["conclusion"],
             f"{len(decisions)} claims (the papers' statements on this network): "
             + ", ".join(f"{counts[v]} {v}" for v in ("holds", "fails", "inconclusive"))]
-    body = ["  " + _shorten(f"{d.verdict:<12} {d.id}: {d.result.measured}", 158) for d in decisions]
+    body = [f"  {d.verdict:<12} " + _shorten(f"{d.id}: {d.result.measured}", 145) for d in decisions]
     return "\n".join([*head, *body, f"report: {folder / 'report.md'}"])
 
 
