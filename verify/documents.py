@@ -41,6 +41,7 @@ from verify.report import (
     delta_r,
     kinds_text,
     layers_tally,
+    md_escape,
 )
 
 BEGIN = "<!-- generated: {name} (python -m verify.documents) -->"
@@ -76,10 +77,6 @@ def _verdict(entry: dict) -> str:
     if entry.get("seed_sensitive") and entry.get("matches_expectation"):
         return " or ".join(entry["expected_band"])
     return entry["verdict"]
-
-
-def _md(text: str) -> str:
-    return " ".join(str(text).replace("|", "\\|").split())
 
 
 def _errors(report: dict) -> dict[str, list[dict]]:
@@ -134,8 +131,8 @@ def papers_errors(report: dict, claims: list[Claim]) -> str:
     for kind, found in errors.items():
         heading = ERROR_KINDS[kind][1] if kind in ERROR_KINDS else kind
         lines += [f"**{heading[0].upper() + heading[1:]}** ({len(found)}: {_description(kind)}):", ""]
-        lines += [f"- `{e['id']}` ({_md(e['location'])}): {_md(e['statement'])} — measured: {_md(e['measured'])}"
-                  + (f" — corrected: {_md(e['correction'])}" if e.get("correction") else "")
+        lines += [f"- `{e['id']}` ({md_escape(e['location'])}): {md_escape(e['statement'])} — measured: {md_escape(e['measured'])}"
+                  + (f" — corrected: {md_escape(e['correction'])}" if e.get("correction") else "")
                   + f" (witness: `{errata_command(e['id'])}`)" for e in found]
         lines.append("")
     return "\n".join(lines).rstrip("\n")
@@ -160,10 +157,10 @@ def layers_compress(report: dict, claims: list[Claim]) -> str:
             counted = STALE if e.get("stale") else SEED_SENSITIVE if _verdict(e) != e["verdict"] else e["verdict"]
             if counted != STALE:
                 decided.append((protocol, e.get("scope"), counted))
-            cells.append(f"**{_verdict(e)}** ({e.get('scope') or '—'}; {_md(_headline_text(e))}; `{e['id']}`)")
+            cells.append(f"**{_verdict(e)}** ({e.get('scope') or '—'}; {md_escape(_headline_text(e))}; `{e['id']}`)")
         first, joint = next(e for e in found if e), found[2]
         rows.append(f"| {model} | " + " | ".join(cells) + f" | {delta_r(joint.get('data')) if joint else '—'} | "
-                    f"{_md(first.get('setting') or '—')} |")
+                    f"{md_escape(first.get('setting') or '—')} |")
     return "\n".join([f"Each cell: the verdict, the scope of the claim that decides it and the number that decides it "
                       f"(named by what it compares). Counted by scope — {layers_tally(decided)}.", "", *rows, "",
                       PAPERS_SCALE])
@@ -187,7 +184,7 @@ def claims_index(report: dict, claims: list[Claim]) -> str:
         for c in group:
             e = entries.get(c.id)
             verdict, found = (_verdict(e), _headline_text(e)) if e else (f"{c.expected_verdict} (expected)", "—")
-            lines.append(f"| {_md(c.location)} | `{c.id}` | {c.scope or '—'} | {verdict} | {_md(found)} |")
+            lines.append(f"| {md_escape(c.location)} | `{c.id}` | {c.scope or '—'} | {verdict} | {md_escape(found)} |")
         lines.append("")
     return "\n".join(lines).rstrip("\n")
 

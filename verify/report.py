@@ -270,7 +270,7 @@ def provenance(meta: dict[str, Any], outcomes: list[Outcome]) -> list[str]:
              "compares it with the stored seeds (docs/audit.md).", ""]
     for r in reps:
         if "error" in r:
-            lines += [f"- **{r['name']}** (`{r['file']}`): refused — {_md_escape(r['error'])}"]
+            lines += [f"- **{r['name']}** (`{r['file']}`): refused — {md_escape(r['error'])}"]
             continue
         verdicts = sum(o.stored == r["name"] for o in outcomes)
         files = [f for f in r["files_differing"] if " → " not in f]
@@ -291,7 +291,7 @@ def _checked(name: str, check: dict) -> str:
         return (f"**Never re-checked**{' (' + check['note'] + ')' if check.get('note') else ''}: "
                 f"`python -m verify.record --check {name}`.")
     if state == "refused":
-        return f"**Check file refused**: {_md_escape(check['error'])}."
+        return f"**Check file refused**: {md_escape(check['error'])}."
     by = ("today's code" if not check["files_differing"] else
           f"{check['files_differing']} crate_nn files differ from it today")
     counts = check["counts"]
@@ -302,7 +302,7 @@ def _checked(name: str, check: dict) -> str:
                 f"{found}, none moved.")
     moved = check["moved"]
     return (f"**Check failed** {check['checked'][:10]} by commit `{(check['commit'] or '—')[:12]}` ({by}): "
-            f"{len(moved)} quantities moved ({_md_escape('; '.join(moved[:3]))}{'; …' if len(moved) > 3 else ''}); "
+            f"{len(moved)} quantities moved ({md_escape('; '.join(moved[:3]))}{'; …' if len(moved) > 3 else ''}); "
             f"{found}. Its verdicts are **{STALE}**, left out of the counts.")
 
 
@@ -454,7 +454,7 @@ def _text_table(header: tuple[str, ...], rows: list[tuple[str, ...]], widths: tu
 
 def _md_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
     return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-            + ["| " + " | ".join(_md_escape(c) for c in r) + " |" for r in rows])
+            + ["| " + " | ".join(md_escape(c) for c in r) + " |" for r in rows])
 
 
 SUMMARY_HEADER = ("the papers say", "verdict", "number [95% interval]", "scope", "n")
@@ -503,8 +503,10 @@ def _row(o: Outcome) -> tuple[str, ...]:
     return (c.id, SCOPE_SHORT[c.scope], c.location, c.measures, measured, c.expected, _verdict_cell(o))
 
 
-def _md_escape(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+def md_escape(text: str) -> str:
+    """``text`` as one markdown table cell or line: ``|`` escaped, every run of white space (a line break too) one
+    space — the audit's one escaper, for report.md, the network audit's report and the generated documents."""
+    return " ".join(str(text).replace("|", "\\|").split())
 
 
 def _reason(claim) -> str:
@@ -529,11 +531,11 @@ def _bullet(o: Outcome) -> str:
         kind = f", {c.error_kind}" if c.error_kind and c.scope == "paper" else ""
         labels.insert(0, FAIL_READ[c.scope] + kind + (f": {c.setting}" if c.setting else ""))
     label = f" ({'; '.join(labels)})" if labels else ""
-    said = "" if o.verdict == "holds" and c.kind == "identity" else f" {_md_escape(c.statement)} →"
-    reason = "" if o.verdict in ("holds", NOT_MEASURED) else f" — {_md_escape(_reason(c))}"
-    corrected = (f" — corrected: {_md_escape(c.correction)} (witness: `{errata_command(c.id)}`)"
+    said = "" if o.verdict == "holds" and c.kind == "identity" else f" {md_escape(c.statement)} →"
+    reason = "" if o.verdict in ("holds", NOT_MEASURED) else f" — {md_escape(_reason(c))}"
+    corrected = (f" — corrected: {md_escape(c.correction)} (witness: `{errata_command(c.id)}`)"
                  if o.verdict == "fails" and c.correction else "")
-    return (f"- **{c.id}** — **{_verdict_cell(o)}**{_md_escape(label)}:{said} {_md_escape(measured)}{figure}{reason}"
+    return (f"- **{c.id}** — **{_verdict_cell(o)}**{md_escape(label)}:{said} {md_escape(measured)}{figure}{reason}"
             + corrected)
 
 
@@ -756,10 +758,10 @@ def network_markdown(meta: dict[str, Any], decisions, figures: list[str]) -> str
                          for d in decisions]),
              "", "## Per-layer means", ""]
     for name, by_label in meta["means"].items():
-        lines += [_md_escape(f"**{NETWORK_NAMES[name]}**: " + "; ".join(
+        lines += [md_escape(f"**{NETWORK_NAMES[name]}**: " + "; ".join(
             f"{label} " + " ".join(f"{x:.4g}" for x in values) for label, values in by_label.items())), ""]
     for name, by_label in meta["heads"].items():
-        lines += [_md_escape(f"**{NETWORK_NAMES[name]}, per head** (layer: heads 1 … K): " + "; ".join(
+        lines += [md_escape(f"**{NETWORK_NAMES[name]}, per head** (layer: heads 1 … K): " + "; ".join(
             f"{label} " + " | ".join(" ".join(f"{x:.3g}" for x in layer) for layer in per_layer)
             for label, per_layer in by_label.items())), ""]
     lines += [f"![{Path(p).stem}]({p})" for p in figures]
