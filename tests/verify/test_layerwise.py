@@ -176,3 +176,83 @@ def test_two_populations_of_runs_are_compared_by_welch():
     result = decide(row, sample)
     assert sample.pairing == "welch" and sample.unit == "5 and 3 seeds, independent runs (Welch)"
     assert result.verdict == "holds" and result.headline.label == "CRATE − ViT, layer 1"
+
+
+# --------------------------------------------------------------------------------------------- the walk to a verdict
+def walk(run) -> tuple[list[str], list[str]]:
+    """(the verify functions on the stack when `verify.layerwise.decide` is first entered, outermost first; the
+    distinct verify functions that returned to one of them before: how often the walk from the arguments to the
+    verdict climbed back up) of ``run()``. Class bodies run at import are not part of the walk."""
+    import os
+    import sys
+
+    root = os.path.dirname(layerwise.__file__) + os.sep
+    parents, returned, found, alive = {}, [], {}, []
+
+    def ours(frame) -> bool:
+        return frame.f_code.co_filename.startswith(root) and frame.f_code.co_name != "<module>" and not (
+            frame.f_back is not None and frame.f_back.f_code.co_name == "<module>")
+
+    def tracer(frame, event, arg):
+        if found or event != "call" or not ours(frame):
+            return None
+        alive.append(frame)  # no frame's id is reused while the walk is recorded
+        parent = frame.f_back
+        while parent is not None and not ours(parent):
+            parent = parent.f_back
+        parents[id(frame)] = id(parent) if parent is not None else None
+        if frame.f_code is layerwise.decide.__code__:
+            stack, f = [], frame
+            while f is not None:
+                stack += [(id(f), f.f_code.co_name)] if ours(f) else []
+                f = f.f_back
+            found["stack"] = stack[::-1]
+            return None
+
+        def local(frame, event, arg):
+            if event == "return" and not found:
+                returned.append((id(frame), frame.f_code.co_filename[len(root):] + ":" + frame.f_code.co_name))
+            return local
+        return local
+
+    if sys.gettrace() is not None:
+        pytest.skip("another tracer (coverage, a debugger) is installed")
+    sys.settrace(tracer)
+    try:
+        run()
+    finally:
+        sys.settrace(None)
+    path = {fid for fid, _ in found["stack"]}
+    climbs = list(dict.fromkeys(name for fid, name in returned if parents.get(fid) in path))
+    return [name for _, name in found["stack"]], climbs
+
+
+def test_the_command_reaches_a_verdict_as_directly_as_a_registered_claim(tmp_path, monkeypatch):
+    """From the arguments to the one decision function, ``python -m verify.network`` climbs back up no more often
+    than ``python -m verify --only`` does for a registered row (its runs constructed here: nothing trains). Measured:
+    4 frames and 8 climbs (parse, signals, paths, the subject opened, the report folder taken and entered, its rows,
+    the row's sample) against 7 and 11 for the claim; before the family the command climbed 15 times through 5
+    frames to its first verdict."""
+    import crate_nn
+    from verify import digits, network
+    from verify.__main__ import main
+
+    monkeypatch.setenv("CRATE_WHITEBOX_CACHE", str(tmp_path / "cache"))
+    rng = np.random.default_rng(0)
+
+    def model():
+        values = {k: list(rng.random(3)) for k in ("paper", "official", "sparsity")}
+        return {**values, "profile": {m: {"half": list(rng.random(3))} for m in ("specific", "alignment", "spread")}}
+
+    monkeypatch.setattr(digits, "runs", lambda ctx, weight_decay=None: [{"init": model(), "trained": model()}
+                                                                        for _ in range(5)])
+    torch_model = crate_nn.create_model("crate_tiny", dim=32, depth=3, heads=2, image_size=8, patch_size=4,
+                                        num_classes=10, in_channels=1)
+    crate_nn.save(tmp_path / "crate.pt", torch_model)
+    claim_stack, claim_climbs = walk(lambda: main(["--only", "fig15-digits-official", "--output-dir",
+                                                   str(tmp_path / "audit"), "--no-progress"]))
+    command_stack, command_climbs = walk(lambda: network.main([
+        str(tmp_path / "crate.pt"), "--dataset", "digits", "--mean", "0.5", "--std", "0.5", "--n", "6", "--control-n",
+        "4", "--init-seeds", "3", "--out", str(tmp_path / "network")]))
+    assert claim_stack[-1] == command_stack[-1] == "decide" and len(command_stack) <= len(claim_stack)
+    assert len(command_climbs) <= len(claim_climbs), (command_climbs, claim_climbs)
