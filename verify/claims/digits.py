@@ -157,7 +157,8 @@ layerwise.register(
            "not move; layer 3, which the classifier reads and footnote 17 sets apart as it does from the sparsity "
            "claims, is a collapse (it made this claim `fails` before the exemption applied to the joint rule too). "
            "ΔR (reported beside) rises at every layer: by the papers' objective training helps everywhere, and the "
-           "report says where that disagrees with the labels. --full the same labels",
+           "report says where that disagrees with the labels. --full the same, but for layer 1 (apart), a "
+           "compression",
     expected_verdict="inconclusive", expected_labels="layer 1 undecided, layer 2 undecided, layer 3 collapse",
     provenance="measurement")
 

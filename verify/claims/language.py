@@ -368,8 +368,9 @@ layerwise.register(
            "collapse, not compression onto the subspaces, and ΔR (reported beside) falls: the paper's objective "
            "agrees. But the quick model has 2 layers: layer 1 is reported apart, and layer 2, which the output head "
            "reads, is set apart by footnote 17 as it is from the sparsity claims, so no layer is left to decide (it "
-           "read `fails` before the exemption applied to the joint rule). --full (the preset, three seeds): a "
-           "collapse at all four layers, specific R^c higher: layers 2–3 decide `fails`",
+           "read `fails` before the exemption applied to the joint rule). --full (the preset, three seeds): layer 1 a "
+           "collapse; at layers 2–3, which decide, the specific R^c rises (no compression) while the spread drops by "
+           "more than the collapse floor at 95% but not beyond it at its share of the claim's level: `fails`",
     expected_verdict="inconclusive", full_verdict="fails", expected_labels="layer 1 collapse, layer 2 collapse",
     kind="trained", provenance="measurement")
 
