@@ -89,6 +89,9 @@ COMMANDS: dict[str, Run | StandIn | Parse] = {
     "python -m verify.errata --only eq436 thm16 --output-dir out/errata": Run(),
     "python -m verify.panel": Parse("10 quick audits (tens of minutes of CPU); tests/verify/test_reproducibility.py "
                                     "runs a panel end to end on one claim"),
+    "python -m verify.panel --seeds 0 --perturb 2 3 4": Parse("3 quick audits with perturbed training; "
+                                                              "tests/verify/test_reproducibility.py runs a panel end "
+                                                              "to end"),
     "python -m verify.panel --seeds 21 23": Parse("2 quick audits; tests/verify/test_reproducibility.py runs a panel "
                                                   "end to end"),
     "python -m verify --perturb": Parse("a whole quick audit with perturbed training (minutes); "
