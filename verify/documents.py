@@ -198,7 +198,13 @@ def former_ids(report: dict, claims: list[Claim]) -> str:
     return "\n".join(["| former id | claim |", "|---|---|", *(f"| `{old}` | `{new}` |" for old, new in pairs)])
 
 
+def answer(report: dict, claims: list[Claim]) -> str:
+    """The audit's answer in three sentences (`verify.report.answer`)."""
+    return " ".join(report["summary"]["answer"])
+
+
 PARTS: dict[str, tuple[str, Callable[[dict, list[Claim]], str]]] = {
+    "audit-answer": ("README.md", answer),
     "audit-headline": ("README.md", headline),
     "layers-compress": ("README.md", layers_compress),
     "papers-errors": ("docs/papers.md", papers_errors),

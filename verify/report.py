@@ -118,7 +118,7 @@ def summary(outcomes: list[Outcome]) -> dict[str, Any]:
                 "stored": sum(o.stored is not None for o in group)}
 
     by_kind = {kind: tally([o for o in outcomes if o.claim.kind == kind]) for kind in KINDS}
-    return {
+    found = {
         "claims": len(outcomes),
         "verdicts": {v: sum(k[v] for k in by_kind.values()) for v in (*COUNTED, SEED_SENSITIVE)},
         "by_scope": {scope: tally([o for o in outcomes if o.claim.scope == scope]) for scope in SCOPES},
@@ -134,6 +134,37 @@ def summary(outcomes: list[Outcome]) -> dict[str, Any]:
         "not_re_measured": [o.claim.id for o in skipped],
         "stale": [o.claim.id for o in stale],
     }
+    layers = [(protocol, SEED_SENSITIVE if o.seed_sensitive and o.matches else o.verdict)
+              for protocol, o in layers_outcomes(outcomes, every=True)]
+    return found | {"answer": answer(found, layers)}
+
+
+def answer(found: dict[str, Any], layers: list[tuple[str, str]]) -> list[str]:
+    """The audit's answer in three sentences, from `summary`'s counts (``found``) and the central question's verdicts
+    (``layers``: (protocol, verdict) per claim): what of the papers' statements fails, and of what kind; whether the
+    trained CRATEs' layers compress under each reading; how the replications and the audit's probes came out. Every
+    number in them is a count, the same on every processor and base seed (seed-sensitive claims counted apart)."""
+    def counted(k: dict, *verdicts: str, fails: str = "fail") -> str:
+        parts = [f"{k[v]} {PLURAL[v] if v != 'fails' else fails}" for v in verdicts if k.get(v)]
+        return ", ".join(parts) if parts else "none"
+
+    paper, replication, probe = (found["by_scope"][s] for s in ("paper", "replication", "probe"))
+    by_kind = {kind: ids for kind, ids in found["errors_by_kind"].items() if ids}
+    substantive = by_kind.get("substantive", [])
+    errors = (f" — {kinds_text(by_kind)}" + (f" ({', '.join(substantive)} substantive)" if substantive else "")
+              if by_kind else "")
+    first = (f"Of the papers' {paper['claims']} statements checked as printed, "
+             f"{counted(paper, 'holds', 'loose', 'inconclusive', SEED_SENSITIVE)} and {paper['fails']} fail{errors}.")
+    per_protocol = {p: Counter(v for q, v in layers if q == p) for p in PROTOCOLS}
+    readings = "; ".join(f"under the {p} " + ", ".join(f"{n} {PLURAL[v]}" for v, n in sorted(c.items()))
+                         for p, c in per_protocol.items() if c)
+    second = (f"Do the trained CRATEs' layers compress? At laptop scale, {readings} (of the models measured; the "
+              "papers' scale is answered per checkpoint by `python -m verify.network`).")
+    third = (f"Of the {replication['claims']} replications at laptop scale, "
+             f"{counted(replication, 'holds', 'loose', 'fails', 'inconclusive', SEED_SENSITIVE, fails='do not replicate')}"
+             f"; the audit's {probe['claims']} probes of its own (controls, stricter readings) give "
+             f"{probe['fails']} findings.")
+    return [first, second, third]
 
 
 def errors_by_kind(outcomes: list[Outcome]) -> dict[str, list[str]]:
@@ -415,13 +446,14 @@ def layers_tally(scopes_and_verdicts) -> str:
         for scope, counts in by_scope.items()) for protocol, by_scope in tally.items())
 
 
-def layers_outcomes(outcomes: list[Outcome]):
-    """(protocol, scope, verdict) of every central-question claim measured in this run."""
+def layers_outcomes(outcomes: list[Outcome], every: bool = False):
+    """(protocol, scope, verdict) of every central-question claim measured in this run; with ``every``, (protocol,
+    outcome) instead."""
     for _, ids in LAYERS_COMPRESS:
         for protocol, claim_id in zip(PROTOCOLS, ids):
             o = _find(outcomes, claim_id)
             if o is not None:
-                yield protocol, o.claim.scope, o.verdict
+                yield (protocol, o) if every else (protocol, o.claim.scope, o.verdict)
 
 
 SCOPE_PLURAL = {"paper": "the papers' statements", "replication": "replications", "probe": "probes",
@@ -446,16 +478,19 @@ def _md_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]
 SUMMARY_HEADER = ("the papers say", "verdict", "number [95% interval]", "scope", "n")
 
 
+def errors_line(outcomes: list[Outcome]) -> str:
+    """``Errors of the papers (…) — 7 errata: …; 3 substantive errors: …``, or "" when none fails."""
+    by_kind = summary(outcomes)["errors_by_kind"]
+    listed = "; ".join(f"{errors_of_kind(kind, len(ids))}: " + ", ".join(ids) for kind, ids in by_kind.items() if ids)
+    return f"Errors of the papers (their statements that fail) — {listed}" if listed else ""
+
+
 def format_console(outcomes: list[Outcome]) -> str:
     """What ``python -m verify`` prints: the headline (the verdicts per scope), the papers' errors, the central
     question and the summary (≤ 40 lines of ≤ 120 columns; report.md adds the tables per scope and per kind)."""
     lines = [format_summary(outcomes), *(textwrap.fill(t, 120) for t in stored_lines(outcomes))]
-    by_kind = summary(outcomes)["errors_by_kind"]
-    if any(by_kind.values()):
-        listed = "; ".join(f"{errors_of_kind(kind, len(ids))}: " + ", ".join(ids)
-                           for kind, ids in by_kind.items() if ids)
-        lines += [""] + textwrap.wrap(f"Errors of the papers (their statements that fail) — {listed}", 120,
-                                      break_on_hyphens=False)
+    if errors_line(outcomes):
+        lines += [""] + textwrap.wrap(errors_line(outcomes), 120, break_on_hyphens=False)
     layers = layers_compress_rows(outcomes)
     if layers:
         lines += [""] + _text_table(LAYERS_HEADER, layers, LAYERS_WIDTHS) + textwrap.wrap(PAPERS_SCALE, 120)
@@ -571,10 +606,13 @@ def write_markdown(path: Path, outcomes: list[Outcome], meta: dict[str, Any]) ->
         "",
         f"Mode `{meta['mode']}`, seed {meta['seed']}, {meta['started']} — `{meta['command']}`.",
         "",
+        " ".join(summary(outcomes)["answer"]),
+        "",
         *[f"**{line}.**" if i < len(headline) - 1 else f"{line}." for i, line in enumerate(headline)],
         "",
         *_md_table(SCOPE_HEADER, _scope_rows(outcomes)),
         "",
+        *([errors_line(outcomes) + ".", ""] if errors_line(outcomes) else []),
         *([band_line(summary(outcomes)["seed_sensitive"]), ""] if any(o.seed_sensitive for o in outcomes) else []),
         *(f"{t}\n" for t in stored_lines(outcomes)),
         *_md_table(KIND_HEADER, _kind_rows(outcomes)),
