@@ -139,31 +139,47 @@ def summary(outcomes: list[Outcome]) -> dict[str, Any]:
     return found | {"answer": answer(found, layers)}
 
 
+ANSWER_WORDS = {"holds": "hold", "loose": "hold loosely", "fails": "fail", "inconclusive": "are inconclusive",
+                "error": "raised", SEED_SENSITIVE: "are seed-sensitive"}
+"""How `answer` reads each count (``3 hold, 1 is inconclusive``)."""
+
+
+def _told(counts: dict[str, int], order: tuple[str, ...], total: int | None = None, fails: str = "fail") -> str:
+    """``52 hold, 2 hold loosely and 10 fail`` (``4 of 4 hold`` with ``total``) from counts by verdict, in ``order``."""
+    parts = []
+    for v in order:
+        n = counts.get(v, 0)
+        if n:
+            word = fails if v == "fails" else ANSWER_WORDS[v]
+            if n == 1 and word.startswith("are "):
+                word = "is " + word[4:]
+            parts.append(f"{n}{f' of {total}' if total is not None and not parts else ''} {word}")
+    return (", ".join(parts[:-1]) + " and " + parts[-1]) if len(parts) > 1 else (parts[0] if parts else "none")
+
+
 def answer(found: dict[str, Any], layers: list[tuple[str, str]]) -> list[str]:
     """The audit's answer in three sentences, from `summary`'s counts (``found``) and the central question's verdicts
     (``layers``: (protocol, verdict) per claim): what of the papers' statements fails, and of what kind; whether the
     trained CRATEs' layers compress under each reading; how the replications and the audit's probes came out. Every
     number in them is a count, the same on every processor and base seed (seed-sensitive claims counted apart)."""
-    def counted(k: dict, *verdicts: str, fails: str = "fail") -> str:
-        parts = [f"{k[v]} {PLURAL[v] if v != 'fails' else fails}" for v in verdicts if k.get(v)]
-        return ", ".join(parts) if parts else "none"
-
+    order = ("holds", "loose", "fails", "inconclusive", SEED_SENSITIVE, "error")
     paper, replication, probe = (found["by_scope"][s] for s in ("paper", "replication", "probe"))
     by_kind = {kind: ids for kind, ids in found["errors_by_kind"].items() if ids}
-    substantive = by_kind.get("substantive", [])
-    errors = (f" — {kinds_text(by_kind)}" + (f" ({', '.join(substantive)} substantive)" if substantive else "")
-              if by_kind else "")
-    first = (f"Of the papers' {paper['claims']} statements checked as printed, "
-             f"{counted(paper, 'holds', 'loose', 'inconclusive', SEED_SENSITIVE)} and {paper['fails']} fail{errors}.")
-    per_protocol = {p: Counter(v for q, v in layers if q == p) for p in PROTOCOLS}
-    readings = "; ".join(f"under the {p} " + ", ".join(f"{n} {PLURAL[v]}" for v, n in sorted(c.items()))
-                         for p, c in per_protocol.items() if c)
-    second = (f"Do the trained CRATEs' layers compress? At laptop scale, {readings} (of the models measured; the "
-              "papers' scale is answered per checkpoint by `python -m verify.network`).")
+    errors = " and ".join(errors_of_kind(kind, len(ids)) + (f" ({', '.join(ids)})" if kind != "erratum" else "")
+                          for kind, ids in by_kind.items())
+    first = (f"Of the papers' {paper['claims']} statements checked as printed, {_told(paper, order)}"
+             + (f": {errors}." if errors and paper["fails"] else "."))
+    readings = []
+    for protocol, name in zip(PROTOCOLS, ("the authors' protocol", "the paper's formula as printed",
+                                          "the joint rule (compression told from collapse)")):
+        seen = Counter(v for q, v in layers if q == protocol)
+        if seen:
+            readings.append(f"under {name}, {_told(seen, order, sum(seen.values()))}")
+    second = ("Do the trained CRATEs' layers compress? At laptop scale, " + "; ".join(readings) + " — the papers' "
+              "scale is answered per checkpoint by `python -m verify.network`.")
     third = (f"Of the {replication['claims']} replications at laptop scale, "
-             f"{counted(replication, 'holds', 'loose', 'fails', 'inconclusive', SEED_SENSITIVE, fails='do not replicate')}"
-             f"; the audit's {probe['claims']} probes of its own (controls, stricter readings) give "
-             f"{probe['fails']} findings.")
+             f"{_told(replication, order, fails='do not replicate')}; the audit's {probe['claims']} probes of its own "
+             f"(controls, stricter readings) give {probe['fails']} findings.")
     return [first, second, third]
 
 
