@@ -129,11 +129,11 @@ def main(argv: list[str] | None = None) -> dict:
         for i, (label, decoder) in enumerate(decoders.items()):
             started = time.perf_counter()
             out = root / f"shards{i}"
-            pack_split(samples, classes, source, out / "train", Geometry(preset.load_size, preset.load_size),
+            pack_split(samples, classes, source, out / "train", Geometry(preset.data.load_size, preset.data.load_size),
                        decoder=decoder, progress=False)
             rows.append({"stage": label, "images": images, "workers": args.workers,
                          "img_s": images / (time.perf_counter() - started)})
-            pack_split(val_samples, classes, source, out / "val", Geometry(preset.eval_resize, preset.image_size),
+            pack_split(val_samples, classes, source, out / "val", Geometry(preset.data.eval_resize, preset.data.image_size),
                        decoder=decoder, progress=False)
         shards = root / "shards0"
 

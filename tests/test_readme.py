@@ -395,7 +395,7 @@ def test_runnable_commands_run_in_order(tmp_path, monkeypatch):
             from crate_nn.train import parse_args
 
             with contextlib.redirect_stderr(io.StringIO()):
-                run = tmp_path / parse_args(words[1:]).output_dir
+                run = tmp_path / parse_args(words[1:]).run.output_dir
             assert (run / "checkpoints" / "last.pt").is_file() and (run / "summary.json").is_file(), run
     # the one full training here, as printed: the documents' "≈97% test accuracy"
     assert json.loads((tmp_path / "runs" / "digits" / "summary.json").read_text())["metrics"]["test_top1"]["final"] > 0.95

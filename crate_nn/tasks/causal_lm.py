@@ -9,23 +9,24 @@ Presets: ``gpt_owt`` (the paper's recipe, GPUs), ``gpt_stdlib`` and ``tost_stdli
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..engine.config import option
+from ..engine.config import EvaluationSection, OptimSection, RunSection, ScheduleSection, option, section
 from ..engine.task import LossOutput, preset, register_task
 from ..evaluation.language import as_float, lm_loss
 from ..models.registry import list_models
 from .language import (
     CPU_RUN,
     DATA_LAYOUTS,  # noqa: F401 (crate-train --help)
+    CorpusSection,
     LanguageModelConfig,
     LanguageModelSection,
     LanguageModelTask,
+    LMEvaluationSection,
 )
 
 
@@ -37,10 +38,12 @@ class GPTModelSection(LanguageModelSection):
 
 
 @dataclass
-class CausalLMConfig(GPTModelSection, LanguageModelConfig):
-    """A causal-LM run (CRATE-GPT or the GPT-2 baseline)."""
+class CausalLMConfig(LanguageModelConfig):
+    """A causal-LM run (CRATE-GPT or the GPT-2 baseline): the language models' sections and the model."""
 
     task = "causal_lm"
+
+    network: GPTModelSection = section(GPTModelSection)
 
 
 @register_task(CausalLMConfig)
@@ -56,9 +59,9 @@ class CausalLMTask(LanguageModelTask):
         return LossOutput(loss)
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
-        metrics = lm_loss(model, self.corpus.val, self.config.block_size, self.ctx,
-                          batch_size=self.config.eval_batch_size, batches=self.config.val_batches,
-                          precision=self.config.precision)
+        c = self.config
+        metrics = lm_loss(model, self.corpus.val, c.data.block_size, self.ctx, batch_size=c.validation.eval_batch_size,
+                          batches=c.validation.val_batches, precision=c.run.precision)
         return {f"val_{k}": v for k, v in metrics.items()}
 
 
@@ -85,11 +88,13 @@ def gpt_owt() -> CausalLMConfig:
     for 600k steps, CRATE-GPT-Base (60M, batch 384) somewhat less.
     """
     return CausalLMConfig(
-        model="crate_gpt_base", model_args={"vocab_size": 50304}, block_size=1024, output_dir="runs/gpt_owt",
-        optimizer="adamw", lr=6e-4, min_lr_ratio=0.1, weight_decay=0.1, betas=(0.9, 0.95), grad_clip=1.0,
-        batch_size=384, micro_batch_size=12, epochs=1, warmup_epochs=0.0, total_steps=600_000, warmup_steps=2000,
-        eval_every_steps=2000, eval_batch_size=4, val_batches=1000, compile=True, checkpoint_every=2000,
-        num_workers=4, log_every=10,
+        network=GPTModelSection(model="crate_gpt_base", model_args={"vocab_size": 50304}),
+        data=CorpusSection(block_size=1024), validation=LMEvaluationSection(eval_batch_size=4, val_batches=1000),
+        optim=OptimSection(optimizer="adamw", lr=6e-4, weight_decay=0.1, betas=(0.9, 0.95), grad_clip=1.0),
+        schedule=ScheduleSection(batch_size=384, micro_batch_size=12, epochs=1, warmup_epochs=0.0,
+                                 total_steps=600_000, warmup_steps=2000, min_lr_ratio=0.1),
+        evaluation=EvaluationSection(eval_every_steps=2000),
+        run=RunSection(output_dir="runs/gpt_owt", compile=True, checkpoint_every=2000, num_workers=4, log_every=10),
     )
 
 
@@ -108,10 +113,12 @@ def gpt_stdlib() -> CausalLMConfig:
     time: the table of the presets' times in docs/training.md (``python -m benchmarks.presets``).
     """
     return CausalLMConfig(
-        model="crate_gpt_small", model_args=dict(dim=128, heads=4, depth=4), block_size=128, output_dir="runs/gpt_stdlib",
-        lr=3e-3, min_lr_ratio=0.1, betas=(0.9, 0.95), batch_size=32, total_steps=600, warmup_steps=50,
-        eval_every_steps=200, eval_batch_size=16, val_batches=50, **CPU_RUN,
-    )
+        network=GPTModelSection(model="crate_gpt_small", model_args=dict(dim=128, heads=4, depth=4)),
+        data=CorpusSection(block_size=128), validation=LMEvaluationSection(eval_batch_size=16, val_batches=50),
+        optim=OptimSection(lr=3e-3, betas=(0.9, 0.95)),
+        schedule=ScheduleSection(batch_size=32, total_steps=600, warmup_steps=50, min_lr_ratio=0.1),
+        evaluation=EvaluationSection(eval_every_steps=200), run=RunSection(output_dir="runs/gpt_stdlib"),
+    ).replace(**CPU_RUN)
 
 
 @preset
@@ -127,4 +134,4 @@ def tost_stdlib() -> CausalLMConfig:
     0.038 and the standard GPT 1.701 ± 0.016: claims tost-readme-stdlib-*). About 2× ``gpt_stdlib``'s
     work; time: the table of the presets' times in docs/training.md (``python -m benchmarks.presets``).
     """
-    return dataclasses.replace(gpt_stdlib(), model="tost_gpt_base", output_dir="runs/tost_stdlib")
+    return gpt_stdlib().replace(model="tost_gpt_base", output_dir="runs/tost_stdlib")

@@ -2,7 +2,6 @@
 be accepted, or to spin forever when the epoch became shorter than the checkpoint's position), the half-written
 metrics line of an interrupted append, a second SIGTERM during a checkpoint write, a run stopped before its first
 checkpoint."""
-import dataclasses
 import json
 import os
 import signal
@@ -54,7 +53,7 @@ def test_resume_on_other_training_data_is_refused(tmp_path, change):
             path.unlink()
     with pytest.raises(ValueError, match="resume: the training data differ from the checkpoint's "
                                          r"\(8 samples, fingerprint \w+ then, (9|4) samples"):
-        train(dataclasses.replace(config, resume=True, max_steps=5))
+        train(config.replace(resume=True, max_steps=5))
 
 
 def test_resume_drops_the_half_written_line_of_an_interrupted_append(tmp_path, capsys):
@@ -63,7 +62,7 @@ def test_resume_drops_the_half_written_line_of_an_interrupted_append(tmp_path, c
     metrics = tmp_path / "metrics.jsonl"
     with open(metrics, "a") as f:
         f.write('{"epoch": 0.75, "step": 3, "train_lo')  # a full disk mid-write
-    assert train(dataclasses.replace(config, resume=True, max_steps=4)).steps == 4
+    assert train(config.replace(resume=True, max_steps=4)).steps == 4
     assert "dropped the unfinished last line of" in capsys.readouterr().err
     assert [r["step"] for r in read_metrics(metrics) if "train_loss" in r] == [1, 2, 3, 4]
     lines = metrics.read_text().splitlines()
