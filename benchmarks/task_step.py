@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--batch-size", type=int, default=None,
                         help="at most this many samples per step (default 16 on CPU, 256 on GPU; a preset with a "
                              "smaller batch or micro-batch keeps its own)")
-    parser.add_argument("--compile", action="store_true", help="torch.compile the model (crate-train --compile)")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model (crate-train --run.compile)")
     args = parser.parse_args(argv)
     device = common.setup(args)
     if args.tiny:

@@ -166,11 +166,19 @@ def _cut(text: str, width: int) -> str:
     return (head.rsplit(" ", 1)[0] if " " in head else head).rstrip(" ,;:(") + "…"
 
 
+def _doc(kind: type) -> str:
+    """The first paragraph of class ``kind``'s docstring, on one line."""
+    return " ".join((inspect.getdoc(kind) or "").split("\n\n")[0].split())
+
+
 def _summary(kind: type) -> str:
-    """The first clause of section class ``kind``'s docstring (up to its first colon or full stop)."""
-    text = " ".join((inspect.getdoc(kind) or "").split("\n\n")[0].split())
-    for end in (": ", ". "):
-        text = text.split(end)[0]
+    """The first clause of section class ``kind``'s docstring: up to its first colon or full stop outside
+    parentheses."""
+    text, depth = _doc(kind), 0
+    for i, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0 and text[i:i + 2] in (": ", ". "):
+            return text[:i]
     return text.rstrip(".")
 
 
@@ -265,8 +273,8 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
         parser.epilog = _sections_text(config_class, defaults, width) + "\n\n" + parser.epilog
     for name, kind in config_class.sections().items():
         hints = typing.get_type_hints(kind)
-        doc = " ".join((inspect.getdoc(kind) or "").split("\n\n")[0].split())
-        group = parser.add_argument_group(f"{name} ({kind.__name__})", textwrap.fill(doc, width - 2))
+        group = (parser.add_argument_group(f"{name} ({kind.__name__})", textwrap.fill(_doc(kind), width - 2))
+                 if name in full else parser.add_argument_group())  # --help alone: `_sections_text` lists them
         for field in dataclasses.fields(kind):
             if field.name == "preset":
                 continue
@@ -274,7 +282,8 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
             text = field.metadata.get("help", "")
             if strip_optional(hints[field.name])[0] is dict:
                 text += f"; merged into the preset's (KEY={DEFAULT} removes one, for the model's own default)"
-            text += f" [{defaults.get(field.name)!r}" + (f"; one of {', '.join(map(str, choices))}]" if choices else "]")
+            value = f"{defaults.get(field.name)!r}"
+            text += f" [{value}; one of {', '.join(map(str, choices))}]" if choices else f" [{value}]"
             options = {**_field_parser(hints[field.name]), "dest": f"{name}.{field.name}"}
             if options.get("action") is Switch:
                 options["negated"] = [f"--{name}.no-{field.name.replace('_', '-')}",

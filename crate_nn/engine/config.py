@@ -273,8 +273,8 @@ def check_sections(config_class: type) -> None:
     naming them): the flat names are the keys of ``to_dict()`` and the flags' aliases."""
     inherited = [c.__name__ for c in config_class.__mro__[1:] if issubclass(c, Section)]
     if inherited:
-        raise TypeError(f"{config_class.__name__}: a config holds its sections as fields (`section`) and inherits none; "
-                        f"it inherits {', '.join(inherited)}")
+        raise TypeError(f"{config_class.__name__}: a config holds its sections as fields (`section`) and inherits "
+                        f"none; it inherits {', '.join(inherited)}")
     clash = sorted(set(_sections(config_class)) & set(_flat(config_class)))
     if clash:
         raise ValueError(f"{config_class.__name__}: {', '.join(clash)} name both a section and a field; rename the "
@@ -348,7 +348,8 @@ class TrainConfig:
     def to_dict(self) -> dict:
         """Every field of every section by its name (tuples and dicts as they are; `json` writes tuples as lists),
         the sections in `sections` order: what config.json, checkpoints and the audit's keys hold."""
-        return {name: value for held in self.sections() for name, value in dataclasses.asdict(getattr(self, held)).items()}
+        return {name: value for held in self.sections()
+                for name, value in dataclasses.asdict(getattr(self, held)).items()}
 
     @classmethod
     def from_dict(cls, fields: Mapping[str, Any]) -> TrainConfig:
@@ -407,7 +408,7 @@ class TrainConfig:
 
     @classmethod
     def resume_free_fields(cls) -> set[str]:
-        """Fields that may differ between an interrupted run and its ``--resume`` without changing the result."""
+        """Fields that may differ between an interrupted run and its ``--run.resume`` without changing the result."""
         return {name for name, (_, f) in _flat(cls).items() if f.metadata.get("resume_free")}
 
     def differences(self, saved: Mapping, ignore: Collection[str] = ()) -> list[str]:
@@ -457,8 +458,8 @@ class TrainConfig:
 
 
 DEFAULT = "default"
-"""A dict option's value that removes its key from the preset's (``--network.model-args depth=default``): the model's own
-default applies (`merge_options`)."""
+"""A dict option's value that removes its key from the preset's (``--network.model-args depth=default``): the model's
+own default applies (`merge_options`)."""
 
 
 def merge_options(preset: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
@@ -477,7 +478,8 @@ def fit_to_run(preset: TrainConfig, overrides: typing.Mapping[str, Any]) -> tupl
     fields of a run stated in steps, and gives a run stated in epochs a ``warmup_steps`` holding the warm-up's
     share of it (its epoch lists cannot be converted before the data are known: those past the run's end do not
     fire). A rescaled epoch list keeps 0 (the initialisation) and its positive entries stay ≥ 1. Fields set in
-    ``overrides`` (by name) are the caller's and are never changed (`TrainConfig.validate` refuses them if they do not fit).
+    ``overrides`` (by name) are the caller's and are never changed (`TrainConfig.validate` refuses them if they do
+    not fit).
     ``max_steps`` stops a run early without changing its length or its schedules: nothing to fit.
     """
     ratios = {}

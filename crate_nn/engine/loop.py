@@ -9,8 +9,8 @@ micro-batch and the evaluation; the loop owns the rest:
   with its message instead of hanging it.
 * each optimizer step: ``batch_size`` samples over all processes, split into micro-batches (gradient
   accumulation, ``no_sync`` on all but the last), bf16 autocast on GPUs (with ``bf16-if-faster`` also on CPUs
-  measured to multiply bf16 faster: every process measures, bf16 only if all do; ``--activations bf16`` keeps the
-  activations in bfloat16 between layers), ``torch.compile`` in a ``--compile-mode`` (CUDA graphs with
+  measured to multiply bf16 faster: every process measures, bf16 only if all do; ``--run.activations bf16`` keeps the
+  activations in bfloat16 between layers), ``torch.compile`` in a ``--run.compile-mode`` (CUDA graphs with
   reduce-overhead: a step boundary is marked before every micro-batch), one all-reduce for the loss,
   the logged metrics and counters and the stop flag, optional global-norm clipping, a NaN/Inf stop *before* the
   update, the per-step schedules (learning rate, weight decay, EMA momentum), the optional EMA.
@@ -19,16 +19,16 @@ micro-batch and the evaluation; the loop owns the rest:
   steps (restored on resume), so the task's own schedules read the engine's numbers instead of counting.
 * data order: a deterministic function of (seed, epoch) (`crate_nn.data.batching.EpochBatches`), so a resumed
   run sees exactly the batches the uninterrupted run would have seen; ``num_workers`` DataLoader processes or,
-  with ``--loader threads``, threads read them (the same batches either way).
+  with ``--run.loader threads``, threads read them (the same batches either way).
 * checkpoints (``checkpoints/step_XXXXXXX.pt`` and ``last.pt``, atomic): model, optimizer, per-rank RNG states,
-  position, task state, EMA, counters and the partial log window — ``--resume`` continues bit-exactly on a CPU.
+  position, task state, EMA, counters and the partial log window — ``--run.resume`` continues bit-exactly on a CPU.
 * preemption: SIGTERM or SIGINT (what SLURM and cloud schedulers send before killing a job) lets the current
   optimizer step finish, writes a checkpoint, and raises `Preempted` (a second signal stops at once, except during a
   checkpoint write, which it lets finish); ``crate-train`` then exits with 128 + the
   signal number after one line saying how to resume. Under torchrun the signal travels in the step's all-reduce,
   so every process stops after the same step (the next one when the signal arrives after that all-reduce).
 * one run per directory: the main process holds `RunLock` on the run directory while it trains, and checkpoints
-  record the training data (`data_identity`): ``--resume`` on other data is refused.
+  record the training data (`data_identity`): ``--run.resume`` on other data is refused.
 * metrics.jsonl: a line per ``log_every`` steps (train_loss, lr, throughput, task metrics, counters), a line per
   evaluation (at step 0 with ``eval_at_start``, at epoch ends and every ``eval_every_steps``), and end-of-run lines
   marked ``"final"`` (which a resumed run replaces).
@@ -71,7 +71,7 @@ CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 
 
 def compile_model(model: nn.Module, mode: str = "default") -> nn.Module:
-    """``torch.compile(model)`` in ``mode`` (``--compile-mode``, `crate_nn.engine.config.COMPILE_MODES`). The CUDA
+    """``torch.compile(model)`` in ``mode`` (``--run.compile-mode``, `crate_nn.engine.config.COMPILE_MODES`). The CUDA
     graphs of reduce-overhead and max-autotune are captured per input shape: training batches have one shape (an
     incomplete last batch is dropped); evaluation captures its own graphs (eval mode, its last short batch)."""
     if mode not in COMPILE_MODES:
@@ -233,9 +233,10 @@ class Training:
         self.plan = plan = RunPlan.resolve(config, task, ctx.world_size)
         task.start(plan)
         optim = config.optim
-        self.schedules = Schedules(plan.warmup_steps, plan.total_steps, config.schedule.min_lr_ratio, optim.weight_decay,
+        schedule = config.schedule
+        self.schedules = Schedules(plan.warmup_steps, plan.total_steps, schedule.min_lr_ratio, optim.weight_decay,
                                    optim.weight_decay_end, optim.ema_momentum, optim.ema_momentum_end,
-                                   config.schedule.lr_schedule)
+                                   schedule.lr_schedule)
         self.raw_model = task.model.to(ctx.device)
         precision.keep_activations(self.raw_model, config.run.activations)
         self.raw_model.preprocessing = task.preprocessing()  # saved with every checkpoint (crate_nn.preprocessing)
@@ -343,8 +344,8 @@ class Training:
             raise RuntimeError(f"position {self.step_in_epoch} is past the {self.plan.steps_per_epoch} steps of epoch "
                                f"{self.epoch}")
         batches = EpochBatches(len(task.train_set), global_batch=config.schedule.batch_size,
-                               micro_batch=self.plan.micro_batch, rank=ctx.rank, world_size=ctx.world_size, seed=config.run.seed, epoch=self.epoch,
-                               start_step=self.step_in_epoch)
+                               micro_batch=self.plan.micro_batch, rank=ctx.rank, world_size=ctx.world_size,
+                               seed=config.run.seed, epoch=self.epoch, start_step=self.step_in_epoch)
         return iter(loader(task.train_set, batches, config.run.num_workers, pin_memory=ctx.device.type == "cuda",
                            collate_fn=task.collate, threads=config.run.loader == "threads"))
 
@@ -459,7 +460,7 @@ class Training:
             self.bar.close()
             signum = self.stop.received or signal.SIGTERM
             raise Preempted(f"stopped by {signal.Signals(signum).name} after optimizer step {self.step}; checkpoint "
-                            f"{self.files.last}; continue with the same command plus --resume", signum, self.step)
+                            f"{self.files.last}; continue with the same command plus --run.resume", signum, self.step)
         every = self.config.run.checkpoint_every
         if every and self.step % every == 0 and self.step_in_epoch < self.plan.steps_per_epoch:
             self.checkpoint()

@@ -6,7 +6,7 @@ the EMA, the NaN stop, preemption, checkpoints, exact resume, the progress bar a
 
 The engine owns the run's arithmetic and its position too. It resolves the micro-batch, the accumulation, the
 steps per epoch and the run's length once (`RunPlan`) and hands them to the task with `Task.start` before training;
-while it trains it keeps ``task.clock`` (`Clock`: optimizer steps done, epoch) current, restored on ``--resume``
+while it trains it keeps ``task.clock`` (`Clock`: optimizer steps done, epoch) current, restored on ``--run.resume``
 from the checkpoint's position. A task keeps no step counter of its own: its per-step and per-epoch schedules (a
 teacher's momentum, a temperature warm-up, the epoch of its masks) read ``self.plan`` and ``self.clock``.
 

@@ -76,13 +76,14 @@ def gpt_owt() -> CausalLMConfig:
     ids padded to 50,304 (crate-lm's, a multiple of 64; the padding rows are never targets). Left open by the paper
     and chosen here: micro-batches of 12 (32 accumulation steps on one GPU; 4 on 8), evaluation every 2,000 steps
     with Table 6's protocol (4 × 1,000 windows of the validation split), nanoGPT's 0.05% validation split. Fig. 12's
-    x-axis suggests 60k steps rather than App. C.4's 600k; pass --total-steps 60000 for that reading.
-    ``--model gpt_base`` trains GPT-2 (124M) with the same recipe, ``--model-args feedforward=none`` the
-    without-ISTA ablation (Table 16).
+    x-axis suggests 60k steps rather than App. C.4's 600k; pass --schedule.total-steps 60000 for that reading.
+    ``--network.model gpt_base`` trains GPT-2 (124M) with the same recipe, ``--network.model-args
+    feedforward=none`` the without-ISTA ablation (Table 16).
 
     Prepare:  crate-prepare-text --input /data/openwebtext --tokenizer tiktoken:gpt2 --output-dir data/owt --workers 16
-    Command (one GPU):  crate-train --preset gpt_owt --data-dir data/owt
-    Command (8 GPUs):  torchrun --standalone --nproc_per_node 8 -m crate_nn.train --preset gpt_owt --data-dir data/owt
+    Command (one GPU):  crate-train --preset gpt_owt --data.data-dir data/owt
+    Command (8 GPUs):  torchrun --standalone --nproc_per_node 8 -m crate_nn.train --preset gpt_owt \\
+                           --data.data-dir data/owt
     Expected: validation loss ≈ 3.37 nats/token (Table 6; GPT-2 124M reaches 2.85 with nanoGPT), ≈ 3.68 without
     ISTA (Table 16). Wall time: not measured here; nanoGPT's GPT-2 (124M, batch 480) takes ≈ 4 days on 8 A100-40GB
     for 600k steps, CRATE-GPT-Base (60M, batch 384) somewhat less.
@@ -105,8 +106,8 @@ def gpt_stdlib() -> CausalLMConfig:
     d = 128, K = 4, L = 4, 128-byte windows, batch 32; the GPT recipe scaled down: AdamW β (0.9, 0.95), lr 3e-3
     (small models take larger rates) with 50 warm-up steps and cosine decay to 3e-4 at step 600, weight decay 0.1,
     clipping 1.0; evaluation every 200 steps on 50 × 16 validation windows (Table 6's protocol, fewer batches).
-    ``--model gpt_small --model-args dim=128 heads=4 depth=4`` is the standard GPT of the same width,
-    ``--model-args feedforward=none`` the without-ISTA ablation.
+    ``--network.model gpt_small --network.model-args dim=128 heads=4 depth=4`` is the standard GPT of the same
+    width, ``--network.model-args feedforward=none`` the without-ISTA ablation.
 
     Command:  crate-train --preset gpt_stdlib
     Expected: see docs/language.md (validation loss per byte for three seeds);

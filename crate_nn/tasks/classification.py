@@ -101,12 +101,13 @@ class ClassificationConfig(TrainConfig):
         return super().smoke(steps, batch_size, **{"measure_epochs": (), "init_from": None, **overrides})
 
 
-def build_classifier(network: ClassifierSection, from_data: dict) -> nn.Module:
-    """The model to train: ``network.model`` with ``model_args``; or, when ``init_from`` is a classifier of our
+def build_classifier(config: ClassificationConfig, from_data: dict) -> nn.Module:
+    """The model to train: ``config``'s ``model`` with ``model_args``; or, when ``init_from`` is a classifier of our
     format, the architecture stored in it, so a fine-tuning run rebuilds what was pre-trained (another codebase's
-    file does not record all of it: ``network.model`` gives the rest). ``from_data`` (image size, classes, channels)
+    file does not record all of it: ``model`` gives the rest). ``from_data`` (image size, classes, channels)
     always comes from the data; a ``model_args`` entry that contradicts the checkpoint's config raises ValueError
     naming it."""
+    network = config.network
     if network.init_from:
         stored = read_state(network.init_from, what="init_from", families=starting_points("classifier"),
                             heads=network.model_args.get("heads", model_config(network.model).heads))
@@ -133,8 +134,8 @@ class ClassificationTask(Task):
         info, data, network = self.train_set.info, config.data, config.network
         require_classes(info.classes, f"train_split: {data.dataset} split {data.train_split!r}"
                         + (f" of {data.data_dir}" if data.data_dir else ""))
-        self.model = build_classifier(network, {"image_size": data.image_size, "num_classes": info.num_classes,
-                                                "in_channels": info.in_channels})
+        self.model = build_classifier(config, {"image_size": data.image_size, "num_classes": info.num_classes,
+                                               "in_channels": info.in_channels})
         self.reinitialised = init_from(self.model, network.init_from) if network.init_from else []
         self.train_transform, self.eval_transform = image_transforms(config, ctx.device)
         self.layers = (LayerMeasurements(self.eval_set, self.eval_transform, ctx.device,
@@ -176,16 +177,16 @@ def imagenet() -> ClassificationConfig:
     """The paper's ImageNet-1K recipe (App. C.1): CRATE-Base, Lion, 150 epochs.
 
     Lion lr 2.4e-4, weight decay 0.5 (not on norms, biases, embeddings — the paper does not say; flag
-    ``--weight-decay-all``), global batch 2048 (use ``--micro-batch-size`` for gradient accumulation), 5-epoch
-    linear warm-up then cosine, stepped every optimizer step; RandomResizedCrop(224) + horizontal flip only; label
+    ``--optim.weight-decay-all``), global batch 2048 (use ``--schedule.micro-batch-size`` for gradient accumulation),
+    5-epoch linear warm-up then cosine, stepped every optimizer step; RandomResizedCrop(224) + horizontal flip only; label
     smoothing 0.1; eval resize 256 / centre crop 224; bf16 autocast on GPUs. Layer-wise measurements at epochs
     0, 1, 20, 150 (Fig. 15). One difference from a per-image pipeline: to augment whole batches on the GPU, the
     DataLoader workers resize each image's shorter side to ``load_size`` (256) and keep the central square, and
-    the random-resized crop is drawn from that square (raise ``--load-size`` to crop from more pixels).
-    ``--model vit_base`` (or crate_mlp/crate_mhsa variants) trains a baseline with the same recipe.
+    the random-resized crop is drawn from that square (raise ``--data.load-size`` to crop from more pixels).
+    ``--network.model vit_base`` (or crate_mlp/crate_mhsa variants) trains a baseline with the same recipe.
 
-    Command (one GPU):  crate-train --preset imagenet --data-dir /data/imagenet --micro-batch-size 256
-    Expected: top-1 70.8% (CRATE-B), 66.7 / 69.2 / 71.3% with ``--model crate_tiny / crate_small / crate_large``
+    Command (one GPU):  crate-train --preset imagenet --data.data-dir /data/imagenet --schedule.micro-batch-size 256
+    Expected: top-1 70.8% (CRATE-B), 66.7 / 69.2 / 71.3% with ``--network.model crate_tiny / crate_small / crate_large``
     (Table 1). Wall time: the paper reports ≈ 240 s per CRATE-B epoch on 16 A100-40GB (≈ 10 h for 150 epochs,
     data loading included); one GPU of that kind is 16× slower (≈ 7 days).
     """
@@ -204,8 +205,8 @@ def finetune() -> ClassificationConfig:
     count differs. Not stated by the paper and chosen here: 200 epochs (the authors' fine-tuning table for
     CIFAR), cosine decay without warm-up, label smoothing 0.1.
 
-    Command:  crate-train --preset finetune --init-from runs/imagenet/checkpoints/last.pt \\
-                  --dataset cifar10 --data-dir /data/cifar10
+    Command:  crate-train --preset finetune --network.init-from runs/imagenet/checkpoints/last.pt \\
+                  --data.dataset cifar10 --data.data-dir /data/cifar10
     Expected: top-1 CIFAR-10 96.8%, CIFAR-100 82.7%, Flowers-102 88.7%, Pets 85.3% from CRATE-B (Table 1).
     Wall time: CIFAR-10 at 224² costs about 4% of an ImageNet epoch per epoch, ≈ 10 min per epoch on one A100.
     """
@@ -226,13 +227,13 @@ def digits() -> ClassificationConfig:
     (not on norms, biases, embeddings), batch 64, 30 epochs with a 3-epoch warm-up; no augmentation. Trained on the
     1,293-image training split, tuned on the 144-image validation split, tested once on the 360 held-out images.
     Tuning history (patch size, weight decay; validation top-1): ``results/presets/digits.md``.
-    ``--model vit_tiny --model-args patch_size=4 dim=96 depth=3 heads=4`` (or crate_mlp_s8 / crate_mhsa_s8 with
-    the same arguments) trains a baseline of the same size with the same recipe.
+    ``--network.model vit_tiny --network.model-args patch_size=4 dim=96 depth=3 heads=4`` (or crate_mlp_s8 /
+    crate_mhsa_s8 with the same arguments) trains a baseline of the same size with the same recipe.
 
     The initial model is evaluated too (``eval_at_start``): the run's summary shows each validation metric beside
     its value before training.
 
-    Command:  crate-train --preset digits            (``--epochs 15``: half the time, warm-up 1.5 epochs,
+    Command:  crate-train --preset digits            (``--schedule.epochs 15``: half the time, warm-up 1.5 epochs,
                                                      validation ≈ 97%)
     Expected: validation 95–98% (seed-dependent), test 97.3 ± 0.3%; time: the table of the presets' times in docs/training.md (``python -m benchmarks.presets``).
     """
@@ -260,8 +261,8 @@ def mnist5k() -> ClassificationConfig:
 
     Command:  crate-train --preset mnist5k
     Expected: test top-1 94.4% (seed 0; validation 92.8%; before this preset existed one run each gave CRATE 94.0%
-    and ViT 94.6% with ``--model vit_tiny`` and the same ``--model-args``). About 5× a digits run's work per
-    epoch (2.8× the images, 17 tokens instead of 5); time: the table of the presets' times in docs/training.md (``python -m benchmarks.presets``).
+    and ViT 94.6% with ``--network.model vit_tiny`` and the same ``--network.model-args``). About 5× a digits run's
+    work per epoch (2.8× the images, 17 tokens instead of 5); time: the table of the presets' times in docs/training.md (``python -m benchmarks.presets``).
     """
     return digits().replace(model_args=dict(patch_size=7, dim=96, depth=3, heads=4), dataset="mnist5k", image_size=28,
                             output_dir="runs/mnist5k", measure_samples=1000)
@@ -273,8 +274,8 @@ def tost_digits() -> ClassificationConfig:
     code's choices: normalised membership, c = 1, a free output map) in place of CRATE's, everything else equal.
 
     The same size (image 8, patch 4, d = 96, 3 layers, 4 heads) and recipe as ``digits`` (AdamW lr 2e-3, weight decay
-    0.5, batch 64, 30 epochs, 3 warm-up), so that the two presets and ``digits`` with ``--model vit_tiny`` compare
-    the layers alone (the audit's claim 4-tost-digits does). No layer-wise R^c measurements: they read MSSA's U.
+    0.5, batch 64, 30 epochs, 3 warm-up), so that the two presets and ``digits`` with ``--network.model vit_tiny``
+    compare the layers alone (the audit's claim 4-tost-digits does). No layer-wise R^c measurements: they read MSSA's U.
 
     Command:  crate-train --preset tost_digits
     Expected: validation 96.1 ± 0.8%, test 97.4 ± 0.9% (three runs: data orders 0–2 with the audit's
@@ -288,8 +289,8 @@ def tost_digits() -> ClassificationConfig:
 def synthetic() -> ClassificationConfig:
     """Random images of any size with random labels: smoke tests and throughput measurements.
 
-    Command:  crate-train --preset synthetic --image-size 224 --model crate_base --max-steps 50
-              (on a CPU: --image-size 32 --model-args patch_size=8 dim=64 depth=2 heads=2)
+    Command:  crate-train --preset synthetic --data.image-size 224 --network.model crate_base --schedule.max-steps 50
+              (on a CPU: --data.image-size 32 --network.model-args patch_size=8 dim=64 depth=2 heads=2)
     Expected: chance accuracy (the labels are random); images/s is the number to read.
     """
     return ClassificationConfig(

@@ -17,7 +17,7 @@ One optimizer step on a batch of images X (eqs. 76–79, DINO's recipe for what 
 The student and the teacher form one `crate_nn.models.dino_head.DINO` model, so checkpoints carry both and
 `crate_nn.load` returns a model whose ``forward_features`` is the teacher's backbone (eq. 80). The loss, the
 temperatures, the centre and its all-reduce are the objective's (`crate_nn.tasks.dino_loss.DINOLoss`), whose state
-(the centre) the task's state carries in checkpoints (``--resume``); a checkpoint written when the centre was the
+(the centre) the task's state carries in checkpoints (``--run.resume``); a checkpoint written when the centre was the
 model's (``center`` in its weights) resumes with that centre. Logged: the collapse monitors every ``log_every``
 steps (``train_teacher_entropy``: mean entropy of q; ``train_teacher_mean_entropy``: entropy of the batch-mean q;
 ``train_kl``: mean KL(q_g ‖ p_v) over the loss pairs) and at every evaluation on un-augmented held-out images
@@ -150,8 +150,8 @@ class CropsSection(Section):
 
 @dataclass
 class DistillationSection(Section):
-    """The objective — DINO's loss and centre (the ``dino`` section) or SimDINO's coding rate (``simdino``) — and the
-    EMA teacher."""
+    """The objective — DINO's loss and centre (the ``dino`` section) or SimDINO's coding rate (``simdino``) — and
+    the EMA teacher."""
 
     objective: str = option("dino", "dino: DINO's loss (76) with centring and sharpening; simdino: SimDINO's "
                             "coding-rate objective (crate_nn.tasks.simdino: the head without prototypes, cosine "
@@ -308,7 +308,8 @@ class DINOTask(Task):
         self.eval_transform = evaluation_transform(config.data).to(ctx.device)
         self.objective = build_objective(config, self.model.config.prototypes, ctx).to(ctx.device)
         self.collapse_monitors = CollapseMonitors(self.eval_set, self.eval_transform, ctx.device,
-                                                  samples=config.cadence.monitor_samples, precision=config.run.precision)
+                                                  samples=config.cadence.monitor_samples,
+                                                  precision=config.run.precision)
         self.layers = (LayerMeasurements(self.eval_set, self.eval_transform, ctx.device,
                                          samples=config.measure.measure_samples)
                        if ctx.is_main and config.measure.measure_epochs else None)
@@ -353,8 +354,8 @@ class DINOTask(Task):
         if self.ctx.is_main and not self.collapse_warned:
             found = self.objective.collapse(monitors)
             if found:
-                print(f"{self.config.distillation.objective}: warning: the head has collapsed at step {step} ({found}); the "
-                      "backbone's k-NN may stop improving (see docs/dino.md)", file=sys.stderr)
+                print(f"{self.config.distillation.objective}: warning: the head has collapsed at step {step} "
+                      f"({found}); the backbone's k-NN may stop improving (see docs/dino.md)", file=sys.stderr)
                 self.collapse_warned = True
         evals = due(self.config.evals, epoch)
         return {**monitors, **self.frozen_evaluator()(
@@ -391,26 +392,27 @@ def dino_imagenet() -> DINOTrainConfig:
     """CRATE-DINO on ImageNet-1K (App. C.3, Table 4): CRATE-Small/16, 100 epochs.
 
     The paper's values: AdamW, base learning rate 0.001 with DINO's linear scaling rule lr = 0.001 × batch / 256
-    (0.004 for the global batch of 1024; with ``--batch-size B`` pass ``--lr`` 0.001·B/256 yourself), weight decay
-    0.005, 100 epochs, linear warm-up then cosine. Everything else is the official DINO recipe (the paper: "chosen
+    (0.004 for the global batch of 1024; with ``--schedule.batch-size B`` pass ``--optim.lr`` 0.001·B/256
+    yourself), weight decay 0.005, 100 epochs, linear warm-up then cosine. Everything else is the official DINO recipe (the paper: "chosen
     to exactly match"), with its defaults: global batch 1024 (the 16 GPUs × 64 of DINO's 100-epoch ViT-S/16 runs),
     10 warm-up epochs, cosine to lr 1e-6 (min_lr_ratio 2.5e-4), AdamW β = (0.9, 0.999), weight decay cosine from
     0.005 to DINO's weight_decay_end 0.4 (the paper changes "the weight decay parameter", DINO's initial value),
     gradient clipping 3.0 per parameter tensor, last layer frozen for 1 epoch, teacher momentum 0.996 → 1 (cosine),
     τ_s = 0.1, τ_t = 0.04 without warm-up, centre momentum 0.9, head: 3-layer MLP 2048 → bottleneck 256 → 65,536
-    normalised prototypes (``--projection paper`` for eq. 75 with K = d: ``--out-dim None``), 2 global crops 224²
-    (scale 0.4–1) + 8 local crops 96² (scale 0.05–0.4), DINO's photometric augmentations. Differences forced by
+    normalised prototypes (``--head.projection paper`` for eq. 75 with K = d: ``--head.out-dim None``), 2 global
+    crops 224² (scale 0.4–1) + 8 local crops 96² (scale 0.05–0.4), DINO's photometric augmentations. Differences forced by
     this codebase: bf16 autocast instead of fp16 with a loss scaler; no stochastic depth (DINO's drop_path 0.1: CRATE
-    layers have none); crops drawn from the central 256² square (``--load-size`` raises it); k-NN (T = 0.07,
+    layers have none); crops drawn from the central 256² square (``--data.load-size`` raises it); k-NN (T = 0.07,
     k ∈ {10, 20, 100, 200}, k chosen by the leave-one-out accuracy of 10,000 training images) at the end only;
-    the linear probe with ``--probe-epochs 100`` (with ``--probe-solver adam``: on the GPU, the weight decay chosen
-    on held-out training images; sklearn on 1.28M × d features would take hours). ``--model crate_base
-    --model-args patch_size=8`` trains the paper's CRATE-B/8; ``--model vit_small`` the ViT-S/16 baseline.
+    the linear probe with ``--cadence.probe-epochs 100`` (with ``--frozen.probe-solver adam``: on the GPU, the weight
+    decay chosen on held-out training images; sklearn on 1.28M × d features would take hours). ``--network.model
+    crate_base --network.model-args patch_size=8`` trains the paper's CRATE-B/8; ``--network.model vit_small`` the
+    ViT-S/16 baseline.
 
     Command (one GPU, 8 accumulated micro-batches of 128):
-        crate-train --preset dino_imagenet --data-dir /data/imagenet --micro-batch-size 128
+        crate-train --preset dino_imagenet --data.data-dir /data/imagenet --schedule.micro-batch-size 128
     8 GPUs:  torchrun --standalone --nproc_per_node 8 -m crate_nn.train --preset dino_imagenet \\
-                 --data-dir /data/imagenet --micro-batch-size 128
+                 --data.data-dir /data/imagenet --schedule.micro-batch-size 128
     Expected (Table 4): k-NN 53.02%, linear probe 58.41% (CRATE-S/16); CRATE-B/8 59.91% / 67.42%. Wall time: not
     measured here; DINO reports ≈ 24 h for 100 epochs of ViT-S/16 on 16 V100s.
     """
@@ -484,10 +486,10 @@ def simdino_imagenet() -> DINOTrainConfig:
     local one as if it held every process's images: `crate_nn.tasks.simdino`); crops from the central 256² square.
 
     Command (one GPU, 8 accumulated micro-batches of 64):
-        crate-train --preset simdino_imagenet --data-dir /data/imagenet --micro-batch-size 64
+        crate-train --preset simdino_imagenet --data.data-dir /data/imagenet --schedule.micro-batch-size 64
     8 GPUs:  torchrun --standalone --nproc_per_node 8 -m crate_nn.train --preset simdino_imagenet \\
-                 --data-dir /data/imagenet
-    Expected: the public ViT-B/16 (``--model vit_base``) reaches k-NN 74.9%, linear probe 77.3% (its README; its
+                 --data.data-dir /data/imagenet
+    Expected: the public ViT-B/16 (``--network.model vit_base``) reaches k-NN 74.9%, linear probe 77.3% (its README; its
     DINO ViT-B/16: 72.9% / 76.3%); no CRATE result is published. Wall time: not measured here; the public README
     gives ≈ 1.5 days on 8 GPUs for ViT-B/16. Note that with gradient accumulation the coding rate is that of each
     micro-batch over the processes (8 × 64 = 512 images here, as in the public run).

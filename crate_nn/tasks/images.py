@@ -25,8 +25,8 @@ from ..engine.config import DataSection, Section, TrainConfig, option
 from ..evaluation.cadence import Cadence
 from ..evaluation.linear_probe import PROBE_SOLVERS
 
-DATA_LAYOUTS = """Data layouts (--data.data-dir): imagenet/imagefolder: <dir>/<split>/<class>/<image> (ImageNet's val/ must be
-in class folders too); cifar10: data_batch_1..5, test_batch, batches.meta (or the folder holding
+DATA_LAYOUTS = """Data layouts (--data.data-dir): imagenet/imagefolder: <dir>/<split>/<class>/<image> (ImageNet's
+val/ must be in class folders too); cifar10: data_batch_1..5, test_batch, batches.meta (or the folder holding
 cifar-10-batches-py); cifar100: train, test, meta (or cifar-100-python/); flowers102: jpg/, imagelabels.mat,
 setid.mat (splits train/val/test) or <split>/<class>/ folders; pets: images/, annotations/{trainval,test}.txt
 or <split>/<class>/ folders; shards: <dir>/<split>/ written by crate-pack; digits and synthetic are built in."""
@@ -178,7 +178,7 @@ def evaluation_data(config: TrainConfig, device: torch.device | str = "cpu") -> 
     return EvaluationData(memory, eval_set, test_set, evaluation_transform(data).to(device))
 
 
-STRICT_SCAN_LIMIT = 20_000  # files per split checked before training under --strict (≈ 1 ms each)
+STRICT_SCAN_LIMIT = 20_000  # files per split checked before training under --data.strict (≈ 1 ms each)
 
 
 def check_readable(datasets) -> None:

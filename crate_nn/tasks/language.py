@@ -29,8 +29,8 @@ from ..models.registry import create_model, model_config, unwrap_model
 from ..preprocessing import Preprocessing
 from ..weights import init_from
 
-DATA_LAYOUTS = """Data (--data.data-dir): a folder prepared by crate-prepare-text (meta.json, train.bin, val.bin); none = the
-built-in corpus (the standard library's source as byte tokens). Fine-tuning: a folder with train.tsv and dev.tsv in
+DATA_LAYOUTS = """Data (--data.data-dir): a folder prepared by crate-prepare-text (meta.json, train.bin, val.bin); none =
+the built-in corpus (the standard library's source as byte tokens). Fine-tuning: a folder with train.tsv and dev.tsv in
 GLUE's format (a header row; --data.text-columns, --data.label-column); none = the built-in next-line pairs."""
 
 @dataclass

@@ -12,7 +12,7 @@ linear probe (App. C.2: `crate_nn.evaluation.linear_probe`, the solver ``probe_s
 of the same model at its initialisation, on ``train_split`` → ``test_split`` (``eval_split`` without one), fit once
 (main process) on features every process extracts a shard of. Reconstruction figures
 (`crate_nn.analysis.reconstruction`, Fig. 11) after the epochs in ``figure_epochs`` under ``<output_dir>/figures/``.
-Fine-tuning goes through the classification task (``--init-from`` a CRATE-MAE checkpoint; presets
+Fine-tuning goes through the classification task (``--network.init-from`` a CRATE-MAE checkpoint; presets
 ``mae_finetune`` and ``mae_digits_finetune``).
 
 Presets (each docstring gives the command, the wall time and the expected result): ``mae_imagenet`` (the paper's
@@ -271,20 +271,21 @@ def mae_imagenet() -> MAEConfig:
       lr = 3e-5 × 4096/256 = 4.8e-4. Why: the authors trained with FAIR's MAE code ("use the FAIR MAE repo",
       their README), whose learning-rate option is that base rate; taken as an absolute rate it would be 80× below
       the rate FAIR's recipe uses at this batch size (1.5e-4 × 16 = 2.4e-3). The paper does not say which; for
-      the other reading pass ``--lr 3e-5``. With another ``--batch-size``, scale: ``--lr`` = 3e-5 × batch/256.
+      the other reading pass ``--optim.lr 3e-5``. With another ``--schedule.batch-size``, scale: ``--optim.lr`` =
+      3e-5 × batch/256.
     * Not stated by the paper, taken from FAIR's MAE pre-training: AdamW β = (0.9, 0.95); no weight decay on
       norms, biases and the class/mask tokens; RandomResizedCrop scale (0.2, 1.0) (bilinear on the device, FAIR:
       bicubic); ImageNet mean/std normalisation; masks per image from (seed, epoch, image). ``norm_pix_loss`` is
-      off, as in the authors' model code (FAIR recommends it on: ``--model-args norm_pix_loss=True``).
+      off, as in the authors' model code (FAIR recommends it on: ``--network.model-args norm_pix_loss=True``).
     * Reconstruction figures of 8 validation images after epochs 0, 1, 100, 400 and 800; bf16 autocast.
 
     Command (one GPU; 16 accumulated micro-batches of 256 make the batch of 4096):
-        crate-train --preset mae_imagenet --data-dir /data/imagenet --micro-batch-size 256
+        crate-train --preset mae_imagenet --data.data-dir /data/imagenet --schedule.micro-batch-size 256
     8 GPUs:  torchrun --standalone --nproc_per_node 8 -m crate_nn.train --preset mae_imagenet \\
-                 --data-dir /data/imagenet --micro-batch-size 256
+                 --data.data-dir /data/imagenet --schedule.micro-batch-size 256
     Expected: reconstruction loss train 0.266 / val 0.303 (Table 2, CRATE-MAE-Base; the paper does not say whether
-    with normalised targets); fine-tuned and probed as Table 3 (``mae_finetune``). ``--model crate_mae_small`` for
-    CRATE-MAE-S. Wall time: not measured on a GPU yet (the tasks stage of ``make gpu-check`` times its step) and not
+    with normalised targets); fine-tuned and probed as Table 3 (``mae_finetune``). ``--network.model
+    crate_mae_small`` for CRATE-MAE-S. Wall time: not measured on a GPU yet (the tasks stage of ``make gpu-check`` times its step) and not
     reported by the paper; one epoch is 1.28M images through a 44.6M-parameter encoder-decoder over all 197 tokens.
     """
     return MAEConfig(
@@ -343,11 +344,11 @@ def mae_finetune() -> ClassificationConfig:
     The ``finetune`` preset's recipe (AdamW lr 5e-5, weight decay 0.01, batch 512, 224² inputs, random-resized crop
     + flip + RandAugment(2, 14), 200 epochs) on a ``crate_base`` classifier shaped as the CRATE-MAE encoder:
     Conv2d patch embedding, λ = 0.5 and the global-pooling head of eq. (72) (``pool=mean``); the encoder, class token
-    and sine-cosine table (then trainable) come from the checkpoint, the head is new. ``--model crate_small`` for
-    CRATE-MAE-S (``--model crate_large --model-args depth=12 …`` for our L = 12 CRATE-MAE-L).
+    and sine-cosine table (then trainable) come from the checkpoint, the head is new. ``--network.model
+    crate_small`` for CRATE-MAE-S (``--network.model crate_large --network.model-args depth=12 …`` for our L = 12 CRATE-MAE-L).
 
-    Command:  crate-train --preset mae_finetune --init-from runs/mae_imagenet/checkpoints/last.pt \\
-                  --dataset cifar10 --data-dir /data/cifar10
+    Command:  crate-train --preset mae_finetune --network.init-from runs/mae_imagenet/checkpoints/last.pt \\
+                  --data.dataset cifar10 --data.data-dir /data/cifar10
     Expected: top-1 CIFAR-10 96.8%, CIFAR-100 80.3%, Flowers-102 78.5%, Pets 76.7% from CRATE-MAE-B (Table 3);
     wall time as ``finetune`` (≈ 10 min per CIFAR-10 epoch on one A100).
     """
@@ -357,14 +358,14 @@ def mae_finetune() -> ClassificationConfig:
 
 @preset
 def mae_digits_finetune() -> ClassificationConfig:
-    """Fine-tuning of the ``mae_digits`` encoder on the digits labels — or, without ``--init-from``, the same
+    """Fine-tuning of the ``mae_digits`` encoder on the digits labels — or, without ``--network.init-from``, the same
     classifier trained from scratch with the same recipe (the baseline).
 
     The ``digits`` classification recipe (AdamW lr 2e-3, weight decay 1.0, batch 64, 30 epochs, 3-epoch warm-up,
     no augmentation, test on the 360 held-out images) on a classifier shaped as the mae_digits encoder: patch 2,
     d = 64, 4 heads, 3 layers, Conv2d stem, λ = 0.5, mean pooling (eq. 72), the mae_digits normalisation.
 
-    Command:  crate-train --preset mae_digits_finetune --init-from runs/mae_digits/checkpoints/last.pt
+    Command:  crate-train --preset mae_digits_finetune --network.init-from runs/mae_digits/checkpoints/last.pt
               (from scratch: crate-train --preset mae_digits_finetune)
     Expected: see docs/mae.md (test top-1 pre-trained vs from scratch, mean ± std over seeds);
     time: the table of the presets' times in docs/training.md (``python -m benchmarks.presets``).

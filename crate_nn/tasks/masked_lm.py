@@ -112,12 +112,13 @@ def bert_wiki() -> MaskedLMConfig:
     prints 8,096, which divides by no power of two above 32 — read as 8,192. Left open and chosen
     here: gradient clipping 1.0 (Hugging Face's default), micro-batches of 32 (32 accumulation steps on 8 GPUs),
     bf16 autocast, evaluation every 1,000 steps on 100 × 8 validation windows with fixed masks, 0.1% of the
-    documents held out. ``--model bert_base`` trains the MHSA + MLP baseline with the same recipe.
+    documents held out. ``--network.model bert_base`` trains the MHSA + MLP baseline with the same recipe.
 
     Prepare:  crate-prepare-text --input /data/wikipedia.jsonl /data/bookcorpus.jsonl --tokenizer hf:roberta-base \\
                   --output-dir data/wiki --val-fraction 0.001 --workers 16
-    Command (one GPU):  crate-train --preset bert_wiki --data-dir data/wiki
-    Command (8 GPUs):  torchrun --standalone --nproc_per_node 8 -m crate_nn.train --preset bert_wiki --data-dir data/wiki
+    Command (one GPU):  crate-train --preset bert_wiki --data.data-dir data/wiki
+    Command (8 GPUs):  torchrun --standalone --nproc_per_node 8 -m crate_nn.train --preset bert_wiki \\
+                           --data.data-dir data/wiki
     Expected: training loss ≈ 8 → ≈ 2 over 30k steps (Fig. 12, left); GLUE after fine-tuning as Table 5 (SST-2 85.9,
     MRPC F1 80.0). Wall time: not measured here (≈ 1.3·10^11 tokens; about a day on 8 A100s by a 6·N·tokens estimate).
     """

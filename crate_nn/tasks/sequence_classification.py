@@ -186,7 +186,8 @@ def glue_sst2() -> SequenceClassificationConfig:
     Left open and chosen here (Hugging Face run_glue's defaults, the script the paper cites): AdamW β (0.9, 0.999)
     without weight decay, linear decay to 0, no warm-up; the head reads the mean of the real tokens' features.
 
-    Command:  crate-train --preset glue_sst2 --data-dir /data/glue/SST-2 --init-from runs/bert_wiki/checkpoints/last.pt
+    Command:  crate-train --preset glue_sst2 --data.data-dir /data/glue/SST-2 \\
+                  --network.init-from runs/bert_wiki/checkpoints/last.pt
     Expected: accuracy 85.9% (Table 5). Wall time: minutes on one GPU.
     """
     return _glue("sst2", ("sentence",), "label", 3)
@@ -196,7 +197,8 @@ def glue_sst2() -> SequenceClassificationConfig:
 def glue_mrpc() -> SequenceClassificationConfig:
     """GLUE MRPC fine-tuning of CRATE-BERT: as ``glue_sst2`` with sentence pairs and 5 epochs (App. C.4).
 
-    Command:  crate-train --preset glue_mrpc --data-dir /data/glue/MRPC --init-from runs/bert_wiki/checkpoints/last.pt
+    Command:  crate-train --preset glue_mrpc --data.data-dir /data/glue/MRPC \\
+                  --network.init-from runs/bert_wiki/checkpoints/last.pt
     Expected: F1 80.0 (Table 5; 84.7 after an intermediate MNLI fine-tuning). Wall time: a few minutes on one GPU.
     """
     return _glue("mrpc", ("#1 String", "#2 String"), "Quality", 5)
@@ -208,7 +210,7 @@ def pairs_stdlib() -> SequenceClassificationConfig:
     does the second source line follow the first in the same file?).
 
     4,000 training and 1,000 held-out pairs (from the validation files), byte tokens, pairs cut to 128 bytes;
-    AdamW lr 1e-3, batch 32, 3 epochs, linear decay. ``--init-from none`` trains the same model from scratch.
+    AdamW lr 1e-3, batch 32, 3 epochs, linear decay. ``--network.init-from none`` trains the same model from scratch.
 
     Command:  crate-train --preset bert_stdlib && crate-train --preset pairs_stdlib
     Expected: see docs/language.md (accuracy and F1, pre-trained vs from scratch);

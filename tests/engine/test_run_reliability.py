@@ -90,7 +90,7 @@ def test_a_second_sigterm_during_a_checkpoint_write_lets_the_write_finish(tmp_pa
 
 def test_a_run_stopped_before_its_first_checkpoint_says_how_to_start_again(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"preset": "synthetic"}))  # what start-up had written
-    with pytest.raises(ValueError, match="stopped before its first checkpoint; pass --resume .* --overwrite"):
+    with pytest.raises(ValueError, match="stopped before its first checkpoint; pass --run.resume .* --run.overwrite"):
         train(tiny(tmp_path, max_steps=2))
     with pytest.raises(ValueError, match="stopped before its first checkpoint \\(config.json\\): start it again with "
                                          "--overwrite"):
