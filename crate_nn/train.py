@@ -78,9 +78,6 @@ class Switch(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None) -> None:
         setattr(namespace, self.dest, option_string not in self.negated)
 
-    def format_usage(self) -> str:
-        return " | ".join(self.option_strings)
-
 
 def _field_parser(hint) -> dict:
     """argparse keyword arguments for a config field of type ``hint``."""

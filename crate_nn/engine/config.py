@@ -454,7 +454,7 @@ class TrainConfig:
             resume=False, overwrite=False)
         for name in self.sections():
             changes.update(getattr(self, name).smoke(min(schedule.batch_size, batch_size)))
-        return self.replace(**{**changes, **overrides})
+        return self.replace(**{**changes, **{self.resolve(key)[1]: value for key, value in overrides.items()}})
 
 
 DEFAULT = "default"

@@ -98,6 +98,10 @@ def test_replace_takes_a_field_by_name_by_path_or_a_whole_section():
     assert config.crops.local_crops == 4  # the original is left alone
     crops = crate_nn.tasks.dino.CropsSection(local_crops=6)
     assert config.replace(crops=crops, flip_p=0.5).crops == dataclasses.replace(crops, flip_p=0.5)
+    # get_preset, smoke and the command line take a path where they take a name
+    assert crate_nn.tasks.get_preset("dino_digits", **{"crops.local_crops": 2}) == changed.replace(
+        teacher_temp=0.04, lr=config.optim.lr)
+    assert config.smoke(**{"run.output_dir": "elsewhere"}).run.output_dir == "elsewhere"
     with pytest.raises(TypeError, match=r"^local_crop: not a field of DINOTrainConfig \(did you mean local_crops"):
         config.replace(local_crop=2)
     with pytest.raises(TypeError, match=r"^crop\.local_crops: not a field of DINOTrainConfig \(did you mean "

@@ -93,6 +93,6 @@ def test_a_run_stopped_before_its_first_checkpoint_says_how_to_start_again(tmp_p
     with pytest.raises(ValueError, match="stopped before its first checkpoint; pass --run.resume .* --run.overwrite"):
         train(tiny(tmp_path, max_steps=2))
     with pytest.raises(ValueError, match="stopped before its first checkpoint \\(config.json\\): start it again with "
-                                         "--overwrite"):
+                                         "--run.overwrite"):
         train(tiny(tmp_path, max_steps=2, resume=True))
     assert train(tiny(tmp_path, max_steps=2, overwrite=True)).steps == 2
