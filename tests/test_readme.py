@@ -207,7 +207,7 @@ COMMANDS: dict[str, Run | StandIn | Parse] = {
 # /data/… paths of the documents and the stand-ins (under the run's directory) that replace them
 DATA = {"/data/imagenet-shards": "stand-in/imagenet-shards", "/data/imagenet": "stand-in/imagenet",
         "/data/cifar10": "stand-in/cifar10"}
-# files the parse-only commands need at parse time (crate-train checks --init-from exists before any work)
+# files the parse-only commands need at parse time (crate-train checks --network.init-from exists before any work)
 PARSE_FILES = ("runs/mae_imagenet/checkpoints/last.pt", "runs/bert_wiki/checkpoints/last.pt",
                "runs/crate_base/checkpoints/last.pt")
 
