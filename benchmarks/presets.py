@@ -2,7 +2,7 @@
 quick audit (``python -m verify``) from a cold and from a warm cache, in wall and CPU time, with the machine and its
 load. Every time the docs quote for these commands comes from this script's JSON.
 
-Each preset runs in a fresh process (``python -m crate_nn.train --preset NAME --no-progress``) in one temporary
+Each preset runs in a fresh process (``python -m crate_nn.train --preset NAME --run.no-progress``) in one temporary
 folder, in the order of `PRESETS`, so ``pairs_stdlib`` starts from the ``bert_stdlib`` run as docs/language.md's command
 does. Per run it records the optimizer steps and the run's planned steps (the run's ``summary.json`` and
 ``config.json``), the wall time, the CPU time of the process and everything it waited for (user + system, from
@@ -82,11 +82,11 @@ def _train(name: str, folder: Path, env: dict[str, str], args: argparse.Namespac
            max_steps: int | None) -> tuple[dict[str, Any], int, int]:
     """`repeated` runs of ``crate-train --preset name`` (in its default output directory unless ``max_steps`` is 1),
     with the steps run and planned."""
-    command = [sys.executable, "-m", "crate_nn.train", "--preset", name, "--no-progress", "--overwrite"]
+    command = [sys.executable, "-m", "crate_nn.train", "--preset", name, "--run.no-progress", "--run.overwrite"]
     output = f"runs/{name}" if max_steps != 1 else f"runs/{name}-1step"
-    command += ["--output-dir", output] + (["--max-steps", str(max_steps)] if max_steps is not None else [])
+    command += ["--run.output-dir", output] + (["--schedule.max-steps", str(max_steps)] if max_steps is not None else [])
     if args.device != "auto":
-        command += ["--device", args.device]
+        command += ["--run.device", args.device]
     runs = [timed(command, folder, env, folder / f"{Path(output).name}.log") for _ in range(args.repeats)]
     summary = json.loads((folder / output / "summary.json").read_text())
     return repeated(runs), summary["steps"], json.loads((folder / output / "config.json").read_text())["total_steps"]

@@ -370,7 +370,7 @@ def _clean_other_code(entry: Path) -> None:
 
 def runs(config: TrainConfig, seeds: Sequence[int]) -> list[Run]:
     """`run` of ``config`` for each of ``seeds``."""
-    return [run(dataclasses.replace(config, seed=seed)) for seed in seeds]
+    return [run(config.replace(seed=seed)) for seed in seeds]
 
 
 RUN_ONLY = ("seed", "output_dir", "progress")
@@ -420,11 +420,11 @@ def _train_into(config: TrainConfig, folder: Path, code: str) -> None:
         with _rng_kept(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             started = time.perf_counter()
             try:
-                result = train(dataclasses.replace(config, **options))
+                result = train(config.replace(**options))
             except Preempted as stop:
                 raise Interrupted(stop.signum) from None
             seconds = time.perf_counter() - started
-            crate_nn.save(work / "init.pt", initial_model(dataclasses.replace(config, **options)))
+            crate_nn.save(work / "init.pt", initial_model(config.replace(**options)))
             task_state = checkpoint.read(result.checkpoint).get("task") or {}
             crate_nn.save(work / "trained.pt", crate_nn.load(result.checkpoint),  # building a model draws weights
                           extra={"task": task_state})

@@ -12,7 +12,6 @@ not a shared initialisation). Runs and their measurements are cached by `verify.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import sys
 
@@ -179,8 +178,8 @@ def _config(quick: bool, variant: str):
     model, extra = VARIANTS[variant]
     config = get_preset("gpt_stdlib", progress=False, measure_sequences=0, model=model)
     if quick:
-        config = dataclasses.replace(config, **QUICK)
-    return dataclasses.replace(config, model_args={**config.model_args, **extra})
+        config = config.replace(**QUICK)
+    return config.replace(model_args={**config.network.model_args, **extra})
 
 
 def _runs(mode: str, seed: int, variant: str) -> list[experiments.Run]:
@@ -252,7 +251,7 @@ def table6(ctx) -> Result:
 def _measure_layers(run: experiments.Run) -> dict:
     """Per-layer R^c (both protocols) and sparsity of a trained CRATE-GPT and its initialisation on validation
     windows of the built-in corpus."""
-    windows = TokenBlocks(builtin_corpus().val, run.config.block_size, 0)
+    windows = TokenBlocks(builtin_corpus().val, run.config.data.block_size, 0)
     tokens = torch.stack([windows[i] for i in spread(len(windows), MEASURE_WINDOWS)])
     out = {"compression": {"paper": {}, "official": {}}, "sparsity": {}, "joint": {}}
     for name in experiments.MODELS:

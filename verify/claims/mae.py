@@ -25,7 +25,6 @@ measurements are cached by `verify.experiments`.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import sys
 
@@ -57,7 +56,7 @@ than to 0 by a factor two; fixed before measuring)."""
 
 def _config(quick: bool):
     config = get_preset("mae_digits", progress=False, figure_epochs=(), probe=True, device="cpu")
-    return dataclasses.replace(config, **QUICK) if quick else config
+    return config.replace(**QUICK) if quick else config
 
 
 _RUNS = f"quick: {SEEDS['quick']} runs of 20 epochs, --full: the mae_digits preset, {SEEDS['full']} seeds"
@@ -115,9 +114,9 @@ def _knn(task: MAETask, models: dict) -> dict[str, float]:
     """Test k-NN top-1 (DINO's weighted k-NN: T = 0.07, k by leave-one-out; the training split as memory, as the
     task's probe) of each of ``models``' pooled encoder features (``probe_pool``) and of the raw pixels."""
     c = task.config
-    evaluator = FrozenEvaluator(task.train_set, task.eval_transform, "cpu", knn=True, probe=False, seed=c.seed,
+    evaluator = FrozenEvaluator(task.train_set, task.eval_transform, "cpu", knn=True, probe=False, seed=c.run.seed,
                                 batch_size=256, num_workers=0)
-    features = {name: model_features(model, c.probe_pool) for name, model in models.items()}
+    features = {name: model_features(model, c.frozen.probe_pool) for name, model in models.items()}
     return {name: evaluator.measure(f, task.test_set).knn.top1
             for name, f in {**features, "raw pixels": raw_pixels}.items()}
 
@@ -264,7 +263,8 @@ def _reconstructions(ctx) -> str | None:
     run = _runs(ctx.quick, ctx.seed)[0]
     _, images, mask = _test_data(run.config)
     pictures = ctx.figure_path("reconstructions")
-    reconstruction_figure(reconstruct(run.model("trained"), images[:8], mask[:8]), run.config.mean, run.config.std,
+    data = run.config.data
+    reconstruction_figure(reconstruct(run.model("trained"), images[:8], mask[:8]), data.mean, data.std,
                           title="held-out digits, trained CRATE-MAE").savefig(pictures, dpi=110)
     return str(pictures)
 
@@ -565,8 +565,9 @@ decoder, the same width, depth, heads, stem, position table and recipe (`crate_n
 
 
 def _parameters(config) -> int:
-    model = crate_nn.create_model(config.model, **config.model_args, image_size=config.image_size,
-                                  in_channels=len(config.mean))
+    network, data = config.network, config.data
+    model = crate_nn.create_model(network.model, **network.model_args, image_size=data.image_size,
+                                  in_channels=len(data.mean))
     return sum(p.numel() for p in model.parameters())
 
 
@@ -593,7 +594,7 @@ def _parameters(config) -> int:
 )
 def table2_vit_mae(ctx) -> Result:
     config = _config(False)
-    vit_config = dataclasses.replace(config, model_args={**config.model_args, **VIT_MAE})
+    vit_config = config.replace(model_args={**config.network.model_args, **VIT_MAE})
     crate = [run.metrics["test_recon_loss"] for run in _runs(False, ctx.seed)]
     vit = [run.metrics["test_recon_loss"]
            for run in experiments.runs(vit_config, experiments.seeds(ctx.seed, SEEDS["full"]))]
