@@ -80,6 +80,8 @@ EIGHT = "torchrun with 8 processes (GPUs); tests/engine runs torchrun on the CPU
 SHORT = Run(short=True)
 COMMANDS: dict[str, Run | StandIn | Parse] = {
     # README.md: the two commands
+    "pip install -e .": Parse("installs the project into the user's environment; the make targets and CI install it "
+                              "into .venv the same way"),
     "make audit": Parse("runs the whole audit (minutes from a cold cache); tests/verify covers it"),
     "make test": Parse("the test suite itself (recursive)"),
     # docs/audit.md
