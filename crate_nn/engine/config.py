@@ -484,9 +484,15 @@ def fit_to_run(preset: TrainConfig, overrides: typing.Mapping[str, Any]) -> tupl
     """
     ratios = {}
     schedule = preset.schedule
-    if overrides.get("epochs", schedule.epochs) != schedule.epochs:
+
+    def length(value) -> bool:  # a run length `validate` accepts; another one is refused there, not rescaled to
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 1
+
+    if overrides.get("epochs", schedule.epochs) != schedule.epochs and length(overrides["epochs"]):
         ratios["epochs"] = overrides["epochs"] / schedule.epochs
     steps = overrides.get("total_steps", schedule.total_steps)
+    if not length(steps):
+        steps = None
     if None not in (steps, schedule.total_steps) and steps != schedule.total_steps:
         ratios["steps"] = steps / schedule.total_steps
     changes: dict[str, Any] = {}

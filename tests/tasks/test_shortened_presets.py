@@ -69,6 +69,16 @@ def test_values_given_with_the_new_length_are_kept_or_refused(tmp_path, capsys):
         "--schedule.epochs (see crate-train --help)")
 
 
+@pytest.mark.parametrize("flag, value", [("--epochs", "-3"), ("--epochs", "0"), ("--total-steps", "-5")])
+def test_a_length_out_of_range_is_refused_without_rescaling_the_preset_to_it(flag, value, tmp_path, capsys):
+    """A nonsense length is refused in one line, with no "warmup_epochs 3.0 → -0.3" line rescaling the preset to it."""
+    with pytest.raises(SystemExit) as stop:
+        main(["--preset", "digits", flag, value, "--output-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "→" not in err and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("crate-train: error: ") and value in err
+
+
 def test_dino_schedules_span_the_engines_run_length(tmp_path, monkeypatch):
     """With --total-steps the teacher momentum follows the same run length as the learning rate: the engine's 50
     steps, not the preset's 15 epochs (300 steps). The momenta are those the run itself applies."""
