@@ -34,9 +34,10 @@ the figure is the median).
 
 Resuming: the JSON (``--out``, default `DEFAULT_OUT`) is rewritten atomically after every row; a later run skips the
 rows it holds, but for a failed one and those an ``--again`` run marked stale (it marks every row it selects at
-once, so that the plain command resumes it). The work folder (``--work``: the
-training runs ``pairs_stdlib`` starts from, the audit's cache, the virtual environment) survives an interruption and
-is removed once every selected row is done. After measuring into `DEFAULT_OUT`, the docs are rewritten from it.
+once, so that the plain command resumes it). The work folder (``--work``: the training runs ``pairs_stdlib`` starts
+from, the audit's cache, the virtual environment) survives an interruption and is removed once every selected row
+is done. Measuring into `DEFAULT_OUT` rewrites the docs' times with the JSON
+each time (``make test``, a row itself, then finds them in agreement).
 
 ``--tiny`` (the tests' smoke run, seconds): ``digits`` as ``--epochs 1``, the audit as ``--only mm``, and the ``make``
 rows as ``make -n`` (the recipe printed, nothing run); its JSON says ``tiny`` and never feeds the docs.
@@ -371,7 +372,17 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     rows = load_rows(out, args.tiny)
     if args.again:  # marked in the file, so that an interrupted --again run resumes with the rows it has not redone
         rows.update({key: {**rows[key], "stale": True} for key in selected if key in rows})
-    todo = [key for key in selected if key not in rows or "failed" in rows[key] or rows[key].get("stale")]
+
+    def done(key: str) -> bool:
+        return key in rows and "failed" not in rows[key] and not rows[key].get("stale")
+
+    def write() -> dict[str, Any]:  # the JSON, and the docs' times when it is theirs (so they never disagree)
+        payload = write_rows(out, rows, args.tiny)
+        if out.resolve() == DEFAULT_OUT.resolve():
+            presets_docs.update(payload)
+        return payload
+
+    todo = [key for key in selected if not done(key)]
     skipped = [key for key in selected if key not in todo]
     if skipped:
         print(f"already in {out} (--again runs them anew): {', '.join(skipped)}", flush=True)
@@ -384,7 +395,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     work.mkdir(parents=True, exist_ok=True)
     env["CRATE_WHITEBOX_CACHE"] = str(work / "cache")  # what a preset might cache stays out of the user's
     bench = Bench(work, env, args)
-    payload = write_rows(out, rows, args.tiny)
+    payload = write()
     for key in todo:
         if args.quiet_only and settle(args.settle) > quiet_threshold():
             print(f"{key}: left for a later run (1-minute load {os.getloadavg()[0]:.1f} > {quiet_threshold():.1f})",
@@ -392,10 +403,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             continue
         rows[key] = bench.row(COMMANDS[key])
         print(describe(rows[key]), flush=True)
-        payload = write_rows(out, rows, args.tiny)
-    if args.work is None and all(key in rows and "failed" not in rows[key] for key in selected):
+        payload = write()
+    if args.work is None and all(done(key) for key in selected):
         shutil.rmtree(work, ignore_errors=True)
-    print(f"wrote {out}", flush=True)
+    print(f"wrote {out}" + (" and the docs' times" if out.resolve() == DEFAULT_OUT.resolve() else ""), flush=True)
     return payload
 
 
@@ -423,10 +434,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return presets_docs.main_update(args.docs)
     if args.settle < 0:
         raise SystemExit(f"presets: --settle expects seconds ≥ 0, got {args.settle}")
-    payload = measure(args)
-    if (args.out or DEFAULT_OUT).resolve() == DEFAULT_OUT.resolve():
-        presets_docs.main_update(DEFAULT_OUT)
-    return payload
+    return measure(args)
 
 
 if __name__ == "__main__":
