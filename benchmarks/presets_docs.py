@@ -7,9 +7,10 @@
 
 `PARTS`: README.md's setup, audit and test times under "Install and run" and its digits time under "Training";
 docs/audit.md's quick-audit times; docs/training.md's table of every row. Each time names the machine it was
-measured on and the load before it; a row measured above `benchmarks.presets.QUIET_LOAD_PER_CPU` is called busy, a
-row the JSON lacks "not measured yet", with the command that measures it. tests/benchmarks/test_presets_docs.py
-renders the parts from the committed JSON and fails when a document says something else.
+measured on and the load before it; a row started above the JSON's quiet threshold
+(`benchmarks.presets.QUIET_LOAD_PER_CPU` per CPU) is called busy, a row the JSON lacks "not timed yet", with the
+command that times it. tests/benchmarks/test_presets.py renders the parts from the committed JSON and fails when a
+document says something else.
 """
 from __future__ import annotations
 
