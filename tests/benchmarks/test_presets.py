@@ -62,7 +62,7 @@ def test_the_parts_say_each_time_its_machine_its_load_and_what_is_missing():
     assert install[3] == "- `make test`, as CI runs it: failed (`python -m benchmarks.presets --only test`)"
     assert "on 2 CPUs (Test CPU) while other jobs ran (busy: 1-minute load up to 3.1 before a run)" in install[6]
     digits = " ".join(parts["times-digits"].splitlines())
-    assert "81 s (40 s of CPU time), with `--epochs 15` not timed yet (`python -m benchmarks.presets --only " \
+    assert "81 s (40 s of CPU time), with `--schedule.epochs 15` not timed yet (`python -m benchmarks.presets --only " \
            "digits-epochs15`), on 2 CPUs (Test CPU), otherwise idle (1-minute load at most 0.2 before a run)" in digits
     assert presets_docs.render(_payload())["times-audit"] == (
         "Its times are not timed yet (`python -m benchmarks.presets --only audit-cold audit-warm`).")
