@@ -295,6 +295,9 @@ def parse_only(words: list[str]) -> None:
         targets = re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), re.M)
         assert words[1] in targets, f"make {words[1]}: no such target in the Makefile"
         return
+    if words[:3] == ["pip", "install", "-e"]:  # the project itself, as the Makefile installs it into .venv
+        assert words[3:] == ["."] and "-e \".[dev]\"" in (ROOT / "Makefile").read_text(), words
+        return
     if words[0] == "torchrun":
         from torch.distributed.run import parse_args as torchrun_args
 
