@@ -172,7 +172,7 @@ def run_init(spec: str) -> Network | None:
     config = recorded_config(training_config(folder / "checkpoints" / "last.pt"), task, str(folder))
     with torch.random.fork_rng(devices=[]):
         model = initial_model(config)
-    return Network("run init", model.float().eval(), str(folder), "the run's initialisation", config.seed)
+    return Network("run init", model.float().eval(), str(folder), "the run's initialisation", config.run.seed)
 
 
 def check_comparable(other: Network, network: Network) -> None:

@@ -44,8 +44,11 @@ from verify.report import (
     md_escape,
 )
 
-BEGIN = "<!-- generated: {name} (python -m verify.documents) -->"
+COMMAND = "python -m verify.documents"
+BEGIN = "<!-- generated: {name} ({command}) -->"
 END = "<!-- end: {name} -->"
+"""A generated part's markers: its name and the command that writes it (another module's parts name theirs, e.g.
+``python -m benchmarks.presets --docs``, and use `read_part`/`write_part` with it)."""
 
 
 def _entries(report: dict) -> dict[str, dict]:
@@ -195,7 +198,13 @@ def former_ids(report: dict, claims: list[Claim]) -> str:
     return "\n".join(["| former id | claim |", "|---|---|", *(f"| `{old}` | `{new}` |" for old, new in pairs)])
 
 
+def answer(report: dict, claims: list[Claim]) -> str:
+    """The audit's answer in three sentences (`verify.report.answer`)."""
+    return " ".join(report["summary"]["answer"])
+
+
 PARTS: dict[str, tuple[str, Callable[[dict, list[Claim]], str]]] = {
+    "audit-answer": ("README.md", answer),
     "audit-headline": ("README.md", headline),
     "layers-compress": ("README.md", layers_compress),
     "papers-errors": ("docs/papers.md", papers_errors),
@@ -205,19 +214,35 @@ PARTS: dict[str, tuple[str, Callable[[dict, list[Claim]], str]]] = {
 """Part name → (the document holding it, relative to the repository, and what writes it)."""
 
 
-def _span(text: str, name: str, path: Path) -> tuple[int, int]:
-    begin, end = BEGIN.format(name=name), END.format(name=name)
+def _span(text: str, name: str, path: Path, command: str) -> tuple[int, int]:
+    begin, end = BEGIN.format(name=name, command=command), END.format(name=name)
     if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
         raise ValueError(f"{path}: expected one '{begin}' followed by one '{end}'")
     return text.index(begin) + len(begin), text.index(end)
 
 
+def read_part(path: Path, name: str, command: str = COMMAND) -> str:
+    """The text of part ``name`` as the document at ``path`` holds it now, between its markers."""
+    text = path.read_text(encoding="utf-8")
+    start, stop = _span(text, name, path, command)
+    return text[start:stop].strip("\n")
+
+
+def write_part(path: Path, name: str, text: str, command: str = COMMAND, check: bool = False) -> bool:
+    """Put ``text`` between part ``name``'s markers in the document at ``path`` (with ``check``, leave it); whether
+    the document said something else."""
+    old = path.read_text(encoding="utf-8")
+    start, stop = _span(old, name, path, command)
+    if old[start:stop].strip("\n") == text.strip("\n"):
+        return False
+    if not check:
+        path.write_text(old[:start] + "\n" + text.strip("\n") + "\n" + old[stop:], encoding="utf-8")
+    return True
+
+
 def current(name: str, root: Path = ROOT) -> str:
     """The text of part ``name`` as the document holds it now."""
-    path = root / PARTS[name][0]
-    text = path.read_text(encoding="utf-8")
-    start, stop = _span(text, name, path)
-    return text[start:stop].strip("\n")
+    return read_part(root / PARTS[name][0], name)
 
 
 def render(report: dict, claims: list[Claim] | None = None) -> dict[str, str]:
@@ -229,16 +254,7 @@ def render(report: dict, claims: list[Claim] | None = None) -> dict[str, str]:
 def update(report: dict, root: Path = ROOT, check: bool = False) -> list[str]:
     """Rewrite every part in its document (or, with ``check``, leave them); return the names of the parts that
     differed."""
-    changed = []
-    for name, text in render(report).items():
-        path = root / PARTS[name][0]
-        old = path.read_text(encoding="utf-8")
-        start, stop = _span(old, name, path)
-        if old[start:stop].strip("\n") != text:
-            changed.append(name)
-            if not check:
-                path.write_text(old[:start] + "\n" + text + "\n" + old[stop:], encoding="utf-8")
-    return changed
+    return [name for name, text in render(report).items() if write_part(root / PARTS[name][0], name, text, check=check)]
 
 
 NUMBER = re.compile(r"[+−-]?\d+(?:[.,]\d+)*(?:e[+−-]?\d+)?")

@@ -161,8 +161,8 @@ class Sizes:
     def of_images(cls, config) -> Sizes:
         """The size of an image CRATE with a [CLS] token from its training config (``model_args`` dim, heads,
         patch_size; ``image_size``): n = patches + 1 — for stored profiles recorded before they carried sizes."""
-        args = config.model_args
-        return cls(args["dim"], (config.image_size // args["patch_size"]) ** 2 + 1, args["heads"])
+        args, side = config.network.model_args, config.data.image_size
+        return cls(args["dim"], (side // args["patch_size"]) ** 2 + 1, args["heads"])
 
     @property
     def floor(self) -> float:

@@ -132,7 +132,7 @@ def summary(outcomes: list[Outcome]) -> dict[str, Any]:
                 "stored": sum(o.stored is not None for o in group)}
 
     by_kind = {kind: tally([o for o in outcomes if o.claim.kind == kind]) for kind in KINDS}
-    return {
+    found = {
         "claims": len(outcomes),
         "verdicts": {v: sum(k[v] for k in by_kind.values()) for v in (*COUNTED, SEED_SENSITIVE)},
         "by_scope": {scope: tally([o for o in outcomes if o.claim.scope == scope]) for scope in SCOPES},
@@ -148,6 +148,53 @@ def summary(outcomes: list[Outcome]) -> dict[str, Any]:
         "not_re_measured": [o.claim.id for o in skipped],
         "stale": [o.claim.id for o in stale],
     }
+    layers = [(protocol, SEED_SENSITIVE if o.seed_sensitive and o.matches else o.verdict)
+              for protocol, o in layers_outcomes(outcomes, every=True)]
+    return found | {"answer": answer(found, layers)}
+
+
+ANSWER_WORDS = {"holds": "hold", "loose": "hold loosely", "fails": "fail", "inconclusive": "are inconclusive",
+                "error": "raised", SEED_SENSITIVE: "are seed-sensitive"}
+"""How `answer` reads each count (``3 hold, 1 is inconclusive``)."""
+
+
+def _told(counts: dict[str, int], order: tuple[str, ...], total: int | None = None, fails: str = "fail") -> str:
+    """``52 hold, 2 hold loosely and 10 fail`` (``4 of 4 hold`` with ``total``) from counts by verdict, in ``order``."""
+    parts = []
+    for v in order:
+        n = counts.get(v, 0)
+        if n:
+            word = fails if v == "fails" else ANSWER_WORDS[v]
+            if n == 1 and word.startswith("are "):
+                word = "is " + word[4:]
+            parts.append(f"{n}{f' of {total}' if total is not None and not parts else ''} {word}")
+    return (", ".join(parts[:-1]) + " and " + parts[-1]) if len(parts) > 1 else (parts[0] if parts else "none")
+
+
+def answer(found: dict[str, Any], layers: list[tuple[str, str]]) -> list[str]:
+    """The audit's answer in three sentences, from `summary`'s counts (``found``) and the central question's verdicts
+    (``layers``: (protocol, verdict) per claim): what of the papers' statements fails, and of what kind; whether the
+    trained CRATEs' layers compress under each reading; how the replications and the audit's probes came out. Every
+    number in them is a count, the same on every processor and base seed (seed-sensitive claims counted apart)."""
+    order = ("holds", "loose", "fails", "inconclusive", SEED_SENSITIVE, "error")
+    paper, replication, probe = (found["by_scope"][s] for s in ("paper", "replication", "probe"))
+    by_kind = {kind: ids for kind, ids in found["errors_by_kind"].items() if ids}
+    errors = " and ".join(errors_of_kind(kind, len(ids)) + (f" ({', '.join(ids)})" if kind != "erratum" else "")
+                          for kind, ids in by_kind.items())
+    first = (f"Of the papers' {paper['claims']} statements checked as printed, {_told(paper, order)}"
+             + (f": {errors}." if errors and paper["fails"] else "."))
+    readings = []
+    for protocol, name in zip(PROTOCOLS, ("the authors' protocol", "the paper's formula as printed",
+                                          "the joint rule (compression told from collapse)")):
+        seen = Counter(v for q, v in layers if q == protocol)
+        if seen:
+            readings.append(f"under {name}, {_told(seen, order, sum(seen.values()))}")
+    second = ("Do the trained CRATEs' layers compress? At laptop scale, " + "; ".join(readings) + " — the papers' "
+              "scale is answered per checkpoint by `python -m verify.network`.")
+    third = (f"Of the {replication['claims']} replications at laptop scale, "
+             f"{_told(replication, order, fails='do not replicate')}; the audit's {probe['claims']} probes of its own "
+             f"(controls, stricter readings) give {probe['fails']} findings.")
+    return [first, second, third]
 
 
 def errors_by_kind(outcomes: list[Outcome]) -> dict[str, list[str]]:
@@ -429,13 +476,14 @@ def layers_tally(scopes_and_verdicts) -> str:
         for scope, counts in by_scope.items()) for protocol, by_scope in tally.items())
 
 
-def layers_outcomes(outcomes: list[Outcome]):
-    """(protocol, scope, verdict) of every central-question claim measured in this run."""
+def layers_outcomes(outcomes: list[Outcome], every: bool = False):
+    """(protocol, scope, verdict) of every central-question claim measured in this run; with ``every``, (protocol,
+    outcome) instead."""
     for _, ids in LAYERS_COMPRESS:
         for protocol, claim_id in zip(PROTOCOLS, ids):
             o = _find(outcomes, claim_id)
             if o is not None:
-                yield protocol, o.claim.scope, o.verdict
+                yield (protocol, o) if every else (protocol, o.claim.scope, o.verdict)
 
 
 SCOPE_PLURAL = {"paper": "the papers' statements", "replication": "replications", "probe": "probes",
@@ -460,16 +508,19 @@ def _md_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]
 SUMMARY_HEADER = ("the papers say", "verdict", "number [95% interval]", "scope", "n")
 
 
+def errors_line(outcomes: list[Outcome]) -> str:
+    """``Errors of the papers (…) — 7 errata: …; 3 substantive errors: …``, or "" when none fails."""
+    by_kind = summary(outcomes)["errors_by_kind"]
+    listed = "; ".join(f"{errors_of_kind(kind, len(ids))}: " + ", ".join(ids) for kind, ids in by_kind.items() if ids)
+    return f"Errors of the papers (their statements that fail) — {listed}" if listed else ""
+
+
 def format_console(outcomes: list[Outcome]) -> str:
     """What ``python -m verify`` prints: the headline (the verdicts per scope), the papers' errors, the central
     question and the summary (≤ 40 lines of ≤ 120 columns; report.md adds the tables per scope and per kind)."""
     lines = [format_summary(outcomes), *(textwrap.fill(t, 120) for t in stored_lines(outcomes))]
-    by_kind = summary(outcomes)["errors_by_kind"]
-    if any(by_kind.values()):
-        listed = "; ".join(f"{errors_of_kind(kind, len(ids))}: " + ", ".join(ids)
-                           for kind, ids in by_kind.items() if ids)
-        lines += [""] + textwrap.wrap(f"Errors of the papers (their statements that fail) — {listed}", 120,
-                                      break_on_hyphens=False)
+    if errors_line(outcomes):
+        lines += [""] + textwrap.wrap(errors_line(outcomes), 120, break_on_hyphens=False)
     layers = layers_compress_rows(outcomes)
     if layers:
         lines += [""] + _text_table(LAYERS_HEADER, layers, LAYERS_WIDTHS) + textwrap.wrap(PAPERS_SCALE, 120)
@@ -587,10 +638,13 @@ def write_markdown(path: Path, outcomes: list[Outcome], meta: dict[str, Any]) ->
         "",
         f"Mode `{meta['mode']}`, seed {meta['seed']}, {meta['started']} — `{meta['command']}`.",
         "",
+        " ".join(summary(outcomes)["answer"]),
+        "",
         *[f"**{line}.**" if i < len(headline) - 1 else f"{line}." for i, line in enumerate(headline)],
         "",
         *_md_table(SCOPE_HEADER, _scope_rows(outcomes)),
         "",
+        *([errors_line(outcomes) + ".", ""] if errors_line(outcomes) else []),
         *([band_line(summary(outcomes)["seed_sensitive"]), ""] if any(o.seed_sensitive for o in outcomes) else []),
         *(f"{t}\n" for t in stored_lines(outcomes)),
         *_md_table(KIND_HEADER, _kind_rows(outcomes)),

@@ -27,7 +27,6 @@ figures`` records them again). Table 2 (CRATE-MAE against ViT-MAE) is `verify.cl
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import sys
 
@@ -63,18 +62,18 @@ progression) have `verify.digits.SEEDS`."""
 
 def progression_recipe() -> ClassificationConfig:
     """The digits preset (30 epochs) recording the layer-wise measurements at `PROGRESSION_EPOCHS`."""
-    return dataclasses.replace(digits.recipe(), measure_epochs=PROGRESSION_EPOCHS)
+    return digits.recipe().replace(measure_epochs=PROGRESSION_EPOCHS)
 
 
 def depth_recipe(depth: int) -> ClassificationConfig:
     """The digits preset (30 epochs) with ``depth`` layers (depth 3 is the preset itself)."""
     base = digits.recipe()
-    return dataclasses.replace(base, model_args={**base.model_args, "depth": depth})
+    return base.replace(model_args={**base.network.model_args, "depth": depth})
 
 
 def vit_recipe() -> ClassificationConfig:
     """The digits preset (30 epochs) with ViT's blocks (MHSA + MLP) at the same d, L, K."""
-    return dataclasses.replace(digits.recipe(), model="vit_tiny")
+    return digits.recipe().replace(model="vit_tiny")
 
 
 # --------------------------------------------------------------------------------------------- measurement
