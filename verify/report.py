@@ -233,14 +233,16 @@ def _counts(verdicts: dict[str, int], scope: str | None = None, by_kind: dict[st
 
 def format_summary(outcomes: list[Outcome]) -> str:
     """The headline: the verdicts of each scope, the papers' statements first, then how many came out as expected
-    by analysis and by measurement."""
+    by analysis and by measurement; each line wrapped at 120 columns (the console's width), continued indented."""
     s = summary(outcomes)
-    lines = [f"{SCOPES[scope][0][0].upper() + SCOPES[scope][0][1:]} ({k['claims']}): "
-             f"{_counts(k, scope, s['errors_by_kind'])}" for scope, k in s["by_scope"].items() if k["claims"]]
+    lines = [textwrap.fill(f"{SCOPES[scope][0][0].upper() + SCOPES[scope][0][1:]} ({k['claims']}): "
+                           f"{_counts(k, scope, s['errors_by_kind'])}", 120, subsequent_indent="  ",
+                           break_on_hyphens=False)
+             for scope, k in s["by_scope"].items() if k["claims"]]
     matched = s["claims"] - len(s["mismatches"])
-    lines.append(f"{matched}/{s['claims']} claims as expected: {s['as_expected']['analysis']} by analysis, "
-                 f"{s['as_expected']['measurement']} by measurement (for those a regression check only); "
-                 f"{s['seconds']:.1f} s measuring")
+    lines.append(textwrap.fill(f"{matched}/{s['claims']} claims as expected: {s['as_expected']['analysis']} by "
+                               f"analysis, {s['as_expected']['measurement']} by measurement (for those a regression "
+                               f"check only); {s['seconds']:.1f} s measuring", 120, subsequent_indent="  "))
     text = "\n".join(lines)
     if s["mismatches"]:
         text += "\n" + textwrap.fill("verdict differs from its expectation (or raised): " + ", ".join(s["mismatches"]),
