@@ -215,8 +215,9 @@ def kinds_text(by_kind: dict[str, list]) -> str:
 
 
 def _counts(verdicts: dict[str, int], scope: str | None = None, by_kind: dict[str, list] | None = None) -> str:
-    """``N hold, M fail (<what a fail means in this scope>), …`` and how many of them were read from stored runs; the
-    papers' failing statements split by kind of error (``by_kind``, `errors_by_kind`)."""
+    """``N hold, M fail (<what a fail means in this scope>), …``; the papers' failing statements split by kind of
+    error (``by_kind``, `errors_by_kind`). How many were read from stored runs the headline's next lines say, in all
+    (report.json's ``by_scope`` keeps them per scope)."""
     parts = []
     for v in COUNTED:
         if v == "fails" and scope == "paper" and by_kind is not None and verdicts[v]:
@@ -227,8 +228,7 @@ def _counts(verdicts: dict[str, int], scope: str | None = None, by_kind: dict[st
             parts.append(f"{verdicts[v]} {PLURAL[v]}")
     if verdicts.get(SEED_SENSITIVE):
         parts.append(f"{verdicts[SEED_SENSITIVE]} {SEED_SENSITIVE}")
-    stored = f"; {verdicts['stored']} {STORED_MARK} stored" if verdicts.get("stored") else ""
-    return ", ".join(parts) + stored
+    return ", ".join(parts)
 
 
 def format_summary(outcomes: list[Outcome]) -> str:
