@@ -137,6 +137,13 @@ def image_split(config: TrainConfig, split: str, classes):
     return build_dataset(config.data.dataset, split, train=False, classes=classes, **dataset_args(config))
 
 
+def check_channels(data, channels: int) -> None:
+    """ValueError, in one line, unless the data section's ``mean`` (and ``std``) hold one value per image channel."""
+    if len(data.mean) != channels:
+        raise ValueError(f"mean, std: {len(data.mean)} value{'s' * (len(data.mean) != 1)} for images with {channels} "
+                         f"channel{'s' * (channels != 1)}")
+
+
 def image_splits(config: TrainConfig):
     """(training, evaluation, test or None) datasets of ``config``; the evaluation splits are labelled by the
     training split's class names. ValueError when ``mean``/``std`` do not have one value per image channel; under
@@ -146,8 +153,7 @@ def image_splits(config: TrainConfig):
     info = train_set.info
     eval_set = image_split(config, data.eval_split, info.classes)
     test_set = image_split(config, data.test_split, info.classes) if data.test_split else None
-    if len(data.mean) != info.in_channels:
-        raise ValueError(f"mean, std: {len(data.mean)} values for images with {info.in_channels} channels")
+    check_channels(data, info.in_channels)
     if data.strict:
         check_readable([train_set, eval_set, test_set])
     return train_set, eval_set, test_set
@@ -173,8 +179,7 @@ def evaluation_data(config: TrainConfig, device: torch.device | str = "cpu") -> 
     classes = memory.info.classes
     eval_set = image_split(config, data.eval_split, classes)
     test_set = image_split(config, data.test_split, classes) if data.test_split else None
-    if len(data.mean) != memory.info.in_channels:
-        raise ValueError(f"mean, std: {len(data.mean)} values for images with {memory.info.in_channels} channels")
+    check_channels(data, memory.info.in_channels)
     return EvaluationData(memory, eval_set, test_set, evaluation_transform(data).to(device))
 
 
