@@ -33,6 +33,7 @@ here, when such a subject is asked for (``pip install transformers`` when it is 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,6 +112,22 @@ def _transformers():
         raise ValueError("model: a transformers: subject needs the transformers package: pip install transformers "
                          "(or pip install 'crate-whitebox[transformers]')") from None
     return transformers
+
+
+@contextlib.contextmanager
+def quiet():
+    """transformers' progress bars and warnings off for the block, as they were after it: the command's console has
+    its own progress bar, and a refusal is one line (a folder's missing tensors are refused, not warned of)."""
+    log = _transformers().utils.logging
+    verbosity, bars = log.get_verbosity(), log.is_progress_bar_enabled()
+    log.set_verbosity_error()
+    log.disable_progress_bar()
+    try:
+        yield
+    finally:
+        log.set_verbosity(verbosity)
+        if bars:
+            log.enable_progress_bar()
 
 
 @dataclass
@@ -219,6 +236,12 @@ def load(spec: str, label: str, *, what: str = "model") -> HookedNetwork:
     if not any((folder / name).is_file() for name in WEIGHTS):
         raise ValueError(f"{what}: {spec!r} has no weights (expected {' or '.join(WEIGHTS[:2])} beside config.json)")
     transformers = _transformers()
+    with quiet():
+        return _load(transformers, folder, spec, label, what)
+
+
+def _load(transformers, folder: Path, spec: str, label: str, what: str) -> HookedNetwork:
+    """`load`'s reading of ``folder``, its files found."""
     try:
         config = transformers.AutoConfig.from_pretrained(folder, local_files_only=True)
     except Exception as err:  # noqa: BLE001 - a broken config.json, an unknown model_type: one line
@@ -249,7 +272,10 @@ def _preprocessing(folder: Path, family: Family) -> Preprocessing | None:
     found = folder / "preprocessor_config.json"
     if not found.is_file():
         return None
-    recorded = json.loads(found.read_text())
+    try:
+        recorded = json.loads(found.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"model: {str(found)!r} is not JSON ({err})") from None
     if recorded.get("image_mean") is None or recorded.get("image_std") is None:
         return None
     return Preprocessing(recorded["image_mean"], recorded["image_std"])
