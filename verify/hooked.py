@@ -41,6 +41,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from crate_nn.extras import install_hint
 from crate_nn.preprocessing import Preprocessing
 from verify.checkpoint import RANDOM, LayerTokens, Network
 
@@ -109,8 +110,8 @@ def _transformers():
     try:
         import transformers
     except ImportError:
-        raise ValueError("model: a transformers: subject needs the transformers package: pip install transformers "
-                         "(or pip install 'crate-whitebox[transformers]')") from None
+        raise ValueError(f"model: a transformers: subject needs the transformers package: "
+                         f"{install_hint('transformers')}") from None
     return transformers
 
 

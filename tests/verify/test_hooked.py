@@ -211,8 +211,8 @@ def test_without_transformers_one_line_says_how_to_install_it(folders, tmp_path,
     (tmp_path / "book.txt").write_text("text " * 100)
     assert network.main([f"transformers:{folders['bert']}", "--text", str(tmp_path / "book.txt")]) == 2
     assert capsys.readouterr().err == ("python -m verify.network: model: a transformers: subject needs the "
-                                       "transformers package: pip install transformers (or pip install "
-                                       "'crate-whitebox[transformers]')\n")
+                                       "transformers package: pip install 'crate-whitebox[transformers]' (or pip "
+                                       "install transformers)\n")
 
 
 def test_a_transformers_vit_is_figure_26s_control_beside_a_crate(folders, tmp_path):
