@@ -166,10 +166,10 @@ def load_network(spec: str, label: str, *, heads: int | None = None, name: str |
     from verify import hooked
 
     if spec.startswith(hooked.PREFIX):
-        flags = FLAGS.get(what, FLAGS["model"])
-        if heads is not None or (name is not None and what == "model"):
-            raise ValueError(f"{what}: {spec!r} is a transformers folder, whose config.json gives its heads "
-                             f"({flags['heads'].split()[0]}, {flags['name'].split()[0]} are for other files)")
+        given = "heads" if heads is not None else "name" if name is not None and what == "model" else None
+        if given:  # an --against-name is a label as well: only the model's --name is refused
+            raise ValueError(f"{what}: {spec!r} is a transformers folder, whose config.json gives its heads; drop "
+                             f"{FLAGS.get(what, FLAGS['model'])[given].split()[0]}")
         network = hooked.load(spec, label, what=what)
     else:
         network = _load_crate_nn(spec, label, heads, name, what)

@@ -179,7 +179,8 @@ def test_a_bad_folder_is_one_line(tmp_path, capsys, what, message):
 
 @pytest.mark.parametrize("arguments, message", [
     (["--window", "17"], "window: 17 exceeds the model's block_size 16"),  # GPT-2's n_positions
-    (["--heads", "2"], "is a transformers folder, whose config.json gives its heads"),
+    (["--heads", "2"], "is a transformers folder, whose config.json gives its heads; drop --heads"),
+    (["--name", "vit_small"], "is a transformers folder, whose config.json gives its heads; drop --name"),
 ])
 def test_text_beyond_the_positions_and_heads_given_are_refused(folders, tmp_path, capsys, arguments, message):
     (tmp_path / "book.txt").write_text("text " * 100)
