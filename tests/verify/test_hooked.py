@@ -79,11 +79,13 @@ def test_the_hooks_see_what_the_library_computes(folders, kind):
             path = hooked.FAMILIES[kind].normed[0]
             assert torch.equal(t.normed, block.get_submodule(path)(states[i]) if path else states[i]), i
             # the block's feed-forward half recomputed on the hooked Z^{ℓ+1/2}: the same float32 operations on the same
-            # tensors, here in another call (a matmul may block its sums differently): round-off of |Z| ≲ 10 in float32
+            # tensors (bitwise equal on this machine), but in another call, where a BLAS may block its sums otherwise:
+            # float32 round-off, 2⁻²³ ≈ 1.2e-7 of sums of 64 terms of |Z| ≤ 3 here, well inside 1e-5
             torch.testing.assert_close(second_half(block, t.half), t.output, rtol=1e-5, atol=1e-5)
             # the subspaces are the value projection: the library's value of the normed tokens, its bias taken off
+            # ((xWᵀ + b) − b against x Uᵀ: the bias's round-off added and removed, and the sum's order, in float32)
             value = _value(block, kind, t.normed)
-            torch.testing.assert_close(t.normed @ t.subspaces.T, value, rtol=1e-5, atol=1e-5)  # the same, reordered
+            torch.testing.assert_close(t.normed @ t.subspaces.T, value, rtol=1e-5, atol=1e-5)
             assert t.subspaces.shape == (32, 32) and t.heads == 2
         last = {"vit": "layernorm", "gpt2": "ln_f"}.get(kind)  # the final LayerNorm (BERT has none)
         assert torch.equal(getattr(net.model, last)(seen[-1].output) if last else seen[-1].output,
