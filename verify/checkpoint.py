@@ -4,9 +4,12 @@ any network a user brings (``python -m verify.network``, whose command line is `
 **What a network supplies** (`Network.tokens`): per batch of inputs and per layer ℓ, its token sets — LN1(Z^ℓ) (the
 authors' protocol reads it), Z^{ℓ+1/2} after the attention step, Z^{ℓ+1} after the layer — and the subspaces
 [U_1 … U_K]* they are measured against (MSSA's, or a ViT's value map, `crate_nn.analysis.diagnostics.subspace_weight`).
-That is all a subject needs: a network of another library plugs in by overriding `Network.tokens` (say, forward hooks
-on a timm or Hugging Face ViT's blocks, its value rows as the subspaces) and `Network.random` (its architecture at a
-seeded random initialisation). `measure` turns the token sets into every measure, per input and layer: R^c under the
+That is all a subject needs: a network of another library plugs in by overriding `Network.tokens` (forward hooks on its
+blocks, its value rows as the subspaces), `Network.random` (its architecture at a seeded random initialisation) and
+`Network.takes` (the sizes its inputs are cut to) — `verify.hooked` does so for a Hugging Face transformers ViT, BERT
+or GPT-2 (``transformers:FOLDER``); a timm or DINO ViT is read by `crate_nn.load` into the project's ViT. A subject
+that is not a CRATE (a ViT, BERT, GPT-2) gets the same rows against its random initialisations, its value rows as
+the subspaces (Fig. 26). `measure` turns the token sets into every measure, per input and layer: R^c under the
 authors' protocol and the paper's formula — per head and summed —, R and ΔR of Z^{ℓ+1/2}, the joint measure
 (`crate_nn.analysis.protocol`, on the first ``--control-n`` inputs), ‖Z^{ℓ+1}‖₀/(dn) and Fig. 26's fraction of
 |Z^{ℓ+1}| ≥ τ.
@@ -114,6 +117,16 @@ class Network:
     def depth(self) -> int:
         return len(self.model.encoder.layers)
 
+    @property
+    def takes(self):
+        """What `crate_nn.data.inputs` reads to feed it: an object with ``config`` (``image_size``, ``patch_size``,
+        ``in_channels``, or ``block_size`` and ``vocab_size``) and ``preprocessing`` — the model itself."""
+        return self.model
+
+    def described(self) -> dict:
+        """Its config, as report.json records it."""
+        return dataclasses.asdict(self.model.config)
+
     def tokens(self, batch: torch.Tensor) -> list[LayerTokens]:
         """Every layer's token sets of ``batch`` (`crate_nn.analysis.diagnostics.trace`)."""
         return [LayerTokens(layer.norm1(t.input), t.half, t.output, subspace_weight(layer), layer.attn.heads)
@@ -135,7 +148,8 @@ def run_directory(spec: str) -> Path | None:
         return None
     for needed in ("config.json", "checkpoints/last.pt"):
         if not (path / needed).is_file():
-            raise ValueError(f"model: {spec!r} is a folder but not a run directory of crate-train (no {needed})")
+            raise ValueError(f"model: {spec!r} is a folder but not a run directory of crate-train (no {needed}); a "
+                             "Hugging Face transformers folder is named transformers:FOLDER")
     return path
 
 
@@ -148,14 +162,29 @@ def load_network(spec: str, label: str, *, heads: int | None = None, name: str |
                  what: str = "model") -> Network:
     """The model of ``spec`` (a weights file, ``hf-hub:…`` or a run directory) in eval mode, float32, on the CPU;
     ValueError naming ``what`` (the argument: ``model``, ``against``) for a file that does not give one, or one
-    holding NaN or ±Inf."""
+    holding NaN or ±Inf. ``transformers:FOLDER`` is a transformers model (`verify.hooked`)."""
+    from verify import hooked
+
+    if spec.startswith(hooked.PREFIX):
+        given = "heads" if heads is not None else "name" if name is not None and what == "model" else None
+        if given:  # an --against-name is a label as well: only the model's --name is refused
+            raise ValueError(f"{what}: {spec!r} is a transformers folder, whose config.json gives its heads; drop "
+                             f"{FLAGS.get(what, FLAGS['model'])[given].split()[0]}")
+        network = hooked.load(spec, label, what=what)
+    else:
+        network = _load_crate_nn(spec, label, heads, name, what)
+    broken = non_finite(network.model)
+    if broken:
+        raise ValueError(f"{what}: {spec!r} holds non-finite weights ({broken}); no measure of it would be finite")
+    return network
+
+
+def _load_crate_nn(spec: str, label: str, heads: int | None, name: str | None, what: str) -> Network:
+    """What `crate_nn.load` reads of ``spec`` (`load_network`)."""
     folder = run_directory(spec)
     with spelled(**FLAGS.get(what, {})):
         stored = read_state(folder / "checkpoints" / "last.pt" if folder else spec, what=what, heads=heads, name=name)
         model = stored.build()
-    broken = non_finite(model)
-    if broken:
-        raise ValueError(f"{what}: {spec!r} holds non-finite weights ({broken}); no measure of it would be finite")
     return Network(label, model.float().eval(), spec, stored.format)
 
 
@@ -178,12 +207,12 @@ def run_init(spec: str) -> Network | None:
 def check_comparable(other: Network, network: Network) -> None:
     """ValueError naming ``--against`` unless ``other`` takes the model's inputs (image size and channels, or a
     vocabulary holding the model's token ids) and, a CRATE control, has its depth."""
-    mine, theirs = network.model.config, other.model.config
+    mine, theirs = network.takes.config, other.takes.config
     for name in ("image_size", "in_channels", "block_size"):
         if getattr(mine, name, None) != getattr(theirs, name, None):
             raise ValueError(f"against: {other.spec!r} has {name} {getattr(theirs, name, None)}, the model "
                              f"{getattr(mine, name, None)}; both must take the same inputs")
-    if getattr(theirs, "vocab_size", 0) < getattr(mine, "vocab_size", 0):
+    if (getattr(theirs, "vocab_size", 0) or 0) < (getattr(mine, "vocab_size", 0) or 0):
         raise ValueError(f"against: {other.spec!r} has a vocabulary of {theirs.vocab_size}, the model "
                          f"{mine.vocab_size}")
     if other.crate and other.depth != network.depth:
@@ -304,8 +333,9 @@ class Checkpoint:
         """Every network's `measure`, by label (the random initialisations by theirs: ``random init 1000`` …)."""
         head = self.inputs.tensor[:self.control_n]
         out = {self.network.label: measure(self.network, self.inputs.tensor, joint_n=self.control_n, **self.options)}
-        for other in [*self.inits, *([self.own] if self.own else []), *self.others]:
-            out[other.label] = measure(other, head, joint_n=self.control_n if other.crate else 0, **self.options)
+        layered = [(n, True) for n in [*self.inits, *([self.own] if self.own else [])]]
+        for other, joint in [*layered, *((o, o.crate) for o in self.others)]:  # the joint measure: layer by layer
+            out[other.label] = measure(other, head, joint_n=self.control_n if joint else 0, **self.options)
         return out
 
     @property
@@ -355,11 +385,11 @@ class Checkpoint:
     def record(self) -> dict:
         """What report.json records of the subject: the model, the inputs and their preprocessing, the controls
         (the random initialisations' seeds among them) and the size measured with its collapse floor."""
-        model, s = self.network.model, self.sizes
+        s = self.sizes
         return {
             "model": {"spec": self.network.spec, "format": self.network.format,
                       "parameters": self.network.parameters, "layers": self.network.depth,
-                      "config": dataclasses.asdict(model.config)},
+                      "config": self.network.described()},
             "inputs": {"source": self.inputs.source, "n": len(self.inputs), "control_n": self.control_n,
                        "seed": self.options.get("seed", 0), "names": self.inputs.names,
                        "preprocessing": self.inputs.preprocessing},
@@ -377,11 +407,9 @@ def open_checkpoint(args: argparse.Namespace) -> Checkpoint:
     """The subject the arguments of `verify.network` name, every model and input loaded and checked (one-line
     ValueErrors naming the argument), nothing measured."""
     network = load_network(args.model, "this network", heads=args.heads, name=args.name)
-    if not network.crate:
-        raise ValueError(f"model: {args.model!r} has no MSSA layers (a ViT?); bring it as --against beside a CRATE")
     if network.depth < 3:
         raise ValueError(f"model: {args.model!r} has {network.depth} layers; the claims from layer 2 on need at least 3")
-    inputs = _inputs(network.model, args)
+    inputs = _inputs(network.takes, args)
     own = run_init(args.model)
     if not args.init_seeds and own is None and not args.against:
         raise ValueError("init-seeds: 0, and no other control (a run directory's own initialisation, --against): "
@@ -401,22 +429,22 @@ def open_checkpoint(args: argparse.Namespace) -> Checkpoint:
         check_comparable(others[-1], network)
     taken = {own.seed} if own is not None else set()
     seeds = [s for s in range(args.init_seed_start, args.init_seed_start + args.init_seeds + 1) if s not in taken]
-    tokens = inputs.tensor.shape[1] if inputs.tensor.ndim == 2 else \
-        (network.model.config.image_size // network.model.config.patch_size) ** 2 + 1
+    shape = network.takes.config
+    tokens = inputs.tensor.shape[1] if inputs.tensor.ndim == 2 else (shape.image_size // shape.patch_size) ** 2 + 1
     options = dict(seed=args.seed, batch_size=args.batch_size or max(1, BATCH_TOKENS // tokens),
                    progress=args.progress)
     return Checkpoint(network, inputs, min(args.control_n, len(inputs)),
                       [network.random(s) for s in seeds[:args.init_seeds]], own, others, options)
 
 
-def _inputs(model: nn.Module, args: argparse.Namespace) -> Inputs:
-    """The sample the arguments name (`crate_nn.data.inputs`)."""
+def _inputs(model, args: argparse.Namespace) -> Inputs:
+    """The sample the arguments name (`crate_nn.data.inputs`) for ``model`` (`Network.takes`)."""
     if args.text is not None:
-        if not hasattr(model.config, "block_size"):
+        if getattr(model.config, "block_size", None) is None:
             raise ValueError("text: the model is not a language model; give --images or --dataset")
         return text_windows(model, args.text, args.n, args.seed, tokenizer=args.tokenizer, window=args.window,
                             all_inputs=args.all_inputs)
-    if not hasattr(model.config, "image_size"):
+    if getattr(model.config, "image_size", None) is None:
         raise ValueError("images, dataset: the model takes text; give --text")
     options = dict(all_inputs=args.all_inputs, mean=args.mean, std=args.std, channels=args.channels)
     if args.images is not None:

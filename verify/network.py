@@ -5,10 +5,15 @@
     python -m verify.network crate.pt --images val/ --against vit_s16.pth --against-name vit_small
     python -m verify.network gpt.pt --text book.txt                  # a language model, its own tokenizer
     python -m verify.network crate_authors.pth --heads 2 --dataset digits --channels 3    # a file recording nothing
+    python -m verify.network vit_base_patch16_224.pth --name vit_base --images val/      # a timm ViT as the subject
+    python -m verify.network transformers:models/gpt2 --text book.txt   # a transformers ViT, BERT or GPT-2 folder
 
 SPEC is anything `crate_nn.load` reads — a file of any supported format (ours, the authors', CRATE-α's torch and
 JAX ``.npz`` files, crate-lm, nanoGPT, timm's and DINO's ViTs), ``hf-hub:ORG/NAME[@rev][:path]`` in the local Hub
-cache — or a run directory of ``crate-train`` (its ``checkpoints/last.pt``). Nothing is downloaded.
+cache —, a run directory of ``crate-train`` (its ``checkpoints/last.pt``), or ``transformers:FOLDER``: a Hugging
+Face ``transformers`` ViT, BERT or GPT-2 (``config.json`` and ``model.safetensors`` or ``pytorch_model.bin``), read
+through forward hooks (`verify.hooked`; ``pip install transformers``). Nothing is downloaded. A network that is not a
+CRATE (a ViT, BERT, GPT-2) is measured against its value rows (Fig. 26) and its own random initialisations.
 
 **Inputs.** ``--images DIR`` (an ImageNet-validation layout, ``DIR/<class>/<image>``, or a flat folder: every image
 file under DIR; other files are skipped and counted), ``--dataset NAME`` (a built-in set, e.g. ``digits``; its
@@ -70,7 +75,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = cli.Parser(prog=PROG, description=__doc__.split("\n\n")[0],
                         epilog="\n\n".join(__doc__.split("\n\n")[1:3]),
                         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model", help="weights file, hf-hub:ORG/NAME[@rev][:path] or a crate-train run directory")
+    parser.add_argument("model", help="weights file, hf-hub:ORG/NAME[@rev][:path], a crate-train run directory or "
+                                      "transformers:FOLDER")
     given = parser.add_mutually_exclusive_group(required=True)
     given.add_argument("--images", metavar="DIR", help="image folder (DIR/<class>/<image> or flat)")
     given.add_argument("--dataset", metavar="NAME", help="a built-in dataset (e.g. digits)")
@@ -150,8 +156,9 @@ def check_paths(args: argparse.Namespace) -> None:
         if kind == "file" and not found.is_file():
             raise ValueError(f"text: {path!r} is a folder, not a text file")
     for what, spec in (("model", args.model), *(("against", s) for s in args.against)):
-        if not spec.startswith("hf-hub:") and not Path(spec).exists():
-            raise ValueError(f"{what}: {spec!r} does not exist (a weights file, hf-hub:ORG/NAME or a run directory)")
+        if not spec.startswith(("hf-hub:", "transformers:")) and not Path(spec).exists():
+            raise ValueError(f"{what}: {spec!r} does not exist (a weights file, hf-hub:ORG/NAME, a run directory or "
+                             "transformers:FOLDER)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

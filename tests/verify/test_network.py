@@ -145,10 +145,30 @@ def test_bad_input_is_one_line(stand_in, monkeypatch, capsys, arguments, message
     assert err.startswith(f"python -m verify.network: {message}") and err.count("\n") == 1
 
 
-def test_a_vit_alone_and_too_few_seeds_are_refused(stand_in, capsys):
+def test_a_timm_vit_is_a_subject_against_its_random_initialisations(stand_in, tmp_path):
+    """A ViT in timm's layout (``crate-export --format timm`` of a stand-in; tests/weights/test_vit_adapters.py checks
+    the layout against timm's forward) as the subject: R^c with depth under each protocol and, against random ViTs of
+    its architecture, every layer's R^c, the joint measure and the sparsity — its value rows the subspaces (Fig. 26)."""
+    from crate_nn.export import main as export
+
+    torch.manual_seed(0)
+    crate_nn.save(tmp_path / "vit.pt", crate_nn.create_model("vit_tiny", **SMALL, patch_embed="conv", norm_eps=1e-6))
+    assert export([str(tmp_path / "vit.pt"), str(tmp_path / "vit_timm.pth"), "--format", "timm"]) == 0
+    assert set(torch.load(tmp_path / "vit_timm.pth", weights_only=True)) >= {"blocks.0.attn.qkv.weight", "head.weight"}
+    images = write_images(tmp_path / "flat", 6)
+    assert network.main([str(tmp_path / "vit_timm.pth"), "--heads", "2", "--images", str(images), "--n", "6",
+                         "--control-n", "4", "--init-seeds", "3", "--out", str(tmp_path / "out")]) == 0
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["model"]["format"] == "timm ViT" and report["sizes"]["heads"] == 2
+    assert {v["id"] for v in report["verdicts"]} == {
+        "rc-falls-official", "rc-falls-paper", "rc-below-random-init-official", "rc-below-random-init-paper",
+        "joint-random-init", "sparsity-rises", "sparser-than-random-init"}
+    values = np.load(tmp_path / "out" / "values.npz")
+    assert values["random init 1000/specific"].shape == (4, 3)  # the random ViTs' joint measure, layer by layer
+
+
+def test_too_few_seeds_are_refused(stand_in, capsys):
     images = write_images(stand_in / "flat", 4)
-    assert network.main([str(stand_in / "vit.pt"), "--images", str(images)]) == 2
-    assert "has no MSSA layers (a ViT?); bring it as --against" in capsys.readouterr().err
     with pytest.raises(SystemExit) as stop:
         network.main([str(stand_in / "alpha.pth"), "--images", str(images), "--init-seeds", "2"])
     assert stop.value.code == 2 and "--init-seeds: expected 0 or 3 to 100, got 2" in capsys.readouterr().err
