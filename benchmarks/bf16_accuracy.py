@@ -13,7 +13,7 @@ mean lies inside the first's 95% interval.
     python -m benchmarks.bf16_accuracy --precision bf16 bf16+bf16-activations   # activations kept in bf16
 
 A precision written ``PRECISION+bf16-activations`` also keeps the activations in bfloat16 between layers
-(``crate-train --activations bf16``).
+(``crate-train --run.activations bf16``).
 
 Time: ≈ 5 s per run on one core (5 seeds × 2 precisions ≈ 1 min). Expected: test top-1 ≈ 97.5 % in both, the
 difference inconclusive (benchmarks/RESULTS.md, "CPU: bf16 autocast and the GEMM limit").

@@ -300,7 +300,7 @@ def environment(device: torch.device) -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "loadavg_1_5_15": list(os.getloadavg()),
-        "git_commit": _git_commit(),
+        "git_commit": git_commit(),
     }
     env["cpu_model"] = cpu_model()
     if device.type == "cuda":
@@ -336,7 +336,8 @@ def nvidia_driver() -> str | None:
     return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
 
 
-def _git_commit() -> str | None:
+def git_commit() -> str | None:
+    """The repository's commit (short hash); None outside a git checkout."""
     try:
         out = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,

@@ -5,7 +5,7 @@ compressed like photographs) is written first. Then, in one run, interleaved:
 
 * ``files``: crate_nn.data's training pipeline as `crate_nn.train` uses it — `ImageFiles` (Pillow decode,
   shorter side → ``load_size``, central square) read by ``--workers`` workers of each ``--loaders`` kind
-  (DataLoader processes, or threads: ``crate-train --loader threads``; 0 workers: the main process), then
+  (DataLoader processes, or threads: ``crate-train --run.loader threads``; 0 workers: the main process), then
   `DeviceTransform` (the batched RandomResizedCrop + flip, normalisation) on ``--device``;
 * ``shard``: the same augmentation fed from the folder packed by `crate_nn.data.shards` (``crate-pack``: the
   decoded ``load_size`` squares, memory-mapped by `ShardImages`): what is left when no JPEG is decoded;
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> dict:
     common.add_common_args(parser, repeats=3, warmup=1)
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2], help="worker counts (0: main process)")
     parser.add_argument("--loaders", nargs="+", default=list(LOADERS), choices=LOADERS,
-                        help="worker kinds: DataLoader processes, threads of this process (crate-train --loader)")
+                        help="worker kinds: DataLoader processes, threads of this process (crate-train --run.loader)")
     parser.add_argument("--images", type=int, default=512, help="JPEGs in the generated folder (= one epoch)")
     parser.add_argument("--source-size", default="500x375", help="WIDTHxHEIGHT of the JPEGs (ImageNet-like)")
     parser.add_argument("--load-size", type=int, default=256, help="shorter side after decoding (crate_nn preset)")

@@ -91,8 +91,9 @@ def imagenet_hours(train_img_s: float, eval_img_s: float | None) -> float:
     from crate_nn.tasks import get_preset
 
     preset = get_preset("imagenet")
-    trained = preset.epochs * (IMAGENET_TRAIN // preset.batch_size) * preset.batch_size
-    evaluated = (preset.epochs // preset.eval_every) * IMAGENET_VAL
+    epochs, batch = preset.schedule.epochs, preset.schedule.batch_size
+    trained = epochs * (IMAGENET_TRAIN // batch) * batch
+    evaluated = (epochs // preset.evaluation.eval_every) * IMAGENET_VAL
     return (trained / train_img_s + (evaluated / eval_img_s if eval_img_s else 0.0)) / 3600
 
 

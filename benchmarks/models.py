@@ -125,7 +125,7 @@ VARIANT_MODES = ("eager", *COMPILE_MODES)
 @dataclass(frozen=True)
 class Variant:
     """How ours runs: eager or ``torch.compile`` in a mode (`crate_nn.engine.loop.compile_model`), with its
-    activations in float32 (autocast's) or kept in bfloat16 (``+bf16-activations``: ``crate-train --activations
+    activations in float32 (autocast's) or kept in bfloat16 (``+bf16-activations``: ``crate-train --run.activations
     bf16``). Written ``MODE[+bf16-activations]``, MODE one of `VARIANT_MODES` (``default``: torch.compile's default
     mode)."""
 
@@ -291,12 +291,12 @@ def run_paired(
     parser.add_argument("--precision", nargs="+", default=["auto"],
                         help="ours: auto (bf16 on GPU, fp32 on CPU), bf16-if-faster, fp32, bf16, fp16; several: ours "
                              "is timed in each, in the same run (the first is 'ours', the others 'ours_bf16', ...)")
-    parser.add_argument("--compile", action="store_true", help="ours (and --beside): torch.compile (crate-train --compile)")
+    parser.add_argument("--compile", action="store_true", help="ours (and --beside): torch.compile (crate-train --run.compile)")
     parser.add_argument("--compile-mode", default="default", choices=COMPILE_MODES,
                         help="torch.compile mode with --compile (reduce-overhead: CUDA graphs)")
     parser.add_argument("--variants", nargs="+", default=None, metavar=f"MODE[{BF16_ACTIVATIONS}]",
                         help=f"ours in each of these ways, in the same run (the first is 'ours'); MODE: "
-                             f"{', '.join(VARIANT_MODES)}; {BF16_ACTIVATIONS}: crate-train --activations bf16. "
+                             f"{', '.join(VARIANT_MODES)}; {BF16_ACTIVATIONS}: crate-train --run.activations bf16. "
                              "Default: --compile/--compile-mode")
     parser.add_argument("--beside", default=None,
                         help="a timm model timed beside in the same run with ours' precision, compilation and "

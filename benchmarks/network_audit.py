@@ -6,7 +6,7 @@
 Image path (default): a CRATE-α B/16 (``crate_alpha_b16``) at random initialisation, written in CRATE-α's torch
 format (the stand-in for the published ``crate_alpha_B16.pth``: the same keys and shapes), audited on ``--n`` images
 of 224² (smooth random images written as JPEG files, decoded, resized and cropped as real ones are), with the
-command's defaults (``--control-n`` 64, 3 initialisation seeds). Language path (``--language``): a CRATE-GPT-base
+command's defaults (``--control-n`` 64, 20 initialisation seeds). Language path (``--language``): a CRATE-GPT-base
 (``crate_gpt_base``) at random initialisation on ``--n`` windows of 1,024 byte tokens of the Python standard library's
 source. Each contender runs in its own process (``--threads`` torch threads), ``--repeats`` times in turn with the
 other; a figure is the median. Peak memory is the process's maximum resident set size.
@@ -38,17 +38,17 @@ if kind == "audit":
     status = network.main(rest)
 else:
     import crate_nn
-    from verify import layerwise
-    from verify.layerwise import image_inputs, load_network, text_inputs
-    net = load_network(rest[0], "model", name=rest[4] if len(rest) > 4 else None)
+    from crate_nn.data.inputs import folder_images, text_windows
+    from verify import checkpoint
+    net = checkpoint.load_network(rest[0], "model", name=rest[4] if len(rest) > 4 else None)
     n = int(rest[2])
     if rest[1] == "text":
-        inputs = text_inputs(net.model, rest[3], n, 0, tokenizer="bytes")
+        inputs = text_windows(net.model, rest[3], n, 0, tokenizer="bytes")
     else:
-        inputs = image_inputs(net.model, n, 0, folder=rest[3])
+        inputs = folder_images(net.model, rest[3], n, 0)
     tokens = inputs.tensor.shape[1] if inputs.tensor.ndim == 2 else (net.model.config.image_size // net.model.config.patch_size) ** 2 + 1
     with torch.no_grad():
-        for batch in inputs.tensor.split(max(1, layerwise.BATCH_TOKENS // tokens)):
+        for batch in inputs.tensor.split(max(1, checkpoint.BATCH_TOKENS // tokens)):
             net.model(batch)
     status = 0
 print(json.dumps({"seconds": time.perf_counter() - start, "cpu_seconds": time.process_time(),

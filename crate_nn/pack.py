@@ -3,7 +3,7 @@
     crate-pack /data/imagenet /data/imagenet-shards                     train/ and val/, 16 Pillow workers
     crate-pack /data/imagenet /data/imagenet-shards --decode gpu        nvJPEG (needs torchvision and CUDA)
     crate-pack /data/imagenet /data/imagenet-shards --verify-only       check every shard against its checksum
-    crate-train --preset imagenet --dataset shards --data-dir /data/imagenet-shards
+    crate-train --preset imagenet --data.dataset shards --data.data-dir /data/imagenet-shards
 
 The source is the ImageNet layout, ``SOURCE/<split>/<class>/<image>``; the classes are the first split's
 sub-folders. Training splits (``--train-splits``) are stored as ``--load-size`` squares (shorter side resized,
@@ -35,7 +35,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--splits", nargs="+", default=["train", "val"], help="splits to pack (default: train val)")
     parser.add_argument("--train-splits", nargs="*", default=["train"],
                         help="splits stored with the training geometry (default: train)")
-    parser.add_argument("--load-size", type=int, default=256, help="training squares' side (crate-train --load-size)")
+    parser.add_argument("--load-size", type=int, default=256,
+                        help="training squares' side (crate-train's --data.load-size)")
     parser.add_argument("--eval-resize", type=int, default=256, help="evaluation: shorter side before the crop")
     parser.add_argument("--image-size", type=int, default=224, help="evaluation: central crop")
     parser.add_argument("--shard-size", type=int, default=1024, help="images per shard file")

@@ -40,8 +40,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="tokens (default: any number of files, the fraction of tokens asked for) or documents "
                         "(whole documents, nanoGPT's OpenWebText split; the default with --builtin)")
     parser.add_argument("--block-size", type=int, default=1024,
-                        help="tokens per training sequence you plan (crate-train's --block-size): warn when a split "
-                        "holds fewer than one window (default 1024)")
+                        help="tokens per training sequence you plan (crate-train's --data.block-size): warn when a "
+                        "split holds fewer than one window (default 1024)")
     parser.add_argument("--workers", type=int, default=1, help="tokenizing processes")
     parser.add_argument("--errors", choices=DECODE_ERRORS, default=None,
                         help="bytes that are not UTF-8: strict refuses the file naming the byte (the default), "

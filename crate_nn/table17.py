@@ -39,12 +39,12 @@ from .analysis.maskcut import TAU
 from .analysis.segmentation import image_backbone, upsample
 from .data import build_dataset
 from .data.objects import ObjectImages
-from .data.transforms import DeviceTransform
 from .engine.loop import initial_model, train
 from .engine.task import get_preset
 from .evaluation.segmentation import LayerScores, evaluate_objects, maskcut_masks, score_masks
 from .models.embedding import patchify
 from .tasks.classification import LABELS, OBJECTS_SIZE, VARIANTS, ClassificationConfig
+from .tasks.images import evaluation_transform
 from .weights import load
 
 METHODS = ("attention", "maskcut")
@@ -55,9 +55,10 @@ METRICS = ("miou", "jaccard", "corloc")
 def splits(config: ClassificationConfig, images: int | None = None):
     """The validation and test splits of ``config``'s dataset as evaluation sees them (the first ``images`` of
     each when given: smoke runs)."""
-    data = dict(data_dir=config.data_dir, train=False, image_size=config.image_size, load_size=config.image_size,
-                eval_resize=config.image_size)
-    val, test = (build_dataset(config.dataset, split, **data) for split in ("val", "test"))
+    data = config.data
+    options = dict(data_dir=data.data_dir, train=False, image_size=data.image_size, load_size=data.image_size,
+                   eval_resize=data.image_size)
+    val, test = (build_dataset(data.dataset, split, **options) for split in ("val", "test"))
     if images is None:
         return val, test
     return tuple(ObjectImages(d.images[:images], d.labels[:images], d.masks[:images], d.info.classes)
@@ -80,7 +81,7 @@ def measure(model: nn.Module, config: ClassificationConfig, *, images: int | Non
     on the validation and test splits of ``config``'s dataset (their first ``images`` if given), with the selected
     layer per method."""
     val, test = splits(config, images)
-    transform = DeviceTransform(config.image_size, config.mean, config.std, train=False)
+    transform = evaluation_transform(config.data)
     model = model.float().cpu().eval()
     val_scores = evaluate_objects(model, val, transform, progress=progress)
     test_scores = evaluate_objects(model, test, transform, progress=progress)
@@ -106,14 +107,15 @@ def extra_backbone(path: str | Path, config: ClassificationConfig) -> nn.Module:
     """The `image_backbone` of the checkpoint ``path`` for an extra row, checked against ``config``'s images
     (channels; the patch size must divide the image side); ValueError naming ``extra`` and the file otherwise."""
     model = image_backbone(load(path), f"extra: checkpoint {path}")
-    channels, patch = len(config.mean), model.config.patch_size
+    data = config.data
+    channels, patch = len(data.mean), model.config.patch_size
     if model.config.in_channels != channels:
         raise ValueError(f"extra: checkpoint {path} takes {model.config.in_channels}-channel images; the "
-                         f"{config.dataset} images have {channels}")
-    if config.image_size % patch or (config.image_size != model.config.image_size
-                                     and not model.config.dynamic_img_size):
+                         f"{data.dataset} images have {channels}")
+    if data.image_size % patch or (data.image_size != model.config.image_size
+                                   and not model.config.dynamic_img_size):
         raise ValueError(f"extra: checkpoint {path} takes {model.config.image_size}² images (patch {patch}); the "
-                         f"{config.dataset} images are {config.image_size}²")
+                         f"{data.dataset} images are {data.image_size}²")
     return model
 
 
@@ -121,9 +123,9 @@ def references(config: ClassificationConfig, images: int | None = None) -> dict:
     """Scores without a network on the test split: MaskCut on the raw (normalised) patch pixels, and the ceiling of
     any mask at patch resolution (the true mask downsampled to the grid by majority, upsampled back)."""
     _, test = splits(config, images)
-    patch = config.model_args.get("patch_size", OBJECTS_SIZE["patch_size"])
-    grid = (config.image_size // patch, config.image_size // patch)
-    transform = DeviceTransform(config.image_size, config.mean, config.std, train=False)
+    patch = config.network.model_args.get("patch_size", OBJECTS_SIZE["patch_size"])
+    grid = (config.data.image_size // patch, config.data.image_size // patch)
+    transform = evaluation_transform(config.data)
     pixels = patchify(transform(test.images), patch).double()
     cut = upsample(maskcut_masks(pixels, grid, tau=TAU), test.masks.shape[-2:])
     coarse = torch.nn.functional.avg_pool2d(test.masks[:, None].double(), patch)[:, 0] >= 0.5
@@ -157,13 +159,13 @@ def summarize(runs: Sequence[dict]) -> dict:
 def train_in_place(config: ClassificationConfig) -> nn.Module:
     """The trained model of ``config``, trained in its ``output_dir``: a run of the same config already there is
     resumed (a finished one only re-evaluated), one of another config is replaced."""
-    if (Path(config.output_dir) / "checkpoints" / "last.pt").is_file():
+    if (Path(config.run.output_dir) / "checkpoints" / "last.pt").is_file():
         try:
-            return load(train(dataclasses.replace(config, resume=True)).checkpoint)
+            return load(train(config.replace(resume=True)).checkpoint)
         except ValueError as err:
             if not str(err).startswith("resume:"):
                 raise
-    return load(train(dataclasses.replace(config, overwrite=True)).checkpoint)
+    return load(train(config.replace(overwrite=True)).checkpoint)
 
 
 def run_experiment(output_dir: str | Path, *, seeds: Sequence[int] = (0, 1, 2, 3, 4),
@@ -212,7 +214,7 @@ def examples(model: nn.Module, config: ClassificationConfig, selected: Mapping) 
     from .analysis.segmentation import cls_attention, patch_codes, patch_grid
 
     _, test = splits(config)
-    images = DeviceTransform(config.image_size, config.mean, config.std, train=False)(test.images[:EXAMPLES])
+    images = evaluation_transform(config.data)(test.images[:EXAMPLES])
     grid = patch_grid(model, images)
     attention = cls_attention(model, images, selected["attention"]["layer"])[0].mean(dim=1).unflatten(-1, grid)
     codes = patch_codes(model, images, selected["maskcut"]["layer"])[0]

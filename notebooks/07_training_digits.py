@@ -51,8 +51,9 @@ from crate_nn.tasks import get_preset
 workdir = Path(tempfile.mkdtemp(prefix="crate-digits-"))
 config = get_preset("digits", epochs=10, output_dir=str(workdir / "run"), init_from=str(workdir / "init.pt"),
                     measure_epochs=(0, 10), progress=False)
-print({k: getattr(config, k) for k in ("model", "model_args", "optimizer", "lr", "weight_decay", "batch_size",
-                                       "epochs", "warmup_epochs")})
+print({k: config.get(k) for k in ("network.model", "network.model_args", "optim.optimizer", "optim.lr",
+                                  "optim.weight_decay", "schedule.batch_size", "schedule.epochs",
+                                  "schedule.warmup_epochs")})
 
 # %% [markdown]
 # ## 1. Train
@@ -61,9 +62,10 @@ print({k: getattr(config, k) for k in ("model", "model_args", "optimizer", "lr",
 
 # %%
 torch.manual_seed(0)
-init_model = crate_nn.create_model(config.model, **{**config.model_args, "image_size": config.image_size,
-                                                    "num_classes": 10, "in_channels": 1})
-crate_nn.save(config.init_from, init_model)
+network = config.network
+init_model = crate_nn.create_model(network.model, **{**network.model_args, "image_size": config.data.image_size,
+                                                     "num_classes": 10, "in_channels": 1})
+crate_nn.save(network.init_from, init_model)
 result = train(config)
 print(f"{result.steps} steps in {result.seconds:.1f} s; validation top-1 {result.metrics['val_top1']:.3f}, "
       f"test top-1 {result.metrics['test_top1']:.3f}")
@@ -96,9 +98,9 @@ print(f"training loss {first_loss:.3f} → {last_loss:.3f}")
 
 # %%
 test_set = build_dataset("digits", "test", data_dir=None, train=False, image_size=8, load_size=8, eval_resize=8)
-images = DeviceTransform(8, config.mean, config.std, train=False)(torch.stack([test_set[i][0] for i in range(len(test_set))]))
+images = DeviceTransform(8, config.data.mean, config.data.std, train=False)(torch.stack([test_set[i][0] for i in range(len(test_set))]))
 labels = torch.as_tensor([int(test_set[i][1]) for i in range(len(test_set))])
-models = {"random init": crate_nn.load(config.init_from).eval(), "trained (10 epochs)": crate_nn.load(result.checkpoint).eval()}
+models = {"random init": crate_nn.load(network.init_from).eval(), "trained (10 epochs)": crate_nn.load(result.checkpoint).eval()}
 with torch.no_grad():
     test_accuracy = float((models["trained (10 epochs)"](images).argmax(-1) == labels).float().mean())
 measured = {protocol: {name: crate_nn.measure_layers(m, images, protocol=protocol) for name, m in models.items()}
@@ -204,7 +206,7 @@ saved = {int(p.stem.split("_")[1]): json.loads(p.read_text())
          for p in (Path(result.output_dir) / "measurements").glob("epoch_*.json")}
 assert sorted(saved) == [0, 10], sorted(saved)
 val_set = build_dataset("digits", "val", data_dir=None, train=False, image_size=8, load_size=8, eval_resize=8)
-val_images = DeviceTransform(8, config.mean, config.std, train=False)(torch.stack([val_set[i][0] for i in range(len(val_set))]))
+val_images = DeviceTransform(8, config.data.mean, config.data.std, train=False)(torch.stack([val_set[i][0] for i in range(len(val_set))]))
 remeasured = crate_nn.measure_layers(models["random init"], val_images, protocol="official")
 assert np.allclose([s["mean"] for s in saved[0]["official"]["compression"]], [s.mean for s in remeasured.compression],
                    rtol=1e-6), (saved[0]["official"]["compression"], remeasured.compression)

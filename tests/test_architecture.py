@@ -196,3 +196,38 @@ def test_only_the_weights_package_tells_a_files_format():
 
     assert format_decisions() == []
     assert FORMAT_TEST.search('ours = payload.get("format") == checkpoint.FORMAT')
+
+
+def _crate_nn_classes() -> dict[str, list[str]]:
+    """Every class crate_nn defines, by name, with the names of its bases (``a.B`` read as ``B``)."""
+    classes: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "crate_nn").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ClassDef):
+                classes[node.name] = [ast.unparse(base).rsplit(".", 1)[-1] for base in node.bases]
+    return classes
+
+
+def test_no_config_inherits_a_section():
+    """A config holds its sections as fields (``config.crops.local_crops``, `crate_nn.engine.config.section`) and
+    inherits none: no class of crate_nn extends both `TrainConfig` and a `Section` (read from the source, so a
+    config no task registers counts too), and no registered config has a section in its method resolution order."""
+    import crate_nn.tasks  # noqa: F401 - registers every task
+    from crate_nn.engine.config import Section
+    from crate_nn.engine.task import TASKS
+
+    classes = _crate_nn_classes()
+
+    def ancestors(name: str) -> set[str]:
+        found, todo = set(), [name]
+        while todo:
+            for base in classes.get(todo.pop(), []):
+                if base not in found:
+                    found.add(base)
+                    todo.append(base)
+        return found
+
+    configs = [name for name in classes if "TrainConfig" in ancestors(name) or name == "TrainConfig"]
+    assert {"TrainConfig", "ClassificationConfig", "DINOTrainConfig", "LanguageModelConfig"} <= set(configs)
+    assert [name for name in configs if "Section" in ancestors(name)] == []
+    assert [c.__name__ for c in TASKS if any(issubclass(base, Section) for base in c.__mro__)] == []

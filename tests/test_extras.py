@@ -36,9 +36,9 @@ def test_crate_train_tensorboard_missing_leaves_no_run_directory(monkeypatch, tm
     missing(monkeypatch, "tensorboard", "torch.utils.tensorboard")
     out = tmp_path / "run"
     for _ in range(2):  # the same command again gets the same answer, not "already holds a run"
-        assert train_main([*TRAIN, "--tensorboard", "--output-dir", str(out)]) == 1
+        assert train_main([*TRAIN, "--run.tensorboard", "--run.output-dir", str(out)]) == 1
         assert capsys.readouterr().err == (
-            "crate-train: tensorboard: --tensorboard needs the tensorboard package: pip install "
+            "crate-train: tensorboard: --run.tensorboard needs the tensorboard package: pip install "
             "'crate-whitebox[tensorboard]' (or pip install tensorboard)\n")
         assert not out.exists()
 
@@ -49,7 +49,7 @@ def test_the_engine_checks_tensorboard_before_making_the_run_folders(monkeypatch
     config = tiny(tmp_path / "run", tensorboard=True)
     with pytest.raises(ValueError, match=r"tensorboard: .*crate-whitebox\[tensorboard\]"):
         train(config)
-    check_output_dir(config.output_dir, resume=False, overwrite=False)  # no run there to refuse
+    check_output_dir(config.run.output_dir, resume=False, overwrite=False)  # no run there to refuse
 
 
 @pytest.mark.parametrize("spec, package", [("tiktoken:gpt2", "tiktoken"), ("hf:roberta-base", "tokenizers")])

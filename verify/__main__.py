@@ -7,6 +7,7 @@
     python -m verify --table              # also print the full table (wide) after the summary
     python -m verify --figures            # also draw the figures (always under --full)
     python -m verify --perturb            # every training from initial weights moved by one unit in the last place
+    python -m verify --perturb 3          # … by three units: another draw of another processor's rounding
 
 Writes ``report.md``, ``report.json`` (and with ``--figures``, or under ``--full``, ``figures/*.png``) into
 ``--output-dir`` (default ``./verify-report``; with ``--only``, ``./verify-report/only``, so that a partial audit
@@ -55,7 +56,7 @@ def audit(
     echo: bool = True,
     table: bool = False,
     figures: bool | None = None,
-    perturb: bool = False,
+    perturb: int = 0,
 ) -> int:
     """Measure ``claims``, write the report and print its headline and summary (and the full table with
     ``table``); return the exit status (0 when all as expected).
@@ -63,14 +64,15 @@ def audit(
     Claims not measured in ``mode`` (``Claim.modes``) are skipped and named in the report. ``figures``: draw the
     claims' figures into ``output_dir/figures``; None: under ``--full`` only (in a warm quick audit drawing took
     about a third of the time). ``perturb``: train within `verify.experiments.perturbed` (every run from its
-    initialisation moved by one unit in the last place, cached apart: a stand-in for another processor).
+    initialisation moved by ``perturb`` units in the last place, cached apart: a stand-in for another processor; 0:
+    plain training).
     """
     figures = mode == "full" if figures is None else figures
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     wall = time.perf_counter()
-    with experiments.perturbed() if perturb else contextlib.nullcontext():
+    with experiments.perturbed(perturb) if perturb else contextlib.nullcontext():
         outcomes = run_claims([c for c in claims if mode in c.modes], mode=mode, seed=seed, output_dir=output_dir,
                               progress=progress, figures=figures)
     meta = {
@@ -130,9 +132,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--table", action="store_true", help="also print the full table of every claim (wide)")
     p.add_argument("--figures", action=argparse.BooleanOptionalAction, default=None,
                    help="draw the claims' figures into OUTPUT_DIR/figures (default: under --full only)")
-    p.add_argument("--perturb", action="store_true",
-                   help="train every run from its initial weights moved by one unit in the last place, cached apart: "
-                        "what another processor's rounding does to the trained claims (docs/audit.md, Reproducibility)")
+    p.add_argument("--perturb", type=int, nargs="?", const=1, default=0, metavar="K",
+                   help="train every run from its initial weights moved by K units in the last place (default 1), "
+                        "cached apart: what another processor's rounding does to the trained claims (docs/audit.md, "
+                        "Reproducibility)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -155,6 +158,9 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
         claims = select(claims, only)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.perturb < 0:
+        print(f"error: --perturb: expected K >= 1 units in the last place, got {args.perturb}", file=sys.stderr)
         return 2
     if args.list:
         for c in claims:

@@ -132,8 +132,8 @@ class StoredRun:
         self.folder = experiments.location(config)  # where the run would be cached: a run names another by this path
 
     def _missing(self, what: str) -> NotStored:
-        return NotStored(f"{shown(path(self._name))}: {what} of the {self.config.task} run (seed {self.config.seed}) "
-                         f"is not stored; re-record it: {record_command(self._name)}")
+        return NotStored(f"{shown(path(self._name))}: {what} of the {self.config.task} run (seed "
+                         f"{self.config.run.seed}) is not stored; re-record it: {record_command(self._name)}")
 
     def model(self, which: str) -> None:
         raise self._missing(f"the {which} model (a committed run keeps numbers, not weights)")
@@ -342,14 +342,14 @@ class Store:
 
     def run(self, config: TrainConfig) -> StoredRun:
         for entry in self.runs:
-            if (entry["task"] == config.task and entry["seed"] == config.seed
+            if (entry["task"] == config.task and entry["seed"] == config.run.seed
                     and not experiments.recipe_differences(self.today(local(entry["recipe"])), config)):
                 recorded = experiments.fields_hash(entry["task"], {**entry["recipe"], "seed": entry["seed"]})
                 self.names[f"{entry['task']}-{recorded}"] = f"{config.task}-{experiments.config_hash(config)}"
                 return StoredRun(config, entry, self.name, self)
         seeds = sorted({e["seed"] for e in self.runs if e["task"] == config.task})
-        raise NotStored(f"{shown(path(self.name))} holds no {config.task} run of this recipe with seed {config.seed} "
-                        f"(its {config.task} seeds: {seeds}); the recipe or the base seed changed since it was "
+        raise NotStored(f"{shown(path(self.name))} holds no {config.task} run of this recipe with seed "
+                        f"{config.run.seed} (its {config.task} seeds: {seeds}); the recipe or the base seed changed since it was "
                         f"recorded: {record_command(self.name)}")
 
 
@@ -382,7 +382,7 @@ def entries() -> list[dict]:
 
 def entry(run: experiments.Run, derived: dict) -> dict:
     """``run`` as a ``runs.json`` entry, with the ``derived`` numbers read from it (`verify.experiments.touched`)."""
-    out = {"task": run.config.task, "seed": run.config.seed, "recipe": portable(experiments.recipe(run.config)),
+    out = {"task": run.config.task, "seed": run.config.run.seed, "recipe": portable(experiments.recipe(run.config)),
            "metrics": run.metrics, "seconds": run.seconds}
     measurements = run.measurements()
     if measurements:

@@ -13,7 +13,6 @@ images with 8 draws.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import sys
 from dataclasses import dataclass
@@ -53,21 +52,22 @@ def recipe(epochs: int | None = None, weight_decay: float | None = None, preset:
     its own RNG, so the trained weights are those of the preset), optionally with fewer epochs (warm-up scaled in
     proportion) or another weight decay; ``preset``: another preset of the same task (``tost_digits``)."""
     base = get_preset(preset, progress=False, measure_epochs=())
-    epochs = base.epochs if epochs is None else epochs
-    return dataclasses.replace(base, epochs=epochs, warmup_epochs=base.warmup_epochs * epochs / base.epochs,
-                               weight_decay=base.weight_decay if weight_decay is None else weight_decay,
-                               eval_every=epochs)
+    schedule = base.schedule
+    epochs = schedule.epochs if epochs is None else epochs
+    return base.replace(epochs=epochs, warmup_epochs=schedule.warmup_epochs * epochs / schedule.epochs,
+                        weight_decay=base.optim.weight_decay if weight_decay is None else weight_decay,
+                        eval_every=epochs)
 
 
 @functools.lru_cache(maxsize=2)
 def test_digits(image_size: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
     """The 360 held-out digits, normalised as in training (resized to ``image_size``), and their labels."""
     config = recipe()
-    test = build_dataset("digits", "test", data_dir=None, train=False, image_size=config.image_size,
-                         load_size=config.image_size, eval_resize=config.image_size)
+    test = build_dataset("digits", "test", data_dir=None, train=False, image_size=config.data.image_size,
+                         load_size=config.data.image_size, eval_resize=config.data.image_size)
     images = torch.stack([test[i][0] for i in range(len(test))])
     labels = torch.as_tensor([int(test[i][1]) for i in range(len(test))])
-    return DeviceTransform(image_size, config.mean, config.std, train=False)(images), labels
+    return DeviceTransform(image_size, config.data.mean, config.data.std, train=False)(images), labels
 
 
 def effective_rank(z: torch.Tensor) -> torch.Tensor:
@@ -126,7 +126,7 @@ def measure_model(model, budget: Budget, seed: int) -> dict:
 def measured_run(run: experiments.Run, budget: Budget) -> dict:
     """``{"init": …, "trained": …, "metrics": …}`` for one run (measured once per run, budget and measurement code)."""
     def measure(run: experiments.Run) -> dict:
-        result = {name: measure_model(run.model(name), budget, run.config.seed) for name in experiments.MODELS}
+        result = {name: measure_model(run.model(name), budget, run.config.run.seed) for name in experiments.MODELS}
         return {**result, "metrics": run.metrics}
 
     return run.derived("measurements", measure, sys.modules[__name__], images=budget.profile_images,

@@ -41,10 +41,14 @@ from verify.report import (
     delta_r,
     kinds_text,
     layers_tally,
+    md_escape,
 )
 
-BEGIN = "<!-- generated: {name} (python -m verify.documents) -->"
+COMMAND = "python -m verify.documents"
+BEGIN = "<!-- generated: {name} ({command}) -->"
 END = "<!-- end: {name} -->"
+"""A generated part's markers: its name and the command that writes it (another module's parts name theirs, e.g.
+``python -m benchmarks.presets --docs``, and use `read_part`/`write_part` with it)."""
 
 
 def _entries(report: dict) -> dict[str, dict]:
@@ -76,10 +80,6 @@ def _verdict(entry: dict) -> str:
     if entry.get("seed_sensitive") and entry.get("matches_expectation"):
         return " or ".join(entry["expected_band"])
     return entry["verdict"]
-
-
-def _md(text: str) -> str:
-    return " ".join(str(text).replace("|", "\\|").split())
 
 
 def _errors(report: dict) -> dict[str, list[dict]]:
@@ -134,8 +134,8 @@ def papers_errors(report: dict, claims: list[Claim]) -> str:
     for kind, found in errors.items():
         heading = ERROR_KINDS[kind][1] if kind in ERROR_KINDS else kind
         lines += [f"**{heading[0].upper() + heading[1:]}** ({len(found)}: {_description(kind)}):", ""]
-        lines += [f"- `{e['id']}` ({_md(e['location'])}): {_md(e['statement'])} — measured: {_md(e['measured'])}"
-                  + (f" — corrected: {_md(e['correction'])}" if e.get("correction") else "")
+        lines += [f"- `{e['id']}` ({md_escape(e['location'])}): {md_escape(e['statement'])} — measured: {md_escape(e['measured'])}"
+                  + (f" — corrected: {md_escape(e['correction'])}" if e.get("correction") else "")
                   + f" (witness: `{errata_command(e['id'])}`)" for e in found]
         lines.append("")
     return "\n".join(lines).rstrip("\n")
@@ -160,10 +160,10 @@ def layers_compress(report: dict, claims: list[Claim]) -> str:
             counted = STALE if e.get("stale") else SEED_SENSITIVE if _verdict(e) != e["verdict"] else e["verdict"]
             if counted != STALE:
                 decided.append((protocol, e.get("scope"), counted))
-            cells.append(f"**{_verdict(e)}** ({e.get('scope') or '—'}; {_md(_headline_text(e))}; `{e['id']}`)")
+            cells.append(f"**{_verdict(e)}** ({e.get('scope') or '—'}; {md_escape(_headline_text(e))}; `{e['id']}`)")
         first, joint = next(e for e in found if e), found[2]
         rows.append(f"| {model} | " + " | ".join(cells) + f" | {delta_r(joint.get('data')) if joint else '—'} | "
-                    f"{_md(first.get('setting') or '—')} |")
+                    f"{md_escape(first.get('setting') or '—')} |")
     return "\n".join([f"Each cell: the verdict, the scope of the claim that decides it and the number that decides it "
                       f"(named by what it compares). Counted by scope — {layers_tally(decided)}.", "", *rows, "",
                       PAPERS_SCALE])
@@ -187,7 +187,7 @@ def claims_index(report: dict, claims: list[Claim]) -> str:
         for c in group:
             e = entries.get(c.id)
             verdict, found = (_verdict(e), _headline_text(e)) if e else (f"{c.expected_verdict} (expected)", "—")
-            lines.append(f"| {_md(c.location)} | `{c.id}` | {c.scope or '—'} | {verdict} | {_md(found)} |")
+            lines.append(f"| {md_escape(c.location)} | `{c.id}` | {c.scope or '—'} | {verdict} | {md_escape(found)} |")
         lines.append("")
     return "\n".join(lines).rstrip("\n")
 
@@ -198,7 +198,13 @@ def former_ids(report: dict, claims: list[Claim]) -> str:
     return "\n".join(["| former id | claim |", "|---|---|", *(f"| `{old}` | `{new}` |" for old, new in pairs)])
 
 
+def answer(report: dict, claims: list[Claim]) -> str:
+    """The audit's answer in three sentences (`verify.report.answer`)."""
+    return " ".join(report["summary"]["answer"])
+
+
 PARTS: dict[str, tuple[str, Callable[[dict, list[Claim]], str]]] = {
+    "audit-answer": ("README.md", answer),
     "audit-headline": ("README.md", headline),
     "layers-compress": ("README.md", layers_compress),
     "papers-errors": ("docs/papers.md", papers_errors),
@@ -208,19 +214,35 @@ PARTS: dict[str, tuple[str, Callable[[dict, list[Claim]], str]]] = {
 """Part name → (the document holding it, relative to the repository, and what writes it)."""
 
 
-def _span(text: str, name: str, path: Path) -> tuple[int, int]:
-    begin, end = BEGIN.format(name=name), END.format(name=name)
+def _span(text: str, name: str, path: Path, command: str) -> tuple[int, int]:
+    begin, end = BEGIN.format(name=name, command=command), END.format(name=name)
     if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
         raise ValueError(f"{path}: expected one '{begin}' followed by one '{end}'")
     return text.index(begin) + len(begin), text.index(end)
 
 
+def read_part(path: Path, name: str, command: str = COMMAND) -> str:
+    """The text of part ``name`` as the document at ``path`` holds it now, between its markers."""
+    text = path.read_text(encoding="utf-8")
+    start, stop = _span(text, name, path, command)
+    return text[start:stop].strip("\n")
+
+
+def write_part(path: Path, name: str, text: str, command: str = COMMAND, check: bool = False) -> bool:
+    """Put ``text`` between part ``name``'s markers in the document at ``path`` (with ``check``, leave it); whether
+    the document said something else."""
+    old = path.read_text(encoding="utf-8")
+    start, stop = _span(old, name, path, command)
+    if old[start:stop].strip("\n") == text.strip("\n"):
+        return False
+    if not check:
+        path.write_text(old[:start] + "\n" + text.strip("\n") + "\n" + old[stop:], encoding="utf-8")
+    return True
+
+
 def current(name: str, root: Path = ROOT) -> str:
     """The text of part ``name`` as the document holds it now."""
-    path = root / PARTS[name][0]
-    text = path.read_text(encoding="utf-8")
-    start, stop = _span(text, name, path)
-    return text[start:stop].strip("\n")
+    return read_part(root / PARTS[name][0], name)
 
 
 def render(report: dict, claims: list[Claim] | None = None) -> dict[str, str]:
@@ -232,16 +254,7 @@ def render(report: dict, claims: list[Claim] | None = None) -> dict[str, str]:
 def update(report: dict, root: Path = ROOT, check: bool = False) -> list[str]:
     """Rewrite every part in its document (or, with ``check``, leave them); return the names of the parts that
     differed."""
-    changed = []
-    for name, text in render(report).items():
-        path = root / PARTS[name][0]
-        old = path.read_text(encoding="utf-8")
-        start, stop = _span(old, name, path)
-        if old[start:stop].strip("\n") != text:
-            changed.append(name)
-            if not check:
-                path.write_text(old[:start] + "\n" + text + "\n" + old[stop:], encoding="utf-8")
-    return changed
+    return [name for name, text in render(report).items() if write_part(root / PARTS[name][0], name, text, check=check)]
 
 
 NUMBER = re.compile(r"[+−-]?\d+(?:[.,]\d+)*(?:e[+−-]?\d+)?")

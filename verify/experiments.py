@@ -27,8 +27,9 @@ different code auditing on one cache at once never delete each other's entries, 
 one version of each run. Training runs on the CPU, with its output silenced, and leaves the global random
 generators as it found them: a claim measures the same numbers on a warm cache and a cold one.
 
-**Perturbed training** (`perturbed`, ``python -m verify --perturb``): every run starts from its initialisation with
-each weight moved by one unit in the last place (`nudge`), and is cached apart (``perturbed-runs/``). CPU training is
+**Perturbed training** (`perturbed`, ``python -m verify --perturb [K]``): every run starts from its initialisation
+with each weight moved by K units in the last place (`nudge`; K = 1 by default), and is cached apart
+(``perturbed-runs-K/``). CPU training is
 not bitwise reproducible across processors — another SIMD kernel rounds differently — and a chaotic training grows
 such a last-bit difference into another trajectory; the perturbation draws one such trajectory on any machine, so
 that an expectation can be checked against what another processor would train (`verify.panel`).
@@ -80,8 +81,8 @@ MODELS = ("init", "trained")
 RUNS = "sealed-runs"
 """The folder of `root` that holds the entries. Named for their layout: an audit that wrote entries without
 checksums kept them in ``runs/``, which it may still be reading on a shared cache and which this one never opens."""
-PERTURBED_RUNS = "perturbed-runs"
-"""The folder of `root` that holds the entries trained within `perturbed`."""
+PERTURBED_RUNS = "perturbed-runs-{ulps}"
+"""The folder of `root` that holds the entries trained within `perturbed` (by the units in the last place)."""
 STALE_AFTER = 24 * 3600.0
 """Seconds an entry of the same config by other code must have gone unused before training a run deletes it: an
 audit of that code that is running has used its entries more recently (`run` marks each use)."""
@@ -231,27 +232,31 @@ def _warn(message: str) -> None:
 
 def location(config: TrainConfig) -> Path:
     """The cache entry of ``config``'s run with the current code: ``root()/sealed-runs/<task>-<config hash>-<code
-    hash>`` (``perturbed-runs/`` within `perturbed`, unless `answered_by` stored runs, which train nothing)."""
-    folder = PERTURBED_RUNS if _PERTURBED and not _ANSWER else RUNS
+    hash>`` (``perturbed-runs-K/`` within `perturbed`, unless `answered_by` stored runs, which train nothing)."""
+    folder = PERTURBED_RUNS.format(ulps=_PERTURBED[-1]) if _PERTURBED and not _ANSWER else RUNS
     return root() / folder / f"{config.task}-{config_hash(config)}-{CODE}"
 
 
-_PERTURBED: list[bool] = []
+_PERTURBED: list[int] = []
 
 
-def nudge(model: nn.Module) -> nn.Module:
-    """``model`` with every floating-point parameter moved in place by one unit in the last place, towards +∞
-    (`torch.nextafter`): a rounding difference of the size another processor's kernels make."""
+def nudge(model: nn.Module, ulps: int = 1) -> nn.Module:
+    """``model`` with every floating-point parameter moved in place by ``ulps`` units in the last place, towards +∞
+    (`torch.nextafter`): a rounding difference of the size another processor's kernels make; each ``ulps`` draws
+    another such difference."""
+    if ulps < 1:
+        raise ValueError(f"ulps: expected at least 1 unit in the last place, got {ulps}")
     with torch.no_grad():
         for p in model.parameters():
             if p.is_floating_point():
-                p.copy_(torch.nextafter(p, torch.full_like(p, math.inf)))
+                for _ in range(ulps):
+                    p.copy_(torch.nextafter(p, torch.full_like(p, math.inf)))
     return model
 
 
 @contextlib.contextmanager
-def perturbed():
-    """Within the block every run `run` trains starts from its initialisation `nudge`d, and is cached apart
+def perturbed(ulps: int = 1):
+    """Within the block every run `run` trains starts from its initialisation `nudge`d by ``ulps``, and is cached apart
     (`PERTURBED_RUNS`; module docstring). The engine builds a run's task, model included, in
     `crate_nn.engine.loop.start_task`, which `train` and `initial_model` both call: the block wraps it, so the
     stored initialisation is the nudged model the training started from. The claims memoise what they read of their
@@ -259,13 +264,16 @@ def perturbed():
     ``python -m verify --perturb`` does."""
     building = loop.start_task
 
+    if ulps < 1:
+        raise ValueError(f"ulps: expected at least 1 unit in the last place, got {ulps}")
+
     def start_task(*args, **kwargs):
         task = building(*args, **kwargs)
-        nudge(task.model)
+        nudge(task.model, ulps)
         return task
 
     loop.start_task = start_task
-    _PERTURBED.append(True)
+    _PERTURBED.append(ulps)
     try:
         yield
     finally:
@@ -362,7 +370,7 @@ def _clean_other_code(entry: Path) -> None:
 
 def runs(config: TrainConfig, seeds: Sequence[int]) -> list[Run]:
     """`run` of ``config`` for each of ``seeds``."""
-    return [run(dataclasses.replace(config, seed=seed)) for seed in seeds]
+    return [run(config.replace(seed=seed)) for seed in seeds]
 
 
 RUN_ONLY = ("seed", "output_dir", "progress")
@@ -412,11 +420,11 @@ def _train_into(config: TrainConfig, folder: Path, code: str) -> None:
         with _rng_kept(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             started = time.perf_counter()
             try:
-                result = train(dataclasses.replace(config, **options))
+                result = train(config.replace(**options))
             except Preempted as stop:
                 raise Interrupted(stop.signum) from None
             seconds = time.perf_counter() - started
-            crate_nn.save(work / "init.pt", initial_model(dataclasses.replace(config, **options)))
+            crate_nn.save(work / "init.pt", initial_model(config.replace(**options)))
             task_state = checkpoint.read(result.checkpoint).get("task") or {}
             crate_nn.save(work / "trained.pt", crate_nn.load(result.checkpoint),  # building a model draws weights
                           extra={"task": task_state})

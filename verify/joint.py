@@ -73,8 +73,8 @@ there "is caused by the extra linear layer for classification", the learned feat
 layer for predicting the class". The joint rule takes the same exemption for the same cause: training shapes the
 last layer's tokens for the head that reads them, and mixing one input's tokens — the last attention gathering them
 into the token the head reads — is exactly what the joint measure calls collapse, so a collapse there is what the
-footnote anticipates rather than evidence against the claim. `from_layer_2` with ``exempt_last`` decides on layers
-2 … L − 1 and the claims report the last layer's label apart; stacks no head reads (the ideal stacks, CRATE-MAE's
+footnote anticipates rather than evidence against the claim. The layer-wise rows of footnote 17
+(`verify.layerwise`) decide on layers 2 … L − 1 and report the last layer's label apart; stacks no head reads (the ideal stacks, CRATE-MAE's
 encoder, whose sparsity claims exempt no layer either) are decided on every layer from 2. The footnote names the
 sparsity measure only: the exemption of the compression half is the audit's reading of its cause.
 
@@ -104,7 +104,6 @@ import crate_theory
 from crate_nn.files import write_json
 from crate_theory.protocol import MEMBERSHIPS, OFFICIAL_EPS, CollapseFloor, collapse_floor
 from verify import experiments
-from verify.registry import Headline, Result
 from verify.statistics import Comparison, compare, compare_one
 
 IMAGES = 64
@@ -162,8 +161,8 @@ class Sizes:
     def of_images(cls, config) -> Sizes:
         """The size of an image CRATE with a [CLS] token from its training config (``model_args`` dim, heads,
         patch_size; ``image_size``): n = patches + 1 — for stored profiles recorded before they carried sizes."""
-        args = config.model_args
-        return cls(args["dim"], (config.image_size // args["patch_size"]) ** 2 + 1, args["heads"])
+        args, side = config.network.model_args, config.data.image_size
+        return cls(args["dim"], (side // args["patch_size"]) ** 2 + 1, args["heads"])
 
     @property
     def floor(self) -> float:
@@ -282,7 +281,8 @@ class Judgement:
 
 
 def compresses(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray] | None = None, *,
-               floor: float | Sizes | CollapseFloor, paired: bool = True, population: bool = False) -> Judgement:
+               floor: float | Sizes | CollapseFloor, paired: bool = True, population: bool = False,
+               union: int = 1) -> Judgement:
     """Whether A compresses the tokens relative to B (module docstring).
 
     ``a``, ``b``: measure name (``specific``, ``alignment``, ``spread``; optionally ``rate_reduction`` and
@@ -291,9 +291,12 @@ def compresses(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray] | None =
     `CollapseFloor` is computed), a `CollapseFloor`, or a number — then the floor of every step, a step into the
     orthant included. ``paired``: as in `compare`. ``population``: A is one network (its values all one number) and
     B's values are draws of a population (random initialisations): each measure by
-    `verify.statistics.compare_one`, the prediction interval.
+    `verify.statistics.compare_one`, the prediction interval. ``union``: the number of comparisons whose refutations
+    the claim this judgement belongs to unites (`verify.statistics`: a claim of several layers counts three per
+    layer — a collapse, ``specific`` higher, ``alignment`` lower): each refuting side — the collapse's, and each
+    measure's wrong side — is read at that share of the claim's level.
     """
-    return _judge(a, b, floor, paired, SIDES, "compression", population)
+    return _judge(a, b, floor, paired, SIDES, "compression", population, union)
 
 
 def expands(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray] | None = None, *,
@@ -315,7 +318,8 @@ def _floors(floor: float | Sizes | CollapseFloor) -> tuple[float, float]:
     return value, value
 
 
-def _judge(a, b, floor, paired: bool, sides: Mapping[str, str], goal: str, population: bool = False) -> Judgement:
+def _judge(a, b, floor, paired: bool, sides: Mapping[str, str], goal: str, population: bool = False,
+           union: int = 1) -> Judgement:
     missing = [name for name in sides for side in (a, b) if side is not None and name not in side]
     if missing:
         raise KeyError(f"the joint rule needs per-seed values of {', '.join(sides)}; missing {sorted(set(missing))}")
@@ -325,14 +329,18 @@ def _judge(a, b, floor, paired: bool, sides: Mapping[str, str], goal: str, popul
     sparsification = _sparsifies(a, b)
     boundary = orthant if sparsification else plain
 
-    def rule(name: str, direction: str, boundary: float = 0.0) -> Comparison:
+    def rule(name: str, direction: str, boundary: float = 0.0, union: int = 1, refutes: str = "fails") -> Comparison:
         if population:
-            return compare_one(float(np.mean(a[name])), b[name], direction=direction, boundary=boundary)
-        return compare(a[name], None if b is None else b[name], direction=direction, paired=paired, boundary=boundary)
+            return compare_one(float(np.mean(a[name])), b[name], direction=direction, boundary=boundary, union=union,
+                               refutes=refutes)
+        return compare(a[name], None if b is None else b[name], direction=direction, paired=paired, boundary=boundary,
+                       union=union, refutes=refutes)
 
-    comparisons = {name: rule(name, side, -boundary if name == "spread" else 0.0) for name, side in sides.items()}
+    # a collapse (spread's claimed side) refutes the goal, as the other measures' wrong sides do
+    comparisons = {name: rule(name, side, -boundary, union, "holds") if name == "spread" else rule(name, side, 0.0, union)
+                   for name, side in sides.items()}
     stored = "rate_reduction" in a and (b is None or "rate_reduction" in b)
-    objective = rule("rate_reduction", OBJECTIVE_SIDES[goal]) if stored else None
+    objective = rule("rate_reduction", OBJECTIVE_SIDES[goal]) if stored else None  # beside the label: never split
     return Judgement(**comparisons, goal=goal, rate_reduction=objective, sparsification=sparsification)
 
 
@@ -351,55 +359,11 @@ def at(profiles: Sequence[Mapping], station: str, layer: int) -> dict[str, np.nd
     return {name: np.array([p[name][station][layer - 1] for p in profiles], dtype=float) for name in names}
 
 
-def per_layer(a: Sequence[Mapping], b: Sequence[Mapping], station: str = "half",
-              sizes: Sizes | None = None) -> list[Judgement]:
-    """`compresses` of A against B at ``station`` of every layer ℓ = 1 … L, paired by seed: ``a``, ``b`` hold one
-    profile per seed (as `at` reads them; e.g. a trained model and its own initialisation). The collapse floor is
-    that of the sizes the profiles record, else of ``sizes`` (`Sizes.of`)."""
-    depth = len(a[0]["specific"][station])
-    floor = Sizes.of(a, sizes).collapse_floor()
-    return [compresses(at(a, station, layer), at(b, station, layer), floor=floor) for layer in range(1, depth + 1)]
-
-
-def from_layer_2(judgements: Sequence[Judgement], exempt_last: bool = False) -> str:
-    """The verdict of "every layer compresses" with layer 1 (which holds the first ISTA ReLU's sparsification)
-    reported apart, and with ``exempt_last`` the last layer too (a head reads it: footnote 17, module docstring):
-    `holds` when every judgement of layers 2 … L (L − 1) holds, `fails` when one fails, else `inconclusive` — also
-    when the exemption leaves no layer to decide."""
-    if len(judgements) < 2:
-        raise ValueError("judgements: expected at least two layers")
-    return every_judgement(judgements[1:len(judgements) - exempt_last])
-
-
 def every_judgement(judgements: Sequence[Judgement]) -> str:
     """`holds` when every judgement holds (at least one), `fails` when one fails, else `inconclusive` (also for
     none: nothing was judged)."""
     verdicts = {j.verdict for j in judgements}
     return "fails" if "fails" in verdicts else ("holds" if verdicts == {"holds"} else "inconclusive")
-
-
-def training_rule(exempt_last: bool = False) -> str:
-    """The expectation rule of the "training compresses, jointly" claims (trained model against its initialisation,
-    `against_init`), with or without footnote 17's exemption of the last layer."""
-    if exempt_last:
-        return ("`holds` when the joint rule credits compression to training at every layer 2 … L − 1 (layer 1 "
-                "reported apart, and the last layer, which a head reads: footnote 17, as the sparsity claims), `fails` "
-                "when it fails at one, `inconclusive` otherwise or when no such layer is left")
-    return ("`holds` when the joint rule credits compression to training at every layer 2 … L (layer 1 reported "
-            "apart), `fails` when it fails at one")
-
-
-def against_init(trained: Sequence[Mapping], init: Sequence[Mapping], station: str = "half",
-                 sizes: Sizes | None = None, *, exempt_last: bool = False) -> Result:
-    """The `verify.registry.Result` of a "training compresses, jointly" claim: `per_layer` judgements of the trained
-    profiles against the initialisation's, decided by `from_layer_2` (``exempt_last``: footnote 17), with the last
-    decided layer as headline and the per-layer labels as the result's ``labels``."""
-    judged = per_layer(trained, init, station, sizes)
-    decided = len(judged) - exempt_last  # the layers from_layer_2 reads: 2 … L, or 2 … L − 1
-    headline = f"ℓ {decided}" if decided > 1 else f"ℓ {len(judged)} (apart)"
-    return Result(describe(judged, exempt_last), from_layer_2(judged, exempt_last),
-                  {"per_layer": [j.as_dict() for j in judged], "exempt_last": exempt_last}, [],
-                  Headline.of_judgement(headline, judged[max(decided, 2) - 1]), labels=layer_labels(judged))
 
 
 def describe(judgements: Sequence[Judgement], exempt_last: bool = False) -> str:

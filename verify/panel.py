@@ -1,15 +1,16 @@
 """``python -m verify.panel``: the quick audit at several base seeds, plain and with perturbed training, and the band
 of verdicts each claim gives over them — where a claim's expectation (`verify.registry.Band`) comes from.
 
-    python -m verify.panel                          # base seeds 0–4, each plain and perturbed: 10 quick audits
-    python -m verify.panel --seeds 0 1 2 --jobs 1   # fewer, one at a time
-    python -m verify.panel --seeds 21 23            # a check at seeds the bands were not recorded at
+    python -m verify.panel                            # base seeds 0–4, each plain and perturbed: 10 quick audits
+    python -m verify.panel --seeds 0 --perturb 2 3 4  # base seed 0 perturbed three other ways: three "processors"
+    python -m verify.panel --seeds 0 1 2 --jobs 1     # fewer, one at a time
+    python -m verify.panel --seeds 21 23              # a check at seeds the bands were not recorded at
 
-Each audit runs as ``python -m verify --quick --seed S [--perturb]`` in a process of its own (``--jobs`` at once, one
-CPU thread each) into ``OUTPUT_DIR/seed-S[-perturbed]/``, sharing the audit's cache. *Perturbed* trains every run
-from its initialisation moved by one unit in the last place (`verify.experiments.perturbed`): CPU training is not
+Each audit runs as ``python -m verify --quick --seed S [--perturb K]`` in a process of its own (``--jobs`` at once,
+one CPU thread each) into ``OUTPUT_DIR/seed-S[-perturbed-K]/``, sharing the audit's cache. *Perturbed* trains every
+run from its initialisation moved by K units in the last place (`verify.experiments.perturbed`): CPU training is not
 bitwise reproducible across processors, so an expectation that holds on one machine's trajectory only would fail on
-another; the perturbed runs draw such trajectories here. The claims decided from stored runs are measured at the base
+another; the perturbed runs draw such trajectories here, each K another. The claims decided from stored runs are measured at the base
 seed they were recorded at only (`verify.runner`) and give one verdict.
 
 Then, per claim, the verdicts (and labels) seen over the audits are compared with its expectation, and
@@ -46,23 +47,27 @@ JOBS = 2
 """Audits at once by default (each uses one CPU thread)."""
 
 
-def audits(seeds: Sequence[int], perturb: Sequence[bool]) -> list[tuple[int, bool]]:
-    """The panel's audits: (base seed, perturbed) for each seed and each perturbation."""
-    return [(seed, p) for seed in seeds for p in perturb]
+PERTURBATIONS = (0, 1)
+"""The default perturbations: plain training (0) and initial weights moved by one unit in the last place."""
 
 
-def folder(out: Path, seed: int, perturbed: bool) -> Path:
-    """Where the audit at ``seed`` (``perturbed``) writes its report."""
-    return out / f"seed-{seed}{'-perturbed' if perturbed else ''}"
+def audits(seeds: Sequence[int], perturbations: Sequence[int]) -> list[tuple[int, int]]:
+    """The panel's audits: (base seed, units in the last place; 0: plain) for each seed and each perturbation."""
+    return [(seed, ulps) for seed in seeds for ulps in perturbations]
 
 
-def _command(seed: int, perturbed: bool, out: Path, only: Sequence[str] | None) -> list[str]:
+def folder(out: Path, seed: int, ulps: int) -> Path:
+    """Where the audit at ``seed`` perturbed by ``ulps`` (0: plain) writes its report."""
+    return out / (f"seed-{seed}" + (f"-perturbed-{ulps}" if ulps else ""))
+
+
+def _command(seed: int, ulps: int, out: Path, only: Sequence[str] | None) -> list[str]:
     return [sys.executable, "-m", "verify", "--quick", "--no-progress", "--seed", str(seed),
-            "--output-dir", str(folder(out, seed, perturbed)), *(["--perturb"] if perturbed else []),
+            "--output-dir", str(folder(out, seed, ulps)), *(["--perturb", str(ulps)] if ulps else []),
             *(["--only", *only] if only else [])]
 
 
-def run(plan: list[tuple[int, bool]], out: Path, jobs: int, only: Sequence[str] | None = None) -> dict:
+def run(plan: list[tuple[int, int]], out: Path, jobs: int, only: Sequence[str] | None = None) -> dict:
     """Run the audits of ``plan`` (``jobs`` at once) and return each one's exit status by its folder's name; a
     signal stops the running audits (each stops cleanly) and is raised again."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
@@ -71,11 +76,11 @@ def run(plan: list[tuple[int, bool]], out: Path, jobs: int, only: Sequence[str] 
     try:
         while pending or running:
             while pending and len(running) < jobs:
-                seed, perturbed = pending.pop(0)
-                where = folder(out, seed, perturbed)
+                seed, ulps = pending.pop(0)
+                where = folder(out, seed, ulps)
                 where.mkdir(parents=True, exist_ok=True)
                 log = open(where / "audit.log", "w", encoding="utf-8")  # noqa: SIM115 - closed when the audit ends
-                child = subprocess.Popen(_command(seed, perturbed, out, only), stdout=log, stderr=subprocess.STDOUT,
+                child = subprocess.Popen(_command(seed, ulps, out, only), stdout=log, stderr=subprocess.STDOUT,
                                          env=env, start_new_session=True)
                 running[where.name] = (child, log)
                 print(f"started {where.name}", file=sys.stderr, flush=True)
@@ -97,12 +102,12 @@ def run(plan: list[tuple[int, bool]], out: Path, jobs: int, only: Sequence[str] 
     return status
 
 
-def collect(out: Path, plan: list[tuple[int, bool]]) -> dict[str, dict]:
+def collect(out: Path, plan: list[tuple[int, int]]) -> dict[str, dict]:
     """Per claim id: its expected band, the verdicts and labels each audit of ``plan`` gave (by folder name), and
     its standing (module docstring). An audit whose report is missing raises ValueError naming it."""
     claims: dict[str, dict] = {}
-    for seed, perturbed in plan:
-        where = folder(out, seed, perturbed)
+    for seed, ulps in plan:
+        where = folder(out, seed, ulps)
         try:
             report = json.loads((where / "report.json").read_text(encoding="utf-8"))
         except (OSError, ValueError) as err:
@@ -138,7 +143,7 @@ def labels_seen(c: dict) -> str:
                      for (n, _), seen in zip(layers[0], (sorted(set(p)) for p in per_layer)))
 
 
-def write(out: Path, claims: dict[str, dict], plan: list[tuple[int, bool]], status: dict) -> None:
+def write(out: Path, claims: dict[str, dict], plan: list[tuple[int, int]], status: dict) -> None:
     """``panel.json`` (every claim's band, verdicts and labels per audit) and ``panel.md`` (the claims seed-sensitive
     in the panel or outside their band)."""
     doc = {"audits": [{"seed": s, "perturbed": p, "folder": folder(out, s, p).name,
@@ -154,12 +159,12 @@ def write(out: Path, claims: dict[str, dict], plan: list[tuple[int, bool]], stat
     (out / "panel.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def summary(claims: dict[str, dict], plan: list[tuple[int, bool]]) -> list[str]:
+def summary(claims: dict[str, dict], plan: list[tuple[int, int]]) -> list[str]:
     """The console's lines: the panel's size, then every claim outside its band or whose verdict moved."""
     moved = {cid: c for cid, c in claims.items() if len(c["verdicts_seen"]) > 1}
     outside = {cid: c for cid, c in claims.items() if c["standing"] == "outside"}
     lines = [f"{len(plan)} quick audits (base seeds {sorted({s for s, _ in plan})}, "
-             f"{'plain and perturbed' if len({p for _, p in plan}) > 1 else 'perturbed' if plan[0][1] else 'plain'}); "
+             f"perturbed by {sorted({p for _, p in plan})} units in the last place, 0 plain); "
              f"{len(claims)} claims measured, {len(moved)} gave more than one verdict, {len(outside)} outside their "
              "expectation"]
     for cid, c in sorted({**moved, **outside}.items()):
@@ -173,8 +178,9 @@ def main(argv: list[str] | None = None) -> int:
                                      "seeds, plain and with perturbed training, and each claim's verdicts over them.")
     parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS), metavar="S",
                         help=f"base seeds (default {' '.join(map(str, SEEDS))})")
-    parser.add_argument("--perturb", choices=("both", "no", "only"), default="both",
-                        help="audits with perturbed training beside the plain ones (both, the default), none, or only")
+    parser.add_argument("--perturb", type=int, nargs="+", default=list(PERTURBATIONS), metavar="K",
+                        help="the perturbations of each seed's training, in units in the last place, 0 for plain "
+                             f"training (default {' '.join(map(str, PERTURBATIONS))})")
     parser.add_argument("--jobs", type=int, default=JOBS, help=f"audits at once, one CPU thread each (default {JOBS})")
     parser.add_argument("--only", nargs="+", metavar="ID_OR_TAG", default=None, help="as python -m verify --only")
     parser.add_argument("--output-dir", type=Path, default=Path("verify-report/panel"),
@@ -184,8 +190,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--jobs: expected at least 1, got {args.jobs}")
     if len(set(args.seeds)) != len(args.seeds) or min(args.seeds) < 0:
         parser.error(f"--seeds: expected distinct base seeds >= 0, got {args.seeds}")
-    perturb = {"both": (False, True), "no": (False,), "only": (True,)}[args.perturb]
-    plan = audits(args.seeds, perturb)
+    if len(set(args.perturb)) != len(args.perturb) or min(args.perturb) < 0:
+        parser.error(f"--perturb: expected distinct units in the last place >= 0, got {args.perturb}")
+    plan = audits(args.seeds, args.perturb)
     out = args.output_dir
     try:
         out.mkdir(parents=True, exist_ok=True)

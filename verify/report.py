@@ -1,4 +1,5 @@
-"""The audit's outputs: the console summary, the full table, ``report.md`` and ``report.json``.
+"""The audit's outputs — the console summary, the full table, ``report.md`` and ``report.json`` — and the network
+audit's (``python -m verify.network``): the one place a report of the audit is written and escaped.
 
 Every claim says what it tests (its scope, `verify.registry.SCOPES`): the papers' statement as printed, the papers'
 statement at their protocol replicated at laptop scale, or a probe of the audit's own. The headline counts verdicts
@@ -12,17 +13,30 @@ code and last re-check, in words), the detail (every claim as one bullet with it
 full table and one section per claim. A stale verdict (its replication's last re-check failed) is shown, marked,
 and left out of every count. The console gets the headline and the summary; ``python -m verify --table``
 adds the full table.
+
+A network audit's report (`write_network`, into the folder `ReportFolder` holds) opens with its conclusion
+(`network_conclusion`: does the network compress and sparsify, and against what), then every row of the layer-wise
+family decided on it (`verify.layerwise.Decision`: a row and its `verify.registry.Result`) with its rule and
+numbers, the per-layer means and R^c per head (`network_markdown`); beside it ``report.json``, ``values.npz`` (every
+measure per input and layer of every network), ``layers.csv`` (per-layer means, per head for R^c) and the figures
+(`network_figures`); the console gets every verdict (`network_console`).
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import platform
+import shutil
 import textwrap
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from crate_nn.analysis.diagnostics import THRESHOLDS
+from crate_nn.preprocessing import channel_count
 from verify.errata import command as errata_command
+from verify.layerwise import SHOWN, criterion, statement
 from verify.registry import ERROR_KINDS, KINDS, PROVENANCES, SCOPES, SOURCES, VERDICTS, errors_of_kind
 from verify.runner import NOT_MEASURED, Outcome
 
@@ -118,7 +132,7 @@ def summary(outcomes: list[Outcome]) -> dict[str, Any]:
                 "stored": sum(o.stored is not None for o in group)}
 
     by_kind = {kind: tally([o for o in outcomes if o.claim.kind == kind]) for kind in KINDS}
-    return {
+    found = {
         "claims": len(outcomes),
         "verdicts": {v: sum(k[v] for k in by_kind.values()) for v in (*COUNTED, SEED_SENSITIVE)},
         "by_scope": {scope: tally([o for o in outcomes if o.claim.scope == scope]) for scope in SCOPES},
@@ -134,6 +148,53 @@ def summary(outcomes: list[Outcome]) -> dict[str, Any]:
         "not_re_measured": [o.claim.id for o in skipped],
         "stale": [o.claim.id for o in stale],
     }
+    layers = [(protocol, SEED_SENSITIVE if o.seed_sensitive and o.matches else o.verdict)
+              for protocol, o in layers_outcomes(outcomes, every=True)]
+    return found | {"answer": answer(found, layers)}
+
+
+ANSWER_WORDS = {"holds": "hold", "loose": "hold loosely", "fails": "fail", "inconclusive": "are inconclusive",
+                "error": "raised", SEED_SENSITIVE: "are seed-sensitive"}
+"""How `answer` reads each count (``3 hold, 1 is inconclusive``)."""
+
+
+def _told(counts: dict[str, int], order: tuple[str, ...], total: int | None = None, fails: str = "fail") -> str:
+    """``52 hold, 2 hold loosely and 10 fail`` (``4 of 4 hold`` with ``total``) from counts by verdict, in ``order``."""
+    parts = []
+    for v in order:
+        n = counts.get(v, 0)
+        if n:
+            word = fails if v == "fails" else ANSWER_WORDS[v]
+            if n == 1 and word.startswith("are "):
+                word = "is " + word[4:]
+            parts.append(f"{n}{f' of {total}' if total is not None and not parts else ''} {word}")
+    return (", ".join(parts[:-1]) + " and " + parts[-1]) if len(parts) > 1 else (parts[0] if parts else "none")
+
+
+def answer(found: dict[str, Any], layers: list[tuple[str, str]]) -> list[str]:
+    """The audit's answer in three sentences, from `summary`'s counts (``found``) and the central question's verdicts
+    (``layers``: (protocol, verdict) per claim): what of the papers' statements fails, and of what kind; whether the
+    trained CRATEs' layers compress under each reading; how the replications and the audit's probes came out. Every
+    number in them is a count, the same on every processor and base seed (seed-sensitive claims counted apart)."""
+    order = ("holds", "loose", "fails", "inconclusive", SEED_SENSITIVE, "error")
+    paper, replication, probe = (found["by_scope"][s] for s in ("paper", "replication", "probe"))
+    by_kind = {kind: ids for kind, ids in found["errors_by_kind"].items() if ids}
+    errors = " and ".join(errors_of_kind(kind, len(ids)) + (f" ({', '.join(ids)})" if kind != "erratum" else "")
+                          for kind, ids in by_kind.items())
+    first = (f"Of the papers' {paper['claims']} statements checked as printed, {_told(paper, order)}"
+             + (f": {errors}." if errors and paper["fails"] else "."))
+    readings = []
+    for protocol, name in zip(PROTOCOLS, ("the authors' protocol", "the paper's formula as printed",
+                                          "the joint rule (compression told from collapse)")):
+        seen = Counter(v for q, v in layers if q == protocol)
+        if seen:
+            readings.append(f"under {name}, {_told(seen, order, sum(seen.values()))}")
+    second = ("Do the trained CRATEs' layers compress? At laptop scale, " + "; ".join(readings) + " — the papers' "
+              "scale is answered per checkpoint by `python -m verify.network`.")
+    third = (f"Of the {replication['claims']} replications at laptop scale, "
+             f"{_told(replication, order, fails='do not replicate')}; the audit's {probe['claims']} probes of its own "
+             f"(controls, stricter readings) give {probe['fails']} findings.")
+    return [first, second, third]
 
 
 def errors_by_kind(outcomes: list[Outcome]) -> dict[str, list[str]]:
@@ -154,8 +215,9 @@ def kinds_text(by_kind: dict[str, list]) -> str:
 
 
 def _counts(verdicts: dict[str, int], scope: str | None = None, by_kind: dict[str, list] | None = None) -> str:
-    """``N hold, M fail (<what a fail means in this scope>), …`` and how many of them were read from stored runs; the
-    papers' failing statements split by kind of error (``by_kind``, `errors_by_kind`)."""
+    """``N hold, M fail (<what a fail means in this scope>), …``; the papers' failing statements split by kind of
+    error (``by_kind``, `errors_by_kind`). How many were read from stored runs the headline's next lines say, in all
+    (report.json's ``by_scope`` keeps them per scope)."""
     parts = []
     for v in COUNTED:
         if v == "fails" and scope == "paper" and by_kind is not None and verdicts[v]:
@@ -166,20 +228,21 @@ def _counts(verdicts: dict[str, int], scope: str | None = None, by_kind: dict[st
             parts.append(f"{verdicts[v]} {PLURAL[v]}")
     if verdicts.get(SEED_SENSITIVE):
         parts.append(f"{verdicts[SEED_SENSITIVE]} {SEED_SENSITIVE}")
-    stored = f"; {verdicts['stored']} {STORED_MARK} stored" if verdicts.get("stored") else ""
-    return ", ".join(parts) + stored
+    return ", ".join(parts)
 
 
 def format_summary(outcomes: list[Outcome]) -> str:
     """The headline: the verdicts of each scope, the papers' statements first, then how many came out as expected
-    by analysis and by measurement."""
+    by analysis and by measurement; each line wrapped at 120 columns (the console's width), continued indented."""
     s = summary(outcomes)
-    lines = [f"{SCOPES[scope][0][0].upper() + SCOPES[scope][0][1:]} ({k['claims']}): "
-             f"{_counts(k, scope, s['errors_by_kind'])}" for scope, k in s["by_scope"].items() if k["claims"]]
+    lines = [textwrap.fill(f"{SCOPES[scope][0][0].upper() + SCOPES[scope][0][1:]} ({k['claims']}): "
+                           f"{_counts(k, scope, s['errors_by_kind'])}", 120, subsequent_indent="  ",
+                           break_on_hyphens=False)
+             for scope, k in s["by_scope"].items() if k["claims"]]
     matched = s["claims"] - len(s["mismatches"])
-    lines.append(f"{matched}/{s['claims']} claims as expected: {s['as_expected']['analysis']} by analysis, "
-                 f"{s['as_expected']['measurement']} by measurement (for those a regression check only); "
-                 f"{s['seconds']:.1f} s measuring")
+    lines.append(textwrap.fill(f"{matched}/{s['claims']} claims as expected: {s['as_expected']['analysis']} by "
+                               f"analysis, {s['as_expected']['measurement']} by measurement (for those a regression "
+                               f"check only); {s['seconds']:.1f} s measuring", 120, subsequent_indent="  "))
     text = "\n".join(lines)
     if s["mismatches"]:
         text += "\n" + textwrap.fill("verdict differs from its expectation (or raised): " + ", ".join(s["mismatches"]),
@@ -256,7 +319,7 @@ def provenance(meta: dict[str, Any], outcomes: list[Outcome]) -> list[str]:
              "compares it with the stored seeds (docs/audit.md).", ""]
     for r in reps:
         if "error" in r:
-            lines += [f"- **{r['name']}** (`{r['file']}`): refused — {_md_escape(r['error'])}"]
+            lines += [f"- **{r['name']}** (`{r['file']}`): refused — {md_escape(r['error'])}"]
             continue
         verdicts = sum(o.stored == r["name"] for o in outcomes)
         files = [f for f in r["files_differing"] if " → " not in f]
@@ -277,7 +340,7 @@ def _checked(name: str, check: dict) -> str:
         return (f"**Never re-checked**{' (' + check['note'] + ')' if check.get('note') else ''}: "
                 f"`python -m verify.record --check {name}`.")
     if state == "refused":
-        return f"**Check file refused**: {_md_escape(check['error'])}."
+        return f"**Check file refused**: {md_escape(check['error'])}."
     by = ("today's code" if not check["files_differing"] else
           f"{check['files_differing']} crate_nn files differ from it today")
     counts = check["counts"]
@@ -288,7 +351,7 @@ def _checked(name: str, check: dict) -> str:
                 f"{found}, none moved.")
     moved = check["moved"]
     return (f"**Check failed** {check['checked'][:10]} by commit `{(check['commit'] or '—')[:12]}` ({by}): "
-            f"{len(moved)} quantities moved ({_md_escape('; '.join(moved[:3]))}{'; …' if len(moved) > 3 else ''}); "
+            f"{len(moved)} quantities moved ({md_escape('; '.join(moved[:3]))}{'; …' if len(moved) > 3 else ''}); "
             f"{found}. Its verdicts are **{STALE}**, left out of the counts.")
 
 
@@ -415,13 +478,14 @@ def layers_tally(scopes_and_verdicts) -> str:
         for scope, counts in by_scope.items()) for protocol, by_scope in tally.items())
 
 
-def layers_outcomes(outcomes: list[Outcome]):
-    """(protocol, scope, verdict) of every central-question claim measured in this run."""
+def layers_outcomes(outcomes: list[Outcome], every: bool = False):
+    """(protocol, scope, verdict) of every central-question claim measured in this run; with ``every``, (protocol,
+    outcome) instead."""
     for _, ids in LAYERS_COMPRESS:
         for protocol, claim_id in zip(PROTOCOLS, ids):
             o = _find(outcomes, claim_id)
             if o is not None:
-                yield protocol, o.claim.scope, o.verdict
+                yield (protocol, o) if every else (protocol, o.claim.scope, o.verdict)
 
 
 SCOPE_PLURAL = {"paper": "the papers' statements", "replication": "replications", "probe": "probes",
@@ -440,22 +504,25 @@ def _text_table(header: tuple[str, ...], rows: list[tuple[str, ...]], widths: tu
 
 def _md_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
     return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-            + ["| " + " | ".join(_md_escape(c) for c in r) + " |" for r in rows])
+            + ["| " + " | ".join(md_escape(c) for c in r) + " |" for r in rows])
 
 
 SUMMARY_HEADER = ("the papers say", "verdict", "number [95% interval]", "scope", "n")
+
+
+def errors_line(outcomes: list[Outcome]) -> str:
+    """``Errors of the papers (…) — 7 errata: …; 3 substantive errors: …``, or "" when none fails."""
+    by_kind = summary(outcomes)["errors_by_kind"]
+    listed = "; ".join(f"{errors_of_kind(kind, len(ids))}: " + ", ".join(ids) for kind, ids in by_kind.items() if ids)
+    return f"Errors of the papers (their statements that fail) — {listed}" if listed else ""
 
 
 def format_console(outcomes: list[Outcome]) -> str:
     """What ``python -m verify`` prints: the headline (the verdicts per scope), the papers' errors, the central
     question and the summary (≤ 40 lines of ≤ 120 columns; report.md adds the tables per scope and per kind)."""
     lines = [format_summary(outcomes), *(textwrap.fill(t, 120) for t in stored_lines(outcomes))]
-    by_kind = summary(outcomes)["errors_by_kind"]
-    if any(by_kind.values()):
-        listed = "; ".join(f"{errors_of_kind(kind, len(ids))}: " + ", ".join(ids)
-                           for kind, ids in by_kind.items() if ids)
-        lines += [""] + textwrap.wrap(f"Errors of the papers (their statements that fail) — {listed}", 120,
-                                      break_on_hyphens=False)
+    if errors_line(outcomes):
+        lines += [""] + textwrap.wrap(errors_line(outcomes), 120, break_on_hyphens=False)
     layers = layers_compress_rows(outcomes)
     if layers:
         lines += [""] + _text_table(LAYERS_HEADER, layers, LAYERS_WIDTHS) + textwrap.wrap(PAPERS_SCALE, 120)
@@ -489,8 +556,10 @@ def _row(o: Outcome) -> tuple[str, ...]:
     return (c.id, SCOPE_SHORT[c.scope], c.location, c.measures, measured, c.expected, _verdict_cell(o))
 
 
-def _md_escape(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+def md_escape(text: str) -> str:
+    """``text`` as one markdown table cell or line: ``|`` escaped, every run of white space (a line break too) one
+    space — the audit's one escaper, for report.md, the network audit's report and the generated documents."""
+    return " ".join(str(text).replace("|", "\\|").split())
 
 
 def _reason(claim) -> str:
@@ -515,11 +584,11 @@ def _bullet(o: Outcome) -> str:
         kind = f", {c.error_kind}" if c.error_kind and c.scope == "paper" else ""
         labels.insert(0, FAIL_READ[c.scope] + kind + (f": {c.setting}" if c.setting else ""))
     label = f" ({'; '.join(labels)})" if labels else ""
-    said = "" if o.verdict == "holds" and c.kind == "identity" else f" {_md_escape(c.statement)} →"
-    reason = "" if o.verdict in ("holds", NOT_MEASURED) else f" — {_md_escape(_reason(c))}"
-    corrected = (f" — corrected: {_md_escape(c.correction)} (witness: `{errata_command(c.id)}`)"
+    said = "" if o.verdict == "holds" and c.kind == "identity" else f" {md_escape(c.statement)} →"
+    reason = "" if o.verdict in ("holds", NOT_MEASURED) else f" — {md_escape(_reason(c))}"
+    corrected = (f" — corrected: {md_escape(c.correction)} (witness: `{errata_command(c.id)}`)"
                  if o.verdict == "fails" and c.correction else "")
-    return (f"- **{c.id}** — **{_verdict_cell(o)}**{_md_escape(label)}:{said} {_md_escape(measured)}{figure}{reason}"
+    return (f"- **{c.id}** — **{_verdict_cell(o)}**{md_escape(label)}:{said} {md_escape(measured)}{figure}{reason}"
             + corrected)
 
 
@@ -571,10 +640,13 @@ def write_markdown(path: Path, outcomes: list[Outcome], meta: dict[str, Any]) ->
         "",
         f"Mode `{meta['mode']}`, seed {meta['seed']}, {meta['started']} — `{meta['command']}`.",
         "",
+        " ".join(summary(outcomes)["answer"]),
+        "",
         *[f"**{line}.**" if i < len(headline) - 1 else f"{line}." for i, line in enumerate(headline)],
         "",
         *_md_table(SCOPE_HEADER, _scope_rows(outcomes)),
         "",
+        *([errors_line(outcomes) + ".", ""] if errors_line(outcomes) else []),
         *([band_line(summary(outcomes)["seed_sensitive"]), ""] if any(o.seed_sensitive for o in outcomes) else []),
         *(f"{t}\n" for t in stored_lines(outcomes)),
         *_md_table(KIND_HEADER, _kind_rows(outcomes)),
@@ -634,3 +706,274 @@ def _json_default(value: Any) -> Any:
     if hasattr(value, "tolist"):
         return value.tolist()
     raise TypeError(f"report.json: cannot serialise {type(value).__name__}")
+
+
+# --------------------------------------------------------------------------------------------- the network audit
+NETWORK_NAMES = {"official": "R^c (authors' protocol)", "paper": "R^c (paper, eq. 13)", "rate": "R (eq. 8)",
+                 "delta_r": "ΔR = R − R^c (paper)", "sparsity": "‖Z^{ℓ+1}‖₀/(dn)",
+                 **{f"above_{tau:g}": f"|Z^{{ℓ+1}}| ≥ {tau:g}" for tau in THRESHOLDS},
+                 "specific": "specific R^c (joint)", "alignment": "alignment (joint)", "spread": "spread (joint)",
+                 "rate_reduction": "ΔR of unit tokens (joint)"}
+"""A network audit's measure → how its report names it (Unicode; the figures' axes: `NETWORK_AXES`)."""
+NETWORK_AXES = {"official": r"$R^c$ (authors' protocol)", "paper": r"$R^c$ (paper, eq. 13)", "rate": r"$R$ (eq. 8)",
+                "delta_r": r"$\Delta R = R - R^c$ (paper)", "sparsity": r"$\|Z^{\ell+1}\|_0/(dn)$",
+                **{f"above_{tau:g}": rf"$|Z^{{\ell+1}}| \geq {tau:g}$" for tau in THRESHOLDS},
+                "specific": r"specific $R^c$ (joint)", "alignment": "alignment (joint)", "spread": "spread (joint)",
+                "rate_reduction": r"$\Delta R$ of unit tokens (joint)"}
+"""Measure → its axis label in the figures, in matplotlib's mathtext (`NETWORK_NAMES`' Unicode with TeX would show
+raw)."""
+NETWORK_LOCATION = "long version, Sec. 4.2, Figs. 14–15 and footnote 17; App. C.9, Fig. 26"
+CONSOLE_HEAD = 3
+"""The console's lines above the verdicts (what was audited, the conclusion, the counts); one line per verdict
+follows, then the report's path: 4 + the verdicts in all — 7 against random initialisations alone, 4 more per
+initialisation or CRATE control, 2 per ViT."""
+
+
+def _state(verdicts: list[str]) -> str:
+    """What a group of verdicts says together: ``yes`` (all hold), ``no`` (all fail), ``mixed`` (some hold, some
+    fail) or ``open`` (else: an inconclusive one among them)."""
+    if all(v == "holds" for v in verdicts):
+        return "yes"
+    if all(v == "fails" for v in verdicts):
+        return "no"
+    return "mixed" if {"holds", "fails"} <= set(verdicts) else "open"
+
+
+def _clause(decisions, forms: tuple[str, str, str], what: str) -> str:
+    """``compresses (R^c from layer 2 to L: holds, holds)``: the verdicts of ``decisions`` as a verb phrase;
+    ``forms`` are the phrase when they hold, fail and the verb's base (``is not shown to …``)."""
+    verdicts = [d.verdict for d in decisions]
+    yes, no, base = forms
+    verb = {"yes": yes, "no": no, "mixed": f"{yes} by some measures, not by others",
+            "open": f"is not shown to {base}"}[_state(verdicts)]
+    return f"{verb} ({what}: {', '.join(verdicts)})"
+
+
+COMPRESS = ("compresses", "does not compress", "compress")
+SPARSIFY = ("sparsifies", "does not sparsify", "sparsify")
+COMPRESS_MORE = ("compresses more", "does not compress more", "compress more")
+SPARSER = ("is sparser", "is not sparser", "be sparser")
+
+
+def network_conclusion(decisions, n: int, seeds: int) -> str:
+    """The network audit's opening sentence: does this network compress and sparsify, and against what — with depth
+    (its layers against each other, over ``n`` inputs), against each control (``seeds`` random initialisations, a
+    run's own, a CRATE checkpoint) and against each ViT (Fig. 26) — each part the verdicts it stands on, in order."""
+    def where(control, rule=None, quantities=()):
+        return [d for d in decisions if d.row.control == control and (rule is None or d.row.rule == rule)
+                and (not quantities or d.row.quantity in quantities)]
+
+    alone = where(None)
+    parts = [f"On these {n} inputs, with depth this network "
+             + _clause([d for d in alone if d.row.quantity != "sparsity"], COMPRESS,
+                       "R^c from layer 2 to L, authors' protocol and paper's formula")
+             + " and " + _clause([d for d in alone if d.row.quantity == "sparsity"], SPARSIFY,
+                                 "‖Z‖₀/(dn) from layer 1 to L − 1")]
+    for control in dict.fromkeys(d.row.control for d in decisions if d.row.control is not None):
+        if where(control, "further"):
+            parts.append(f"against {control.label} it "
+                         + _clause(where(control, "further"), COMPRESS_MORE, "(R_1 − R_L)/R_1")
+                         + " and " + _clause(where(control, "denser"), SPARSER, "|Z| ≥ τ for every τ"))
+            continue
+        name = (f"{seeds} random initialisations of its architecture" if control.kind == "random"
+                else SHOWN.get(control.label, control.label))
+        parts.append(f"against {name} it "
+                     + _clause(where(control, quantities=("official", "paper", "joint")), COMPRESS_MORE,
+                               "R^c below at every layer, both protocols, and jointly")
+                     + " and " + _clause(where(control, quantities=("sparsity",)), SPARSER, "every layer but the last"))
+    return "; ".join(parts) + "."
+
+
+def _preprocessed(done: dict) -> str:
+    """``; normalised by mean (…) and std (…), ImageNet's (…); converted to 3 channels`` for report.md."""
+    if "mean" not in done:
+        return f"; tokenizer {done['tokenizer']}" if "tokenizer" in done else ""
+    return (f"; normalised by mean {tuple(done['mean'])} and std {tuple(done['std'])}, {done['source']}"
+            + (f"; converted to {channel_count(done['channels'])}" if done["channels"] else ""))
+
+
+def network_markdown(meta: dict[str, Any], decisions, figures: list[str]) -> str:
+    """A network audit's report.md: the conclusion, what was measured, the verdicts with their numbers, the
+    per-layer means (per head for R^c), the files beside it and the figures (paths relative to the report)."""
+    model, inputs, sizes = meta["model"], meta["inputs"], meta["sizes"]
+    lines = [f"# White-box audit of {model['spec']}", "", f"**{meta['conclusion']}**", "",
+             f"- model: {model['format']}, {model['parameters']:,} parameters, {model['layers']} layers (d "
+             f"{sizes['d']}, n {sizes['n']} tokens per input, K {sizes['heads']})",
+             f"- inputs: {inputs['source']}; seed {inputs['seed']}; controls on the first {inputs['control_n']}"
+             + _preprocessed(inputs["preprocessing"]),
+             f"- controls: {', '.join(meta['controls']) or 'none'}",
+             f"- scope: the papers' statements ({NETWORK_LOCATION}) on this network and these inputs; each rule names "
+             "its unit of replication (inputs, paired where both sides saw them, or initialisation seeds) and holds "
+             "its error rate at 5% per claim (verify.layerwise)",
+             f"- time: {meta['seconds']:.0f} s on {meta['machine']}; crate_nn code {meta['versions']['crate_nn code']}, "
+             f"torch {meta['versions']['torch']}",
+             "- files: report.json (every number), values.npz (every measure per input and layer of every network, "
+             "`<network>/<measure>`), layers.csv (per-layer means, per head for R^c)", "",
+             *_md_table(("claim", "verdict", "rule", "numbers"),
+                        [(f"`{d.id}`: {statement(d.row)}", f"**{d.verdict}**", criterion(d.row), d.result.measured)
+                         for d in decisions]),
+             "", "## Per-layer means", ""]
+    for name, by_label in meta["means"].items():
+        lines += [md_escape(f"**{NETWORK_NAMES[name]}**: " + "; ".join(
+            f"{label} " + " ".join(f"{x:.4g}" for x in values) for label, values in by_label.items())), ""]
+    for name, by_label in meta["heads"].items():
+        lines += [md_escape(f"**{NETWORK_NAMES[name]}, per head** (layer: heads 1 … K): " + "; ".join(
+            f"{label} " + " | ".join(" ".join(f"{x:.3g}" for x in layer) for layer in per_layer)
+            for label, per_layer in by_label.items())), ""]
+    lines += [f"![{Path(p).stem}]({p})" for p in figures]
+    return "\n".join(lines) + "\n"
+
+
+def network_console(meta: dict[str, Any], decisions, folder: Path) -> str:
+    """The console's summary: what was audited, the conclusion, the counts, every verdict asked for (one line each:
+    `CONSOLE_HEAD` + the verdicts + 1 lines) and the report."""
+    counts = Counter(d.verdict for d in decisions)
+    head = [f"{meta['model']['spec']} ({meta['model']['format']}, {meta['model']['parameters']:,} parameters), "
+            f"{meta['inputs']['n']} inputs, {meta['seconds']:.0f} s", meta["conclusion"],
+            f"{len(decisions)} claims (the papers' statements on this network): "
+            + ", ".join(f"{counts[v]} {v}" for v in ("holds", "fails", "inconclusive"))]
+    body = [f"  {d.verdict:<12} " + _shorten(f"{d.id}: {d.result.measured}", 145) for d in decisions]
+    return "\n".join([*head, *body, f"report: {folder / 'report.md'}"])
+
+
+def _band(values) -> tuple[list[float], list[float]]:
+    """Per-layer 95% interval of the mean over the rows of ``values`` (inputs or seeds)."""
+    from verify.statistics import intervals
+
+    found = intervals(values)
+    return [c.low for c in found], [c.high for c in found]
+
+
+def network_figures(folder: Path, series: dict, seeds: dict, heads: dict, title: str) -> list[str]:
+    """One figure per measure (its axis `NETWORK_AXES`): per-layer means, a curve per network measured, with 95%
+    bands over inputs — or, for a control of several initialisations (``seeds``: label → one measurement per seed),
+    over the seeds' means, the spread its verdicts weigh; and ``heads.png``: R^c per head and layer of each network
+    (``heads``: measure → label → per layer, per head)."""
+    import numpy as np
+
+    from verify import plots
+
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name in NETWORK_NAMES:
+        curves = {label: values[name] for label, values in series.items() if name in values}
+        if not curves:
+            continue
+        bands = {k: _band(np.array([[m[name][:, i].mean() for i in range(v.shape[1])] for m in seeds[k]])
+                          if k in seeds else v) for k, v in curves.items()}
+        axis = NETWORK_AXES[name]
+        paths.append(plots.per_layer(folder / f"{name}.png", {axis: {k: list(v.mean(0)) for k, v in curves.items()}},
+                                     title=title, bands={axis: bands}))
+    panels = {f"{NETWORK_AXES[name]}, per head": {f"{label}, head {k + 1}": [layer[k] for layer in per_layer]
+                                                  for label, per_layer in by_label.items()
+                                                  for k in range(len(per_layer[0]))}
+              for name, by_label in heads.items()}
+    paths.append(plots.per_layer(folder / "heads.png", panels, title=f"{title}: R^c per head"))
+    return [p for p in paths if p]
+
+
+def write_network(staging: Path, meta: dict[str, Any], decisions, measured: dict, series: dict, seeds: dict) -> None:
+    """A network audit's report into ``staging`` (`ReportFolder.publish` moves it into place): ``figures/``,
+    ``report.md``, ``values.npz`` (``measured``: label → measure → per input and layer, per head for R^c),
+    ``layers.csv`` (one row per network × measure × layer × head: the mean over the inputs it saw; the ``head``
+    column empty for whole-layer measures) and ``report.json`` (``meta`` with the figures and the verdicts)."""
+    import csv
+    import io
+
+    import numpy as np
+
+    from crate_nn.files import atomic_write
+
+    title = f"{meta['model']['spec']}: per-layer means, 95% bands (over inputs; random initialisations: over seeds)"
+    paths = network_figures(staging / "figures", series, seeds, meta["heads"], title)
+    meta = {**meta, "figures": [Path(p).relative_to(staging).as_posix() for p in paths],
+            "verdicts": [d.to_json() for d in decisions]}
+    arrays = {f"{label}/{name}": v for label, m in measured.items() for name, v in m.items() if name != "sizes"}
+    with atomic_write(staging / "values.npz", "per-input values") as f:
+        np.savez_compressed(f, **arrays)
+    table = io.StringIO()
+    out = csv.writer(table, lineterminator="\n")
+    out.writerow(("network", "measure", "layer", "head", "mean", "inputs"))
+    for key, v in arrays.items():
+        label, name = key.rsplit("/", 1)
+        means = v.mean(0)
+        for layer, value in enumerate(means, 1):
+            for head, x in (enumerate(value, 1) if np.ndim(value) else [("", value)]):
+                out.writerow((label, name.removesuffix("_heads"), layer, head, f"{float(x):.10g}", len(v)))
+    for name, text in (("layers.csv", table.getvalue()), ("report.md", network_markdown(meta, decisions, meta["figures"])),
+                       ("report.json", json.dumps(meta, indent=1, default=_json_default))):
+        with atomic_write(staging / name, f"network audit {name}") as f:
+            f.write(text.encode())
+
+
+class ReportFolder:
+    """Where one network audit writes its report, held from before the measuring to the end: ``with
+    ReportFolder(path, overwrite) as out: … out.publish(write)``.
+
+    Entering checks the folder — not a file, no report already in it unless ``overwrite`` (a report is a folder
+    holding ``report.json``) — takes its lock (`crate_nn.files.FileLock` on ``.network-audit.lock``: a second audit
+    of the same folder is refused, naming the first) and makes a staging folder inside it (so a folder that cannot
+    be written is told before minutes of measuring). `publish` has ``write(staging)`` write the report there, then
+    moves it into place: the old report's ``report.json`` removed first, ``report.json`` moved last, so that a
+    folder holding ``report.json`` holds a whole report. Leaving without publishing (an error, SIGTERM, SIGINT)
+    removes the staging folder, and the folder itself when the audit made it; a report already there is untouched."""
+
+    LOCK = ".network-audit.lock"
+    STAGING = ".network-audit-partial-"
+
+    def __init__(self, path: Path, overwrite: bool) -> None:
+        self.path, self.overwrite = Path(path), overwrite
+        self.made, self.published, self.staging, self.lock = False, False, None, None
+
+    def __enter__(self) -> ReportFolder:
+        from crate_nn.files import FileLock
+
+        if self.path.exists() and not self.path.is_dir():
+            raise ValueError(f"out: {str(self.path)!r} is a file, not a folder")
+        if (self.path / "report.json").exists() and not self.overwrite:
+            raise ValueError(f"out: {str(self.path)!r} holds a report already; pass --overwrite to replace it, or "
+                             "another --out")
+        try:
+            self.made = not self.path.exists()
+            self.path.mkdir(parents=True, exist_ok=True)
+            self.lock = FileLock(self.path / self.LOCK, refuse=lambda holder: ValueError(
+                f"out: {str(self.path)!r} is being written by another audit ({holder}); wait for it, or pass "
+                "another --out"))
+            self.lock.__enter__()
+            for stale in self.path.glob(self.STAGING + "*"):  # left by an audit killed outright (we hold the lock)
+                shutil.rmtree(stale, ignore_errors=True)
+            self.staging = self.path / f"{self.STAGING}{os.getpid()}"
+            self.staging.mkdir()
+        except OSError as err:
+            self._leave()
+            raise ValueError(f"out: cannot write in {str(self.path)!r}: {err.strerror or err}") from None
+        except BaseException:
+            self._leave()
+            raise
+        return self
+
+    def publish(self, write) -> None:
+        """``write(staging folder)``, then its files moved into the folder, ``report.json`` last."""
+        write(self.staging)
+        made = sorted(p.name for p in self.staging.iterdir())
+        (self.path / "report.json").unlink(missing_ok=True)
+        for name in [*(n for n in made if n != "report.json"), *(n for n in made if n == "report.json")]:
+            target = self.path / name
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            os.replace(self.staging / name, target)
+        self.published = True
+
+    def _leave(self) -> None:
+        if self.staging is not None:
+            shutil.rmtree(self.staging, ignore_errors=True)
+        if self.lock is not None:
+            if self.made and not self.published:
+                (self.path / self.LOCK).unlink(missing_ok=True)
+            self.lock.__exit__(None, None, None)
+        if self.made and not self.published:
+            with contextlib.suppress(OSError):
+                self.path.rmdir()  # only when empty: what the audit made, nothing else
+
+    def __exit__(self, *exc) -> None:
+        self._leave()

@@ -10,6 +10,16 @@ freedom). A claim that "A is below B" (or above, or beyond a margin) then reads:
 * ``holds`` when the whole 95% interval lies on the claimed side of the boundary;
 * ``fails`` when the whole interval lies on the other side;
 * ``inconclusive`` when the interval contains the boundary: the seeds cannot tell.
+
+**A claim of several comparisons** (one per layer, per measure, per τ) controls its own error rate, α = 1 − `LEVEL`
+(5%), split between its two ways of being wrong. Its verdict *holds* when every comparison holds: an
+intersection-union test — a claim that holds wrongly holds wrongly at every comparison, so the chance is at most any
+one comparison's, α/2, whatever their number: no split. It *fails* when any comparison fails: a union, whose chance
+of a wrong refutation grows with the number m of comparisons that could give it, so each comparison's refuting side
+is read at α/(2m) (Bonferroni: ≤ α/2 in all, whatever their correlation; Holm's step-down decides "does any fail?"
+as Bonferroni does, and only names more of them): its interval at level 1 − α/m (`compare`'s ``union``). A claim
+is thus decided wrongly — holds or fails where its comparisons are at their boundary — with chance ≤ α, per claim,
+not per comparison. A comparison alone (m = 1) is the plain rule.
 """
 from __future__ import annotations
 
@@ -57,15 +67,15 @@ class Interval:
         return {"mean": self.mean, "std": self.std, "n": self.n, "ci_low": self.low, "ci_high": self.high}
 
 
-def interval(values) -> Interval:
-    """The 95% t-interval of the mean of ``values`` (one number per seed, at least 2)."""
+def interval(values, level: float = LEVEL) -> Interval:
+    """The t-interval at ``level`` (95%) of the mean of ``values`` (one number per seed, at least 2)."""
     x = np.asarray(values, dtype=float).ravel()
     if x.size < 2:
         raise ValueError(f"an interval needs at least 2 seeds, got {x.size}")
     if not np.all(np.isfinite(x)):
         raise ValueError(f"values must be finite, got {x}")
     mean, std = float(x.mean()), float(x.std(ddof=1))
-    half = float(_stats.t.ppf(0.5 + LEVEL / 2, x.size - 1)) * std / np.sqrt(x.size)
+    half = float(_stats.t.ppf(0.5 + level / 2, x.size - 1)) * std / np.sqrt(x.size)
     return Interval(mean, std, int(x.size), mean - half, mean + half)
 
 
@@ -77,8 +87,8 @@ def intervals(values) -> list[Interval]:
     return [interval(column) for column in x.T]
 
 
-def welch_interval(a, b) -> Interval:
-    """The 95% interval of mean(``a``) − mean(``b``) for two independent samples (Welch: unequal variances,
+def welch_interval(a, b, level: float = LEVEL) -> Interval:
+    """The interval at ``level`` (95%) of mean(``a``) − mean(``b``) for two independent samples (Welch: unequal variances,
     Welch–Satterthwaite degrees of freedom). ``std`` is the standard error of the difference times √n with
     n = min(len a, len b), so that ``text`` prints a spread comparable with a paired difference's."""
     x, y = (np.asarray(v, dtype=float).ravel() for v in (a, b))
@@ -93,27 +103,50 @@ def welch_interval(a, b) -> Interval:
     if se == 0.0:
         return Interval(mean, 0.0, int(min(x.size, y.size)), mean, mean)
     dof = (vx + vy) ** 2 / (vx**2 / (x.size - 1) + vy**2 / (y.size - 1))
-    half = float(_stats.t.ppf(0.5 + LEVEL / 2, dof)) * se
+    half = float(_stats.t.ppf(0.5 + level / 2, dof)) * se
     n = int(min(x.size, y.size))
     return Interval(mean, se * float(np.sqrt(n)), n, mean - half, mean + half)
+
+
+def _side(interval: Interval, direction: str, boundary: float) -> str:
+    """``holds`` when ``interval`` lies on the ``direction`` side of ``boundary``, ``fails`` on the other side,
+    ``inconclusive`` when it contains it."""
+    below, above = interval.high < boundary, interval.low > boundary
+    claimed, other = (below, above) if direction == "below" else (above, below)
+    return "holds" if claimed else ("fails" if other else "inconclusive")
+
+
+def union_level(union: int) -> float:
+    """The level of the interval that reads a refuting side shared by ``union`` comparisons (the module docstring):
+    1 − (1 − `LEVEL`)/``union``."""
+    if union < 1:
+        raise ValueError(f"union: expected a number of comparisons >= 1, got {union}")
+    return 1 - (1 - LEVEL) / union
 
 
 @dataclass(frozen=True)
 class Comparison:
     """The outcome of `compare`: the interval of the difference A − B, the claimed side of ``boundary`` and the
-    verdict (``holds`` / ``fails`` / ``inconclusive``, see the module docstring)."""
+    verdict (``holds`` / ``fails`` / ``inconclusive``, see the module docstring).
+
+    ``refuting``: where the comparison is one of ``union`` > 1 whose refutations a claim unites, the interval at
+    `union_level` that alone may give the verdict ``refutes`` (``fails``, or ``holds`` where the claimed side is
+    what refutes the claim, as a collapse refutes compression: `verify.joint`); None for a comparison alone."""
 
     difference: Interval
     direction: str
     boundary: float
     paired: bool
+    refuting: Interval | None = None
+    refutes: str = "fails"
+    union: int = 1
 
     @property
     def verdict(self) -> str:
-        low, high = self.difference.low, self.difference.high
-        below, above = high < self.boundary, low > self.boundary
-        claimed, other = (below, above) if self.direction == "below" else (above, below)
-        return "holds" if claimed else ("fails" if other else "inconclusive")
+        plain = _side(self.difference, self.direction, self.boundary)
+        if self.refuting is None or plain != self.refutes:
+            return plain
+        return plain if _side(self.refuting, self.direction, self.boundary) == plain else "inconclusive"
 
     def text(self, digits: int = 3) -> str:
         """``Δ = mean ± std [low, high]`` as the report prints a comparison."""
@@ -121,17 +154,32 @@ class Comparison:
         return f"Δ = {d.mean:+.{digits}g} ± {d.std:.{digits}g} [{d.low:+.{digits}g}, {d.high:+.{digits}g}], {d.n} seeds"
 
     def as_dict(self) -> dict:
+        refuting = {} if self.refuting is None else {
+            "union": self.union, "refutes": self.refutes, "refuting_level": union_level(self.union),
+            "refuting_low": self.refuting.low, "refuting_high": self.refuting.high}
         return {**self.difference.as_dict(), "direction": self.direction, "boundary": self.boundary,
-                "paired": self.paired, "verdict": self.verdict}
+                "paired": self.paired, **refuting, "verdict": self.verdict}
 
 
-def compare(a, b=None, *, direction: str, boundary: float = 0.0, paired: bool = True) -> Comparison:
+def _refuting(union: int, refutes: str, make) -> dict:
+    """`Comparison`'s ``refuting``, ``refutes`` and ``union`` for a comparison that is one of ``union``; ``make(level)``
+    gives the interval at a level."""
+    if refutes not in ("holds", "fails"):
+        raise ValueError(f"refutes: expected 'holds' or 'fails', got {refutes!r}")
+    level = union_level(union)
+    return dict(refuting=make(level) if union > 1 else None, refutes=refutes, union=union)
+
+
+def compare(a, b=None, *, direction: str, boundary: float = 0.0, paired: bool = True, union: int = 1,
+            refutes: str = "fails") -> Comparison:
     """THE audit's rule for "A is below (above) B": a 95% interval of A − B over seeds against ``boundary``.
 
     ``a``, ``b``: one number per seed (at least `MIN_SEEDS` each). ``b`` None compares ``a`` itself with the
     boundary (e.g. per-seed differences computed by the caller). ``paired``: seed i of ``a`` and of ``b`` share
     their data/initialisation (Student's t on the differences; the lengths must match); False: Welch.
-    ``direction``: ``"below"`` (the claim is A − B < boundary) or ``"above"`` (A − B > boundary).
+    ``direction``: ``"below"`` (the claim is A − B < boundary) or ``"above"`` (A − B > boundary). ``union``: the
+    number of comparisons of one claim whose refutations it unites (module docstring): the side ``refutes`` is
+    read at `union_level`.
     """
     if direction not in DIRECTIONS:
         raise ValueError(f"direction: expected one of {DIRECTIONS}, got {direction!r}")
@@ -140,16 +188,17 @@ def compare(a, b=None, *, direction: str, boundary: float = 0.0, paired: bool = 
     for name, v in (("a", x), ("b", y)):
         if v is not None and v.size < MIN_SEEDS:
             raise ValueError(f"{name}: a comparison needs at least {MIN_SEEDS} seeds, got {v.size}")
-    if y is None:
-        difference = interval(x)
-    elif paired:
-        if x.size != y.size:
-            raise ValueError(f"a, b: paired comparisons need one value per seed on both sides, got {x.size} and "
-                             f"{y.size}")
-        difference = interval(x - y)
-    else:
-        difference = welch_interval(x, y)
-    return Comparison(difference, direction, float(boundary), paired and y is not None)
+    if y is not None and paired and x.size != y.size:
+        raise ValueError(f"a, b: paired comparisons need one value per seed on both sides, got {x.size} and "
+                         f"{y.size}")
+
+    def at(level: float) -> Interval:
+        if y is None:
+            return interval(x, level)
+        return interval(x - y, level) if paired else welch_interval(x, y, level)
+
+    return Comparison(at(LEVEL), direction, float(boundary), paired and y is not None,
+                      **_refuting(union, refutes, at))
 
 
 def prediction_interval(population, *, level: float = LEVEL, least_std: float = 0.0) -> Interval:
@@ -170,21 +219,25 @@ def prediction_interval(population, *, level: float = LEVEL, least_std: float = 
     return Interval(mean, std, int(y.size), mean - half, mean + half)
 
 
-def compare_one(value: float, population, *, direction: str, boundary: float = 0.0) -> Comparison:
+def compare_one(value: float, population, *, direction: str, boundary: float = 0.0, union: int = 1,
+                refutes: str = "fails") -> Comparison:
     """The rule for ONE network against a population the seeds draw from (a trained network against random
     initialisations of its architecture): the 95% `prediction_interval` of ``value`` − X for a new draw X of the
     population, mean(value − population) ± t_{S−1} · std · √(1 + 1/S), read against ``boundary`` as `compare`
     reads its interval. The interval of the mean difference alone (`compare` on the differences) would ask whether
     ``value`` differs from the population's mean, which a network drawn from the population itself does at every
     layer where the seeds spread; this asks whether it lies outside the population. ``population``: one number per
-    seed (at least `MIN_SEEDS`)."""
+    seed (at least `MIN_SEEDS`); ``union``, ``refutes``: as in `compare`."""
     if direction not in DIRECTIONS:
         raise ValueError(f"direction: expected one of {DIRECTIONS}, got {direction!r}")
     if not np.isfinite(value):
         raise ValueError(f"value: expected a finite number, got {value}")
-    draw = prediction_interval(population)
-    return Comparison(Interval(value - draw.mean, draw.std, draw.n, value - draw.high, value - draw.low), direction,
-                      float(boundary), False)
+
+    def at(level: float) -> Interval:
+        draw = prediction_interval(population, level=level)
+        return Interval(value - draw.mean, draw.std, draw.n, value - draw.high, value - draw.low)
+
+    return Comparison(at(LEVEL), direction, float(boundary), False, **_refuting(union, refutes, at))
 
 
 def per_column(a, b=None, *, direction: str, boundary: float = 0.0, paired: bool = True) -> list[Comparison]:

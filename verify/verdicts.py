@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from verify.statistics import Comparison, brief, compare, every
+from verify.statistics import Comparison, compare
 
 
 def _finite(value: float, name: str) -> float:
@@ -130,11 +130,3 @@ def agree(verdicts: Sequence[str]) -> str:
 FOOTNOTE_17 = ("footnote 17 exempts the last layer, whose features are mixed for the classifier: the verdict is "
                "decided on the other layers, the last reported apart")
 """How the sparsity claims read footnote 17 (long version Sec. 4.2; NeurIPS 2023 footnote 8)."""
-
-
-def exempting_the_last(comparisons) -> tuple[str, str]:
-    """(verdict, text) of a per-layer "lower at every layer" with footnote 17's exemption: `verify.statistics.every`
-    on all layers but the last, which is reported apart."""
-    decided, last = comparisons[:-1], comparisons[-1]
-    return every(decided), (f"layers 1–{len(decided)}: {brief(decided)}; last layer (footnote 17, apart): "
-                            f"{brief([last])}")

@@ -1,27 +1,34 @@
 """`TrainConfig`: what every training run needs from the engine, whatever the task; each task's config extends it.
 
-A config is composed of sections (`Section`: dataclass mixins, each declaring its fields once): the engine's are
-`RunSection`, `OptimSection`, `ScheduleSection` and `EvaluationSection` (`TrainConfig` is these four), and
-`DataSection` owns the ``data_dir`` every system's data section extends; a task's config lists its sections (its
-model, its data, what its system adds: crops, distillation, masking …) and may declare fields of its own.
-``Config.sections()`` lists them; ``crate-train --help`` shows one group of flags per section. The fields stay flat:
-a field's name is its flag and its key in ``to_dict()``, whatever section declares it.
+A config is composed of sections (`Section`: dataclasses, each declaring one group of fields once), which it holds
+as its fields, as DINOv2's and torchtitan's configs do: ``config.optim.lr``, ``config.crops.local_crops``.
+`TrainConfig` holds the engine's four — ``run`` (`RunSection`), ``optim`` (`OptimSection`), ``schedule``
+(`ScheduleSection`), ``evaluation`` (`EvaluationSection`) — and a task's config extends it with its own sections
+(its model, its data, what its system adds: crops, distillation, masking …) and the checks across them
+(`TrainConfig.check`). A config inherits no section (`check_sections`); a section may extend another (every data
+section extends `DataSection`, the owner of ``data_dir``).
+
+No two sections of a config declare the same field name, so a config also reads as one flat dict: ``to_dict()``
+(``<output_dir>/config.json``, every checkpoint, the committed recipes, the audit's run-cache keys), `from_dict`,
+and `TrainConfig.replace` and `TrainConfig.get`, which take a field's name (``local_crops``) or its path
+(``crops.local_crops``). The command line does the same: ``--crops.local-crops``, with ``--local-crops`` as its
+alias (`crate_nn.train`).
 
 Every field is declared with `option`, which records in the field itself what the command line and the checks
 need: its help text, its allowed values, its bounds and whether it may change when a run is resumed
 (``resume_free``: bookkeeping such as the output directory or the number of workers, never anything that changes
-the numbers). `validate` checks every field against its type and its declaration and raises ValueError naming
-the field, before any work starts. The resolved config is written to ``<output_dir>/config.json`` and into every
-checkpoint.
+the numbers). `TrainConfig.validate` checks every field against its type and its declaration, then each section's
+own checks, then the config's across sections, and raises ValueError naming the field before any work starts.
 
 A field declared with ``span="epochs"`` or ``span="steps"`` is a share of the run (a warm-up, the epochs after
-which something is measured, an evaluation cadence): `validate` refuses a value past the run's end (``epochs``;
-``total_steps`` when set), and `fit_to_run` rescales it when a preset is given another run length.
+which something is measured, an evaluation cadence): `TrainConfig.validate` refuses a value past the run's end
+(``epochs``; ``total_steps`` when set), and `fit_to_run` rescales it when a preset is given another run length.
 """
 from __future__ import annotations
 
 import dataclasses
-import inspect
+import difflib
+import functools
 import json
 import math
 import re
@@ -60,93 +67,47 @@ def option(default: Any = _MISSING, help: str = "", *, factory: Any = _MISSING, 
     return dataclasses.field(default=default, metadata=metadata)
 
 
-def own_fields(cls: type) -> list[str]:
-    """The dataclass fields ``cls`` itself declares (not those it inherits), in declaration order."""
-    fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
-    return [name for name in inspect.get_annotations(cls) if name in fields]
-
-
-def check_sections(cls: type) -> None:
-    """ValueError naming each field of config class ``cls`` that more than one of its sections (or the class itself)
-    declares: a field is declared once, by one section (`Section`)."""
-    owners: dict[str, list[str]] = {}
-    for c in cls.__mro__:
-        for name in own_fields(c):
-            owners.setdefault(name, []).append(c.__name__)
-    twice = {name: classes for name, classes in owners.items() if len(classes) > 1}
-    if twice:
-        listed = "; ".join(f"{name} by {', '.join(classes)}" for name, classes in twice.items())
-        raise ValueError(f"{cls.__name__}: fields declared more than once ({listed}); declare each in one section")
+def section(kind: type[Section]) -> Any:
+    """A config's field holding a section of class ``kind`` (at its defaults unless the config is given one)."""
+    return dataclasses.field(default_factory=kind)
 
 
 @dataclass
 class Section:
     """A group of config fields that belong together (the run, the optimiser, the data, DINO's crops …): a dataclass
-    mixin declaring each of its fields once, with `option`. A config is composed of sections (its bases) plus the
-    fields it declares itself; `sections` lists them, ``crate-train --help`` shows one group of flags per section
-    ``title`` (sections with the same title share a group: an image data section extends `DataSection`, the section
-    that owns ``data_dir``). The flat field names are the flags and the keys of ``to_dict()``, so no two sections of
-    one config may declare the same name (``tests/engine/test_config_sections.py``).
+    declaring each of its fields once, with `option`, which a config holds as one of its fields (`section`). A
+    section's field names are its fields' flags (``--crops.local-crops``, alias ``--local-crops``) and their keys in
+    the config's ``to_dict()``, so no two sections of one config may declare the same name (`check_sections`).
 
-    A section may check its own fields in ``validate`` (call ``super().validate()`` first: `TrainConfig`'s type,
-    choice and bound checks then run before any section's) and adjust a smoke run in ``smoke`` (call
-    ``super().smoke``). A field is declared once: a config that wants another default than its section's sets it
-    in its presets (DINO's ``dataset="imagenet"`` is ``dino_imagenet``'s), never by re-declaring the field.
+    A section checks its own fields together in ``validate`` (each field's declaration is checked before) and says
+    in ``smoke`` how a smoke run changes them; what involves two sections is the config's (`TrainConfig.check`). A
+    config that wants another value than a section's default sets it in its presets (DINO's ``dataset="imagenet"``
+    is ``dino_imagenet``'s), never by declaring the field again.
     """
 
-    title: ClassVar[str] = ""
     component: ClassVar[Callable[..., Any] | None] = None
     """What the section configures when that is one object (DINO's crops: `crate_nn.data.multicrop.MultiCrop`): each
-    field the section declares is a keyword argument of ``component`` under the field's own name, so `build` makes
-    it without copying fields one by one, and a new option is a field here and a parameter there
-    (``tests/engine/test_config_sections.py`` checks that every field is one)."""
+    field of the section is a keyword argument of ``component`` under the field's own name, so
+    `TrainConfig.build` makes it without copying fields one by one, and a new option is a field here and a parameter
+    there (``tests/engine/test_config_sections.py`` checks that every field is one). A component's static ``check``
+    (its constructor's checks, without building it) runs when the config is validated."""
     reads: ClassVar[tuple[str, ...]] = ()
     """Fields of other sections that ``component`` takes too, under the same names (the crops: the data section's
     ``image_size``, ``load_size``, ``mean`` and ``std``)."""
 
     def validate(self) -> None:
-        """The checks of this section's fields beyond their declarations (the root: none)."""
+        """The checks of this section's fields together, beyond their declarations (none by default)."""
 
-    def arguments(self, section: type[Section]) -> dict[str, Any]:
-        """The keyword arguments of ``section``'s ``component`` that this config holds: the values of the fields
-        ``section`` declares (and the sections it extends), then of its ``reads``."""
-        names = [n for c in reversed(section.__mro__) if issubclass(c, Section) for n in own_fields(c)]
-        return {name: getattr(self, name) for name in [*names, *section.reads]}
-
-    def build(self, section: type[Section], /, **context) -> Any:
-        """``section``'s ``component`` made from this config (`arguments`) and ``context`` (what the run supplies: the
-        number of prototypes, the processes; it overrides an argument of the same name)."""
-        if section.__dict__.get("component") is None:
-            raise TypeError(f"{section.__name__} configures no component")
-        return section.component(**{**self.arguments(section), **context})
-
-    @classmethod
-    def sections(cls) -> list[type]:
-        """The classes this config's fields are declared in, in the order ``--help`` shows them: the config's own
-        fields first (when it declares any), then each section of its bases (method resolution order)."""
-        return [c for c in cls.__mro__ if dataclasses.is_dataclass(c) and own_fields(c)]
-
-    @classmethod
-    def section_title(cls, section: type) -> str:
-        """The group ``section``'s fields are shown under: its ``title`` (a section extending another without a title
-        of its own shares its parent's); for a config's own fields, its task."""
-        return section.__dict__.get("task") or getattr(section, "title", "") or section.__name__
-
-    @classmethod
-    def section_of(cls, name: str) -> type:
-        """The section (or config class) that declares field ``name``."""
-        for section in cls.sections():
-            if name in own_fields(section):
-                return section
-        raise ValueError(f"{name}: not a field of {cls.__name__}")
+    def smoke(self, batch_size: int) -> dict[str, Any]:
+        """The changes (field name → value) a smoke run of batches of at most ``batch_size`` samples makes to this
+        section (`TrainConfig.smoke`); none by default."""
+        return {}
 
 
 @dataclass
 class RunSection(Section):
     """Where and how the run executes and what it writes: none of these changes the numbers, except the seed and
     the precision."""
-
-    title = "run"
 
     preset: str = option("", "the preset these values started from", resume_free=True)
     device: str = option("auto", "auto (cuda if available, else cpu), cpu, cuda, cuda:N", resume_free=True)
@@ -179,12 +140,16 @@ class RunSection(Section):
     curves: bool = option(True, "draw figures/curves.png at the end (summary.json is always written)",
                           resume_free=True)
 
+    def validate(self) -> None:
+        if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", self.device):
+            raise ValueError(f"device: expected auto, cpu, cuda, cuda:N or mps, got {self.device!r}")
+        if self.resume and self.overwrite:
+            raise ValueError("resume, overwrite: choose one (continue the run, or delete it and start over)")
+
 
 @dataclass
 class OptimSection(Section):
     """The optimiser, its weight decay, clipping and the moving average of the weights."""
-
-    title = "optimiser"
 
     optimizer: str = option("lion", "optimizer", choices=OPTIMIZERS)
     lr: float = option(2.4e-4, "peak learning rate (after warm-up)", above=0.0)
@@ -206,8 +171,6 @@ class OptimSection(Section):
 @dataclass
 class ScheduleSection(Section):
     """The batch, the run's length, the warm-up and the learning rate's decay."""
-
-    title = "schedule"
 
     batch_size: int = option(2048, "global batch per optimizer step, over all processes and accumulation steps",
                              minimum=1)
@@ -239,15 +202,13 @@ class ScheduleSection(Section):
         warmup = self.warmup_steps if self.warmup_steps is not None else round(self.warmup_epochs * steps_per_epoch)
         if warmup > total:
             raise ValueError(f"warmup_epochs: {self.warmup_epochs} epochs are {warmup} optimizer steps, more than the "
-                             f"run's {total}; pass a smaller --warmup-epochs or --warmup-steps")
+                             f"run's {total}; pass a smaller --schedule.warmup-epochs or --schedule.warmup-steps")
         return total, warmup
 
 
 @dataclass
 class EvaluationSection(Section):
     """When the task's evaluation runs (what it measures is the task's: its own evaluation sections)."""
-
-    title = "evaluation"
 
     eval_every: int = option(1, "epochs between evaluations (and always at the end)", minimum=1, resume_free=True)
     eval_every_steps: int | None = option(None, "also evaluate every this many optimizer steps", minimum=1,
@@ -258,43 +219,185 @@ class EvaluationSection(Section):
 
 @dataclass
 class DataSection(Section):
-    """What every system's data section shares: the local folder its data are read from. Image and text data
-    sections extend it, so one config can hold both (one ``data_dir``; `crate_nn.tasks.images.ImageDataSection`,
-    `crate_nn.tasks.language.CorpusSection`)."""
-
-    title = "data"
+    """What every system's data section shares: the local folder its data are read from (the data sections extend
+    it: `crate_nn.tasks.images.ImageDataSection`, `crate_nn.tasks.language.CorpusSection`,
+    `crate_nn.tasks.sequence_classification.GlueDataSection`)."""
 
     data_dir: str | None = option(None, "local folder of the data (what it holds: the dataset layout, a corpus "
                                   "prepared by crate-prepare-text, GLUE TSV files); None = the built-in data where "
                                   "the task has them", resume_free=True)
 
 
+@functools.cache
+def _hints(kind: type) -> dict[str, Any]:
+    """The resolved type hints of dataclass ``kind``'s fields."""
+    return typing.get_type_hints(kind)
+
+
+@functools.cache
+def _sections(config_class: type) -> dict[str, type[Section]]:
+    """Config class ``config_class``'s sections by field name, in declaration order; TypeError naming a field that
+    holds no section."""
+    hints = _hints(config_class)
+    found = {}
+    for f in dataclasses.fields(config_class):
+        kind = hints[f.name]
+        if not (isinstance(kind, type) and issubclass(kind, Section)):
+            raise TypeError(f"{config_class.__name__}.{f.name}: a config's fields are sections; declare the field in a "
+                            "Section and hold that section (`section`)")
+        found[f.name] = kind
+    return found
+
+
+@functools.cache
+def _flat(config_class: type) -> dict[str, tuple[str, dataclasses.Field]]:
+    """Every field of config class ``config_class``'s sections by its name: (the section holding it, the field), in
+    the order of the sections and of their fields. ValueError naming each name two sections declare."""
+    owners: dict[str, list[str]] = {}
+    found: dict[str, tuple[str, dataclasses.Field]] = {}
+    for name, kind in _sections(config_class).items():
+        for f in dataclasses.fields(kind):
+            owners.setdefault(f.name, []).append(f"{name} ({kind.__name__})")
+            found.setdefault(f.name, (name, f))
+    twice = {name: held for name, held in owners.items() if len(held) > 1}
+    if twice:
+        listed = "; ".join(f"{name} by {', '.join(held)}" for name, held in twice.items())
+        raise ValueError(f"{config_class.__name__}: fields declared more than once ({listed}); declare each in one "
+                         "section")
+    return found
+
+
+def check_sections(config_class: type) -> None:
+    """Check that config class ``config_class`` is composed of sections: it inherits none (TypeError), each of its
+    fields holds one, no two of them declare the same field name and no section's name is a field's (ValueError
+    naming them): the flat names are the keys of ``to_dict()`` and the flags' aliases."""
+    inherited = [c.__name__ for c in config_class.__mro__[1:] if issubclass(c, Section)]
+    if inherited:
+        raise TypeError(f"{config_class.__name__}: a config holds its sections as fields (`section`) and inherits "
+                        f"none; it inherits {', '.join(inherited)}")
+    clash = sorted(set(_sections(config_class)) & set(_flat(config_class)))
+    if clash:
+        raise ValueError(f"{config_class.__name__}: {', '.join(clash)} name both a section and a field; rename the "
+                         "section")
+
+
+def did_you_mean(name: str, known: Collection[str]) -> str:
+    """`` (did you mean …?)`` with the names of ``known`` closest to ``name``, or nothing."""
+    close = difflib.get_close_matches(name, list(known), n=3)
+    return f" (did you mean {' or '.join(close)}?)" if close else ""
+
+
 @dataclass
-class TrainConfig(RunSection, OptimSection, ScheduleSection, EvaluationSection):
-    """The engine's fields, in four sections: the run, the optimiser, the schedule, the evaluation cadence. A task's
-    config extends it with its own sections (its model, its data, what its system adds) and its own fields."""
+class TrainConfig:
+    """The engine's four sections: ``run``, ``optim``, ``schedule`` and ``evaluation``. A task's config extends it
+    with its own sections (its model, its data, what its system adds) and its checks across them (`check`)."""
 
     task: ClassVar[str] = ""
 
+    run: RunSection = section(RunSection)
+    optim: OptimSection = section(OptimSection)
+    schedule: ScheduleSection = section(ScheduleSection)
+    evaluation: EvaluationSection = section(EvaluationSection)
+
+    # -- the sections and their fields -------------------------------------------------------------------------
+    @classmethod
+    def sections(cls) -> dict[str, type[Section]]:
+        """The config's sections by name (the field holding each), in the order ``to_dict`` and ``--help`` list
+        them: the engine's first, then the task's."""
+        return dict(_sections(cls))
+
+    @classmethod
+    def flat_fields(cls) -> dict[str, tuple[str, dataclasses.Field]]:
+        """Every field of every section by its (flat) name: the name of the section holding it and its dataclass
+        field (with its `option` metadata)."""
+        return dict(_flat(cls))
+
+    @classmethod
+    def resolve(cls, name: str) -> tuple[str, str]:
+        """(section, field) of ``name``: a field's name (``local_crops``) or its path (``crops.local_crops``);
+        TypeError naming an unknown one, with the closest names."""
+        flat = _flat(cls)
+        held, _, field = name.rpartition(".")
+        if field in flat and held in ("", flat[field][0]):
+            return flat[field][0], field
+        paths = [f"{owner}.{n}" for n, (owner, _) in flat.items()]
+        raise TypeError(f"{name}: not a field of {cls.__name__}{did_you_mean(name, paths if held else flat)}")
+
+    def get(self, name: str) -> Any:
+        """The value of field ``name`` (its name or its path, `resolve`)."""
+        held, field = self.resolve(name)
+        return getattr(getattr(self, held), field)
+
+    def replace(self, **changes) -> TrainConfig:
+        """A copy of this config with ``changes``: fields by name or path (``lr=1e-3``,
+        ``**{"crops.local_crops": 4}``) and whole sections by their name (``crops=CropsSection(…)``, its fields
+        given beside it then applied to it). TypeError naming an unknown field or one given twice."""
+        sections = self.sections()
+        fields: dict[str, dict[str, Any]] = {}
+        for key, value in changes.items():
+            if key in sections:
+                continue
+            held, field = self.resolve(key)
+            if field in fields.setdefault(held, {}):
+                raise TypeError(f"{field}: given twice (by its name and by its path {held}.{field})")
+            fields[held][field] = value
+        new = {name: dataclasses.replace(changes.get(name, getattr(self, name)), **fields.get(name, {}))
+               for name in sections if name in changes or name in fields}
+        return dataclasses.replace(self, **new)
+
+    def to_dict(self) -> dict:
+        """Every field of every section by its name (tuples and dicts as they are; `json` writes tuples as lists),
+        the sections in `sections` order: what config.json, checkpoints and the audit's keys hold."""
+        return {name: value for held in self.sections()
+                for name, value in dataclasses.asdict(getattr(self, held)).items()}
+
+    @classmethod
+    def from_dict(cls, fields: Mapping[str, Any]) -> TrainConfig:
+        """The config of the flat ``fields`` (`to_dict`'s, or read back from JSON: a list becomes the tuple its
+        field holds); the fields it lacks at their defaults. TypeError naming a name that is no field."""
+        flat = _flat(cls)
+        unknown = sorted(set(fields) - set(flat))
+        if unknown:
+            raise TypeError(f"{', '.join(unknown)}: not fields of {cls.__name__}{did_you_mean(unknown[0], flat)}")
+
+        def value(name: str, given: Any) -> Any:
+            held = _sections(cls)[flat[name][0]]
+            hint, _ = strip_optional(_hints(held)[name])
+            return tuple(given) if typing.get_origin(hint) is tuple and isinstance(given, list) else given
+
+        return cls().replace(**{name: value(name, given) for name, given in fields.items()})
+
+    # -- checks ------------------------------------------------------------------------------------------------
     def validate(self) -> None:
-        """Raise ValueError (TypeError for a wrong type) naming the first field with an unusable value."""
-        super().validate()
-        hints = typing.get_type_hints(type(self))
-        for f in dataclasses.fields(self):
-            check_field(f.name, getattr(self, f.name), hints[f.name], f.metadata)
+        """Raise ValueError (TypeError for a wrong type) naming the first field with an unusable value: every
+        field against its declaration, then the shares of the run (``span``), then each section's own checks
+        (`Section.validate`, and its component's ``check``), then the checks across sections (`check`)."""
+        sections = self.sections()
+        for name, kind in sections.items():
+            if not isinstance(getattr(self, name), kind):
+                raise TypeError(f"{name}: expected a {kind.__name__}, got {getattr(self, name)!r}")
+        flat = _flat(type(self))
+        for name, (held, f) in flat.items():
+            check_field(name, self.get(name), _hints(sections[held])[name], f.metadata)
+        for name, (_, f) in flat.items():
             if f.metadata.get("span"):
-                self._check_span(f.name, f.metadata["span"])
-        if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", self.device):
-            raise ValueError(f"device: expected auto, cpu, cuda, cuda:N or mps, got {self.device!r}")
-        if self.resume and self.overwrite:
-            raise ValueError("resume, overwrite: choose one (continue the run, or delete it and start over)")
+                self._check_span(name, f.metadata["span"])
+        for name in sections:
+            getattr(self, name).validate()
+        for name, kind in sections.items():
+            if hasattr(kind.component, "check"):
+                kind.component.check(**self.arguments(name))
+        self.check()
+
+    def check(self) -> None:
+        """The checks across this config's sections (the model against the data …): none in the engine's."""
 
     def _check_span(self, name: str, span: str) -> None:
         """ValueError, saying what to pass instead, when field ``name`` (a share of the run) falls past its end."""
-        value, end = getattr(self, name), self.run_length(span)
+        value, end = self.get(name), self.schedule.run_length(span)
         if value is None or end is None:
             return
-        flag = "--epochs" if span == "epochs" else "--total-steps"
+        flag = "--schedule.epochs" if span == "epochs" else "--schedule.total-steps"
         if isinstance(value, tuple):
             late = [v for v in value if v > end]
             if late:
@@ -305,21 +408,8 @@ class TrainConfig(RunSection, OptimSection, ScheduleSection, EvaluationSection):
 
     @classmethod
     def resume_free_fields(cls) -> set[str]:
-        """Fields that may differ between an interrupted run and its ``--resume`` without changing the result."""
-        return {f.name for f in dataclasses.fields(cls) if f.metadata.get("resume_free")}
-
-    @classmethod
-    def field_order(cls) -> list[str]:
-        """The field names in the order ``to_dict`` (and so config.json) lists them: the engine's sections (run,
-        optimiser, schedule, evaluation), then the config's own fields and its other sections as `sections` lists
-        them (the dataclass's own order follows the bases from the last)."""
-        engine = [s for s in cls.sections() if issubclass(TrainConfig, s)]
-        return [name for s in engine + [s for s in cls.sections() if s not in engine] for name in own_fields(s)]
-
-    def to_dict(self) -> dict:
-        """Every field by name (tuples and dicts as they are; `json` writes tuples as lists), in `field_order`."""
-        values = dataclasses.asdict(self)
-        return {name: values[name] for name in self.field_order()}
+        """Fields that may differ between an interrupted run and its ``--run.resume`` without changing the result."""
+        return {name for name, (_, f) in _flat(cls).items() if f.metadata.get("resume_free")}
 
     def differences(self, saved: Mapping, ignore: Collection[str] = ()) -> list[str]:
         """The fields (outside ``ignore``) on which this config differs from ``saved``, a config of the same class as
@@ -332,25 +422,44 @@ class TrainConfig(RunSection, OptimSection, ScheduleSection, EvaluationSection):
         return sorted(k for k in set(saved) | set(current) if k not in ignore
                       and (saved[k] != current.get(k) if k in saved else current[k] != defaults[k]))
 
+    # -- components and smoke runs -----------------------------------------------------------------------------
+    def arguments(self, name: str) -> dict[str, Any]:
+        """The keyword arguments of section ``name``'s ``component`` that this config holds: the values of the
+        section's fields, then of the fields of other sections it ``reads``."""
+        held = getattr(self, name)
+        return {**{f.name: getattr(held, f.name) for f in dataclasses.fields(held)},
+                **{read: self.get(read) for read in type(held).reads}}
+
+    def build(self, name: str, /, **context) -> Any:
+        """Section ``name``'s ``component`` made from this config (`arguments`) and ``context`` (what the run
+        supplies: the number of prototypes, the processes; it overrides an argument of the same name)."""
+        component = type(getattr(self, name)).component
+        if component is None:
+            raise TypeError(f"{name}: {type(getattr(self, name)).__name__} configures no component")
+        return component(**{**self.arguments(name), **context})
+
     def smoke(self, steps: int = 20, batch_size: int = 32, **overrides) -> TrainConfig:
         """This run shrunk to a smoke run: ``steps`` optimizer steps of at most ``batch_size`` samples (and at most
         the run's ``micro_batch_size``, what one forward pass of the full run holds), every step logged, no
-        intermediate checkpoint, no worker process, then ``overrides``. The recipe (optimizer, learning rate,
-        schedules, model) is kept. A task whose data needs a local folder, or whose run does slow extra work
-        (measurements, an initial checkpoint), overrides this method to switch to its built-in data and to skip that
-        work; the GPU checks (`make gpu-check`) train every preset this way.
+        intermediate checkpoint, no worker process, what each section changes for it (`Section.smoke`: an image
+        data section read from a folder becomes built-in images), then ``overrides`` (fields by name or path). The
+        recipe (optimizer, learning rate, schedules, model) is kept. A task whose run does slow extra work
+        (measurements, an initial checkpoint) overrides this method to skip it; the GPU checks (`make gpu-check`)
+        train every preset this way.
         """
-        shrunk = dataclasses.replace(
-            self, max_steps=steps, batch_size=min(self.batch_size, batch_size, self.micro_batch_size or batch_size),
-            micro_batch_size=None,
-            log_every=1, checkpoint_every=0, num_workers=0, progress=False, tensorboard=False, resume=False,
-            overwrite=False)
-        return dataclasses.replace(shrunk, **overrides)
+        schedule = self.schedule
+        changes = dict(
+            max_steps=steps, batch_size=min(schedule.batch_size, batch_size, schedule.micro_batch_size or batch_size),
+            micro_batch_size=None, log_every=1, checkpoint_every=0, num_workers=0, progress=False, tensorboard=False,
+            resume=False, overwrite=False)
+        for name in self.sections():
+            changes.update(getattr(self, name).smoke(min(schedule.batch_size, batch_size)))
+        return self.replace(**{**changes, **{self.resolve(key)[1]: value for key, value in overrides.items()}})
 
 
 DEFAULT = "default"
-"""A dict option's value that removes its key from the preset's (``--model-args depth=default``): the model's own
-default applies (`merge_options`)."""
+"""A dict option's value that removes its key from the preset's (``--network.model-args depth=default``): the model's
+own default applies (`merge_options`)."""
 
 
 def merge_options(preset: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
@@ -369,25 +478,33 @@ def fit_to_run(preset: TrainConfig, overrides: typing.Mapping[str, Any]) -> tupl
     fields of a run stated in steps, and gives a run stated in epochs a ``warmup_steps`` holding the warm-up's
     share of it (its epoch lists cannot be converted before the data are known: those past the run's end do not
     fire). A rescaled epoch list keeps 0 (the initialisation) and its positive entries stay ≥ 1. Fields set in
-    ``overrides`` are the caller's and are never changed (`TrainConfig.validate` refuses them if they do not fit).
+    ``overrides`` (by name) are the caller's and are never changed (`TrainConfig.validate` refuses them if they do
+    not fit).
     ``max_steps`` stops a run early without changing its length or its schedules: nothing to fit.
     """
     ratios = {}
-    if overrides.get("epochs", preset.epochs) != preset.epochs:
-        ratios["epochs"] = overrides["epochs"] / preset.epochs
-    steps = overrides.get("total_steps", preset.total_steps)
-    if None not in (steps, preset.total_steps) and steps != preset.total_steps:
-        ratios["steps"] = steps / preset.total_steps
+    schedule = preset.schedule
+
+    def length(value) -> bool:  # a run length `validate` accepts; another one is refused there, not rescaled to
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 1
+
+    if overrides.get("epochs", schedule.epochs) != schedule.epochs and length(overrides["epochs"]):
+        ratios["epochs"] = overrides["epochs"] / schedule.epochs
+    steps = overrides.get("total_steps", schedule.total_steps)
+    if not length(steps):
+        steps = None
+    if None not in (steps, schedule.total_steps) and steps != schedule.total_steps:
+        ratios["steps"] = steps / schedule.total_steps
     changes: dict[str, Any] = {}
-    for f in dataclasses.fields(preset):
-        if f.metadata.get("span") in ratios and f.name not in overrides:
-            changes[f.name] = _rescaled(getattr(preset, f.name), ratios[f.metadata["span"]], f.metadata)
-    stated_in_epochs = preset.total_steps is None and preset.warmup_steps is None
-    if (steps is not None and stated_in_epochs and preset.warmup_epochs
+    for name, (_, f) in preset.flat_fields().items():
+        if f.metadata.get("span") in ratios and name not in overrides:
+            changes[name] = _rescaled(preset.get(name), ratios[f.metadata["span"]], f.metadata)
+    stated_in_epochs = schedule.total_steps is None and schedule.warmup_steps is None
+    if (steps is not None and stated_in_epochs and schedule.warmup_epochs
             and not {"warmup_steps", "warmup_epochs"} & set(overrides)):
-        changes["warmup_steps"] = round(steps * preset.warmup_epochs / preset.epochs)
-    changes = {k: v for k, v in changes.items() if v != getattr(preset, k)}
-    return changes, [f"{k} {getattr(preset, k)!r} → {v!r}" for k, v in changes.items()]
+        changes["warmup_steps"] = round(steps * schedule.warmup_epochs / schedule.epochs)
+    changes = {k: v for k, v in changes.items() if v != preset.get(k)}
+    return changes, [f"{k} {preset.get(k)!r} → {v!r}" for k, v in changes.items()]
 
 
 def _rescaled(value, ratio: float, meta: typing.Mapping):

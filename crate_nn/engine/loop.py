@@ -9,8 +9,8 @@ micro-batch and the evaluation; the loop owns the rest:
   with its message instead of hanging it.
 * each optimizer step: ``batch_size`` samples over all processes, split into micro-batches (gradient
   accumulation, ``no_sync`` on all but the last), bf16 autocast on GPUs (with ``bf16-if-faster`` also on CPUs
-  measured to multiply bf16 faster: every process measures, bf16 only if all do; ``--activations bf16`` keeps the
-  activations in bfloat16 between layers), ``torch.compile`` in a ``--compile-mode`` (CUDA graphs with
+  measured to multiply bf16 faster: every process measures, bf16 only if all do; ``--run.activations bf16`` keeps the
+  activations in bfloat16 between layers), ``torch.compile`` in a ``--run.compile-mode`` (CUDA graphs with
   reduce-overhead: a step boundary is marked before every micro-batch), one all-reduce for the loss,
   the logged metrics and counters and the stop flag, optional global-norm clipping, a NaN/Inf stop *before* the
   update, the per-step schedules (learning rate, weight decay, EMA momentum), the optional EMA.
@@ -19,16 +19,16 @@ micro-batch and the evaluation; the loop owns the rest:
   steps (restored on resume), so the task's own schedules read the engine's numbers instead of counting.
 * data order: a deterministic function of (seed, epoch) (`crate_nn.data.batching.EpochBatches`), so a resumed
   run sees exactly the batches the uninterrupted run would have seen; ``num_workers`` DataLoader processes or,
-  with ``--loader threads``, threads read them (the same batches either way).
+  with ``--run.loader threads``, threads read them (the same batches either way).
 * checkpoints (``checkpoints/step_XXXXXXX.pt`` and ``last.pt``, atomic): model, optimizer, per-rank RNG states,
-  position, task state, EMA, counters and the partial log window — ``--resume`` continues bit-exactly on a CPU.
+  position, task state, EMA, counters and the partial log window — ``--run.resume`` continues bit-exactly on a CPU.
 * preemption: SIGTERM or SIGINT (what SLURM and cloud schedulers send before killing a job) lets the current
   optimizer step finish, writes a checkpoint, and raises `Preempted` (a second signal stops at once, except during a
   checkpoint write, which it lets finish); ``crate-train`` then exits with 128 + the
   signal number after one line saying how to resume. Under torchrun the signal travels in the step's all-reduce,
   so every process stops after the same step (the next one when the signal arrives after that all-reduce).
 * one run per directory: the main process holds `RunLock` on the run directory while it trains, and checkpoints
-  record the training data (`data_identity`): ``--resume`` on other data is refused.
+  record the training data (`data_identity`): ``--run.resume`` on other data is refused.
 * metrics.jsonl: a line per ``log_every`` steps (train_loss, lr, throughput, task metrics, counters), a line per
   evaluation (at step 0 with ``eval_at_start``, at epoch ends and every ``eval_every_steps``), and end-of-run lines
   marked ``"final"`` (which a resumed run replaces).
@@ -71,7 +71,7 @@ CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 
 
 def compile_model(model: nn.Module, mode: str = "default") -> nn.Module:
-    """``torch.compile(model)`` in ``mode`` (``--compile-mode``, `crate_nn.engine.config.COMPILE_MODES`). The CUDA
+    """``torch.compile(model)`` in ``mode`` (``--run.compile-mode``, `crate_nn.engine.config.COMPILE_MODES`). The CUDA
     graphs of reduce-overhead and max-autotune are captured per input shape: training batches have one shape (an
     incomplete last batch is dropped); evaluation captures its own graphs (eval mode, its last short batch)."""
     if mode not in COMPILE_MODES:
@@ -169,15 +169,15 @@ class LogWindow:
 
 
 def start_task(config: TrainConfig, ctx: distributed.Context, task_class: type[Task] | None = None) -> Task:
-    """The task of a run as `train` starts it: every generator seeded with ``config.seed``, then the task (and its
+    """The task of a run as `train` starts it: every generator seeded with ``config.run.seed``, then the task (and its
     model) built. A run's initialisation is therefore a function of its config alone (`initial_model`)."""
-    seed_everything(config.seed)
+    seed_everything(config.run.seed)
     return (task_class or task_for(config))(config, ctx)
 
 
 def initial_model(config: TrainConfig) -> nn.Module:
     """The model a run of ``config`` starts from, built on the CPU by `start_task` exactly as `train` builds it
-    (before a ``resume`` loads its checkpoint). Leaves the global generators seeded with ``config.seed``."""
+    (before a ``resume`` loads its checkpoint). Leaves the global generators seeded with ``config.run.seed``."""
     return start_task(config, distributed.context("cpu")).model
 
 
@@ -190,12 +190,12 @@ def train(config: TrainConfig) -> TrainResult:
     config.validate()
     task_class = task_for(config)
     resolve_batches(config, distributed.world_size())
-    check_output_dir(config.output_dir, config.resume, config.overwrite)
-    ctx = distributed.context(config.device)
+    check_output_dir(config.run.output_dir, config.run.resume, config.run.overwrite)
+    ctx = distributed.context(config.run.device)
     failed = True
     try:
-        with RunLock(config.output_dir, enabled=ctx.is_main):
-            check_output_dir(config.output_dir, config.resume, config.overwrite)  # again, now that it is ours
+        with RunLock(config.run.output_dir, enabled=ctx.is_main):
+            check_output_dir(config.run.output_dir, config.run.resume, config.run.overwrite)  # again, now it is ours
             result = _train(config, ctx, task_class)
         failed = False
         return result
@@ -209,7 +209,7 @@ def train(config: TrainConfig) -> TrainResult:
 def _train(config: TrainConfig, ctx: distributed.Context, task_class: type[Task]) -> TrainResult:
     """The run, phase by phase (`Training`)."""
     run = Training(config, ctx, task_class)
-    if config.resume:
+    if config.run.resume:
         run.restore()
     run.write_config()
     run.wrap()
@@ -232,31 +232,34 @@ class Training:
         self.task = task = start_task(config, ctx, task_class)
         self.plan = plan = RunPlan.resolve(config, task, ctx.world_size)
         task.start(plan)
-        self.schedules = Schedules(plan.warmup_steps, plan.total_steps, config.min_lr_ratio, config.weight_decay,
-                                   config.weight_decay_end, config.ema_momentum, config.ema_momentum_end,
-                                   config.lr_schedule)
+        optim = config.optim
+        schedule = config.schedule
+        self.schedules = Schedules(plan.warmup_steps, plan.total_steps, schedule.min_lr_ratio, optim.weight_decay,
+                                   optim.weight_decay_end, optim.ema_momentum, optim.ema_momentum_end,
+                                   schedule.lr_schedule)
         self.raw_model = task.model.to(ctx.device)
-        precision.keep_activations(self.raw_model, config.activations)
+        precision.keep_activations(self.raw_model, config.run.activations)
         self.raw_model.preprocessing = task.preprocessing()  # saved with every checkpoint (crate_nn.preprocessing)
         self.model: nn.Module = self.raw_model  # `wrap` compiles and wraps it
         self.optimizer = build_optimizer(config, self.raw_model)
-        self.ema = EMA(self.raw_model) if config.ema else None
+        self.ema = EMA(self.raw_model) if optim.ema else None
         # Augmentation randomness differs between processes; the initialisation above is the same everywhere.
-        torch.manual_seed(config.seed * 1000 + 1 + ctx.rank)
-        if ctx.is_main and config.overwrite:
-            clear_run(config.output_dir)
+        torch.manual_seed(config.run.seed * 1000 + 1 + ctx.rank)
+        if ctx.is_main and config.run.overwrite:
+            clear_run(config.run.output_dir)
         distributed.join(ctx)
-        if config.precision == precision.MEASURED and ctx.device.type == "cpu":
+        if config.run.precision == precision.MEASURED and ctx.device.type == "cpu":
             # every process measures; they train alike: in bf16 only if each of them found it faster
             slower = torch.tensor([float(not precision.cpu_bf16_faster())], dtype=torch.float64)
             precision.settle_cpu_bf16(distributed.all_reduce_sum(slower, ctx).item() == 0)
-        self.files = RunFiles(config.output_dir, ctx.is_main, config.keep_checkpoints, config.tensorboard)
+        self.files = RunFiles(config.run.output_dir, ctx.is_main, config.run.keep_checkpoints, config.run.tensorboard)
         self.epoch, self.step_in_epoch, self.step = 0, 0, 0
         self.totals: dict[str, float] = {}
         self.window = LogWindow()
         self.data = data_identity(task.train_set)
         self.metrics: dict = {}  # the last evaluation's
-        self.last_step = plan.total_steps if config.max_steps is None else min(plan.total_steps, config.max_steps)
+        max_steps = config.schedule.max_steps
+        self.last_step = plan.total_steps if max_steps is None else min(plan.total_steps, max_steps)
         self.stop = StopSignals()
         self.fork = dict(devices=[ctx.device] if ctx.device.type == "cuda" else [])
         self.bar = None
@@ -297,13 +300,13 @@ class Training:
     def wrap(self) -> None:
         """The model the steps run: compiled (``compile``, in ``compile_mode``), then wrapped by
         DistributedDataParallel (torchrun); says so when ``activations`` changes nothing on this device."""
-        config, ctx = self.config, self.ctx
-        if ctx.is_main and config.activations != "fp32" \
-                and precision.autocast_dtype(ctx.device, config.precision) != precision.ACTIVATIONS[config.activations]:
-            tqdm.write(f"crate-train: --activations {config.activations} changes nothing here: precision "
-                       f"{config.precision} on {ctx.device.type} does not autocast to {config.activations}",
+        run, ctx = self.config.run, self.ctx
+        if ctx.is_main and run.activations != "fp32" \
+                and precision.autocast_dtype(ctx.device, run.precision) != precision.ACTIVATIONS[run.activations]:
+            tqdm.write(f"crate-train: --run.activations {run.activations} changes nothing here: precision "
+                       f"{run.precision} on {ctx.device.type} does not autocast to {run.activations}",
                        file=sys.stderr)
-        model = compile_model(self.raw_model, config.compile_mode) if config.compile else self.raw_model
+        model = compile_model(self.raw_model, run.compile_mode) if run.compile else self.raw_model
         if self.ctx.distributed:
             model = nn.parallel.DistributedDataParallel(
                 model, device_ids=[self.ctx.device.index] if self.ctx.device.type == "cuda" else None)
@@ -315,10 +318,10 @@ class Training:
         of optimizer steps."""
         config, steps_per_epoch = self.config, self.plan.steps_per_epoch
         if self.step == 0:
-            if config.eval_at_start:
+            if config.evaluation.eval_at_start:
                 self.log_evaluation("start", {"epoch": 0.0, "step": 0}, self.evaluate())
             self.epoch_end(0)
-        self.bar = tqdm(total=self.last_step, initial=self.step, disable=not (self.ctx.is_main and config.progress),
+        self.bar = tqdm(total=self.last_step, initial=self.step, disable=not (self.ctx.is_main and config.run.progress),
                         unit="step", dynamic_ncols=True)
         self.model.train()
         self.window.start = time.perf_counter()
@@ -340,11 +343,11 @@ class Training:
         if self.step_in_epoch > self.plan.steps_per_epoch:  # cannot follow the data check of a resume; never spin on it
             raise RuntimeError(f"position {self.step_in_epoch} is past the {self.plan.steps_per_epoch} steps of epoch "
                                f"{self.epoch}")
-        batches = EpochBatches(len(task.train_set), global_batch=config.batch_size, micro_batch=self.plan.micro_batch,
-                               rank=ctx.rank, world_size=ctx.world_size, seed=config.seed, epoch=self.epoch,
-                               start_step=self.step_in_epoch)
-        return iter(loader(task.train_set, batches, config.num_workers, pin_memory=ctx.device.type == "cuda",
-                           collate_fn=task.collate, threads=config.loader == "threads"))
+        batches = EpochBatches(len(task.train_set), global_batch=config.schedule.batch_size,
+                               micro_batch=self.plan.micro_batch, rank=ctx.rank, world_size=ctx.world_size,
+                               seed=config.run.seed, epoch=self.epoch, start_step=self.step_in_epoch)
+        return iter(loader(task.train_set, batches, config.run.num_workers, pin_memory=ctx.device.type == "cuda",
+                           collate_fn=task.collate, threads=config.run.loader == "threads"))
 
     # -- one optimizer step ---------------------------------------------------------------------------------
     def step_once(self, micro_batches) -> tuple[float, bool]:
@@ -358,7 +361,7 @@ class Training:
         self.step += 1
         self.step_in_epoch += 1
         self.task.clock = self.plan.clock(self.step)
-        self.window.add(loss, metrics, self.config.batch_size * self.task.units_per_sample())
+        self.window.add(loss, metrics, self.config.schedule.batch_size * self.task.units_per_sample())
         self.bar.update(1)
         return lr, any_stopping
 
@@ -377,14 +380,15 @@ class Training:
         ctx, accumulation = self.ctx, self.plan.accumulation
         sums: dict[str, torch.Tensor] = {}
         keys: tuple[list[str], list[str]] = ([], [])
-        graphs = self.config.compile and self.config.compile_mode in CUDA_GRAPH_MODES and ctx.device.type == "cuda"
+        run = self.config.run
+        graphs = run.compile and run.compile_mode in CUDA_GRAPH_MODES and ctx.device.type == "cuda"
         for i in range(accumulation):
             batch = next(micro_batches)
             if graphs:  # a new iteration: the CUDA graphs may reuse the previous one's output buffers
                 torch.compiler.cudagraph_mark_step_begin()
             sync = (self.model.no_sync() if ctx.distributed and i < accumulation - 1 else contextlib.nullcontext())
             with sync:
-                with autocast(ctx.device, self.config.precision):
+                with autocast(ctx.device, self.config.run.precision):
                     out = self.task.loss(self.model, batch)
                 loss = out.loss.to(torch.promote_types(out.loss.dtype, torch.float32))
                 (loss / accumulation).backward()
@@ -412,8 +416,8 @@ class Training:
         """Clip, stop on a non-finite loss or gradient before touching the weights, then the task's hooks around the
         optimizer's update and the EMA."""
         config, optimizer = self.config, self.optimizer
-        grad_norm = (clip_gradients(self.model.parameters(), config.grad_clip, config.grad_clip_mode)
-                     if config.grad_clip is not None else None)
+        grad_norm = (clip_gradients(self.model.parameters(), config.optim.grad_clip, config.optim.grad_clip_mode)
+                     if config.optim.grad_clip is not None else None)
         if not (math.isfinite(loss) and (grad_norm is None or torch.isfinite(grad_norm))):
             optimizer.zero_grad(set_to_none=True)
             where = self.files.last if self.files.last.is_file() else "none written yet"
@@ -434,7 +438,7 @@ class Training:
         """Every ``log_every`` steps (and at the last) a metrics.jsonl line of the window's means; a partial window
         at the last step is marked final and goes on in a resumed run."""
         step, window = self.step, self.window
-        scheduled = step % self.config.log_every == 0
+        scheduled = step % self.config.run.log_every == 0
         if not (scheduled or step == self.last_step):
             return
         elapsed = time.perf_counter() - window.start
@@ -456,14 +460,14 @@ class Training:
             self.bar.close()
             signum = self.stop.received or signal.SIGTERM
             raise Preempted(f"stopped by {signal.Signals(signum).name} after optimizer step {self.step}; checkpoint "
-                            f"{self.files.last}; continue with the same command plus --resume", signum, self.step)
-        every = self.config.checkpoint_every
+                            f"{self.files.last}; continue with the same command plus --run.resume", signum, self.step)
+        every = self.config.run.checkpoint_every
         if every and self.step % every == 0 and self.step_in_epoch < self.plan.steps_per_epoch:
             self.checkpoint()
 
     def evaluate_by_steps(self) -> None:
         """Every ``eval_every_steps`` steps inside an epoch (epoch ends and the last step evaluate anyway)."""
-        every, step = self.config.eval_every_steps, self.step
+        every, step = self.config.evaluation.eval_every_steps, self.step
         if every and step % every == 0 and step < self.last_step and self.step_in_epoch < self.plan.steps_per_epoch:
             paused = time.perf_counter()
             self.log_evaluation(f"step {step}", {"epoch": step / self.plan.steps_per_epoch, "step": step},
@@ -475,7 +479,7 @@ class Training:
         task's `epoch_end` and a checkpoint; none of them counts against the throughput."""
         paused = time.perf_counter()
         self.epoch, self.step_in_epoch = self.epoch + 1, 0
-        scheduled = self.epoch % self.config.eval_every == 0
+        scheduled = self.epoch % self.config.evaluation.eval_every == 0
         if scheduled or self.step == self.last_step:
             self.metrics = self.evaluate()
             self.log_evaluation(f"epoch {self.epoch}", {"epoch": float(self.epoch), "step": self.step,
@@ -541,7 +545,7 @@ class Training:
         files.close()
         seconds = time.perf_counter() - self.started
         if self.ctx.is_main:
-            if config.curves:
+            if config.run.curves:
                 report.plot_curves({files.root.name: read_metrics(files.root / "metrics.jsonl")},
                                    files.root / report.CURVES)
             summary = report.run_summary(files.root, config, steps=self.step, seconds=seconds,

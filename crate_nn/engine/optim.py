@@ -84,14 +84,15 @@ def param_groups(model: nn.Module, weight_decay: float, decay_all: bool) -> list
 def build_optimizer(config: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
     """`Lion` (θ ← θ(1 − lr·wd) − lr·sign(β1·m + (1 − β1)·g), m ← β2·m + (1 − β2)·g) or AdamW.
 
-    Every group gets ``initial_lr`` = ``config.lr``; the engine sets ``lr`` and ``weight_decay`` before each step.
+    Every group gets ``initial_lr`` = ``config.optim.lr``; the engine sets ``lr`` and ``weight_decay`` before each step.
     """
-    groups = param_groups(model, config.weight_decay, config.weight_decay_all)
+    optim = config.optim
+    groups = param_groups(model, optim.weight_decay, optim.weight_decay_all)
     for group in groups:
-        group["initial_lr"] = config.lr
-    if config.optimizer == "lion":
-        return Lion(groups, lr=config.lr, betas=tuple(config.betas), weight_decay=config.weight_decay)
-    return torch.optim.AdamW(groups, lr=config.lr, betas=tuple(config.betas), weight_decay=config.weight_decay)
+        group["initial_lr"] = optim.lr
+    if optim.optimizer == "lion":
+        return Lion(groups, lr=optim.lr, betas=tuple(optim.betas), weight_decay=optim.weight_decay)
+    return torch.optim.AdamW(groups, lr=optim.lr, betas=tuple(optim.betas), weight_decay=optim.weight_decay)
 
 
 @torch.no_grad()

@@ -39,7 +39,7 @@ import torch
 
 DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 ACTIVATIONS = {"fp32": None, "bf16": torch.bfloat16}
-"""``--activations``: the dtype the model keeps its activations in under an autocast of that dtype."""
+"""``--run.activations``: the dtype the model keeps its activations in under an autocast of that dtype."""
 MEASURED = "bf16-if-faster"
 """The precision decided per device: bf16 autocast on CUDA, on a CPU only where `cpu_bf16_faster`."""
 
@@ -179,5 +179,5 @@ def keep_activations(model: torch.nn.Module, activations: str) -> None:
     keep = getattr(model, "keep_activations", None)
     if keep is None:
         raise ValueError(f"activations: {type(model).__name__} cannot keep its activations in {activations} (the "
-                         "image classifiers can); use --activations fp32")
+                         "image classifiers can); use --run.activations fp32")
     keep(ACTIVATIONS[activations])

@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import ast
-import dataclasses
 import json
 import math
 import re
@@ -67,25 +66,26 @@ def baselines(records: Sequence[Mapping], final: Mapping) -> dict:
 
 
 def command_line(config: TrainConfig, *extra: str) -> str | None:
-    """The ``crate-train`` command that rebuilds ``config`` (its preset, then a flag for every field that differs
-    from the preset), then ``extra``; None for a config that did not come from a registered preset."""
-    if config.preset not in PRESETS:
+    """The ``crate-train`` command that rebuilds ``config`` (its preset, then a flag ``--SECTION.FIELD`` for every
+    field that differs from the preset), then ``extra``; None for a config that did not come from a registered
+    preset."""
+    if config.run.preset not in PRESETS:
         return None
-    preset = PRESETS[config.preset]()
-    words = ["crate-train", "--preset", config.preset]
-    for f in dataclasses.fields(config):
-        value = getattr(config, f.name)
-        if f.name in ("preset", "resume", "overwrite") or value == getattr(preset, f.name):
+    preset = PRESETS[config.run.preset]()
+    words = ["crate-train", "--preset", config.run.preset]
+    for name, (held, _) in config.flat_fields().items():
+        value = config.get(name)
+        if name in ("preset", "resume", "overwrite") or value == preset.get(name):
             continue
-        flag = "--" + f.name.replace("_", "-")
+        flag = f"--{held}.{name.replace('_', '-')}"
         if isinstance(value, bool):
-            words.append(flag if value else "--no-" + f.name.replace("_", "-"))
+            words.append(flag if value else f"--{held}.no-{name.replace('_', '-')}")
         elif value is None:
             words += [flag, "none"]
         elif isinstance(value, tuple):
             words += [flag, *map(str, value)]
         elif isinstance(value, dict):  # merged into the preset's (`merge_options`): what changed, what was removed
-            given = getattr(preset, f.name)
+            given = preset.get(name)
             words += [flag, *(f"{k}={_literal(v)}" for k, v in value.items() if k not in given or given[k] != v),
                       *(f"{k}={DEFAULT}" for k in given if k not in value)]
         else:
@@ -120,9 +120,9 @@ def run_summary(root: Path, config: TrainConfig, *, steps: int, seconds: float, 
                if not (k.endswith(RANDOM_INIT) and k[:-len(RANDOM_INIT)] in final)}
     figures = sorted(str(p) for folder in ("figures", "measurements") for p in (root / folder).rglob("*.png"))
     return {
-        "output_dir": str(root), "preset": config.preset, "task": config.task, "steps": steps,
+        "output_dir": str(root), "preset": config.run.preset, "task": config.task, "steps": steps,
         "seconds": round(seconds, 1), "metrics": metrics, "checkpoint": checkpoint, "figures": figures,
-        "resume": command_line(config, "--resume"),
+        "resume": command_line(config, "--run.resume"),
         "evaluate": evaluate_command.format(checkpoint=shlex.quote(checkpoint)) if evaluate_command else None,
     }
 

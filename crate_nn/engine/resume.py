@@ -1,5 +1,5 @@
 """What a resumed run must share with the run it continues: its config (but for the ``resume_free`` fields) and its
-training data. Every checkpoint stores the config and `data_identity` of the training set; ``--resume`` with another
+training data. Every checkpoint stores the config and `data_identity` of the training set; ``--run.resume`` with another
 config (`check_resumable`) or on other data (`check_same_data`) is refused with one line saying what differs, and a
 checkpoint without a run's state (`read_run_state`: a model-only file) likewise."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ from ..weights import ours
 from .config import TrainConfig
 
 RUN_STATE = ("train_config", "optimizer", "position", "rng")
-"""What a training run's checkpoint holds beside the model, and ``--resume`` needs."""
+"""What a training run's checkpoint holds beside the model, and ``--run.resume`` needs."""
 
 
 def read_run_state(path: Path) -> dict:
@@ -25,7 +25,7 @@ def read_run_state(path: Path) -> dict:
     missing = [key for key in RUN_STATE if key not in state]
     if missing:
         raise ValueError(f"resume: {path} holds no training run's state ({', '.join(missing)} missing: a model-only "
-                         "checkpoint, as crate_nn.save and crate-export write); --resume continues a run from the "
+                         "checkpoint, as crate_nn.save and crate-export write); --run.resume continues a run from the "
                          "last.pt it wrote itself")
     return state
 

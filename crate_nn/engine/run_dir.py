@@ -43,14 +43,14 @@ def check_output_dir(output_dir: str, resume: bool, overwrite: bool) -> None:
     if resume:
         if not last.is_file():
             started = (f"; the run there stopped before its first checkpoint ({', '.join(existing)}): start it again "
-                       "with --overwrite") if existing else ""
+                       "with --run.overwrite") if existing else ""
             raise ValueError(f"resume: no checkpoint {last} to resume from{started}")
         return
     if existing and not overwrite:
         unsaved = " and stopped before its first checkpoint" if not last.is_file() else ""
         raise ValueError(
-            f"output_dir: {output_dir!r} already holds a run ({', '.join(existing)}){unsaved}; pass --resume to "
-            "continue it, --overwrite to delete it and start over, or choose another --output-dir"
+            f"output_dir: {output_dir!r} already holds a run ({', '.join(existing)}){unsaved}; pass --run.resume "
+            "to continue it, --run.overwrite to delete it and start over, or choose another --run.output-dir"
         )
     parent = root if root.exists() else next((p for p in root.absolute().parents if p.exists()), Path("/"))
     if not os.access(parent, os.W_OK | os.X_OK):
@@ -64,7 +64,7 @@ class RunLock(FileLock):
     def __init__(self, output_dir: str, enabled: bool = True) -> None:
         super().__init__(Path(output_dir) / ".lock", enabled=enabled, refuse=lambda holder: ValueError(
             f"output_dir: {str(Path(output_dir))!r} is in use by a run that is training now ({holder}); wait for it to "
-            "end or choose another --output-dir"))
+            "end or choose another --run.output-dir"))
 
 
 def clear_run(output_dir: str) -> None:
@@ -111,7 +111,7 @@ class RunFiles:
                 try:
                     from torch.utils.tensorboard import SummaryWriter
                 except ImportError as err:
-                    raise ValueError(f"tensorboard: --tensorboard needs the tensorboard package: "
+                    raise ValueError(f"tensorboard: --run.tensorboard needs the tensorboard package: "
                                      f"{install_hint('tensorboard')}") from err
             self.checkpoints.mkdir(parents=True, exist_ok=True)
             if tensorboard:

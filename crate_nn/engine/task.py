@@ -6,7 +6,7 @@ the EMA, the NaN stop, preemption, checkpoints, exact resume, the progress bar a
 
 The engine owns the run's arithmetic and its position too. It resolves the micro-batch, the accumulation, the
 steps per epoch and the run's length once (`RunPlan`) and hands them to the task with `Task.start` before training;
-while it trains it keeps ``task.clock`` (`Clock`: optimizer steps done, epoch) current, restored on ``--resume``
+while it trains it keeps ``task.clock`` (`Clock`: optimizer steps done, epoch) current, restored on ``--run.resume``
 from the checkpoint's position. A task keeps no step counter of its own: its per-step and per-epoch schedules (a
 teacher's momentum, a temperature warm-up, the epoch of its masks) read ``self.plan`` and ``self.clock``.
 
@@ -49,14 +49,15 @@ class LossOutput(NamedTuple):
 
 def resolve_batches(config: TrainConfig, world_size: int) -> tuple[int, int]:
     """(micro-batch per process, accumulation steps) such that micro × accumulation × processes = batch_size."""
-    if config.batch_size % world_size:
-        raise ValueError(f"batch_size: {config.batch_size} is not divisible across {world_size} processes")
-    per_process = config.batch_size // world_size
-    micro = config.micro_batch_size or per_process
+    schedule = config.schedule
+    if schedule.batch_size % world_size:
+        raise ValueError(f"batch_size: {schedule.batch_size} is not divisible across {world_size} processes")
+    per_process = schedule.batch_size // world_size
+    micro = schedule.micro_batch_size or per_process
     if per_process % micro:
         raise ValueError(
             f"micro_batch_size: {micro} does not divide the per-process batch {per_process} "
-            f"(batch_size {config.batch_size} / {world_size} processes)"
+            f"(batch_size {schedule.batch_size} / {world_size} processes)"
         )
     return micro, per_process // micro
 
@@ -94,10 +95,11 @@ class RunPlan:
         """The run of ``task`` (built from ``config``) on ``world_size`` processes; ValueError naming the field
         when the batch does not split across the processes or exceeds the training data."""
         micro, accumulation = resolve_batches(config, world_size)
-        steps_per_epoch = task.steps_per_epoch(config.batch_size)
+        batch_size = config.schedule.batch_size
+        steps_per_epoch = task.steps_per_epoch(batch_size)
         if steps_per_epoch < 1:
-            raise ValueError(f"batch_size: {config.batch_size} exceeds the {len(task.train_set)} training samples")
-        total, warmup = config.run_steps(steps_per_epoch)
+            raise ValueError(f"batch_size: {batch_size} exceeds the {len(task.train_set)} training samples")
+        total, warmup = config.schedule.run_steps(steps_per_epoch)
         return cls(micro, accumulation, world_size, steps_per_epoch, total, warmup)
 
     def clock(self, step: int) -> Clock:
@@ -210,7 +212,8 @@ PRESETS: dict[str, Callable[[], TrainConfig]] = {}
 
 def register_task(config_class: type[TrainConfig]) -> Callable[[type[Task]], type[Task]]:
     """Class decorator: ``config_class`` configures this task (``train(config)`` dispatches on it). ValueError when
-    the config does not name its task, or declares a field in more than one of its sections (`check_sections`)."""
+    the config does not name its task, or is not composed of sections (`check_sections`: it inherits one, or two
+    of its sections declare one field name)."""
 
     def wrap(cls: type[Task]) -> type[Task]:
         if not config_class.task:
@@ -241,11 +244,8 @@ def recorded_config(fields: Mapping, task: str, source: str) -> TrainConfig:
     if task not in classes:
         raise ValueError(f"{source}: expected a run's task (one of {sorted(classes)}), got {task!r}")
     config_class = classes[task]
-    defaults = config_class()
-    values = {f.name: tuple(fields[f.name]) if isinstance(getattr(defaults, f.name), tuple)
-              and isinstance(fields[f.name], list) else fields[f.name]
-              for f in dataclasses.fields(config_class) if f.name in fields}
-    return config_class(**values)
+    known = config_class.flat_fields()
+    return config_class.from_dict({name: value for name, value in fields.items() if name in known})
 
 
 def preset(fn: Callable[[], TrainConfig]) -> Callable[[], TrainConfig]:
@@ -257,15 +257,16 @@ def preset(fn: Callable[[], TrainConfig]) -> Callable[[], TrainConfig]:
 
     @functools.wraps(fn)
     def named() -> TrainConfig:
-        return dataclasses.replace(fn(), preset=name)
+        return fn().replace(preset=name)
 
     PRESETS[name] = named
     return named
 
 
 def get_preset(name: str, **overrides) -> TrainConfig:
-    """The preset ``name`` with ``overrides`` (field names of its config) applied; nothing is validated yet
-    (``train`` validates; ``crate-train`` validates before it starts).
+    """The preset ``name`` with ``overrides`` (fields of its config by name or path: ``lr=1e-3``,
+    ``**{"optim.lr": 1e-3}``) applied; nothing is validated yet (``train`` validates; ``crate-train`` validates
+    before it starts).
 
     When ``overrides`` change the run's length (``epochs``, ``total_steps``), the preset's warm-up and its
     measurement, k-NN, probe, figure and step cadences that ``overrides`` leave alone keep their share of the run
@@ -277,19 +278,23 @@ def get_preset(name: str, **overrides) -> TrainConfig:
     if name not in PRESETS:
         raise ValueError(f"preset: expected one of {', '.join(sorted(PRESETS))}, got {name!r}")
     config = PRESETS[name]()
-    known = {f.name for f in dataclasses.fields(config)}
-    unknown = sorted(set(overrides) - known)
-    if unknown:
-        raise TypeError(f"unknown {type(config).__name__} field(s) {unknown} for preset {name!r}; known: "
-                        f"{sorted(known)}")
-    overrides = {k: merge_options(getattr(config, k), v) if isinstance(v, Mapping) and isinstance(getattr(config, k), dict)
-                 else v for k, v in overrides.items()}
-    fitted, changes = fit_to_run(config, overrides)
+    by_name: dict[str, Any] = {}
+    for key, value in overrides.items():
+        try:
+            field = config.resolve(key)[1]
+        except TypeError as err:
+            raise TypeError(f"preset {name!r}: {err}") from None
+        if field in by_name:
+            raise TypeError(f"{field}: given twice (by its name and by its path)")
+        current = config.get(field)
+        by_name[field] = merge_options(current, value) if isinstance(value, Mapping) and isinstance(current, dict) \
+            else value
+    fitted, changes = fit_to_run(config, by_name)
     if changes:
-        length = ", ".join(f"{k}={overrides[k]}" for k in ("epochs", "total_steps") if k in overrides)
+        length = ", ".join(f"{k}={by_name[k]}" for k in ("epochs", "total_steps") if k in by_name)
         print(f"preset {name} with {length}: {', '.join(changes)} (kept in proportion to the run; set them to "
               "choose other values)", file=sys.stderr)
-    return dataclasses.replace(config, **overrides, **fitted)
+    return config.replace(**by_name, **fitted)
 
 
 def list_presets() -> dict[str, list[str]]:

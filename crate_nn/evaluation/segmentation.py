@@ -48,6 +48,7 @@ from ..analysis.segmentation import (
     patch_grid,
     upsample,
 )
+from ..data.images import to_rgb
 from ..extras import install_hint
 from ..files import read_json, read_text
 
@@ -185,11 +186,16 @@ def open_image(path: str | Path, what: str):
 
 def load_image(path: str | Path, size: int) -> tuple[torch.Tensor, tuple[int, int]]:
     """An image file as a float tensor (3, size, size) in [0, 1] (resized, aspect not kept, as MaskCut does) and
-    its original (height, width); `open_image`'s ValueError for a file Pillow cannot decode."""
+    its original (height, width); any mode as `crate_nn.data.images.to_rgb` reads it (16-bit gray scaled, not
+    clipped to white); `open_image`'s ValueError for a file Pillow cannot decode, a ValueError naming the file for a
+    mode `to_rgb` refuses."""
     from PIL import Image
 
     with open_image(path, "image") as im:
-        im = im.convert("RGB")
+        try:
+            im = to_rgb(im)
+        except ValueError as err:
+            raise ValueError(f"image: {path}: {err}") from None
         original = (im.height, im.width)
         array = np.asarray(im.resize((size, size), Image.BICUBIC), dtype=np.float32) / 255.0
     return torch.from_numpy(array.copy()).permute(2, 0, 1), original

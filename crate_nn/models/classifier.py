@@ -8,7 +8,7 @@
 ``keep_activations(torch.bfloat16)`` keeps the tokens in bfloat16 between layers under a bfloat16 autocast: Z^1 is
 rounded to bfloat16 once, the residual stream, the LayerNorms' outputs and every block's output stay bfloat16, so
 autocast's float32 copies around the LayerNorms disappear; the parameters, their gradients and the optimizer state
-stay float32 (``crate-train --activations bf16``). Outside such an autocast, and by default, nothing changes.
+stay float32 (``crate-train --run.activations bf16``). Outside such an autocast, and by default, nothing changes.
 
 The position embedding is stored for the configured grid; `resample_pos_embed` moves it to another grid
 (bicubic on the patch grid, class token kept), used on the fly when ``config.dynamic_img_size`` is set and by

@@ -17,7 +17,7 @@ One optimizer step on a batch of images X (eqs. 76–79, DINO's recipe for what 
 The student and the teacher form one `crate_nn.models.dino_head.DINO` model, so checkpoints carry both and
 `crate_nn.load` returns a model whose ``forward_features`` is the teacher's backbone (eq. 80). The loss, the
 temperatures, the centre and its all-reduce are the objective's (`crate_nn.tasks.dino_loss.DINOLoss`), whose state
-(the centre) the task's state carries in checkpoints (``--resume``); a checkpoint written when the centre was the
+(the centre) the task's state carries in checkpoints (``--run.resume``); a checkpoint written when the centre was the
 model's (``center`` in its weights) resumes with that centre. Logged: the collapse monitors every ``log_every``
 steps (``train_teacher_entropy``: mean entropy of q; ``train_teacher_mean_entropy``: entropy of the batch-mean q;
 ``train_kl``: mean KL(q_g ‖ p_v) over the loss pairs) and at every evaluation on un-augmented held-out images
@@ -54,8 +54,16 @@ from torch import nn
 
 from ..data.batching import Batch
 from ..data.multicrop import MultiCrop
-from ..data.transforms import DeviceTransform
-from ..engine.config import Section, TrainConfig, option
+from ..engine.config import (
+    EvaluationSection,
+    OptimSection,
+    RunSection,
+    ScheduleSection,
+    Section,
+    TrainConfig,
+    option,
+    section,
+)
 from ..engine.distributed import Context
 from ..engine.ema import ema_update
 from ..engine.schedule import cosine
@@ -68,17 +76,34 @@ from ..evaluation.layers import LayerMeasurements
 from ..models.dino_head import DINO, DINOConfig
 from ..models.registry import list_models, model_config, unwrap_model
 from .dino_loss import DINOLoss, DINOLossSection
-from .images import DATA_LAYOUTS, FrozenEvaluationSection, ImageDataSection, MeasureSection, image_split, image_splits  # noqa: F401 (crate-train --help)
+from .images import (  # noqa: F401 (DATA_LAYOUTS: crate-train --help)
+    DATA_LAYOUTS,
+    FrozenEvaluationSection,
+    ImageDataSection,
+    MeasureSection,
+    evaluation_transform,
+    image_split,
+    image_splits,
+)
 from .simdino import SimDINOLoss, SimDINOLossSection
 
 OBJECTIVES = ("dino", "simdino")
+
+@dataclass
+class DINOModelSection(Section):
+    """The backbone: a registered classifier, read at its class token (eq. 80)."""
+
+    model: str = option("crate_small", "a registered classifier used as backbone (its class token, eq. 80)",
+                        choices=tuple(list_models(family="classifier")))
+    model_args: dict = option(factory=dict, help="backbone config overrides KEY=VALUE (image_size and in_channels "
+                                                 "come from the data)")
+
 
 @dataclass
 class DINOHeadSection(Section):
     """The projection head and the backbone's token initialisation: what `DINOConfig` (which this section builds,
     with the backbone's config) adds to the backbone's."""
 
-    title = "model"
     component = DINOConfig
 
     projection: str = option("dino", "projection head of the dino objective: dino (official DINO head) or paper "
@@ -96,21 +121,11 @@ class DINOHeadSection(Section):
 
 
 @dataclass
-class DINOModelSection(DINOHeadSection):
-    """The backbone (a registered classifier, read at its class token: eq. 80) and the projection head."""
-
-    model: str = option("crate_small", "a registered classifier used as backbone (its class token, eq. 80)",
-                        choices=tuple(list_models(family="classifier")))
-    model_args: dict = option(factory=dict, help="backbone config overrides KEY=VALUE (image_size and in_channels "
-                                                 "come from the data)")
-
-
-@dataclass
 class CropsSection(Section):
     """DINO's multi-crop augmentation, which this section builds (`crate_nn.data.multicrop.MultiCrop`, whose checks
-    it runs): global crops of ``image_size`` (the data section's), local crops, their photometric augmentations."""
+    run when the config is validated): global crops of ``image_size`` (the data section's), local crops, their
+    photometric augmentations."""
 
-    title = "crops"
     component = MultiCrop
     reads = ("image_size", "load_size", "mean", "std")
 
@@ -132,17 +147,11 @@ class CropsSection(Section):
     solarize_p: float = option(0.2, "solarisation probability of the second global crop", minimum=0.0,
                                maximum=1.0)
 
-    def validate(self) -> None:
-        super().validate()
-        MultiCrop.check(**self.arguments(CropsSection))
-
 
 @dataclass
-class DistillationSection(DINOLossSection, SimDINOLossSection):
-    """The objective — DINO's loss and centre (`DINOLossSection`) or SimDINO's coding rate (`SimDINOLossSection`) —
-    and the EMA teacher."""
-
-    title = "distillation"
+class DistillationSection(Section):
+    """The objective — DINO's loss and centre (the ``dino`` section) or SimDINO's coding rate (``simdino``) — and
+    the EMA teacher."""
 
     objective: str = option("dino", "dino: DINO's loss (76) with centring and sharpening; simdino: SimDINO's "
                             "coding-rate objective (crate_nn.tasks.simdino: the head without prototypes, cosine "
@@ -171,9 +180,9 @@ class KNNSection(FrozenEvaluationSection):
 
 
 @dataclass
-class DINOEvaluationSection(KNNSection):
-    """When the teacher's frozen evaluations (the k-NN, the linear probe: `KNNSection`) run, and the collapse
-    monitors."""
+class DINOEvaluationSection(Section):
+    """When the teacher's frozen evaluations (the k-NN, the linear probe: the ``frozen`` section) run, and the
+    collapse monitors' images."""
 
     knn_epochs: tuple[int, ...] = option((), "epochs after which the k-NN accuracy on eval_split is logged (0: the "
                                              "initial model, with eval_at_start; and always at the end of "
@@ -187,72 +196,85 @@ class DINOEvaluationSection(KNNSection):
 
 
 @dataclass
-class DINOTrainConfig(DINOModelSection, CropsSection, DistillationSection, ImageDataSection, DINOEvaluationSection,
-                      MeasureSection, TrainConfig):
-    """A CRATE-DINO run: the backbone and head, the crops, the distillation, the image data, the frozen evaluations
-    and measurements, the engine's sections (no fields of its own; the checks across sections are its
-    `validate`)."""
+class DINOTrainConfig(TrainConfig):
+    """A CRATE-DINO run: the engine's sections, the backbone and head, the crops, the distillation and its two
+    objectives, the image data, the frozen evaluations and their cadence, the measurements (the checks across
+    sections are its `check`)."""
 
     task = "dino"
 
-    def validate(self) -> None:
-        super().validate()
-        if self.ema:
+    network: DINOModelSection = section(DINOModelSection)
+    head: DINOHeadSection = section(DINOHeadSection)
+    crops: CropsSection = section(CropsSection)
+    distillation: DistillationSection = section(DistillationSection)
+    dino: DINOLossSection = section(DINOLossSection)
+    simdino: SimDINOLossSection = section(SimDINOLossSection)
+    data: ImageDataSection = section(ImageDataSection)
+    frozen: KNNSection = section(KNNSection)
+    cadence: DINOEvaluationSection = section(DINOEvaluationSection)
+    measure: MeasureSection = section(MeasureSection)
+
+    def check(self) -> None:
+        """The teacher against the engine's EMA, the objective against the head, the evaluation epochs against
+        ``eval_at_start``, the backbone against the data and the local crops."""
+        if self.optim.ema:
             raise ValueError("ema: the DINO teacher already is the student's moving average (teacher_momentum); "
                              "the engine's ema would average both networks again")
-        if self.objective == "simdino" and self.projection == "paper":
+        if self.distillation.objective == "simdino" and self.head.projection == "paper":
             raise ValueError("projection: the paper head (75) outputs DINO's softmax logits; SimDINO's objective reads "
-                             "the DINO head's bottleneck (leave --projection at dino)")
+                             "the DINO head's bottleneck (leave --head.projection at dino)")
         for name in ("knn_epochs", "probe_epochs"):
-            if 0 in getattr(self, name) and not self.eval_at_start:
-                raise ValueError(f"{name}: 0 evaluates the initial model, which needs eval_at_start (--eval-at-start)")
-        from_data = sorted({"image_size", "in_channels", "dynamic_img_size"} & set(self.model_args))
+            if 0 in self.get(name) and not self.evaluation.eval_at_start:
+                raise ValueError(f"{name}: 0 evaluates the initial model, which needs eval_at_start "
+                                 "(--evaluation.eval-at-start)")
+        from_data = sorted({"image_size", "in_channels", "dynamic_img_size"} & set(self.network.model_args))
         if from_data:
-            raise ValueError(f"model_args: {from_data} are set by the task (--image-size and the dataset; local "
+            raise ValueError(f"model_args: {from_data} are set by the task (--data.image-size and the dataset; local "
                              "crops need dynamic_img_size)")
         try:
-            config = self.model_config(in_channels=len(self.mean))
+            config = self.model_config(in_channels=len(self.data.mean))
         except (TypeError, ValueError) as err:
             raise ValueError(f"model_args: {err}") from err
-        if self.local_crop_size % config.patch_size:
-            raise ValueError(f"local_crop_size: {self.local_crop_size} is not divisible by the backbone's "
+        if self.crops.local_crop_size % config.patch_size:
+            raise ValueError(f"local_crop_size: {self.crops.local_crop_size} is not divisible by the backbone's "
                              f"patch_size={config.patch_size}")
 
     def smoke(self, steps: int = 20, batch_size: int = 32, **overrides) -> DINOTrainConfig:
-        """`ImageDataSection.smoke` without the slow extra work: no layer-wise measurements, no intermediate k-NN or
+        """`TrainConfig.smoke` without the slow extra work: no layer-wise measurements, no intermediate k-NN or
         probe (the final k-NN stays: it checks the evaluation path)."""
         quiet = dict(measure_epochs=(), knn_epochs=(), probe_epochs=())
         return super().smoke(steps, batch_size, **{**quiet, **overrides})
 
     def model_config(self, in_channels: int) -> DINOConfig:
         """The DINO model's config: the backbone ``model`` with ``model_args``, the data's sizes, the head."""
-        backbone = model_config(self.model, **self.model_args, image_size=self.image_size, in_channels=in_channels,
-                                dynamic_img_size=True)
-        projection = "simdino" if self.objective == "simdino" else self.projection
-        return self.build(DINOHeadSection, **dataclasses.asdict(backbone), projection=projection)
+        backbone = model_config(self.network.model, **self.network.model_args, image_size=self.data.image_size,
+                                in_channels=in_channels, dynamic_img_size=True)
+        projection = "simdino" if self.distillation.objective == "simdino" else self.head.projection
+        return self.build("head", **dataclasses.asdict(backbone), projection=projection)
 
     @property
     def evals(self) -> dict[str, Cadence]:
-        """The run's frozen evaluators named with their cadence: ``knn`` after ``knn_epochs`` and at the end,
-        ``probe`` after ``probe_epochs`` and, when they name any, at the end."""
-        return {**super().evals, "knn": Cadence(self.knn_epochs, final=True),
-                "probe": Cadence(self.probe_epochs, final=bool(self.probe_epochs))}
+        """The run's evaluators named with their cadence: ``layers`` after ``measure_epochs``, ``knn`` after
+        ``knn_epochs`` and at the end, ``probe`` after ``probe_epochs`` and, when they name any, at the end."""
+        return {**self.measure.evals, "knn": Cadence(self.cadence.knn_epochs, final=True),
+                "probe": Cadence(self.cadence.probe_epochs, final=bool(self.cadence.probe_epochs))}
 
     def frozen_evaluator(self, memory, transform, device, batch_size: int) -> FrozenEvaluator:
         """The frozen evaluation of this run's features (`crate_nn.evaluation.frozen`, built by `KNNSection`): the
         k-NN and the probe, by default those `evals` runs at the end, and with ``pixel_control`` the raw pixels,
         trained on ``memory`` (``train_split`` without augmentation), extracting ``batch_size`` images at a time."""
         ends = final(self.evals)
-        return self.build(KNNSection, memory=memory, transform=transform, device=device, knn="knn" in ends,
+        return self.build("frozen", memory=memory, transform=transform, device=device, knn="knn" in ends,
                           probe="probe" in ends, batch_size=batch_size)
 
 
 def build_objective(config: DINOTrainConfig, prototypes: int, ctx: Context | None = None) -> DINOLoss | SimDINOLoss:
-    """The loss module of ``config.objective`` — `DINOLoss` of K = ``prototypes`` (`DINOLossSection`) or
-    `SimDINOLoss` (`SimDINOLossSection`) — on the CPU, communicating over ``ctx``'s processes (None: one process)."""
-    if config.objective == "simdino":
-        return config.build(SimDINOLossSection, ctx=ctx)
-    return config.build(DINOLossSection, prototypes=prototypes, ctx=ctx)
+    """The loss module of ``config.distillation.objective`` — `DINOLoss` of K = ``prototypes`` (the ``dino``
+    section) or `SimDINOLoss` (the ``simdino`` section) — on the CPU, communicating over ``ctx``'s processes (None:
+    one process)."""
+    if config.distillation.objective == "simdino":
+        return config.build("simdino", ctx=ctx)
+    return config.build("dino", prototypes=prototypes, ctx=ctx)
 
 
 def load_objective(objective: DINOLoss | SimDINOLoss, state: dict, model: nn.Module) -> None:
@@ -280,16 +302,17 @@ class DINOTask(Task):
         self.train_set, self.eval_set, self.test_set = image_splits(config)
         info = self.train_set.info
         # the training images without augmentation: the k-NN's and the probe's training features
-        self.feature_set = image_split(config, config.train_split, info.classes)
+        self.feature_set = image_split(config, config.data.train_split, info.classes)
         self.model = DINO(config.model_config(info.in_channels))
-        self.multicrop = config.build(CropsSection).to(ctx.device)
-        self.eval_transform = DeviceTransform(config.image_size, config.mean, config.std, train=False).to(ctx.device)
+        self.multicrop = config.build("crops").to(ctx.device)
+        self.eval_transform = evaluation_transform(config.data).to(ctx.device)
         self.objective = build_objective(config, self.model.config.prototypes, ctx).to(ctx.device)
         self.collapse_monitors = CollapseMonitors(self.eval_set, self.eval_transform, ctx.device,
-                                                  samples=config.monitor_samples, precision=config.precision)
+                                                  samples=config.cadence.monitor_samples,
+                                                  precision=config.run.precision)
         self.layers = (LayerMeasurements(self.eval_set, self.eval_transform, ctx.device,
-                                         samples=config.measure_samples)
-                       if ctx.is_main and config.measure_epochs else None)
+                                         samples=config.measure.measure_samples)
+                       if ctx.is_main and config.measure.measure_epochs else None)
 
     # -- training -------------------------------------------------------------------------------------------
     def loss(self, model: nn.Module, batch: Batch) -> LossOutput:
@@ -303,12 +326,12 @@ class DINOTask(Task):
         return LossOutput(out.loss, metrics=out.logged(), counts={"skipped_images": len(batch.skipped)})
 
     def before_optimizer_step(self, model: nn.Module, step: int, epoch: int) -> None:
-        if epoch < self.config.freeze_last_layer:
+        if epoch < self.config.distillation.freeze_last_layer:
             for p in unwrap_model(model).student.head.last_layer.parameters():
                 p.grad = None  # AdamW skips parameters without a gradient: no update, no weight decay
 
     def after_optimizer_step(self, model: nn.Module, step: int) -> None:
-        c = self.config
+        c = self.config.distillation
         ema_update(model.teacher, model.student, cosine(step, self.plan.total_steps, c.teacher_momentum,
                                                         c.teacher_momentum_end))
         self.objective.update()  # DINO's centre: the teacher sums of the step over every process
@@ -331,12 +354,12 @@ class DINOTask(Task):
         if self.ctx.is_main and not self.collapse_warned:
             found = self.objective.collapse(monitors)
             if found:
-                print(f"{self.config.objective}: warning: the head has collapsed at step {step} ({found}); the "
-                      "backbone's k-NN may stop improving (see docs/dino.md)", file=sys.stderr)
+                print(f"{self.config.distillation.objective}: warning: the head has collapsed at step {step} "
+                      f"({found}); the backbone's k-NN may stop improving (see docs/dino.md)", file=sys.stderr)
                 self.collapse_warned = True
         evals = due(self.config.evals, epoch)
         return {**monitors, **self.frozen_evaluator()(
-            model_features(model, precision=self.config.precision), self.eval_set, "val", knn="knn" in evals,
+            model_features(model, precision=self.config.run.precision), self.eval_set, "val", knn="knn" in evals,
             probe="probe" in evals, pixel_control=False)}
 
     def final_evaluate(self, model: nn.Module) -> dict[str, float]:
@@ -344,7 +367,7 @@ class DINOTask(Task):
         the teacher and, with ``pixel_control``, of the raw pixels (``<prefix>_raw_pixels_…``): on ``test_split``,
         else ``eval_split``."""
         dataset, prefix = (self.test_set, "test") if self.test_set is not None else (self.eval_set, "val")
-        return self.frozen_evaluator()(model_features(model, precision=self.config.precision), dataset, prefix)
+        return self.frozen_evaluator()(model_features(model, precision=self.config.run.precision), dataset, prefix)
 
     def epoch_end(self, model: nn.Module, epoch: int, run_dir: Path) -> None:
         if self.layers is not None and "layers" in due(self.config.evals, epoch):
@@ -369,34 +392,38 @@ def dino_imagenet() -> DINOTrainConfig:
     """CRATE-DINO on ImageNet-1K (App. C.3, Table 4): CRATE-Small/16, 100 epochs.
 
     The paper's values: AdamW, base learning rate 0.001 with DINO's linear scaling rule lr = 0.001 × batch / 256
-    (0.004 for the global batch of 1024; with ``--batch-size B`` pass ``--lr`` 0.001·B/256 yourself), weight decay
-    0.005, 100 epochs, linear warm-up then cosine. Everything else is the official DINO recipe (the paper: "chosen
+    (0.004 for the global batch of 1024; with ``--schedule.batch-size B`` pass ``--optim.lr`` 0.001·B/256
+    yourself), weight decay 0.005, 100 epochs, linear warm-up then cosine. Everything else is the official DINO recipe (the paper: "chosen
     to exactly match"), with its defaults: global batch 1024 (the 16 GPUs × 64 of DINO's 100-epoch ViT-S/16 runs),
     10 warm-up epochs, cosine to lr 1e-6 (min_lr_ratio 2.5e-4), AdamW β = (0.9, 0.999), weight decay cosine from
     0.005 to DINO's weight_decay_end 0.4 (the paper changes "the weight decay parameter", DINO's initial value),
     gradient clipping 3.0 per parameter tensor, last layer frozen for 1 epoch, teacher momentum 0.996 → 1 (cosine),
     τ_s = 0.1, τ_t = 0.04 without warm-up, centre momentum 0.9, head: 3-layer MLP 2048 → bottleneck 256 → 65,536
-    normalised prototypes (``--projection paper`` for eq. 75 with K = d: ``--out-dim None``), 2 global crops 224²
-    (scale 0.4–1) + 8 local crops 96² (scale 0.05–0.4), DINO's photometric augmentations. Differences forced by
+    normalised prototypes (``--head.projection paper`` for eq. 75 with K = d: ``--head.out-dim None``), 2 global
+    crops 224² (scale 0.4–1) + 8 local crops 96² (scale 0.05–0.4), DINO's photometric augmentations. Differences forced by
     this codebase: bf16 autocast instead of fp16 with a loss scaler; no stochastic depth (DINO's drop_path 0.1: CRATE
-    layers have none); crops drawn from the central 256² square (``--load-size`` raises it); k-NN (T = 0.07,
+    layers have none); crops drawn from the central 256² square (``--data.load-size`` raises it); k-NN (T = 0.07,
     k ∈ {10, 20, 100, 200}, k chosen by the leave-one-out accuracy of 10,000 training images) at the end only;
-    the linear probe with ``--probe-epochs 100`` (with ``--probe-solver adam``: on the GPU, the weight decay chosen
-    on held-out training images; sklearn on 1.28M × d features would take hours). ``--model crate_base
-    --model-args patch_size=8`` trains the paper's CRATE-B/8; ``--model vit_small`` the ViT-S/16 baseline.
+    the linear probe with ``--cadence.probe-epochs 100`` (with ``--frozen.probe-solver adam``: on the GPU, the weight
+    decay chosen on held-out training images; sklearn on 1.28M × d features would take hours). ``--network.model
+    crate_base --network.model-args patch_size=8`` trains the paper's CRATE-B/8; ``--network.model vit_small`` the
+    ViT-S/16 baseline.
 
     Command (one GPU, 8 accumulated micro-batches of 128):
-        crate-train --preset dino_imagenet --data-dir /data/imagenet --micro-batch-size 128
+        crate-train --preset dino_imagenet --data.data-dir /data/imagenet --schedule.micro-batch-size 128
     8 GPUs:  torchrun --standalone --nproc_per_node 8 -m crate_nn.train --preset dino_imagenet \\
-                 --data-dir /data/imagenet --micro-batch-size 128
+                 --data.data-dir /data/imagenet --schedule.micro-batch-size 128
     Expected (Table 4): k-NN 53.02%, linear probe 58.41% (CRATE-S/16); CRATE-B/8 59.91% / 67.42%. Wall time: not
     measured here; DINO reports ≈ 24 h for 100 epochs of ViT-S/16 on 16 V100s.
     """
     return DINOTrainConfig(
-        model="crate_small", dataset="imagenet", output_dir="runs/dino_imagenet",
-        optimizer="adamw", lr=0.001 * 1024 / 256, betas=(0.9, 0.999), weight_decay=0.005, weight_decay_end=0.4,
-        batch_size=1024, epochs=100, warmup_epochs=10.0, min_lr_ratio=1e-6 / (0.001 * 1024 / 256), grad_clip=3.0,
-        grad_clip_mode="per_tensor", num_workers=10, knn_select_samples=10000, measure_epochs=(0, 100),
+        network=DINOModelSection(model="crate_small"), data=ImageDataSection(dataset="imagenet"),
+        frozen=KNNSection(knn_select_samples=10000), measure=MeasureSection(measure_epochs=(0, 100)),
+        optim=OptimSection(optimizer="adamw", lr=0.001 * 1024 / 256, betas=(0.9, 0.999), weight_decay=0.005,
+                           weight_decay_end=0.4, grad_clip=3.0, grad_clip_mode="per_tensor"),
+        schedule=ScheduleSection(batch_size=1024, epochs=100, warmup_epochs=10.0,
+                                 min_lr_ratio=1e-6 / (0.001 * 1024 / 256)),
+        run=RunSection(output_dir="runs/dino_imagenet", num_workers=10),
     )
 
 
@@ -425,17 +452,21 @@ def dino_digits() -> DINOTrainConfig:
     logged at the start and after epochs 5 and 10; time: the table of the presets' times in docs/training.md (``python -m benchmarks.presets``).
     """
     return DINOTrainConfig(
-        model="crate_tiny", model_args=dict(patch_size=4, dim=96, depth=3, heads=4), out_dim=1024, hidden_dim=256,
-        bottleneck_dim=64,
-        dataset="digits", image_size=16, load_size=16, eval_resize=16, test_split="test", mean=(0.5,), std=(0.5,),
-        local_crop_size=8, local_crops=4, local_crop_scale=(0.1, 0.4), flip_p=0.0, color_jitter_p=0.0,
-        blur_p=(0.0, 0.0, 0.0), solarize_p=0.0,
-        teacher_momentum=0.99,
-        optimizer="adamw", lr=5e-3, betas=(0.9, 0.999), weight_decay=0.04, weight_decay_end=0.4, grad_clip=3.0,
-        grad_clip_mode="per_tensor", batch_size=64, epochs=15, warmup_epochs=2.0,
-        eval_at_start=True, knn_epochs=(0, 5, 10), pixel_control=True, monitor_samples=144, measure_epochs=(0, 15),
-        measure_samples=144,
-        num_workers=0, checkpoint_every=0, log_every=10, output_dir="runs/dino_digits", precision="fp32",
+        network=DINOModelSection(model="crate_tiny", model_args=dict(patch_size=4, dim=96, depth=3, heads=4)),
+        head=DINOHeadSection(out_dim=1024, hidden_dim=256, bottleneck_dim=64),
+        data=ImageDataSection(dataset="digits", image_size=16, load_size=16, eval_resize=16, test_split="test",
+                              mean=(0.5,), std=(0.5,), pixel_control=True),
+        crops=CropsSection(local_crop_size=8, local_crops=4, local_crop_scale=(0.1, 0.4), flip_p=0.0,
+                           color_jitter_p=0.0, blur_p=(0.0, 0.0, 0.0), solarize_p=0.0),
+        distillation=DistillationSection(teacher_momentum=0.99),
+        cadence=DINOEvaluationSection(knn_epochs=(0, 5, 10), monitor_samples=144),
+        measure=MeasureSection(measure_epochs=(0, 15), measure_samples=144),
+        optim=OptimSection(optimizer="adamw", lr=5e-3, betas=(0.9, 0.999), weight_decay=0.04, weight_decay_end=0.4,
+                           grad_clip=3.0, grad_clip_mode="per_tensor"),
+        schedule=ScheduleSection(batch_size=64, epochs=15, warmup_epochs=2.0),
+        evaluation=EvaluationSection(eval_at_start=True),
+        run=RunSection(num_workers=0, checkpoint_every=0, log_every=10, output_dir="runs/dino_digits",
+                       precision="fp32"),
     )
 
 
@@ -455,16 +486,16 @@ def simdino_imagenet() -> DINOTrainConfig:
     local one as if it held every process's images: `crate_nn.tasks.simdino`); crops from the central 256² square.
 
     Command (one GPU, 8 accumulated micro-batches of 64):
-        crate-train --preset simdino_imagenet --data-dir /data/imagenet --micro-batch-size 64
+        crate-train --preset simdino_imagenet --data.data-dir /data/imagenet --schedule.micro-batch-size 64
     8 GPUs:  torchrun --standalone --nproc_per_node 8 -m crate_nn.train --preset simdino_imagenet \\
-                 --data-dir /data/imagenet
-    Expected: the public ViT-B/16 (``--model vit_base``) reaches k-NN 74.9%, linear probe 77.3% (its README; its
+                 --data.data-dir /data/imagenet
+    Expected: the public ViT-B/16 (``--network.model vit_base``) reaches k-NN 74.9%, linear probe 77.3% (its README; its
     DINO ViT-B/16: 72.9% / 76.3%); no CRATE result is published. Wall time: not measured here; the public README
     gives ≈ 1.5 days on 8 GPUs for ViT-B/16. Note that with gradient accumulation the coding rate is that of each
     micro-batch over the processes (8 × 64 = 512 images here, as in the public run).
     """
-    return dataclasses.replace(
-        dino_imagenet(), objective="simdino", model="crate_base", rate_eps=math.sqrt(0.05), alignment_coeff=1.0,
+    return dino_imagenet().replace(
+        objective="simdino", model="crate_base", rate_eps=math.sqrt(0.05), alignment_coeff=1.0,
         expansion_views="average", lr=0.0005 * 512 / 256, batch_size=512, weight_decay=0.04, weight_decay_end=0.4,
         min_lr_ratio=1e-6 / (0.0005 * 512 / 256), local_crops=10, hidden_dim=2048, bottleneck_dim=256,
         output_dir="runs/simdino_imagenet")
@@ -484,5 +515,4 @@ def simdino_digits() -> DINOTrainConfig:
     Expected: see the self-supervision table of docs/dino.md (``python -m verify --full --only simdino`` re-measures);
     time: the table of the presets' times in docs/training.md (``python -m benchmarks.presets``).
     """
-    return dataclasses.replace(dino_digits(), objective="simdino", rate_eps=math.sqrt(0.05),
-                               output_dir="runs/simdino_digits")
+    return dino_digits().replace(objective="simdino", rate_eps=math.sqrt(0.05), output_dir="runs/simdino_digits")

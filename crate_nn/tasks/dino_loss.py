@@ -182,7 +182,6 @@ class DINOLossSection(Section):
     """DINO's objective (`DINOLoss`, which this section builds with the head's number of prototypes): the
     temperatures and the centre."""
 
-    title = "distillation"
     component = DINOLoss
 
     student_temp: float = option(0.1, "τ_s, the student's softmax temperature", above=0.0)

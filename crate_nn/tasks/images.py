@@ -3,11 +3,12 @@
 The config sections (`crate_nn.engine.config.Section`) of the image tasks: `ImageDataSection` (the dataset, its splits,
 image sizes and normalisation; ``data_dir`` is `DataSection`'s), `AugmentSection` (the one-view training augmentation
 of `DeviceTransform`), `MeasureSection` (layer-wise measurements) and `FrozenEvaluationSection` (the probe's solver).
-A task's config lists those it uses with its own (`ClassificationConfig` and `MAEConfig`: data, augmentation;
-`DINOTrainConfig`: data and its own multi-crop). `image_splits` builds the training, evaluation and (optional) test splits, `image_split` any split
-as evaluation data, `image_transforms` the training and evaluation `DeviceTransform`, `evaluation_data` what
-evaluating a trained model needs without its training task (the splits without augmentation, the evaluation
-transform).
+A task's config holds those it uses beside its own (`ClassificationConfig` and `MAEConfig`: ``data``,
+``augmentation``; `DINOTrainConfig`: ``data`` and its own ``crops``). The functions below take such a config (its
+``data`` section and its seed): `image_splits` builds the training, evaluation and (optional) test splits,
+`image_split` any split as evaluation data, `image_transforms` the training and evaluation `DeviceTransform`,
+`evaluation_data` what evaluating a trained model needs without its training task (the splits without augmentation,
+the evaluation transform).
 """
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ from ..engine.config import DataSection, Section, TrainConfig, option
 from ..evaluation.cadence import Cadence
 from ..evaluation.linear_probe import PROBE_SOLVERS
 
-DATA_LAYOUTS = """Data layouts (--data-dir): imagenet/imagefolder: <dir>/<split>/<class>/<image> (ImageNet's val/ must be
-in class folders too); cifar10: data_batch_1..5, test_batch, batches.meta (or the folder holding
+DATA_LAYOUTS = """Data layouts (--data.data-dir): imagenet/imagefolder: <dir>/<split>/<class>/<image> (ImageNet's
+val/ must be in class folders too); cifar10: data_batch_1..5, test_batch, batches.meta (or the folder holding
 cifar-10-batches-py); cifar100: train, test, meta (or cifar-100-python/); flowers102: jpg/, imagelabels.mat,
 setid.mat (splits train/val/test) or <split>/<class>/ folders; pets: images/, annotations/{trainval,test}.txt
 or <split>/<class>/ folders; shards: <dir>/<split>/ written by crate-pack; digits and synthetic are built in."""
@@ -34,8 +35,6 @@ or <split>/<class>/ folders; shards: <dir>/<split>/ written by crate-pack; digit
 @dataclass
 class ImageDataSection(DataSection):
     """An image dataset (``data_dir`` is `DataSection`'s), its splits, sizes and normalisation."""
-
-    title = "data"
 
     dataset: str = option("synthetic", "dataset layout", choices=DATASETS)
     train_split: str = option("train", "training split (also the frozen evaluations' training features: k-NN, probe)")
@@ -59,22 +58,21 @@ class ImageDataSection(DataSection):
         "(off by default: at ImageNet size the pixel features take N·C·H·W float64)", resume_free=True)
 
     def validate(self) -> None:
-        super().validate()
         if len(self.mean) != len(self.std):
             raise ValueError(f"mean, std: expected one value per channel in each, got {len(self.mean)} means "
                              f"{self.mean} and {len(self.std)} stds {self.std}")
 
-    def smoke(self, steps: int = 20, batch_size: int = 32, **overrides) -> TrainConfig:
-        """`TrainConfig.smoke`, plus: a dataset read from a folder becomes the built-in synthetic images of the same
-        size, one batch of them (every step sees the same images, so the loss must fall)."""
+    def smoke(self, batch_size: int) -> dict:
+        """A dataset read from a folder becomes the built-in synthetic images of the same size, one batch of them
+        (every step sees the same images, so the loss must fall)."""
         changes: dict = {}
         if self.dataset not in ("digits", "synthetic"):
             changes.update(dataset="synthetic", data_dir=None, test_split=None)
             if len(self.mean) == 1:  # a gray-scale set (mnist5k): the synthetic images are RGB
                 changes.update(mean=self.mean * 3, std=self.std * 3)
         if changes.get("dataset", self.dataset) == "synthetic":
-            changes.update(synthetic_samples=min(self.batch_size, batch_size))
-        return super().smoke(steps, batch_size, **{**changes, **overrides})
+            changes.update(synthetic_samples=batch_size)
+        return changes
 
 
 @dataclass
@@ -82,7 +80,6 @@ class AugmentSection(Section):
     """The training augmentation of one view per image: the options of the training `DeviceTransform`, which this
     section builds (DINO's multi-crop is its own section)."""
 
-    title = "augmentation"
     component = DeviceTransform
     reads = ("image_size", "mean", "std")
 
@@ -95,7 +92,6 @@ class AugmentSection(Section):
     shift: int = option(1, "pixels of random translation for augment=shift", minimum=0)
 
     def validate(self) -> None:
-        super().validate()
         if self.crop_scale[0] > self.crop_scale[1]:
             raise ValueError(f"crop_scale: expected min ≤ max, got {self.crop_scale}")
 
@@ -103,8 +99,6 @@ class AugmentSection(Section):
 @dataclass
 class MeasureSection(Section):
     """Layer-wise white-box measurements (R^c, sparsity; `crate_nn.analysis.snapshots`) saved during training."""
-
-    title = "measurements"
 
     measure_epochs: tuple[int, ...] = option((), "epochs after which the layer-wise R^c/sparsity are saved (0 = init; "
                                              "DINO: of the teacher)", minimum=0, span="epochs")
@@ -123,37 +117,44 @@ class FrozenEvaluationSection(Section):
     """What every frozen evaluation of an image task's features shares (`crate_nn.evaluation.frozen`): the linear
     probe's solver. DINO's k-NN and MAE's probe extend it."""
 
-    title = "frozen evaluation"
-
     probe_solver: str = option(
         "sklearn", "linear probe: sklearn (C by 3-fold cross-validation, the papers' protocol; small data), or torch "
         "on the device with lbfgs (full batch) or adam (minibatches: ImageNet scale), its weight decay chosen on a "
         "held-out 10% of train_split", choices=PROBE_SOLVERS, resume_free=True)
 
 
-def dataset_args(config: ImageDataSection) -> dict:
-    """The keyword arguments of `crate_nn.data.build_dataset` that ``config`` fixes (all but the split)."""
-    return dict(data_dir=config.data_dir, image_size=config.image_size, load_size=config.load_size,
-                eval_resize=config.eval_resize, seed=config.seed, strict=config.strict,
-                synthetic_samples=config.synthetic_samples, synthetic_classes=config.synthetic_classes)
+def dataset_args(config: TrainConfig) -> dict:
+    """The keyword arguments of `crate_nn.data.build_dataset` that ``config`` (a config with an `ImageDataSection`
+    as ``data``) fixes: all but the split."""
+    data = config.data
+    return dict(data_dir=data.data_dir, image_size=data.image_size, load_size=data.load_size,
+                eval_resize=data.eval_resize, seed=config.run.seed, strict=data.strict,
+                synthetic_samples=data.synthetic_samples, synthetic_classes=data.synthetic_classes)
 
 
-def image_split(config: ImageDataSection, split: str, classes):
+def image_split(config: TrainConfig, split: str, classes):
     """Split ``split`` of ``config``'s dataset as evaluation data (no augmentation), labelled by ``classes``."""
-    return build_dataset(config.dataset, split, train=False, classes=classes, **dataset_args(config))
+    return build_dataset(config.data.dataset, split, train=False, classes=classes, **dataset_args(config))
 
 
-def image_splits(config: ImageDataSection):
+def check_channels(data, channels: int) -> None:
+    """ValueError, in one line, unless the data section's ``mean`` (and ``std``) hold one value per image channel."""
+    if len(data.mean) != channels:
+        raise ValueError(f"mean, std: {len(data.mean)} value{'s' * (len(data.mean) != 1)} for images with {channels} "
+                         f"channel{'s' * (channels != 1)}")
+
+
+def image_splits(config: TrainConfig):
     """(training, evaluation, test or None) datasets of ``config``; the evaluation splits are labelled by the
     training split's class names. ValueError when ``mean``/``std`` do not have one value per image channel; under
     ``strict``, `CorruptImageError` naming every unreadable file of the splits (`check_readable`)."""
-    train_set = build_dataset(config.dataset, config.train_split, train=True, **dataset_args(config))
+    data = config.data
+    train_set = build_dataset(data.dataset, data.train_split, train=True, **dataset_args(config))
     info = train_set.info
-    eval_set = image_split(config, config.eval_split, info.classes)
-    test_set = image_split(config, config.test_split, info.classes) if config.test_split else None
-    if len(config.mean) != info.in_channels:
-        raise ValueError(f"mean, std: {len(config.mean)} values for images with {info.in_channels} channels")
-    if config.strict:
+    eval_set = image_split(config, data.eval_split, info.classes)
+    test_set = image_split(config, data.test_split, info.classes) if data.test_split else None
+    check_channels(data, info.in_channels)
+    if data.strict:
         check_readable([train_set, eval_set, test_set])
     return train_set, eval_set, test_set
 
@@ -169,21 +170,20 @@ class EvaluationData(NamedTuple):
     """The evaluation transform (central crop, normalisation), on the device."""
 
 
-def evaluation_data(config: ImageDataSection, device: torch.device | str = "cpu") -> EvaluationData:
+def evaluation_data(config: TrainConfig, device: torch.device | str = "cpu") -> EvaluationData:
     """The splits of ``config``'s dataset as evaluation data (labelled by the training split's class names) and its
     evaluation `DeviceTransform` on ``device``: a checkpoint is evaluated as its training run evaluated it, without
     building the training task."""
-    memory = image_split(config, config.train_split, None)
+    data = config.data
+    memory = image_split(config, data.train_split, None)
     classes = memory.info.classes
-    eval_set = image_split(config, config.eval_split, classes)
-    test_set = image_split(config, config.test_split, classes) if config.test_split else None
-    if len(config.mean) != memory.info.in_channels:
-        raise ValueError(f"mean, std: {len(config.mean)} values for images with {memory.info.in_channels} channels")
-    transform = DeviceTransform(config.image_size, config.mean, config.std, train=False).to(device)
-    return EvaluationData(memory, eval_set, test_set, transform)
+    eval_set = image_split(config, data.eval_split, classes)
+    test_set = image_split(config, data.test_split, classes) if data.test_split else None
+    check_channels(data, memory.info.in_channels)
+    return EvaluationData(memory, eval_set, test_set, evaluation_transform(data).to(device))
 
 
-STRICT_SCAN_LIMIT = 20_000  # files per split checked before training under --strict (≈ 1 ms each)
+STRICT_SCAN_LIMIT = 20_000  # files per split checked before training under --data.strict (≈ 1 ms each)
 
 
 def check_readable(datasets) -> None:
@@ -197,7 +197,12 @@ def check_readable(datasets) -> None:
         raise CorruptImageError(f"{len(bad)} unreadable image(s): {listed}{more}")
 
 
-def image_transforms(config: ImageDataSection, device: torch.device) -> tuple[DeviceTransform, DeviceTransform]:
-    """(training, evaluation) `DeviceTransform` of ``config`` (a config with an `AugmentSection`) on ``device``."""
-    train = config.build(AugmentSection, train=True).to(device)
-    return train, DeviceTransform(config.image_size, config.mean, config.std, train=False).to(device)
+def evaluation_transform(data: ImageDataSection) -> DeviceTransform:
+    """The evaluation `DeviceTransform` of ``data`` (central crop, normalisation), on the CPU."""
+    return DeviceTransform(data.image_size, data.mean, data.std, train=False)
+
+
+def image_transforms(config: TrainConfig, device: torch.device) -> tuple[DeviceTransform, DeviceTransform]:
+    """(training, evaluation) `DeviceTransform` of ``config`` (a config with an `AugmentSection` as
+    ``augmentation``) on ``device``."""
+    return config.build("augmentation", train=True).to(device), evaluation_transform(config.data).to(device)

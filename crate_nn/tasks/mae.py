@@ -12,7 +12,7 @@ linear probe (App. C.2: `crate_nn.evaluation.linear_probe`, the solver ``probe_s
 of the same model at its initialisation, on ``train_split`` → ``test_split`` (``eval_split`` without one), fit once
 (main process) on features every process extracts a shard of. Reconstruction figures
 (`crate_nn.analysis.reconstruction`, Fig. 11) after the epochs in ``figure_epochs`` under ``<output_dir>/figures/``.
-Fine-tuning goes through the classification task (``--init-from`` a CRATE-MAE checkpoint; presets
+Fine-tuning goes through the classification task (``--network.init-from`` a CRATE-MAE checkpoint; presets
 ``mae_finetune`` and ``mae_digits_finetune``).
 
 Presets (each docstring gives the command, the wall time and the expected result): ``mae_imagenet`` (the paper's
@@ -20,7 +20,6 @@ recipe), ``mae_digits`` (CPU, minutes), ``mae_finetune``, ``mae_digits_finetune`
 """
 from __future__ import annotations
 
-import dataclasses
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +29,15 @@ from torch import nn
 from tqdm import tqdm
 
 from ..data.batching import Batch, collate
-from ..engine.config import Section, TrainConfig, option
+from ..engine.config import (
+    OptimSection,
+    RunSection,
+    ScheduleSection,
+    Section,
+    TrainConfig,
+    option,
+    section,
+)
 from ..engine.precision import autocast
 from ..engine.task import LossOutput, Task, get_preset, preset, register_task
 from ..evaluation import FrozenEvaluator, model_features, raw_pixels
@@ -39,7 +46,7 @@ from ..evaluation.sharded import map_reduce
 from ..models.mae import check_mask_ratio, random_mask
 from ..models.registry import create_model, list_models, model_config, unwrap_model
 from .classification import ClassificationConfig
-from .images import (  # noqa: F401 (crate-train --help)
+from .images import (  # noqa: F401 (DATA_LAYOUTS: crate-train --help)
     DATA_LAYOUTS,
     AugmentSection,
     FrozenEvaluationSection,
@@ -80,8 +87,6 @@ def mask_noise(seed: int, stream: int, epoch: int, indices: torch.Tensor, num_pa
 class MAEModelSection(Section):
     """The CRATE-MAE to pre-train."""
 
-    title = "model"
-
     model: str = option("crate_mae_base", "a registered CRATE-MAE (crate_nn.list_models(family='mae'))",
                         choices=tuple(list_models(family="mae")))
     model_args: dict = option(factory=dict, help="config overrides KEY=VALUE, e.g. wiring='paper' norm_pix_loss=True "
@@ -91,8 +96,6 @@ class MAEModelSection(Section):
 @dataclass
 class MaskingSection(Section):
     """Which patches the encoder sees (`mask_noise`: keyed per image by seed, epoch and index)."""
-
-    title = "masking"
 
     mask_ratio: float = option(0.75, "fraction of each image's patches masked, in (0, 1)", above=0.0, maximum=1.0)
 
@@ -107,35 +110,48 @@ class MAEProbeSection(FrozenEvaluationSection):
 
 
 @dataclass
-class MAEConfig(MAEModelSection, MaskingSection, ImageDataSection, AugmentSection, MAEProbeSection, TrainConfig):
-    """A CRATE-MAE pre-training run: the model, the masking, the image data and their augmentation, the probe, the
-    engine's sections; its own fields, the reconstruction figures."""
-
-    task = "mae"
+class FiguresSection(Section):
+    """Reconstruction figures (`crate_nn.analysis.reconstruction`, Fig. 11) of held-out images during training."""
 
     figure_epochs: tuple[int, ...] = option((), "epochs after which a reconstruction figure is saved (0 = init)",
                                             minimum=0, span="epochs")
     figure_samples: int = option(8, "held-out images in each reconstruction figure", minimum=1, resume_free=True)
 
+
+@dataclass
+class MAEConfig(TrainConfig):
+    """A CRATE-MAE pre-training run: the engine's sections, the model, the masking, the image data and their
+    augmentation, the probe, the reconstruction figures."""
+
+    task = "mae"
+
+    network: MAEModelSection = section(MAEModelSection)
+    masking: MaskingSection = section(MaskingSection)
+    data: ImageDataSection = section(ImageDataSection)
+    augmentation: AugmentSection = section(AugmentSection)
+    frozen: MAEProbeSection = section(MAEProbeSection)
+    figures: FiguresSection = section(FiguresSection)
+
     @property
     def evals(self) -> dict[str, Cadence]:
         """The run's evaluators named with their cadence (`crate_nn.evaluation.cadence`): ``reconstructions`` after
         ``figure_epochs``, the ``probe`` at the end when asked for."""
-        return {"reconstructions": Cadence(self.figure_epochs), "probe": Cadence(final=self.probe)}
+        return {"reconstructions": Cadence(self.figures.figure_epochs), "probe": Cadence(final=self.frozen.probe)}
 
-    def validate(self) -> None:
-        super().validate()
-        from_data = sorted({"image_size", "in_channels"} & set(self.model_args))
+    def check(self) -> None:
+        """The model against the data, the masking against its patches, the probe's pooling against its wiring."""
+        network = self.network
+        from_data = sorted({"image_size", "in_channels"} & set(network.model_args))
         if from_data:
-            raise ValueError(f"model_args: {from_data} come from the data (--image-size and the dataset), not "
+            raise ValueError(f"model_args: {from_data} come from the data (--data.image-size and the dataset), not "
                              "from model_args")
         try:
-            config = model_config(self.model, **self.model_args, image_size=self.image_size,
-                                  in_channels=len(self.mean))
+            config = model_config(network.model, **network.model_args, image_size=self.data.image_size,
+                                  in_channels=len(self.data.mean))
         except (TypeError, ValueError) as err:
             raise ValueError(f"model_args: {err}") from err
-        check_mask_ratio(self.mask_ratio, config.num_patches)
-        if self.probe_pool == "cls" and config.wiring == "paper":
+        check_mask_ratio(self.masking.mask_ratio, config.num_patches)
+        if self.frozen.probe_pool == "cls" and config.wiring == "paper":
             raise ValueError("probe_pool: the paper wiring has no class token; use 'mean'")
 
 
@@ -157,14 +173,15 @@ class MAETask(Task):
         the probe can rebuild it after training."""
         config = self.config
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(config.seed)
-            return create_model(config.model, **{**config.model_args, "image_size": config.image_size,
-                                                 "in_channels": self.train_set.info.in_channels})
+            torch.manual_seed(config.run.seed)
+            return create_model(config.network.model, **{**config.network.model_args,
+                                                         "image_size": config.data.image_size,
+                                                         "in_channels": self.train_set.info.in_channels})
 
     def masks(self, stream: int, epoch: int, indices: torch.Tensor) -> torch.Tensor:
         """(B, N) bool masks of the images with dataset ``indices`` (True = masked), on the device."""
-        noise = mask_noise(self.config.seed, stream, epoch, indices, self.num_patches)
-        return random_mask(noise, self.config.mask_ratio).to(self.ctx.device, non_blocking=True)
+        noise = mask_noise(self.config.run.seed, stream, epoch, indices, self.num_patches)
+        return random_mask(noise, self.config.masking.mask_ratio).to(self.ctx.device, non_blocking=True)
 
     # -- training --------------------------------------------------------------------------------------------
     def loss(self, model: nn.Module, batch: Batch) -> LossOutput:
@@ -184,13 +201,13 @@ class MAETask(Task):
             if not len(batch.indices):  # every file of this batch was unreadable
                 return {}
             images = self.eval_transform(batch.images.to(ctx.device, non_blocking=True))
-            with autocast(ctx.device, self.config.precision):
+            with autocast(ctx.device, self.config.run.precision):
                 out = net(images, self.masks(EVAL_STREAM, 0, batch.indices))
             return {"loss": out.image_loss.double().sum(), "images": len(images)}
 
         sums = map_reduce(model, dataset, body, ctx, batch_size=self.plan.micro_batch, sums=("loss", "images"),
-                          count="images", collate_fn=self.collate, num_workers=self.config.num_workers,
-                          what=f"{split} {getattr(self.config, split)!r}").sums
+                          count="images", collate_fn=self.collate, num_workers=self.config.run.num_workers,
+                          what=f"{split} {self.config.get(split)!r}").sums
         return sums["loss"] / sums["images"]
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
@@ -211,13 +228,13 @@ class MAETask(Task):
         extracts its shard of the features, the main process alone fits the probe (no metrics elsewhere)."""
         c = self.config
         evaluator = FrozenEvaluator(self.train_set, self.eval_transform, self.ctx, knn=False, probe=True,
-                                    probe_solver=c.probe_solver, seed=c.seed, batch_size=self.plan.micro_batch,
-                                    num_workers=c.num_workers)
+                                    probe_solver=c.frozen.probe_solver, seed=c.run.seed,
+                                    batch_size=self.plan.micro_batch, num_workers=c.run.num_workers)
         held_out = self.test_set if self.test_set is not None else self.eval_set
-        encoders = {"probe_top1": model_features(unwrap_model(model).eval(), c.probe_pool),
-                    "probe_top1_random_init": model_features(self.initial_model().to(self.ctx.device).eval(),
-                                                             c.probe_pool)}
-        if c.pixel_control:
+        pool = c.frozen.probe_pool
+        encoders = {"probe_top1": model_features(unwrap_model(model).eval(), pool),
+                    "probe_top1_random_init": model_features(self.initial_model().to(self.ctx.device).eval(), pool)}
+        if c.data.pixel_control:
             encoders["probe_top1_raw_pixels"] = raw_pixels
         metrics = {}
         for name, features in encoders.items():
@@ -231,12 +248,13 @@ class MAETask(Task):
             return
         from ..analysis.reconstruction import reconstruct, reconstruction_figure
 
-        count = min(self.config.figure_samples, len(self.eval_set))
+        count = min(self.config.figures.figure_samples, len(self.eval_set))
         batch = collate([self.eval_set[i] for i in range(count)])
         images = self.eval_transform(batch.images.to(self.ctx.device))
         rec = reconstruct(model, images, self.masks(EVAL_STREAM, 0, batch.indices))
-        figure = reconstruction_figure(rec, self.config.mean, self.config.std,
-                                       title=f"{self.config.model}, epoch {epoch} ({self.config.eval_split} images)")
+        data = self.config.data
+        figure = reconstruction_figure(rec, data.mean, data.std,
+                                       title=f"{self.config.network.model}, epoch {epoch} ({data.eval_split} images)")
         (run_dir / "figures").mkdir(parents=True, exist_ok=True)
         figure.savefig(run_dir / "figures" / f"reconstructions_epoch_{epoch:04d}.png", dpi=120)
 
@@ -253,26 +271,30 @@ def mae_imagenet() -> MAEConfig:
       lr = 3e-5 × 4096/256 = 4.8e-4. Why: the authors trained with FAIR's MAE code ("use the FAIR MAE repo",
       their README), whose learning-rate option is that base rate; taken as an absolute rate it would be 80× below
       the rate FAIR's recipe uses at this batch size (1.5e-4 × 16 = 2.4e-3). The paper does not say which; for
-      the other reading pass ``--lr 3e-5``. With another ``--batch-size``, scale: ``--lr`` = 3e-5 × batch/256.
+      the other reading pass ``--optim.lr 3e-5``. With another ``--schedule.batch-size``, scale: ``--optim.lr`` =
+      3e-5 × batch/256.
     * Not stated by the paper, taken from FAIR's MAE pre-training: AdamW β = (0.9, 0.95); no weight decay on
       norms, biases and the class/mask tokens; RandomResizedCrop scale (0.2, 1.0) (bilinear on the device, FAIR:
       bicubic); ImageNet mean/std normalisation; masks per image from (seed, epoch, image). ``norm_pix_loss`` is
-      off, as in the authors' model code (FAIR recommends it on: ``--model-args norm_pix_loss=True``).
+      off, as in the authors' model code (FAIR recommends it on: ``--network.model-args norm_pix_loss=True``).
     * Reconstruction figures of 8 validation images after epochs 0, 1, 100, 400 and 800; bf16 autocast.
 
     Command (one GPU; 16 accumulated micro-batches of 256 make the batch of 4096):
-        crate-train --preset mae_imagenet --data-dir /data/imagenet --micro-batch-size 256
+        crate-train --preset mae_imagenet --data.data-dir /data/imagenet --schedule.micro-batch-size 256
     8 GPUs:  torchrun --standalone --nproc_per_node 8 -m crate_nn.train --preset mae_imagenet \\
-                 --data-dir /data/imagenet --micro-batch-size 256
+                 --data.data-dir /data/imagenet --schedule.micro-batch-size 256
     Expected: reconstruction loss train 0.266 / val 0.303 (Table 2, CRATE-MAE-Base; the paper does not say whether
-    with normalised targets); fine-tuned and probed as Table 3 (``mae_finetune``). ``--model crate_mae_small`` for
-    CRATE-MAE-S. Wall time: not measured on a GPU yet (the tasks stage of ``make gpu-check`` times its step) and not
+    with normalised targets); fine-tuned and probed as Table 3 (``mae_finetune``). ``--network.model
+    crate_mae_small`` for CRATE-MAE-S. Wall time: not measured on a GPU yet (the tasks stage of ``make gpu-check`` times its step) and not
     reported by the paper; one epoch is 1.28M images through a 44.6M-parameter encoder-decoder over all 197 tokens.
     """
     return MAEConfig(
-        model="crate_mae_base", dataset="imagenet", output_dir="runs/mae_imagenet", optimizer="adamw",
-        lr=3e-5 * 4096 / 256, weight_decay=0.1, betas=(0.9, 0.95), batch_size=4096, epochs=800, warmup_epochs=40.0,
-        augment="rrc_flip", crop_scale=(0.2, 1.0), figure_epochs=(0, 1, 100, 400, 800),
+        network=MAEModelSection(model="crate_mae_base"), data=ImageDataSection(dataset="imagenet"),
+        augmentation=AugmentSection(augment="rrc_flip", crop_scale=(0.2, 1.0)),
+        figures=FiguresSection(figure_epochs=(0, 1, 100, 400, 800)),
+        optim=OptimSection(optimizer="adamw", lr=3e-5 * 4096 / 256, weight_decay=0.1, betas=(0.9, 0.95)),
+        schedule=ScheduleSection(batch_size=4096, epochs=800, warmup_epochs=40.0),
+        run=RunSection(output_dir="runs/mae_imagenet"),
     )
 
 
@@ -297,11 +319,15 @@ def mae_digits() -> MAEConfig:
     initialisation. Time: the table of the presets' times in docs/training.md (``python -m benchmarks.presets``).
     """
     return MAEConfig(
-        model="crate_mae_tiny", model_args=dict(DIGITS_MODEL), dataset="digits",
-        image_size=8, test_split="test", mean=DIGITS_MEAN, std=DIGITS_STD, augment="none", optimizer="adamw", lr=3e-3,
-        weight_decay=0.05, betas=(0.9, 0.95), batch_size=64, epochs=60, warmup_epochs=5.0, num_workers=0,
-        checkpoint_every=0, log_every=10, output_dir="runs/mae_digits", precision="fp32", figure_epochs=(0, 10, 60),
-        probe=True, pixel_control=True,
+        network=MAEModelSection(model="crate_mae_tiny", model_args=dict(DIGITS_MODEL)),
+        data=ImageDataSection(dataset="digits", image_size=8, test_split="test", mean=DIGITS_MEAN, std=DIGITS_STD,
+                              pixel_control=True),
+        augmentation=AugmentSection(augment="none"), frozen=MAEProbeSection(probe=True),
+        figures=FiguresSection(figure_epochs=(0, 10, 60)),
+        optim=OptimSection(optimizer="adamw", lr=3e-3, weight_decay=0.05, betas=(0.9, 0.95)),
+        schedule=ScheduleSection(batch_size=64, epochs=60, warmup_epochs=5.0),
+        run=RunSection(num_workers=0, checkpoint_every=0, log_every=10, output_dir="runs/mae_digits",
+                       precision="fp32"),
     )
 
 
@@ -318,32 +344,32 @@ def mae_finetune() -> ClassificationConfig:
     The ``finetune`` preset's recipe (AdamW lr 5e-5, weight decay 0.01, batch 512, 224² inputs, random-resized crop
     + flip + RandAugment(2, 14), 200 epochs) on a ``crate_base`` classifier shaped as the CRATE-MAE encoder:
     Conv2d patch embedding, λ = 0.5 and the global-pooling head of eq. (72) (``pool=mean``); the encoder, class token
-    and sine-cosine table (then trainable) come from the checkpoint, the head is new. ``--model crate_small`` for
-    CRATE-MAE-S (``--model crate_large --model-args depth=12 …`` for our L = 12 CRATE-MAE-L).
+    and sine-cosine table (then trainable) come from the checkpoint, the head is new. ``--network.model
+    crate_small`` for CRATE-MAE-S (``--network.model crate_large --network.model-args depth=12 …`` for our L = 12 CRATE-MAE-L).
 
-    Command:  crate-train --preset mae_finetune --init-from runs/mae_imagenet/checkpoints/last.pt \\
-                  --dataset cifar10 --data-dir /data/cifar10
+    Command:  crate-train --preset mae_finetune --network.init-from runs/mae_imagenet/checkpoints/last.pt \\
+                  --data.dataset cifar10 --data.data-dir /data/cifar10
     Expected: top-1 CIFAR-10 96.8%, CIFAR-100 80.3%, Flowers-102 78.5%, Pets 76.7% from CRATE-MAE-B (Table 3);
     wall time as ``finetune`` (≈ 10 min per CIFAR-10 epoch on one A100).
     """
-    return dataclasses.replace(get_preset("finetune"), model="crate_base", model_args=dict(_ENCODER_AS_CLASSIFIER),
-                               output_dir="runs/mae_finetune")
+    return get_preset("finetune").replace(model="crate_base", model_args=dict(_ENCODER_AS_CLASSIFIER),
+                                          output_dir="runs/mae_finetune")
 
 
 @preset
 def mae_digits_finetune() -> ClassificationConfig:
-    """Fine-tuning of the ``mae_digits`` encoder on the digits labels — or, without ``--init-from``, the same
+    """Fine-tuning of the ``mae_digits`` encoder on the digits labels — or, without ``--network.init-from``, the same
     classifier trained from scratch with the same recipe (the baseline).
 
     The ``digits`` classification recipe (AdamW lr 2e-3, weight decay 1.0, batch 64, 30 epochs, 3-epoch warm-up,
     no augmentation, test on the 360 held-out images) on a classifier shaped as the mae_digits encoder: patch 2,
     d = 64, 4 heads, 3 layers, Conv2d stem, λ = 0.5, mean pooling (eq. 72), the mae_digits normalisation.
 
-    Command:  crate-train --preset mae_digits_finetune --init-from runs/mae_digits/checkpoints/last.pt
+    Command:  crate-train --preset mae_digits_finetune --network.init-from runs/mae_digits/checkpoints/last.pt
               (from scratch: crate-train --preset mae_digits_finetune)
     Expected: see docs/mae.md (test top-1 pre-trained vs from scratch, mean ± std over seeds);
     time: the table of the presets' times in docs/training.md (``python -m benchmarks.presets``).
     """
-    return dataclasses.replace(get_preset("digits"), model="crate_tiny",
-                               model_args=dict(DIGITS_MODEL, **_ENCODER_AS_CLASSIFIER), mean=DIGITS_MEAN,
-                               std=DIGITS_STD, measure_epochs=(), output_dir="runs/mae_digits_finetune")
+    return get_preset("digits").replace(model="crate_tiny", model_args=dict(DIGITS_MODEL, **_ENCODER_AS_CLASSIFIER),
+                                        mean=DIGITS_MEAN, std=DIGITS_STD, measure_epochs=(),
+                                        output_dir="runs/mae_digits_finetune")

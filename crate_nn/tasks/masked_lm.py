@@ -18,16 +18,26 @@ from torch import nn
 
 from ..data.masking import IGNORE, Masking
 from ..engine import distributed
-from ..engine.config import Section, option
+from ..engine.config import (
+    EvaluationSection,
+    OptimSection,
+    RunSection,
+    ScheduleSection,
+    Section,
+    option,
+    section,
+)
 from ..engine.task import LossOutput, preset, register_task
 from ..evaluation.language import as_float, mlm_metrics, sequence_losses
 from ..models.registry import list_models
 from .language import (
     CPU_RUN,
     DATA_LAYOUTS,  # noqa: F401 (crate-train --help)
+    CorpusSection,
     LanguageModelConfig,
     LanguageModelSection,
     LanguageModelTask,
+    LMEvaluationSection,
 )
 
 
@@ -41,9 +51,8 @@ class BERTModelSection(LanguageModelSection):
 @dataclass
 class TokenMaskingSection(Section):
     """BERT's masking of the input tokens: the options of `crate_nn.data.masking.Masking`, which this section builds
-    with the corpus's vocabulary."""
+    with the corpus's vocabulary (`Masking.check` runs when the config is validated)."""
 
-    title = "masking"
     component = Masking
 
     mask_probability: float = option(0.15, "share of non-special tokens selected for prediction", above=0.0,
@@ -52,16 +61,15 @@ class TokenMaskingSection(Section):
     random_fraction: float = option(0.1, "share of the selected tokens replaced by a random token", minimum=0.0,
                                     maximum=1.0)
 
-    def validate(self) -> None:
-        super().validate()
-        Masking.check(**self.arguments(TokenMaskingSection))
-
 
 @dataclass
-class MaskedLMConfig(BERTModelSection, TokenMaskingSection, LanguageModelConfig):
-    """A masked-LM run (CRATE-BERT or the BERT baseline)."""
+class MaskedLMConfig(LanguageModelConfig):
+    """A masked-LM run (CRATE-BERT or the BERT baseline): the language models' sections, the model and the masking."""
 
     task = "masked_lm"
+
+    network: BERTModelSection = section(BERTModelSection)
+    masking: TokenMaskingSection = section(TokenMaskingSection)
 
 
 @register_task(MaskedLMConfig)
@@ -75,8 +83,8 @@ class MaskedLMTask(LanguageModelTask):
         if self.corpus.mask_id is None:
             raise ValueError(f"data_dir: the tokenizer {self.corpus.tokenizer} has no <mask> token; a masked LM needs "
                              "one (hf:roberta-base, or the built-in bytes)")
-        self.masking = config.build(TokenMaskingSection, mask_id=self.corpus.mask_id,
-                                    vocab_size=self.corpus.vocab_size, special_ids=self.corpus.special_ids)
+        self.masking = config.build("masking", mask_id=self.corpus.mask_id, vocab_size=self.corpus.vocab_size,
+                                    special_ids=self.corpus.special_ids)
 
     def loss(self, model: nn.Module, batch: torch.Tensor) -> LossOutput:
         inputs, labels = (t.to(self.ctx.device, non_blocking=True) for t in self.masking(batch))
@@ -87,9 +95,10 @@ class MaskedLMTask(LanguageModelTask):
         return LossOutput(loss, metrics={"accuracy": accuracy})
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
-        metrics = mlm_metrics(model, self.corpus.val, self.config.block_size, self.ctx, self.masking,
-                              batch_size=self.config.eval_batch_size, batches=self.config.val_batches,
-                              seed=self.config.seed, precision=self.config.precision)
+        c = self.config
+        metrics = mlm_metrics(model, self.corpus.val, c.data.block_size, self.ctx, self.masking,
+                              batch_size=c.validation.eval_batch_size, batches=c.validation.val_batches,
+                              seed=c.run.seed, precision=c.run.precision)
         return {f"val_{k}": v for k, v in metrics.items()}
 
 
@@ -103,20 +112,24 @@ def bert_wiki() -> MaskedLMConfig:
     prints 8,096, which divides by no power of two above 32 — read as 8,192. Left open and chosen
     here: gradient clipping 1.0 (Hugging Face's default), micro-batches of 32 (32 accumulation steps on 8 GPUs),
     bf16 autocast, evaluation every 1,000 steps on 100 × 8 validation windows with fixed masks, 0.1% of the
-    documents held out. ``--model bert_base`` trains the MHSA + MLP baseline with the same recipe.
+    documents held out. ``--network.model bert_base`` trains the MHSA + MLP baseline with the same recipe.
 
     Prepare:  crate-prepare-text --input /data/wikipedia.jsonl /data/bookcorpus.jsonl --tokenizer hf:roberta-base \\
                   --output-dir data/wiki --val-fraction 0.001 --workers 16
-    Command (one GPU):  crate-train --preset bert_wiki --data-dir data/wiki
-    Command (8 GPUs):  torchrun --standalone --nproc_per_node 8 -m crate_nn.train --preset bert_wiki --data-dir data/wiki
+    Command (one GPU):  crate-train --preset bert_wiki --data.data-dir data/wiki
+    Command (8 GPUs):  torchrun --standalone --nproc_per_node 8 -m crate_nn.train --preset bert_wiki \\
+                           --data.data-dir data/wiki
     Expected: training loss ≈ 8 → ≈ 2 over 30k steps (Fig. 12, left); GLUE after fine-tuning as Table 5 (SST-2 85.9,
     MRPC F1 80.0). Wall time: not measured here (≈ 1.3·10^11 tokens; about a day on 8 A100s by a 6·N·tokens estimate).
     """
     return MaskedLMConfig(
-        model="crate_bert_base", block_size=512, output_dir="runs/bert_wiki", optimizer="adamw", lr=1e-3,
-        weight_decay=0.01, betas=(0.9, 0.98), grad_clip=1.0, batch_size=8192, micro_batch_size=32, epochs=1,
-        warmup_epochs=0.0, total_steps=30_000, warmup_steps=1800, lr_schedule="linear", eval_every_steps=1000,
-        eval_batch_size=8, val_batches=100, compile=True, checkpoint_every=1000, num_workers=4, log_every=10,
+        network=BERTModelSection(model="crate_bert_base"), data=CorpusSection(block_size=512),
+        validation=LMEvaluationSection(eval_batch_size=8, val_batches=100),
+        optim=OptimSection(optimizer="adamw", lr=1e-3, weight_decay=0.01, betas=(0.9, 0.98), grad_clip=1.0),
+        schedule=ScheduleSection(batch_size=8192, micro_batch_size=32, epochs=1, warmup_epochs=0.0,
+                                 total_steps=30_000, warmup_steps=1800, lr_schedule="linear"),
+        evaluation=EvaluationSection(eval_every_steps=1000),
+        run=RunSection(output_dir="runs/bert_wiki", compile=True, checkpoint_every=1000, num_workers=4, log_every=10),
     )
 
 
@@ -134,8 +147,9 @@ def bert_stdlib() -> MaskedLMConfig:
     time: the table of the presets' times in docs/training.md (``python -m benchmarks.presets``).
     """
     return MaskedLMConfig(
-        model="crate_bert_medium", model_args=dict(dim=128, heads=4, depth=4), block_size=128,
-        output_dir="runs/bert_stdlib", lr=1e-3, betas=(0.9, 0.98), batch_size=32, total_steps=1500, warmup_steps=50,
-        lr_schedule="linear", eval_every_steps=500, eval_batch_size=16, val_batches=50,
-        **{**CPU_RUN, "weight_decay": 0.01},
-    )
+        network=BERTModelSection(model="crate_bert_medium", model_args=dict(dim=128, heads=4, depth=4)),
+        data=CorpusSection(block_size=128), validation=LMEvaluationSection(eval_batch_size=16, val_batches=50),
+        optim=OptimSection(lr=1e-3, betas=(0.9, 0.98)),
+        schedule=ScheduleSection(batch_size=32, total_steps=1500, warmup_steps=50, lr_schedule="linear"),
+        evaluation=EvaluationSection(eval_every_steps=500), run=RunSection(output_dir="runs/bert_stdlib"),
+    ).replace(**{**CPU_RUN, "weight_decay": 0.01})

@@ -180,7 +180,6 @@ class SimDINOLossSection(Section):
     """SimDINO's objective (`SimDINOLoss`, which this section builds): ε of the coding rate, the alignment's weight,
     the expanded views."""
 
-    title = "distillation"
     component = SimDINOLoss
 
     rate_eps: float = option(math.sqrt(0.5), "SimDINO: ε of the coding rate R_ε (α = p/(Mε²); SimDINO's --eps is "

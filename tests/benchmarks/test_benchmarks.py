@@ -27,7 +27,6 @@ from benchmarks import (
     limit,
     load,
     pipeline,
-    presets,
     task_step,
     theory,
     train_step,
@@ -352,28 +351,6 @@ def test_theory_benchmark_writes_results(tmp_path):
         # float64: the three forms are the same number up to rounding (1e-16 per operation, ~100 operations)
         assert row["max_rel_diff_vs_crate_theory"] < 1e-12
     assert result["verify_quick"]["status"].startswith("skipped")
-
-
-def test_presets_benchmark_writes_results(tmp_path, monkeypatch):
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    result = run_tiny(presets, tmp_path)
-    digits, cold, warm = result["rows"]
-    assert (digits["preset"], digits["steps"], digits["planned_steps"], digits["projected"]) == (
-        "digits", presets.TINY_STEPS, 600, True)
-    one, steps = digits["one_step"]["wall_s"], presets.TINY_STEPS
-    assert digits["wall_s"] == pytest.approx(one + (digits["measured_wall_s"] - one) * 599 / (steps - 1))
-    assert (cold["preset"], warm["preset"]) == ("audit (cold cache)", "audit (warm cache)")
-    for row in (cold, warm, digits["one_step"], *digits["one_step"]["runs"]):  # measured (a projection may be anything)
-        assert row["wall_s"] > 0 and row["cpu_s"] > 0 and row["load_1min_before"] >= 0
-    assert result["environment"]["cpu_count"] > 0 and len(result["load_start_1_5_15"]) == 3
-    assert "projected from runs of 1 and N steps" in result["notes"][1]
-    with pytest.raises(SystemExit, match="--max-steps expects NAME=N"):
-        presets.main(["--max-steps", "imagenet=10"])
-    table = presets.readme_table(result).splitlines()
-    assert table[2].startswith(f"| `crate-train --preset digits` | 600 (projected from {presets.TINY_STEPS}) | ")
-    assert table[3].startswith("| `python -m verify`, cold cache | – | ") and "CPUs, torch" in table[-1]
-    again = {**result, "rows": [{**digits, "wall_s": 1.0}]}  # a later file's row replaces the earlier one's
-    assert presets.readme_table(result, again).splitlines()[2].split(" | ")[2] == "1 s"
 
 
 @pytest.mark.parametrize("backward", [False, True], ids=["forward", "forward-backward"])

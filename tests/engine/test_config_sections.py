@@ -1,6 +1,7 @@
-"""Configs composed of sections (`crate_nn.engine.config.Section`): the composition changed no preset's config, every
-field is declared by exactly one section, a section that builds a component gives it every field under the field's
-name, an image and a text section compose, and ``--help`` groups flags by section.
+"""Configs composed of sections (`crate_nn.engine.config.Section`) held as fields: the composition changed no preset's
+config, every field is declared by exactly one section and reads back from its flat name and its path, a section that
+builds a component gives it every field under the field's name, no config inherits a section, an image and a text
+section compose, and ``--help`` groups flags by section.
 
 ``data/preset_configs.json`` holds every registered preset's ``to_dict()`` and every task config's defaults as they
 were before configs were composed of sections (written by `snapshot` on the code of that time). Committed results
@@ -21,7 +22,7 @@ from pathlib import Path
 import pytest
 
 import crate_nn.tasks  # noqa: F401 - registers every task and preset
-from crate_nn.engine.config import DataSection, Section, TrainConfig, check_sections, option, own_fields
+from crate_nn.engine.config import Section, TrainConfig, check_sections, option, section
 from crate_nn.engine.task import PRESETS, TASKS
 from crate_nn.tasks.images import ImageDataSection
 from crate_nn.tasks.language import CorpusSection
@@ -64,117 +65,218 @@ def test_task_config_defaults_are_the_snapshot_but_the_documented_changes(config
 
 
 @pytest.mark.parametrize("config_class", CONFIGS, ids=lambda c: c.__name__)
-def test_every_field_is_declared_by_exactly_one_section(config_class):
-    declared = [name for section in config_class.sections() for name in own_fields(section)]
-    assert sorted(declared) == sorted(f.name for f in dataclasses.fields(config_class))
-    assert len(declared) == len(set(declared))
-    for name in declared:
-        assert name in own_fields(config_class.section_of(name))
+def test_a_config_holds_sections_and_every_field_is_declared_by_exactly_one(config_class):
+    sections = config_class.sections()
+    assert [f.name for f in dataclasses.fields(config_class)] == list(sections)
+    assert not any(issubclass(c, Section) for c in config_class.__mro__)
+    declared = [f.name for kind in sections.values() for f in dataclasses.fields(kind)]
+    assert len(declared) == len(set(declared)) and declared == list(config_class.flat_fields())
+    assert not set(sections) & set(declared)  # a name is a section's or a field's, never both
+    config = config_class()
+    for name, (held, _) in config_class.flat_fields().items():
+        assert config.resolve(name) == config.resolve(f"{held}.{name}") == (held, name)
+        assert config.get(name) is config.get(f"{held}.{name}") is getattr(getattr(config, held), name)
     # config.json lists the engine's sections first (the run, from "preset"), then the task's
-    assert list(config_class().to_dict()) == config_class.field_order()
-    assert config_class.field_order()[:2] == ["preset", "device"]
-    titles = [config_class.section_title(s) for s in config_class.sections()]
-    assert {"run", "optimiser", "schedule", "evaluation", "data"} <= set(titles)
+    assert list(config.to_dict()) == declared and declared[:2] == ["preset", "device"]
+    assert list(sections)[:4] == ["run", "optim", "schedule", "evaluation"] and "data" in sections
 
 
-COMPONENT_SECTIONS = sorted({s for c in CONFIGS for s in c.__mro__ if isinstance(s, type) and issubclass(s, Section)
-                             and s.__dict__.get("component") is not None}, key=lambda s: s.__name__)
-"""The sections of crate_nn's configs that build a component (``Section.component``)."""
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_a_preset_reads_back_from_its_flat_dict(name):
+    """What config.json, checkpoints and committed recipes hold (lists for tuples, as JSON writes them) gives the
+    same config back: `from_dict` (resume checks, `recorded_config`) and `differences`."""
+    config = PRESETS[name]()
+    stored = json.loads(json.dumps(config.to_dict()))
+    assert type(config).from_dict(stored) == config and config.differences(stored) == []
+
+
+def test_replace_takes_a_field_by_name_by_path_or_a_whole_section():
+    config = PRESETS["dino_digits"]()
+    changed = config.replace(local_crops=2, **{"dino.teacher_temp": 0.07}, lr=1e-3)
+    assert (changed.crops.local_crops, changed.dino.teacher_temp, changed.optim.lr) == (2, 0.07, 1e-3)
+    assert changed.differences(config.to_dict()) == ["local_crops", "lr", "teacher_temp"]
+    assert config.crops.local_crops == 4  # the original is left alone
+    crops = crate_nn.tasks.dino.CropsSection(local_crops=6)
+    assert config.replace(crops=crops, flip_p=0.5).crops == dataclasses.replace(crops, flip_p=0.5)
+    # get_preset, smoke and the command line take a path where they take a name
+    assert crate_nn.tasks.get_preset("dino_digits", **{"crops.local_crops": 2}) == changed.replace(
+        teacher_temp=0.04, lr=config.optim.lr)
+    assert config.smoke(**{"run.output_dir": "elsewhere"}).run.output_dir == "elsewhere"
+    with pytest.raises(TypeError, match=r"^local_crop: not a field of DINOTrainConfig \(did you mean local_crops"):
+        config.replace(local_crop=2)
+    with pytest.raises(TypeError, match=r"^crop\.local_crops: not a field of DINOTrainConfig \(did you mean "
+                                        r"crops\.local_crops"):
+        config.get("crop.local_crops")
+    with pytest.raises(TypeError, match=r"^dino\.local_crops: not a field"):  # a field, but not of that section
+        config.get("dino.local_crops")
+    with pytest.raises(TypeError, match=r"^local_crops: given twice"):
+        config.replace(local_crops=2, **{"crops.local_crops": 3})
+    with pytest.raises(TypeError, match=r"^crops: expected a CropsSection, got 4$"):
+        dataclasses.replace(config, crops=4).validate()
+    with pytest.raises(TypeError, match=r"^no_such_field: not fields of DINOTrainConfig$"):
+        type(config).from_dict({**config.to_dict(), "no_such_field": 1})
+
+
+COMPONENT_SECTIONS = sorted({(c, name) for c in CONFIGS for name, kind in c.sections().items()
+                             if kind.component is not None}, key=lambda s: (s[0].__name__, s[1]))
+"""The sections of crate_nn's configs that build a component (``Section.component``), with their config."""
 
 
 def test_the_component_sections_are_those_of_the_tasks_components():
-    assert [s.__name__ for s in COMPONENT_SECTIONS] == [
+    assert sorted({c.sections()[name].__name__ for c, name in COMPONENT_SECTIONS}) == [
         "AugmentSection", "CropsSection", "DINOHeadSection", "DINOLossSection", "KNNSection", "SimDINOLossSection",
         "TokenMaskingSection"]
 
 
-@pytest.mark.parametrize("section", COMPONENT_SECTIONS, ids=lambda s: s.__name__)
-def test_a_component_section_gives_every_field_to_its_component_under_the_field_name(section):
+@pytest.mark.parametrize("config_class, name", COMPONENT_SECTIONS, ids=lambda s: getattr(s, "__name__", s))
+def test_a_component_section_gives_every_field_to_its_component_under_the_field_name(config_class, name):
     """A new option of a component is a field of its section and a parameter of the component, nothing else: the
-    section's `build` passes every field (and every field it ``reads`` from other sections) by name."""
-    parameters = inspect.signature(section.component).parameters
-    config_class = next(c for c in CONFIGS if issubclass(c, section))
-    arguments = config_class().arguments(section)
-    assert set(arguments) == {n for c in section.__mro__ if issubclass(c, Section) for n in own_fields(c)} | set(
-        section.reads)
-    assert [name for name in arguments if name not in parameters] == []
+    config's `build` passes every field of the section (and every field it ``reads`` from other sections) by name."""
+    kind = config_class.sections()[name]
+    parameters = inspect.signature(kind.component).parameters
+    arguments = config_class().arguments(name)
+    assert set(arguments) == {f.name for f in dataclasses.fields(kind)} | set(kind.reads)
+    assert [argument for argument in arguments if argument not in parameters] == []
 
 
 def test_build_makes_the_component_from_the_config_and_the_context():
     config = PRESETS["dino_digits"]()
-    crops = config.build(crate_nn.tasks.dino.CropsSection)
+    crops = config.build("crops")
     assert (crops.global_crops, crops.local_crops, crops.load_size) == (2, 4, 16)
     objective = crate_nn.tasks.dino.build_objective(config, prototypes=7)
     assert (objective.prototypes, objective.student_temp, objective.center_momentum) == (7, 0.1, 0.9)
     head = config.model_config(in_channels=1)
     assert (head.out_dim, head.hidden_dim, head.bottleneck_dim, head.dim) == (1024, 256, 64, 96)
-    with pytest.raises(TypeError, match="^DistillationSection configures no component$"):
-        config.build(crate_nn.tasks.dino.DistillationSection)
+    with pytest.raises(TypeError, match="^distillation: DistillationSection configures no component$"):
+        config.build("distillation")
 
 
-def test_a_redeclared_field_is_refused_naming_it():
-    @dataclass
-    class Redeclares(ImageDataSection, TrainConfig):
-        task = "redeclares"
-        dataset: str = option("imagenet", "dataset layout")
+def test_a_component_checks_its_section_when_the_config_is_validated():
+    """`MultiCrop.check` and `Masking.check` run from the config's `validate`, with the fields the section reads
+    from other sections (the crops: the data's image size)."""
+    with pytest.raises(ValueError, match=r"^local_crop_size: a local crop \(32\) larger than the global crops "
+                                         r"\(image_size=16\)$"):
+        PRESETS["dino_digits"]().replace(local_crop_size=32).validate()
+    with pytest.raises(ValueError, match="^mask_fraction, random_fraction: "):
+        PRESETS["bert_stdlib"]().replace(mask_fraction=0.8, random_fraction=0.3).validate()
 
-    with pytest.raises(ValueError, match=r"dataset by Redeclares, ImageDataSection"):
+
+@dataclass
+class Datasets(Section):
+    """A second section declaring a field the image data section declares."""
+
+    dataset: str = option("imagenet", "dataset layout")
+
+
+@dataclass
+class Redeclares(TrainConfig):
+    task = "redeclares"
+
+    data: ImageDataSection = section(ImageDataSection)
+    extra: Datasets = section(Datasets)
+
+
+@dataclass
+class Inherits(ImageDataSection, TrainConfig):
+    task = "inherits"
+
+
+@dataclass
+class Collides(TrainConfig):
+    task = "collides"
+
+    dataset: Datasets = section(Datasets)
+
+
+def test_a_config_that_is_not_composed_of_sections_is_refused_naming_why():
+    with pytest.raises(ValueError, match=r"^Redeclares: fields declared more than once \(dataset by data "
+                                         r"\(ImageDataSection\), extra \(Datasets\)\); declare each in one section$"):
         check_sections(Redeclares)
-    check_sections(crate_nn.tasks.DINOTrainConfig)  # the composed configs pass
+    with pytest.raises(TypeError, match=r"^Inherits: a config holds its sections as fields \(`section`\) and "
+                                        r"inherits none; it inherits ImageDataSection, DataSection, Section$"):
+        check_sections(Inherits)
+    with pytest.raises(ValueError, match=r"^Collides: dataset name both a section and a field"):
+        check_sections(Collides)
+    for config_class in CONFIGS:  # the composed configs pass
+        check_sections(config_class)
 
 
 @dataclass
 class Captions(Section):
-    title = "captions"
+    """The text side of an image-text system."""
+
     caption_length: int = option(32, "tokens per caption", minimum=1)
 
 
 @dataclass
-class ImageTextConfig(Captions, ImageDataSection, CorpusSection, TrainConfig):
-    """A system reading images and text: both data sections extend DataSection, which owns data_dir."""
+class ImageTextConfig(TrainConfig):
+    """A system reading images and text: the image data section (with ``data_dir``) and a text section of its own."""
 
     task = "image_text"
 
+    data: ImageDataSection = section(ImageDataSection)
+    captions: Captions = section(Captions)
 
-def test_an_image_and_a_text_data_section_compose_with_one_data_dir():
-    names = [f.name for f in dataclasses.fields(ImageTextConfig)]
-    assert names.count("data_dir") == 1
-    assert {"dataset", "image_size", "block_size", "caption_length", "lr"} <= set(names)
+
+@dataclass
+class TwoFolders(TrainConfig):
+    task = "two_folders"
+
+    data: ImageDataSection = section(ImageDataSection)
+    corpus: CorpusSection = section(CorpusSection)
+
+
+def test_an_image_and_a_text_section_compose_and_two_data_folders_are_refused():
     check_sections(ImageTextConfig)
-    assert ImageTextConfig.section_of("data_dir") is DataSection
-    assert ImageTextConfig.section_of("block_size") is CorpusSection
-    assert [ImageTextConfig.section_title(s) for s in ImageTextConfig.sections()][:4] == ["captions", "data", "data",
-                                                                                          "data"]
-    config = ImageTextConfig(data_dir="/data/pairs", block_size=64, dataset="digits")
+    assert list(ImageTextConfig.sections())[-2:] == ["data", "captions"]
+    config = ImageTextConfig().replace(data_dir="/data/pairs", caption_length=64, dataset="digits")
     config.validate()
-    assert config.to_dict()["data_dir"] == "/data/pairs"
-    with pytest.raises(ValueError, match="^block_size: "):  # each section's bounds still checked
-        ImageTextConfig(block_size=0).validate()
+    assert config.to_dict()["data_dir"] == "/data/pairs" and config.captions.caption_length == 64
+    assert ImageTextConfig.resolve("data_dir") == ("data", "data_dir")  # DataSection's field, in the data section
+    with pytest.raises(ValueError, match="^caption_length: "):  # each section's bounds still checked
+        ImageTextConfig().replace(caption_length=0).validate()
     with pytest.raises(ValueError, match="^mean, std: "):  # and each section's own checks
-        ImageTextConfig(mean=(0.5,)).validate()
+        ImageTextConfig().replace(mean=(0.5,)).validate()
+    with pytest.raises(ValueError, match=r"data_dir by data \(ImageDataSection\), corpus \(CorpusSection\)"):
+        check_sections(TwoFolders)
 
 
 def _help_groups(preset: str, capsys) -> dict[str, set[str]]:
+    """The flags ``--help`` lists, by the section whose group lists them (one line each)."""
     with pytest.raises(SystemExit):
         parse_args(["--preset", preset, "--help"])
     groups, current = {}, None
     for line in capsys.readouterr().out.splitlines():
-        header = re.fullmatch(r"(\S.*) \((\w+(?:Section|Config)(?:, \w+(?:Section|Config))*)\):", line)
+        header = re.fullmatch(r"(\w+) \((\w+Section)\): .+", line)
         if header:
             current = groups.setdefault(header.group(1), set())
-        elif current is not None and (flag := re.match(r"  --([a-z0-9-]+)", line)):
-            current.add(flag.group(1).replace("-", "_"))
+        elif current is not None and (flag := re.match(r"  --(?:(\w+)\.)(?:no-)?([a-z0-9-]+)", line)):
+            assert flag.group(1) in groups  # a flag of its own section
+            groups[flag.group(1)].add(flag.group(2).replace("-", "_"))
     return groups
 
 
 @pytest.mark.parametrize("preset", ["digits", "dino_digits", "mae_digits", "bert_stdlib", "pairs_stdlib"])
-def test_help_groups_flags_by_section(preset, capsys):
+def test_help_groups_flags_by_section_one_line_each(preset, capsys):
     config_class = type(PRESETS[preset]())
-    expected: dict[str, set[str]] = {}
-    for section in config_class.sections():
-        expected.setdefault(config_class.section_title(section), set()).update(own_fields(section))
+    expected = {name: {f.name for f in dataclasses.fields(kind)} for name, kind in config_class.sections().items()}
     expected["run"].discard("preset")  # --preset is the parser's own flag
     assert _help_groups(preset, capsys) == expected
+
+
+def test_help_of_a_section_shows_its_flags_in_full_and_their_aliases(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(["--preset", "dino_digits", "--help", "crops"])
+    out = capsys.readouterr().out
+    assert exit_info.value.code == 0
+    assert "--crops.local-crops N, --local-crops N" in out and "local crops per image (seen by the student) [4]" in out
+    assert "--dino." not in out and "--run." not in out  # the other sections are left out
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(["--preset", "dino_digits", "--help", "crop"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1
+    assert "argument --help: 'crop' is not a section of preset dino_digits's DINOTrainConfig" in err
+    assert "(did you mean crops?)" in err
 
 
 def add_missing() -> list[str]:

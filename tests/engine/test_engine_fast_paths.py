@@ -22,10 +22,11 @@ def test_the_options_parse_and_refuse_what_they_do_not_know(capsys):
     config = parse_args(["--preset", "imagenet", "--compile", "--compile-mode", "reduce-overhead", "--activations",
                          "bf16", "--loader", "threads", "--num-workers", "6"])
     config.validate()
-    assert (config.compile, config.compile_mode, config.activations, config.loader, config.num_workers) == (
+    run = config.run
+    assert (run.compile, run.compile_mode, run.activations, run.loader, run.num_workers) == (
         True, "reduce-overhead", "bf16", "threads", 6)
     default = get_preset("imagenet")
-    assert (default.compile_mode, default.activations, default.loader) == ("default", "fp32", "processes")
+    assert (default.run.compile_mode, default.run.activations, default.run.loader) == ("default", "fp32", "processes")
     for flag, value in (("--compile-mode", "fastest"), ("--activations", "fp8"), ("--loader", "fibres")):
         with pytest.raises(SystemExit):
             parse_args(["--preset", "imagenet", flag, value])
@@ -73,6 +74,6 @@ def test_bf16_activations_train_and_are_refused_by_a_model_that_cannot_keep_them
 def test_bf16_activations_without_bf16_autocast_say_they_change_nothing(tmp_path, capsys):
     fp32 = train(tiny(tmp_path / "fp32", max_steps=2))
     kept = train(tiny(tmp_path / "kept", activations="bf16", max_steps=2))
-    assert "--activations bf16 changes nothing here" in capsys.readouterr().err
+    assert "--run.activations bf16 changes nothing here" in capsys.readouterr().err
     before, after = (torch.load(r.checkpoint, weights_only=False)["model"] for r in (fp32, kept))
     assert all(torch.equal(before[k], after[k]) for k in before)

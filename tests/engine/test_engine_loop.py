@@ -1,6 +1,5 @@
 """The training loop end to end on tiny synthetic runs: resume exactness, checkpoints, metrics, NaN stop,
 gradient accumulation through the real loop."""
-import dataclasses
 import json
 
 import pytest
@@ -17,9 +16,9 @@ def test_interrupted_and_resumed_run_equals_uninterrupted(tmp_path, interrupt_at
     """Lion, random-resized-crop + flip augmentation (so the RNG state matters), 10 of 12 scheduled steps."""
     config = tiny(tmp_path / "straight", augment="rrc_flip", max_steps=10, log_every=1)
     straight = train(config)
-    interrupted = dataclasses.replace(config, output_dir=str(tmp_path / "resumed"), max_steps=interrupt_at)
+    interrupted = config.replace(output_dir=str(tmp_path / "resumed"), max_steps=interrupt_at)
     assert train(interrupted).steps == interrupt_at
-    resumed = train(dataclasses.replace(interrupted, max_steps=10, resume=True))
+    resumed = train(interrupted.replace(max_steps=10, resume=True))
     assert resumed.steps == 10
     a, b = checkpoint.read(straight.checkpoint), checkpoint.read(resumed.checkpoint)
     for payload in (a, b):
@@ -38,10 +37,10 @@ def test_interrupted_and_resumed_run_equals_uninterrupted(tmp_path, interrupt_at
 def test_resume_refuses_a_changed_config_and_a_missing_checkpoint(tmp_path):
     config = tiny(tmp_path, max_steps=2)
     with pytest.raises(ValueError, match="resume: no checkpoint"):
-        train(dataclasses.replace(config, resume=True))
+        train(config.replace(resume=True))
     train(config)
     with pytest.raises(ValueError, match="lr: saved 0.00024, now 0.001"):
-        train(dataclasses.replace(config, resume=True, lr=1e-3))
+        train(config.replace(resume=True, lr=1e-3))
 
 
 def test_resume_accepts_an_option_added_since_the_checkpoint_at_its_default(tmp_path):
@@ -53,7 +52,7 @@ def test_resume_accepts_an_option_added_since_the_checkpoint_at_its_default(tmp_
     older = {k: v for k, v in config.to_dict().items() if k != "label_smoothing"}
     check_resumable(older, config)
     with pytest.raises(ValueError, match=r"label_smoothing: saved '\(none\)', now 0.2"):
-        check_resumable(older, dataclasses.replace(config, label_smoothing=0.2))
+        check_resumable(older, config.replace(label_smoothing=0.2))
 
 
 def test_checkpoints_config_and_metrics(tmp_path):

@@ -94,8 +94,8 @@ def test_no_preset_and_not_the_audit_pick_bf16_on_a_cpu(unmeasured):
     """bf16 on a CPU is opt-in: every preset (and the audit's digits runs, ``verify/``) trains a CPU in float32
     without measuring anything; the float64 tests run without autocast."""
     for name in PRESETS:
-        assert precision.autocast_dtype(CPU, get_preset(name).precision) is None, name
-    assert precision.autocast_dtype(CPU, recipe().precision) is None
+        assert precision.autocast_dtype(CPU, get_preset(name).run.precision) is None, name
+    assert precision.autocast_dtype(CPU, recipe().run.precision) is None
 
 
 def test_product_rates_measures_both_dtypes():

@@ -1,6 +1,5 @@
 """Recipes stated in optimizer steps (the language models'): ``total_steps``/``warmup_steps`` instead of epochs,
 linear learning-rate decay, evaluation every N steps — through the real loop on the toy task."""
-import dataclasses
 import json
 import math
 
@@ -49,11 +48,11 @@ def test_a_run_in_steps_spans_its_schedule_and_evaluates_every_n_steps(tmp_path)
 
 def test_step_options_are_checked(tmp_path):
     with pytest.raises(ValueError, match="warmup_steps: 30 exceeds the run's 20 steps; pass a value ≤ 20 or a "
-                                         "larger --total-steps"):
+                                         "larger --schedule.total-steps"):
         train(toy(tmp_path / "a", total_steps=20, warmup_steps=30))
     # a warm-up in epochs (1 epoch = 8 steps) longer than a run stated in steps: found once the data are known
     with pytest.raises(ValueError, match="warmup_epochs: 1.0 epochs are 8 optimizer steps, more than the run's 5; "
-                                         "pass a smaller --warmup-epochs or --warmup-steps"):
+                                         "pass a smaller --schedule.warmup-epochs or --schedule.warmup-steps"):
         train(toy(tmp_path / "d", total_steps=5))
     with pytest.raises(ValueError, match="lr_schedule: expected one of cosine, linear"):
         train(toy(tmp_path / "b", lr_schedule="exponential"))
@@ -83,7 +82,7 @@ def test_the_task_reads_the_engines_plan_and_clock(tmp_path, monkeypatch):
     # 64 samples, batch 16 in micro-batches of 8: 4 steps per epoch, 2 epochs, stopped after 6 steps
     config = toy(tmp_path, batch_size=16, micro_batch_size=8, epochs=2, warmup_epochs=0.5, max_steps=3)
     train(config)
-    train(dataclasses.replace(config, max_steps=6, resume=True))
+    train(config.replace(max_steps=6, resume=True))
     assert plans == [RunPlan(micro_batch=8, accumulation=2, world_size=1, steps_per_epoch=4, total_steps=8,
                              warmup_steps=2)] * 2
     assert seen == [

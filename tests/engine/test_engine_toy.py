@@ -2,7 +2,6 @@
 batch, resume equals the uninterrupted run, SIGTERM/SIGINT → checkpoint → resume equals the uninterrupted run,
 the NaN stop, hard kills at random steps, and DDP with two gloo processes (one of them preempted) equals one
 process."""
-import dataclasses
 import json
 import os
 import random
@@ -58,9 +57,9 @@ def test_resumed_run_equals_uninterrupted(tmp_path, interrupt_at):
     """Input noise from the global RNG, EMA, task state, metrics and counters: all restored exactly."""
     config = toy(tmp_path / "straight", noise=0.3, ema=True, ema_momentum=0.9, ema_momentum_end=1.0, max_steps=20)
     train(config)
-    first = dataclasses.replace(config, output_dir=str(tmp_path / "resumed"), max_steps=interrupt_at)
+    first = config.replace(output_dir=str(tmp_path / "resumed"), max_steps=interrupt_at)
     assert train(first).steps == interrupt_at
-    resumed = train(dataclasses.replace(first, max_steps=20, resume=True))
+    resumed = train(first.replace(max_steps=20, resume=True))
     assert resumed.steps == 20
     same_run(tmp_path / "straight", tmp_path / "resumed")
 
@@ -69,7 +68,7 @@ def test_resumed_run_equals_uninterrupted(tmp_path, interrupt_at):
 def test_signal_stops_after_the_step_saves_and_resumes_exactly(tmp_path, signal_name, step):
     config = toy(tmp_path / "straight", noise=0.3, ema=True, max_steps=20)
     train(config)
-    stopped = dataclasses.replace(config, output_dir=str(tmp_path / "stopped"), signal_at_step=step,
+    stopped = config.replace(output_dir=str(tmp_path / "stopped"), signal_at_step=step,
                                   signal_name=signal_name)
     with pytest.raises(Preempted, match=f"stopped by {signal_name} after optimizer step {step}") as info:
         train(stopped)
@@ -77,7 +76,7 @@ def test_signal_stops_after_the_step_saves_and_resumes_exactly(tmp_path, signal_
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL or callable(signal.getsignal(signal.SIGTERM))
     saved = checkpoint.read(tmp_path / "stopped" / "checkpoints" / "last.pt")
     assert saved["position"]["step"] == step  # the step in flight was finished, nothing after it
-    train(dataclasses.replace(stopped, resume=True, signal_at_step=None))
+    train(stopped.replace(resume=True, signal_at_step=None))
     same_run(tmp_path / "straight", tmp_path / "stopped")
 
 
@@ -107,12 +106,12 @@ def test_hard_kills_and_terminations_at_random_steps_then_resume_equal_uninterru
     config = toy(tmp_path / "straight", noise=0.3, ema=True, checkpoint_every=3, max_steps=22)
     train(config)
     rng = random.Random(20261122)
-    run = dataclasses.replace(config, output_dir=str(tmp_path / "faulty"))
+    run = config.replace(output_dir=str(tmp_path / "faulty"))
     saved, resume = 0, False
     for attempt, name in enumerate(["SIGKILL", "SIGTERM", "SIGKILL", "SIGTERM"]):
         step = rng.randint(max(saved, 3) + 1, max(saved, 3) + 6)  # the first checkpoint is written at step 3
         done = _run_script(tmp_path, f"attempt{attempt}",
-                           dataclasses.replace(run, resume=resume, signal_at_step=step, signal_name=name))
+                           run.replace(resume=resume, signal_at_step=step, signal_name=name))
         expected_status = -signal.SIGKILL if name == "SIGKILL" else 128 + signal.SIGTERM
         assert done.returncode == expected_status, done.stderr[-3000:]
         # SIGKILL: the newest checkpoint written before the kill (every 3 steps and at the 8-step epoch ends);
@@ -122,7 +121,7 @@ def test_hard_kills_and_terminations_at_random_steps_then_resume_equal_uninterru
         saved = checkpoint.read(tmp_path / "faulty" / "checkpoints" / "last.pt")["position"]["step"]
         assert saved == expected, (name, step, saved)
         resume = True
-    done = _run_script(tmp_path, "final", dataclasses.replace(run, resume=True))
+    done = _run_script(tmp_path, "final", run.replace(resume=True))
     assert done.returncode == 0, done.stderr[-3000:]
     same_run(tmp_path / "straight", tmp_path / "faulty")
 
@@ -137,7 +136,7 @@ def test_torchrun_two_processes_equal_one_process_and_stop_together(tmp_path):
     assert done.returncode != 0 and "stopped by SIGTERM after optimizer step 6" in done.stderr, done.stderr[-4000:]
     saved = checkpoint.read(tmp_path / "ddp" / "checkpoints" / "last.pt")
     assert saved["position"]["step"] == 6 and len(saved["rng"]) == 2  # one RNG state per rank
-    done = _run_script(tmp_path, "ddp_resume", dataclasses.replace(ddp, resume=True, signal_at_step=None), nproc=2)
+    done = _run_script(tmp_path, "ddp_resume", ddp.replace(resume=True, signal_at_step=None), nproc=2)
     assert done.returncode == 0, done.stderr[-4000:]
     reference = crate_model(single.checkpoint)
     result = checkpoint.read(tmp_path / "ddp" / "checkpoints" / "last.pt")

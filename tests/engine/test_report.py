@@ -1,7 +1,6 @@
 """What a run says about itself (`crate_nn.engine.report`) and `crate-compare`: the summary and curves.png a run
 leaves, its baselines, the command that rebuilds its config, the number format, curves drawn from awkward logs,
 and two runs compared."""
-import dataclasses
 import json
 import math
 import shlex
@@ -91,7 +90,7 @@ def test_the_resume_command_rebuilds_the_config(tmp_path):
         patch_size=4, dim=32, depth=1, heads=2, pool="mean"), test_split=None, betas=(0.8, 0.9), progress=False)
     command = report.command_line(config, "--resume")
     assert command.startswith("crate-train --preset digits ") and command.endswith(" --resume")
-    assert parse_args(shlex.split(command)[1:]) == dataclasses.replace(config, resume=True)
+    assert parse_args(shlex.split(command)[1:]) == config.replace(resume=True)
 
 
 def test_crate_compare_tabulates_and_plots_two_runs(tmp_path, capsys):

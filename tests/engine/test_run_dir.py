@@ -17,14 +17,14 @@ from crate_nn.train import main
 def test_a_second_run_into_a_used_directory_is_refused_and_overwrite_starts_over(tmp_path, capsys):
     first = train(tiny(tmp_path, max_steps=6))
     before = (tmp_path / "metrics.jsonl").read_text()
-    with pytest.raises(ValueError, match="already holds a run .*--resume to continue it, --overwrite"):
+    with pytest.raises(ValueError, match="already holds a run .*--run.resume to continue it, --run.overwrite"):
         train(tiny(tmp_path, max_steps=2))
     assert (tmp_path / "metrics.jsonl").read_text() == before  # nothing merged, nothing deleted
     assert crate_nn.checkpoint.read(first.checkpoint)["position"]["step"] == 6
     args = ["--preset", "synthetic", "--image-size", "8", "--model-args", *[f"{k}={v}" for k, v in TINY_MODEL.items()],
             "--batch-size", "8", "--synthetic-samples", "32", "--epochs", "1", "--no-progress", "--device", "cpu",
             "--num-workers", "0", "--augment", "none", "--output-dir", str(tmp_path)]
-    assert main(args) == 1 and "--overwrite" in capsys.readouterr().err
+    assert main(args) == 1 and "--run.overwrite" in capsys.readouterr().err
     assert main([*args, "--overwrite"]) == 0
     lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert max(r["step"] for r in lines) == 4  # only the new run's 4 steps

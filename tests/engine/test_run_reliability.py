@@ -2,7 +2,6 @@
 be accepted, or to spin forever when the epoch became shorter than the checkpoint's position), the half-written
 metrics line of an interrupted append, a second SIGTERM during a checkpoint write, a run stopped before its first
 checkpoint."""
-import dataclasses
 import json
 import os
 import signal
@@ -54,7 +53,7 @@ def test_resume_on_other_training_data_is_refused(tmp_path, change):
             path.unlink()
     with pytest.raises(ValueError, match="resume: the training data differ from the checkpoint's "
                                          r"\(8 samples, fingerprint \w+ then, (9|4) samples"):
-        train(dataclasses.replace(config, resume=True, max_steps=5))
+        train(config.replace(resume=True, max_steps=5))
 
 
 def test_resume_drops_the_half_written_line_of_an_interrupted_append(tmp_path, capsys):
@@ -63,7 +62,7 @@ def test_resume_drops_the_half_written_line_of_an_interrupted_append(tmp_path, c
     metrics = tmp_path / "metrics.jsonl"
     with open(metrics, "a") as f:
         f.write('{"epoch": 0.75, "step": 3, "train_lo')  # a full disk mid-write
-    assert train(dataclasses.replace(config, resume=True, max_steps=4)).steps == 4
+    assert train(config.replace(resume=True, max_steps=4)).steps == 4
     assert "dropped the unfinished last line of" in capsys.readouterr().err
     assert [r["step"] for r in read_metrics(metrics) if "train_loss" in r] == [1, 2, 3, 4]
     lines = metrics.read_text().splitlines()
@@ -91,9 +90,9 @@ def test_a_second_sigterm_during_a_checkpoint_write_lets_the_write_finish(tmp_pa
 
 def test_a_run_stopped_before_its_first_checkpoint_says_how_to_start_again(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"preset": "synthetic"}))  # what start-up had written
-    with pytest.raises(ValueError, match="stopped before its first checkpoint; pass --resume .* --overwrite"):
+    with pytest.raises(ValueError, match="stopped before its first checkpoint; pass --run.resume .* --run.overwrite"):
         train(tiny(tmp_path, max_steps=2))
     with pytest.raises(ValueError, match="stopped before its first checkpoint \\(config.json\\): start it again with "
-                                         "--overwrite"):
+                                         "--run.overwrite"):
         train(tiny(tmp_path, max_steps=2, resume=True))
     assert train(tiny(tmp_path, max_steps=2, overwrite=True)).steps == 2

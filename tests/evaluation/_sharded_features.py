@@ -84,10 +84,11 @@ def cases(ctx: Context) -> dict:
     out["evaluator"] = evaluator(row_features, Samples(13), "test")
     for solver in ("sklearn", "lbfgs"):
         seed_everything(0)  # as the engine does before it builds the task: the same initialisation
-        dino = DINOTask(DINOTrainConfig(**TINY, model="crate_tiny", local_crop_size=4, load_size=8, local_crops=2,
-                                        model_args=dict(patch_size=4, dim=16, depth=1, heads=2), out_dim=32,
-                                        hidden_dim=16, bottleneck_dim=8, knn_ks=(3, 5), probe_solver=solver,
-                                        test_split="test"), ctx)
+        config = DINOTrainConfig().replace(**TINY, model="crate_tiny", local_crop_size=4, load_size=8, local_crops=2,
+                                           model_args=dict(patch_size=4, dim=16, depth=1, heads=2), out_dim=32,
+                                           hidden_dim=16, bottleneck_dim=8, knn_ks=(3, 5), probe_solver=solver,
+                                           test_split="test")
+        dino = DINOTask(config, ctx)
         dino.start(RunPlan.resolve(dino.config, dino, ctx.world_size))
         out[f"dino_{solver}"] = dino.frozen_evaluator()(model_features(dino.model.eval()), dino.test_set, "test",
                                                         probe=True)

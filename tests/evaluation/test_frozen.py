@@ -149,8 +149,8 @@ def test_evaluation_data_is_what_the_dino_task_evaluates_on():
     assert torch.equal(data.transform(images), task.eval_transform(images))
     frozen = task.frozen_evaluator()
     assert (frozen.knn, frozen.probe, frozen.pixel_control, frozen.batch_size) == (
-        True, bool(config.probe_epochs), config.pixel_control, task.plan.micro_batch)
-    assert np.isclose(frozen.knn_temperature, config.knn_temperature)
+        True, bool(config.cadence.probe_epochs), config.data.pixel_control, task.plan.micro_batch)
+    assert np.isclose(frozen.knn_temperature, config.frozen.knn_temperature)
 
 
 def test_cadence_names_the_evaluators_due_after_an_epoch_and_at_the_end():
@@ -165,9 +165,9 @@ def test_dino_evals_are_its_knn_and_probe_fields():
     """``knn_epochs`` and ``probe_epochs`` are the cadences of the evaluators named ``knn`` and ``probe``; the k-NN
     always runs at the end, the probe when it runs at all."""
     config = get_preset("dino_digits")
-    assert config.evals["knn"].epochs == config.knn_epochs and config.evals["knn"].final
-    assert config.evals["probe"].epochs == config.probe_epochs
-    assert config.evals["probe"].final == bool(config.probe_epochs)
+    assert config.evals["knn"].epochs == config.cadence.knn_epochs and config.evals["knn"].final
+    assert config.evals["probe"].epochs == config.cadence.probe_epochs
+    assert config.evals["probe"].final == bool(config.cadence.probe_epochs)
     quiet = config.smoke()
     assert quiet.evals["probe"] == Cadence((), final=False)
     assert quiet.evals["knn"].final

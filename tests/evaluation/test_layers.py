@@ -44,4 +44,4 @@ def test_the_image_tasks_name_it_with_its_cadence():
     dino = get_preset("dino_digits").evals
     assert dino["layers"].epochs == (0, 15) and {"knn", "probe"} <= set(dino)
     mae = get_preset("mae_digits").evals
-    assert mae["reconstructions"].epochs == (0, 10, 60) and mae["probe"].final == get_preset("mae_digits").probe
+    assert mae["reconstructions"].epochs == (0, 10, 60) and mae["probe"].final == get_preset("mae_digits").frozen.probe

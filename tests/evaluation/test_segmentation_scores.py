@@ -245,3 +245,22 @@ def test_evaluate_objects_scores_every_layer():
         for method in (s.attention, s.maskcut):
             assert set(method) == {"miou", "jaccard", "corloc"} and all(0 <= v <= 1 for v in method.values())
     assert [s.layer for s in evaluate_objects(tiny_model(), data, transform, layers=-1)] == [1]
+
+
+def test_load_image_reads_16_bit_gray_scaled_and_refuses_float_images_naming_the_file(tmp_path):
+    """crate-segment's reader: a 16-bit gray PNG is scaled by 255/65535, not clipped to white as Pillow's own
+    conversion does; a floating-point TIFF (range unknown) is refused in one line naming the file."""
+    from PIL import Image
+
+    from crate_nn.evaluation.segmentation import load_image
+
+    path = tmp_path / "sixteen.png"
+    Image.fromarray(np.array([[0, 32768], [65535, 257]], np.uint16)).save(path)
+    image, original = load_image(path, 2)
+    # resized 2 → 2 (the identity); 8-bit rounding of v·255/65535 over 255: within 1/255 + float32 round-off
+    assert original == (2, 2)
+    np.testing.assert_allclose(image[0].numpy(), [[0, 0.5], [1, 1 / 255]], atol=1 / 255 + 1e-6)
+    floats = tmp_path / "float.tiff"
+    Image.fromarray(np.zeros((2, 2), np.float32)).save(floats)
+    with pytest.raises(ValueError, match=r"^image: .*float\.tiff: a floating-point image"):
+        load_image(floats, 2)

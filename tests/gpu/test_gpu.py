@@ -26,7 +26,6 @@ TF32 is switched off, so "fp32" means float32 arithmetic on both sides of every 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import gc
 import json
 import math
@@ -249,9 +248,9 @@ def smoke_config(name: str, tmp_path: Path, **overrides):
     stated in epochs over the small built-in data would stop sooner (synthetic: 1 epoch of 1 step; glue_sst2: 3 of
     1). The schedules then span those epochs, as the preset's own run spans its own."""
     config = get_preset(name).smoke(SMOKE_STEPS, output_dir=str(tmp_path / "run"), device=DEVICE, **overrides)
-    if config.total_steps is None:
-        per_epoch = task_for(config)(config, context(DEVICE)).steps_per_epoch(config.batch_size)
-        config = dataclasses.replace(config, epochs=max(config.epochs, math.ceil(SMOKE_STEPS / per_epoch)))
+    if config.schedule.total_steps is None:
+        per_epoch = task_for(config)(config, context(DEVICE)).steps_per_epoch(config.schedule.batch_size)
+        config = config.replace(epochs=max(config.schedule.epochs, math.ceil(SMOKE_STEPS / per_epoch)))
     return config
 
 

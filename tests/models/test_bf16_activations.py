@@ -1,4 +1,4 @@
-"""Activations kept in bfloat16 between layers (`CRATEClassifier.keep_activations`, ``crate-train --activations
+"""Activations kept in bfloat16 between layers (`CRATEClassifier.keep_activations`, ``crate-train --run.activations
 bf16``): what stays float32, that nothing changes outside a bf16 autocast or by default, and how far the logits
 move from float32 — within a bound derived from bfloat16's unit roundoff by a float64 model of its roundings."""
 from __future__ import annotations

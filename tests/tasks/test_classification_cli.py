@@ -1,5 +1,4 @@
 """Command line, presets, fine-tuning initialisation, crate-eval with ImageNet-ReaL, and bad arguments."""
-import dataclasses
 import json
 import re
 from pathlib import Path
@@ -23,30 +22,49 @@ def test_every_preset_validates_and_documents_its_command():
     for name, make in PRESETS.items():
         config = make()
         config.validate()
-        assert config.preset == name
+        assert config.run.preset == name
         assert "Command" in make.__doc__ and "Expected" in make.__doc__ and "crate-train --preset " + name in make.__doc__
 
 
 def test_paper_recipe_values_of_the_imagenet_and_finetune_presets():
     imagenet = get_preset("imagenet")
-    assert (imagenet.optimizer, imagenet.lr, imagenet.weight_decay, imagenet.batch_size) == ("lion", 2.4e-4, 0.5, 2048)
-    assert (imagenet.epochs, imagenet.warmup_epochs, imagenet.label_smoothing) == (150, 5.0, 0.1)
-    assert (imagenet.augment, imagenet.image_size, imagenet.eval_resize) == ("rrc_flip", 224, 256)
+    assert (imagenet.optim.optimizer, imagenet.optim.lr, imagenet.optim.weight_decay, imagenet.schedule.batch_size) == ("lion", 2.4e-4, 0.5, 2048)
+    assert (imagenet.schedule.epochs, imagenet.schedule.warmup_epochs, imagenet.loss.label_smoothing) == (150, 5.0, 0.1)
+    assert (imagenet.augmentation.augment, imagenet.data.image_size, imagenet.data.eval_resize) == ("rrc_flip", 224, 256)
     finetune = get_preset("finetune")
-    assert (finetune.optimizer, finetune.lr, finetune.weight_decay, finetune.batch_size) == ("adamw", 5e-5, 0.01, 512)
-    assert (finetune.augment, finetune.randaugment_n, finetune.randaugment_m, finetune.image_size) == (
+    assert (finetune.optim.optimizer, finetune.optim.lr, finetune.optim.weight_decay, finetune.schedule.batch_size) == ("adamw", 5e-5, 0.01, 512)
+    assert (finetune.augmentation.augment, finetune.augmentation.randaugment_n, finetune.augmentation.randaugment_m, finetune.data.image_size) == (
         "randaugment", 2, 14.0, 224)
 
 
-def test_command_line_overrides_every_kind_of_field():
-    config = parse_args(["--preset", "digits", "--epochs", "5", "--model-args", "patch_size=4", "dim=64", "heads=4", "depth=2", "pool='mean'",
-                         "--betas", "0.8", "0.9", "--no-progress", "--grad-clip", "1.5", "--max-steps", "7",
-                         "--measure-epochs", "--weight-decay-all", "--test-split", "none", "--resume"])
-    assert config.preset == "digits" and config.epochs == 5 and config.max_steps == 7
-    assert config.model_args == {"patch_size": 4, "dim": 64, "heads": 4, "depth": 2, "pool": "mean"}
-    assert config.betas == (0.8, 0.9) and config.measure_epochs == () and config.grad_clip == 1.5
-    assert config.progress is False and config.weight_decay_all is True and config.test_split is None
-    assert config.resume is True and config.lr == get_preset("digits").lr
+EVERY_KIND = [("schedule", "--epochs", "5"), ("network", "--model-args", "patch_size=4", "dim=64", "heads=4", "depth=2",
+                                            "pool='mean'"),
+              ("optim", "--betas", "0.8", "0.9"), ("run", "--no-progress"), ("optim", "--grad-clip", "1.5"),
+              ("schedule", "--max-steps", "7"), ("measure", "--measure-epochs"), ("optim", "--weight-decay-all"),
+              ("data", "--test-split", "none"), ("run", "--resume")]
+"""A flag of every kind (an integer, a dict, a tuple, an empty tuple, a boolean set and cleared, None), by section."""
+
+
+def _spelt(dotted: bool) -> list[str]:
+    """`EVERY_KIND` as ``--SECTION.FIELD`` flags (``--SECTION.no-FIELD`` for a cleared boolean), or as the flat
+    aliases ``--FIELD``."""
+    words = []
+    for section, flag, *values in EVERY_KIND:
+        if dotted:
+            flag = f"--{section}.no-{flag[5:]}" if flag.startswith("--no-") else f"--{section}.{flag[2:]}"
+        words += [flag, *values]
+    return words
+
+
+@pytest.mark.parametrize("dotted", [True, False], ids=["dotted", "flat aliases"])
+def test_command_line_overrides_every_kind_of_field(dotted):
+    config = parse_args(["--preset", "digits", *_spelt(dotted)])
+    assert config == parse_args(["--preset", "digits", *_spelt(not dotted)])  # a flag and its alias are one flag
+    assert config.run.preset == "digits" and config.schedule.epochs == 5 and config.schedule.max_steps == 7
+    assert config.network.model_args == {"patch_size": 4, "dim": 64, "heads": 4, "depth": 2, "pool": "mean"}
+    assert config.optim.betas == (0.8, 0.9) and config.measure.measure_epochs == () and config.optim.grad_clip == 1.5
+    assert config.run.progress is False and config.optim.weight_decay_all is True and config.data.test_split is None
+    assert config.run.resume is True and config.optim.lr == get_preset("digits").optim.lr
 
 
 def test_bad_arguments_give_clear_errors(tmp_path, capsys, monkeypatch):
@@ -55,14 +73,14 @@ def test_bad_arguments_give_clear_errors(tmp_path, capsys, monkeypatch):
     assert exit_info.value.code == 2 and "invalid choice: 'cifar'" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["--preset", "digits", "--no-such-flag", "1"])
-    assert "unrecognized arguments: --no-such-flag" in capsys.readouterr().err
+    assert capsys.readouterr().err == "crate-train: error: unrecognized argument --no-such-flag (see crate-train --help)\n"
     missing = tmp_path / "no-imagenet-here"
     assert main(["--preset", "imagenet", "--data-dir", str(missing), "--output-dir", str(tmp_path / "run"),
                  "--device", "cpu"]) == 1
     assert f"data_dir: the dataset folder '{missing}' does not exist" in capsys.readouterr().err
     with pytest.raises(ValueError, match="preset: expected one of"):
         get_preset("imagenet2")
-    with pytest.raises(TypeError, match="unknown ClassificationConfig field"):
+    with pytest.raises(TypeError, match="^preset 'digits': learning_rate: not a field of ClassificationConfig$"):
         get_preset("digits", learning_rate=1.0)
     with pytest.raises(ValueError, match="lr: expected a positive"):
         train(tiny(tmp_path, lr=0.0))
@@ -153,17 +171,53 @@ def test_crate_eval_top_k_and_imagenet_real(tmp_path, capsys):
     (["--device", "tpu"], "device: expected auto, cpu, cuda, cuda:N or mps, got 'tpu'"),
     (["--mean", "0.5", "0.5"], r"mean, std: expected one value per channel in each, got 2 means"),
     (["--warmup-epochs", "nan"], "warmup_epochs: expected a finite number, got nan"),
-    (["--lr", "abc"], "argument --lr: expected float, got 'abc'"),
+    (["--lr", "abc"], "argument --optim.lr/--lr: expected float, got 'abc'"),
     (["--measure-epochs", "31"], r"measure_epochs: \[31\] are after the last epoch \(30\)"),
     (["--dataset", "mnist"], "dataset: expected one of imagenet, imagefolder, cifar10, .*got 'mnist'"),
     (["--model", "gpt2"], "model: expected one of crate_tiny"),
 ])
 def test_bad_flags_give_one_line_naming_the_flag(tmp_path, capsys, flags, message):
+    """A value the config refuses, by the flag's alias (and by its dotted flag: `test_dotted_flags_…`)."""
     with pytest.raises(SystemExit) as exit_info:
         main(["--preset", "digits", "--output-dir", str(tmp_path), *flags])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and re.search(message, err), err
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--crops.local-crop", "3"], r"unrecognized argument --crops\.local-crop \(did you mean --crops\.local-crops "),
+    (["--crop.local-crops", "3"], r"unrecognized argument --crop\.local-crops \(did you mean --crops\.local-crops"),
+    (["--dino.local-crops", "3"], r"unrecognized argument --dino\.local-crops \(did you mean --crops\.local-crops"),
+    (["--crops.local_crops", "3"], r"unrecognized argument --crops\.local_crops \(did you mean --crops\.local-crops"),
+    (["--crops.local-crops", "-1"], r"error: local_crops: expected a non-negative value, got -1"),
+    (["--crops.local-crops", "two"], r"argument --crops\.local-crops/--local-crops: expected int, got 'two'"),
+    (["--crops.no-local-crops"], r"unrecognized argument --crops\.no-local-crops"),
+    (["--head.norm-last-layer", "no"], r"unrecognized argument no$"),
+    (["--local-crops=3", "--crops.local-crop=4"], r"unrecognized argument --crops\.local-crop \(did you mean"),
+])
+def test_dotted_flags_unknown_or_misspelt_give_one_line_naming_the_flag(tmp_path, capsys, flags, message):
+    """A misspelt or unknown ``--SECTION.FIELD`` (another section's field, an underscore, a boolean's negation of a
+    number) exits with status 2 and one line naming it, with the closest flags; no abbreviation is taken for a
+    flag."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--preset", "dino_digits", "--output-dir", str(tmp_path), *flags])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and len(err.splitlines()) == 1 and err.endswith(" (see crate-train --help)\n")
+    assert re.search(message, err.removesuffix(" (see crate-train --help)\n")), err
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def test_dotted_flags_and_their_aliases_set_the_same_field():
+    dotted = parse_args(["--preset", "dino_digits", "--crops.local-crops", "2", "--dino.teacher-temp", "0.07",
+                         "--head.no-norm-last-layer", "--cadence.knn-epochs", "--run.no-progress"])
+    flat = parse_args(["--preset", "dino_digits", "--local-crops", "2", "--teacher-temp", "0.07",
+                       "--no-norm-last-layer", "--knn-epochs", "--no-progress"])
+    assert dotted == flat
+    assert (dotted.crops.local_crops, dotted.dino.teacher_temp, dotted.head.norm_last_layer) == (2, 0.07, False)
+    assert (dotted.cadence.knn_epochs, dotted.run.progress) == ((), False)
+    again = parse_args(["--preset", "dino_digits", "--local-crops", "2", "--crops.local-crops", "3"])
+    assert again.crops.local_crops == 3  # one flag: the last value given wins
 
 
 def test_help_lists_presets_allowed_values_and_data_layouts(capsys):
@@ -173,8 +227,13 @@ def test_help_lists_presets_allowed_values_and_data_layouts(capsys):
     for task, names in list_presets().items():  # every registered preset, grouped under its task
         assert f"{task}: {', '.join(names)}" in out
     assert {"imagenet", "digits", "synthetic"} <= set(list_presets()["classification"])
-    assert "one of imagenet, imagefolder, cifar10" in out and "one of none, flip, shift, rrc_flip, randaugment" in out
     assert "ImageNet's val/ must be" in out and "cifar-10-batches-py" in out
+    assert "--data.dataset digits dataset layout" in out  # one line per flag, with the preset's value
+    for section, choices in (("data", "one of imagenet, imagefolder, cifar10"),
+                             ("augmentation", "one of none, flip, shift, rrc_flip, randaugment")):
+        with pytest.raises(SystemExit):  # a section's flags in full: their allowed values
+            main(["--preset", "digits", "--help", section])
+        assert choices in " ".join(capsys.readouterr().out.split())
 
 
 def test_init_from_a_crate_nn_checkpoint_rebuilds_its_architecture(tmp_path):
@@ -186,7 +245,7 @@ def test_init_from_a_crate_nn_checkpoint_rebuilds_its_architecture(tmp_path):
     result = train(config)
     model = crate_nn.load(result.checkpoint)
     assert (model.config.dim, model.config.depth, model.config.image_size, model.config.num_classes) == (16, 2, 16, 4)
-    clash = dataclasses.replace(config, output_dir=str(tmp_path / "clash"), model_args={"dim": 32})
+    clash = config.replace(output_dir=str(tmp_path / "clash"), model_args={"dim": 32})
     with pytest.raises(ValueError, match=r"model_args: \['dim'\] contradict the architecture stored in init_from"):
         train(clash)
 

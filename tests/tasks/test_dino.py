@@ -1,6 +1,5 @@
 """CRATE-DINO's task: the loss (76)–(77) against DINO's loop, the collapse monitors, the schedules, one optimizer step
 of the task (stop-gradient, frozen last layer, EMA teacher, centre), exact resume, bad input, and short runs."""
-import dataclasses
 import json
 import math
 import shutil
@@ -44,7 +43,7 @@ def tiny(output_dir, **overrides) -> DINOTrainConfig:
                 warmup_epochs=1.0, grad_clip=3.0, grad_clip_mode="per_tensor", knn_ks=(3, 5), monitor_samples=16,
                 device="cpu", precision="fp32", num_workers=0, progress=False, checkpoint_every=0, log_every=2,
                 output_dir=str(output_dir))
-    return DINOTrainConfig(**{**base, **overrides})
+    return DINOTrainConfig().replace(**{**base, **overrides})
 
 
 # ----------------------------------------------------------------------------------------------- the loss
@@ -160,7 +159,7 @@ def test_one_step_stop_gradient_frozen_last_layer_ema_and_centre(tmp_path):
     center = task.objective.center.clone()
     step = 5
     task.after_optimizer_step(model, step)
-    m = cosine(step, task.plan.total_steps, config.teacher_momentum, config.teacher_momentum_end)
+    m = cosine(step, task.plan.total_steps, config.distillation.teacher_momentum, config.distillation.teacher_momentum_end)
     assert 0.996 < m < 1
     for after, t, s in zip(model.teacher.parameters(), teacher, student):
         assert torch.equal(after, t.mul(m).add(s, alpha=1 - m))  # the formula's float operations
@@ -219,7 +218,7 @@ def test_resumed_run_equals_uninterrupted(tmp_path, interrupt_at):
     config = tiny(tmp_path / "straight", warmup_teacher_temp=0.02, teacher_temp=0.05, warmup_teacher_temp_epochs=3,
                   max_steps=9)
     train(config)
-    first = dataclasses.replace(config, output_dir=str(tmp_path / "resumed"), max_steps=interrupt_at)
+    first = config.replace(output_dir=str(tmp_path / "resumed"), max_steps=interrupt_at)
     assert train(first).steps == interrupt_at
     shutil.copytree(tmp_path / "resumed", tmp_path / "older")
     last = tmp_path / "older" / "checkpoints" / "last.pt"
@@ -231,7 +230,7 @@ def test_resumed_run_equals_uninterrupted(tmp_path, interrupt_at):
     checkpoint.atomic_save({**payload, "checksum": checkpoint.payload_digest(payload)}, last)
     assert torch.equal(crate_nn.load(last).legacy_center, payload["model"]["center"])
     for run in ("resumed", "older"):
-        train(dataclasses.replace(first, output_dir=str(tmp_path / run), max_steps=9, resume=True))
+        train(first.replace(output_dir=str(tmp_path / run), max_steps=9, resume=True))
         same_run(tmp_path / "straight", tmp_path / run)
 
 
@@ -321,12 +320,12 @@ def test_bad_config_names_the_field(tmp_path, overrides, match):
 def test_presets_and_command_line():
     imagenet = get_preset("dino_imagenet")
     imagenet.validate()
-    assert imagenet.lr == pytest.approx(0.001 * 1024 / 256) and imagenet.batch_size == 1024
-    assert (imagenet.weight_decay, imagenet.epochs, imagenet.optimizer) == (0.005, 100, "adamw")
+    assert imagenet.optim.lr == pytest.approx(0.001 * 1024 / 256) and imagenet.schedule.batch_size == 1024
+    assert (imagenet.optim.weight_decay, imagenet.schedule.epochs, imagenet.optim.optimizer) == (0.005, 100, "adamw")
     get_preset("dino_digits").validate()
     from crate_nn.train import parse_args
 
     parsed = parse_args(["--preset", "dino_digits", "--teacher-momentum", "0.99", "--knn-ks", "10", "20"])
-    assert isinstance(parsed, DINOTrainConfig) and parsed.teacher_momentum == 0.99 and parsed.knn_ks == (10, 20)
+    assert isinstance(parsed, DINOTrainConfig) and parsed.distillation.teacher_momentum == 0.99 and parsed.frozen.knn_ks == (10, 20)
     with pytest.raises(SystemExit):
         parse_args(["--preset", "dino_digits", "--teacher-momentum", "1.5"])

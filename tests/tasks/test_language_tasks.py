@@ -1,7 +1,6 @@
 """The language tasks through the engine and the command lines: causal LM (eq. 89) and masked LM (eq. 85) on a
 small prepared corpus, exact resume with dynamic masking, GLUE-format fine-tuning, Table 6's evaluation protocol,
 generation (top-k = 1 is argmax decoding), crate-sample / crate-eval-lm, the presets' recipes, and bad input."""
-import dataclasses
 import json
 import math
 
@@ -48,21 +47,21 @@ def _config(preset, data_dir, out, **overrides):
 
 def test_presets_carry_the_papers_recipes():
     gpt = get_preset("gpt_owt")
-    assert (gpt.optimizer, gpt.betas, gpt.lr, gpt.lr * gpt.min_lr_ratio, gpt.weight_decay) == (
+    assert (gpt.optim.optimizer, gpt.optim.betas, gpt.optim.lr, gpt.optim.lr * gpt.schedule.min_lr_ratio, gpt.optim.weight_decay) == (
         "adamw", (0.9, 0.95), 6e-4, pytest.approx(6e-5), 0.1)
-    assert (gpt.batch_size, gpt.block_size, gpt.total_steps, gpt.warmup_steps, gpt.lr_schedule) == (
+    assert (gpt.schedule.batch_size, gpt.data.block_size, gpt.schedule.total_steps, gpt.schedule.warmup_steps, gpt.schedule.lr_schedule) == (
         384, 1024, 600_000, 2000, "cosine")
-    assert (gpt.model, gpt.model_args["vocab_size"], gpt.grad_clip) == ("crate_gpt_base", 50304, 1.0)
+    assert (gpt.network.model, gpt.network.model_args["vocab_size"], gpt.optim.grad_clip) == ("crate_gpt_base", 50304, 1.0)
     bert = get_preset("bert_wiki")
-    assert (bert.optimizer, bert.betas, bert.lr, bert.weight_decay, bert.lr_schedule, bert.min_lr_ratio) == (
+    assert (bert.optim.optimizer, bert.optim.betas, bert.optim.lr, bert.optim.weight_decay, bert.schedule.lr_schedule, bert.schedule.min_lr_ratio) == (
         "adamw", (0.9, 0.98), 1e-3, 0.01, "linear", 0.0)
-    assert (bert.batch_size, bert.block_size, bert.total_steps, bert.warmup_steps, bert.model) == (
+    assert (bert.schedule.batch_size, bert.data.block_size, bert.schedule.total_steps, bert.schedule.warmup_steps, bert.network.model) == (
         8192, 512, 30_000, 1800, "crate_bert_base")
-    assert (bert.mask_probability, bert.mask_fraction, bert.random_fraction) == (0.15, 0.8, 0.1)
+    assert (bert.masking.mask_probability, bert.masking.mask_fraction, bert.masking.random_fraction) == (0.15, 0.8, 0.1)
     for name in ("glue_sst2", "glue_mrpc"):
         glue = get_preset(name)
-        assert (glue.lr, glue.batch_size, glue.tokenizer) == (2e-5, 32, "hf:roberta-base")
-    assert get_preset("glue_mrpc").epochs == 5 and get_preset("glue_sst2").epochs == 3
+        assert (glue.optim.lr, glue.schedule.batch_size, glue.data.tokenizer) == (2e-5, 32, "hf:roberta-base")
+    assert get_preset("glue_mrpc").schedule.epochs == 5 and get_preset("glue_sst2").schedule.epochs == 3
 
 
 def test_causal_lm_command_trains_evaluates_measures_and_samples(corpus_dir, tmp_path, capsys):
@@ -148,8 +147,8 @@ def test_masked_lm_resumes_exactly_with_dynamic_masking(corpus_dir, tmp_path):
     """Masks are drawn from the engine's saved RNG: 2 steps + resume to 4 equals 4 steps straight."""
     straight = train(_config("bert_stdlib", corpus_dir, tmp_path / "a", total_steps=4, eval_every_steps=None))
     interrupted = _config("bert_stdlib", corpus_dir, tmp_path / "b", total_steps=4, eval_every_steps=None)
-    train(dataclasses.replace(interrupted, max_steps=2))
-    resumed = train(dataclasses.replace(interrupted, resume=True))
+    train(interrupted.replace(max_steps=2))
+    resumed = train(interrupted.replace(resume=True))
     a, b = (crate_nn.checkpoint.read(r.checkpoint)["model"] for r in (straight, resumed))
     assert all(torch.equal(a[k], b[k]) for k in a)  # same operations in the same order on a CPU
     assert 0 <= straight.metrics["val_accuracy"] <= 1 and math.isfinite(straight.metrics["val_loss"])

@@ -133,5 +133,5 @@ def test_bad_configs_are_refused_by_name(tmp_path, overrides, error, message):
 
 
 def test_wrong_channels_are_refused_before_training(tmp_path):
-    with pytest.raises(ValueError, match="mean, std: 3 values for images with 1 channels"):
+    with pytest.raises(ValueError, match="mean, std: 3 values for images with 1 channel$"):
         train(tiny(tmp_path, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5)))

@@ -1,6 +1,5 @@
 """The controlled experiment's presets (equal sizes, one recipe), its runner end to end on a smoke schedule, its
 statistics, and ``crate-segment``."""
-import dataclasses
 import json
 
 import numpy as np
@@ -18,14 +17,14 @@ SMOKE = dict(max_steps=2, train_split="val")  # two optimizer steps on the 288 v
 
 def test_presets_differ_only_in_the_blocks():
     configs = {v: get_preset(f"objects_{v}") for v in VARIANTS}
-    base = dataclasses.asdict(configs["crate"])
+    base = configs["crate"].to_dict()
     for variant, config in configs.items():
         config.validate()
-        fields = dataclasses.asdict(config)
+        fields = config.to_dict()
         assert {k for k in fields if fields[k] != base[k]} <= {"model_args", "output_dir", "preset"}
-        blocks = {k: config.model_args[k] for k in ("attention", "feedforward")}
+        blocks = {k: config.network.model_args[k] for k in ("attention", "feedforward")}
         assert blocks == VARIANTS[variant]
-        assert {k: v for k, v in config.model_args.items() if k not in blocks} == \
+        assert {k: v for k, v in config.network.model_args.items() if k not in blocks} == \
                {k: v for k, v in base["model_args"].items() if k not in blocks}
     models = {v: initial_model(c) for v, c in configs.items()}
     assert {type(m.encoder.layers[0].attn).__name__ for m in models.values()} == {"MSSA", "MHSA"}

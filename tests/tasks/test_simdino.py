@@ -191,7 +191,7 @@ def test_simdino_config_and_presets():
         tiny("unused", objective="simdino", rate_eps=0.0).validate()
     digits = get_preset("simdino_digits")
     digits.validate()
-    assert digits.objective == "simdino"
+    assert digits.distillation.objective == "simdino"
     imagenet = get_preset("simdino_imagenet")
     imagenet.validate()
-    assert imagenet.rate_eps == pytest.approx(math.sqrt(0.05)) and imagenet.local_crops == 10
+    assert imagenet.simdino.rate_eps == pytest.approx(math.sqrt(0.05)) and imagenet.crops.local_crops == 10

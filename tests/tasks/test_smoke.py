@@ -4,7 +4,6 @@ Every preset's smoke config must validate, keep the preset's recipe (model, opti
 and need no local data; its task must build on the CPU. One of them (digits, the CPU preset) trains here with the
 same falling-loss criterion the GPU test applies, in float32 and in bf16 autocast.
 """
-import dataclasses
 import json
 
 import pytest
@@ -25,20 +24,20 @@ def test_every_preset_has_a_smoke_run_without_local_data(name, tmp_path):
     preset = get_preset(name)
     smoke = preset.smoke(20, 32, output_dir=str(tmp_path / "run"), device="cpu")
     smoke.validate()
-    assert (smoke.max_steps, smoke.log_every, smoke.checkpoint_every, smoke.num_workers) == (20, 1, 0, 0)
-    assert smoke.batch_size == min(preset.batch_size, 32, preset.micro_batch_size or 32)
-    assert smoke.micro_batch_size is None
+    assert (smoke.schedule.max_steps, smoke.run.log_every, smoke.run.checkpoint_every, smoke.run.num_workers) == (20, 1, 0, 0)
+    assert smoke.schedule.batch_size == min(preset.schedule.batch_size, 32, preset.schedule.micro_batch_size or 32)
+    assert smoke.schedule.micro_batch_size is None
     assert all(getattr(smoke, field) == getattr(preset, field) for field in RECIPE if hasattr(preset, field))
     assert getattr(smoke, "data_dir", None) is None and getattr(smoke, "init_from", None) is None
     task = task_for(smoke)(smoke, context("cpu"))  # builds the model and the data, nothing read from disk
-    assert len(task.train_set) >= smoke.batch_size
+    assert len(task.train_set) >= smoke.schedule.batch_size
 
 
 def test_smoke_keeps_the_model_and_takes_overrides_last():
     smoke = get_preset("imagenet").smoke(5, 8, model="crate_tiny", dataset="digits")
-    assert (smoke.model, smoke.dataset, smoke.batch_size, smoke.max_steps) == ("crate_tiny", "digits", 8, 5)
-    assert get_preset("imagenet").smoke().model == "crate_base"
-    assert dataclasses.replace(get_preset("finetune"), init_from="x.pt").smoke().init_from is None
+    assert (smoke.network.model, smoke.data.dataset, smoke.schedule.batch_size, smoke.schedule.max_steps) == ("crate_tiny", "digits", 8, 5)
+    assert get_preset("imagenet").smoke().network.model == "crate_base"
+    assert get_preset("finetune").replace(init_from="x.pt").smoke().network.init_from is None
 
 
 @pytest.mark.parametrize("choice", ["fp32", precision.MEASURED])

@@ -71,7 +71,8 @@ def test_cli_end_to_end(quick_audit):
     assert sum(len(c["figures"]) for c in report["claims"]) >= 5
     md = (quick_audit.output_dir / "report.md").read_text()
     assert all(c.id in md for c in CLAIMS)  # full-only claims are named as not run
-    summary = md[md.index("## Summary"):md.index("## Detail")].rstrip("\n").split("\n")
+    start = md.index("## Summary")
+    summary = md[start:md.index("\n## ", start + 1)].rstrip("\n").split("\n")  # up to the next section
     # the sources, then two tables with their headers: the central question (a row per model, then its counts by
     # scope and what it does not measure) and the statements
     assert len(summary) <= 4 + (len(LAYERS_COMPRESS) + 5) + (len(PAPER_CLAIMS) + 2)

@@ -42,10 +42,10 @@ def test_a_part_is_rewritten_between_its_markers_only(tmp_path):
     for name, (path, _) in documents.PARTS.items():
         file = tmp_path / path
         text = file.read_text() if file.exists() else ""
-        file.write_text(text + before + documents.BEGIN.format(name=name) + "\nstale 1\n"
+        file.write_text(text + before + documents.BEGIN.format(name=name, command=documents.COMMAND) + "\nstale 1\n"
                         + documents.END.format(name=name) + after)
     report = {"claims": [], "meta": {"mode": "quick", "seed": 0},
-              "summary": {"claims": 0, "mismatches": [],
+              "summary": {"claims": 0, "mismatches": [], "answer": ["One.", "Two.", "Three."],
                           "by_scope": {s: {"claims": 0, **{v: 0 for v in documents.COUNTED}}
                                        for s in documents.SCOPES}}}
     changed = documents.update(report, root=tmp_path)

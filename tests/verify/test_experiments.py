@@ -1,6 +1,5 @@
 """The audit's cache of trained runs (verify.experiments): one training per (config, code), complete entries only,
 the engine's own initialisation, a code change retrains, and `make clean` clears exactly the audit's folder."""
-import dataclasses
 import os
 import re
 import shutil
@@ -24,7 +23,7 @@ def cache(tmp_path, monkeypatch):
     real = experiments.train
 
     def counted(config):
-        calls.append(config.seed)
+        calls.append(config.run.seed)
         return real(config)
 
     monkeypatch.setattr(experiments, "train", counted)
@@ -44,7 +43,7 @@ def test_same_key_trains_once_and_other_seeds_or_configs_train_again(cache):
     other_seed = experiments.run(tiny(seed=1))
     other_config = experiments.run(tiny(lr=1e-3))
     assert len({first.folder, other_seed.folder, other_config.folder}) == 3 and cache == [0, 1, 0]
-    assert [r.config.seed for r in experiments.runs(tiny(), [0, 1])] == [0, 1] and len(cache) == 3
+    assert [r.config.run.seed for r in experiments.runs(tiny(), [0, 1])] == [0, 1] and len(cache) == 3
     assert set(first.metrics) >= {"val_top1", "test_top1"} and first.seconds > 0
     assert sorted(p.name for p in first.folder.iterdir()) == ["init.pt", "metrics.json", "run.json", "trained.pt"]
 
@@ -204,7 +203,7 @@ def test_derived_numbers_are_cached_per_measurement_code_and_parameters(cache, t
     measured = []
 
     def measure(r):
-        measured.append(r.config.seed)
+        measured.append(r.config.run.seed)
         return {"top1": r.metrics["test_top1"]}
 
     module = crate_nn  # any module whose source names the measurement
@@ -220,10 +219,10 @@ def test_a_committed_recipe_is_compared_field_by_field_and_new_options_at_their_
     saved = experiments.recipe(config)
     assert "seed" not in saved and "output_dir" not in saved and experiments.recipe_differences(saved, config) == []
     older = {k: v for k, v in saved.items() if k not in ("curves", "eval_at_start")}  # written before they existed
-    assert experiments.recipe_differences(older, dataclasses.replace(config, eval_at_start=False)) == []
+    assert experiments.recipe_differences(older, config.replace(eval_at_start=False)) == []
     assert experiments.recipe_differences(older, config) == ["eval_at_start"]  # the digits preset sets it: new
     assert experiments.recipe_differences({**saved, "lr": 1.0}, config) == ["lr"]
-    assert experiments.recipe_differences(saved, dataclasses.replace(config, seed=7, progress=False)) == []
+    assert experiments.recipe_differences(saved, config.replace(seed=7, progress=False)) == []
 
 
 def test_seeds_are_disjoint_per_base_seed():

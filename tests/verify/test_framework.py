@@ -540,6 +540,30 @@ def test_a_figure_is_named_after_its_claim_without_saying_a_word_twice(tmp_path)
     assert (tmp_path / "figures").is_dir()
 
 
+def test_a_comparison_one_of_several_reads_its_refuting_side_at_its_share_of_the_level():
+    """``union`` m: the claimed side at 95%, the refuting side at 1 − 0.05/m (Bonferroni); for a collapse
+    (``refutes="holds"``) the other way round. Differences 1.0, 1.2, 1.4 (mean 1.2, sd 0.2): the 95% half-width is
+    t(0.975, 2)·0.2/√3 = 0.497; at m = 3 (level 98.33%) t(0.99167, 2) = 7.65 gives 0.883."""
+    from scipy import stats
+
+    from verify.statistics import compare, compare_one, union_level
+
+    x = [1.0, 1.2, 1.4]
+    assert compare(x, direction="below").verdict == "fails"
+    shared = compare(x, direction="below", union=3)
+    half = float(stats.t.ppf(1 - 0.05 / 6, 2)) * 0.2 / np.sqrt(3)
+    assert shared.refuting.high - 1.2 == pytest.approx(half, rel=1e-12) and union_level(3) == pytest.approx(1 - 0.05 / 3)
+    assert shared.verdict == "fails"  # 1.2 − 0.883 = 0.317 > 0: refuted at the stricter level too
+    assert compare(x, direction="below", boundary=0.5, union=3).verdict == "inconclusive"  # 0.317 < 0.5 < 0.703
+    assert compare(x, direction="below", boundary=0.5).verdict == "fails"  # the plain rule: 0.703 > 0.5
+    assert compare(x, direction="above", boundary=0.5, union=3).verdict == "holds"  # the claimed side: 95%
+    assert compare(x, direction="above", boundary=0.5, union=3, refutes="holds").verdict == "inconclusive"
+    assert compare_one(10.0, [0.0, 0.1, -0.1], direction="below", union=12).verdict == "fails"
+    assert compare(x, direction="below").as_dict().keys() < compare(x, direction="below", union=2).as_dict().keys()
+    with pytest.raises(ValueError, match="union: expected a number of comparisons >= 1, got 0"):
+        compare(x, direction="below", union=0)
+
+
 def test_one_network_against_a_population_uses_the_prediction_interval():
     """A network drawn from the population itself lies outside the 95% prediction interval in 5% of draws; the
     interval of the seeds' mean, which `compare` on the differences gives, calls it different whenever

@@ -146,15 +146,13 @@ def test_a_new_size_says_on_stderr_that_its_floor_is_being_computed(capsys, monk
     assert capsys.readouterr().err == ""
 
 
-def test_from_layer_2_exempts_the_last_layer_where_a_head_reads_it():
-    """Footnote 17 (module docstring): with ``exempt_last`` a collapse at the last layer leaves the verdict to layers
-    2 … L − 1; with none left, `inconclusive`."""
+def test_describe_marks_the_last_layer_apart_where_a_head_reads_it():
+    """Footnote 17 (module docstring): the rows that exempt the last layer (verify.layerwise) say so per layer."""
     compressed = compresses(shifted(specific=-0.01, alignment=0.02), B, floor=FLOOR)
     collapsed = compresses(shifted(spread=-0.05), B, floor=FLOOR)
     layers = [collapsed, compressed, collapsed]
-    assert joint.from_layer_2(layers) == "fails" and joint.from_layer_2(layers, exempt_last=True) == "holds"
-    assert joint.from_layer_2(layers[:2], exempt_last=True) == "inconclusive"
-    assert "L − 1" in joint.training_rule(exempt_last=True) and "L − 1" not in joint.training_rule()
+    assert joint.every_judgement(layers[1:2]) == "holds" and joint.every_judgement(layers) == "fails"
+    assert joint.every_judgement([]) == "inconclusive"
     assert joint.describe(layers, exempt_last=True).split("; layer 3")[1].startswith(" (footnote 17, apart): collapse")
 
 

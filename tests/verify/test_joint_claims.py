@@ -3,7 +3,7 @@ profiles for which each verdict must come out one way, then the other."""
 import numpy as np
 import pytest
 
-from verify import joint
+from verify import joint, layerwise
 from verify.claims import dino, language, mae
 from verify.context import Context
 from verify.registry import all_claims
@@ -53,20 +53,30 @@ def test_expands_mirrors_compresses_and_never_credits_collapse():
     assert (collapsed.label, collapsed.verdict) == ("collapse", "fails")
 
 
-def test_per_layer_reports_layer_1_apart():
+def decided(trained: list[dict], init: list[dict], rule: str = "every"):
+    """A joint row of the layer-wise family, trained against init, decided on per-seed profiles."""
+    row = layerwise.Row(layerwise.Object("trained"), "joint", layerwise.Control("init", "init"), rule)
+    subject = layerwise.Seeds({"trained": layerwise.joint_values(trained), "init": layerwise.joint_values(init)},
+                              joint.Sizes.of(trained))
+    return layerwise.decide(row, subject.sample(row))
+
+
+def test_a_joint_row_reports_layer_1_apart():
     first_collapses = {"specific": [0.85] * DEPTH, "alignment": [0.5] * DEPTH, "spread": [0.6, 0.95, 0.95]}
-    judged = joint.per_layer([profile(s, half=first_collapses) for s in range(SEEDS)], [profile(s) for s in range(SEEDS)])
-    assert [j.label for j in judged] == ["collapse", "compression", "compression"]
-    assert joint.from_layer_2(judged) == "holds" and joint.describe(judged).startswith("layer 1: collapse")
-    with pytest.raises(ValueError, match="two layers"):
-        joint.from_layer_2(judged[:1])
+    result = decided([profile(s, half=first_collapses) for s in range(SEEDS)], [profile(s) for s in range(SEEDS)])
+    assert result.labels == "layer 1 collapse, layer 2 compression, layer 3 compression"
+    assert result.verdict == "holds" and result.measured.startswith("layer 1: collapse")
 
 
 def test_shared_by_compares_labels():
-    base = [profile(s) for s in range(SEEDS)]
-    a = joint.per_layer([profile(s, half=COLLAPSED) for s in range(SEEDS)], base)[0]
-    b = joint.per_layer([profile(s + 10, half=COLLAPSED) for s in range(SEEDS)], base)[0]
-    c = joint.per_layer([profile(s, half=COMPRESSED) for s in range(SEEDS)], base)[0]
+    base = joint.at([profile(s) for s in range(SEEDS)], "half", 1)
+    floor = joint.Sizes(**SIZES).floor
+
+    def first_layer(offset, half):
+        return joint.compresses(joint.at([profile(s + offset, half=half) for s in range(SEEDS)], "half", 1), base,
+                                floor=floor)
+
+    a, b, c = first_layer(0, COLLAPSED), first_layer(10, COLLAPSED), first_layer(0, COMPRESSED)
     assert joint.shared_by(a, b) and not joint.shared_by(a, c)
 
 
@@ -75,6 +85,7 @@ def mae_runs(monkeypatch, trained_encoder: dict, trained_decoder: dict, init_enc
              init_decoder: dict | None = None):
     """Replace the MAE measurements by constructed per-station profiles (``{station: {measure: values}}``)."""
     raw = {f"{part}_{side}": [50.0] * DEPTH for part in ("encoder", "decoder") for side in ("before", "after")}
+    raw.update({key: [50.0] * DEPTH for key in ("compression_paper", "compression_official", "sparsity")})
 
     def model(s, encoder, decoder):
         return {**raw, "joint_encoder": profile(s, **encoder), "joint_decoder": profile(s + 100, **decoder)}
@@ -110,12 +121,22 @@ def test_mae_joint_flips(monkeypatch, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------ DINO and GPT
+def measured(profiles: dict) -> dict:
+    """The other measures of the runs whose joint ``profiles`` a test constructs (flat: they decide nothing here)."""
+    flat = {name: np.full((SEEDS, DEPTH), 50.0) for name in profiles}
+    return {"joint": profiles, "compression": {"paper": flat, "official": flat}, "sparsity": flat}
+
+
+def install_dino(monkeypatch, profiles: dict) -> None:
+    monkeypatch.setattr(dino, "_measurements", lambda mode, seed, system="dino": measured(profiles))
+
+
 def test_dino_joint_flips(monkeypatch, tmp_path):
     mode, claim_id = "full", "fig15-dino-joint"
     def install(trained):
         profiles = {"dino": [profile(s, half=trained) for s in range(SEEDS)],
                     "random init": [profile(s + 1000) for s in range(SEEDS)]}
-        monkeypatch.setattr(dino, "_measurements", lambda mode, seed, system="dino": {"joint": profiles})
+        install_dino(monkeypatch, profiles)
     install(COMPRESSED)
     assert verdict(claim_id, tmp_path, mode).verdict == "holds"
     install(COLLAPSED)
@@ -129,13 +150,13 @@ def test_stored_profiles_without_sizes_or_rate_reduction_are_judged(monkeypatch,
         return {k: v for k, v in profile(seed, **stations).items() if k != "sizes"}
     profiles = {"dino": [stored(s, half=COLLAPSED) for s in range(SEEDS)],
                 "random init": [stored(s + 1000) for s in range(SEEDS)]}
-    monkeypatch.setattr(dino, "_measurements", lambda mode, seed, system="dino": {"joint": profiles})
+    install_dino(monkeypatch, profiles)
     result = verdict("fig15-dino-joint", tmp_path, "full")
     assert result.verdict == "fails" and "ΔR not stored" in result.measured
     assert result.data["per_layer"][0]["collapse_floor"] == joint.Sizes(96, 17, 4).floor
     assert result.labels == "layer 1 collapse, layer 2 collapse, layer 3 collapse"
     with pytest.raises(ValueError, match="sizes"):
-        joint.per_layer(profiles["dino"], profiles["random init"])
+        joint.Sizes.of(profiles["dino"])
 
 
 def test_the_last_layer_is_apart_where_a_head_reads_it(monkeypatch, tmp_path):
@@ -144,7 +165,7 @@ def test_the_last_layer_is_apart_where_a_head_reads_it(monkeypatch, tmp_path):
     last_collapses = {**COMPRESSED, "spread": [0.95, 0.95, 0.6]}
     profiles = {"dino": [profile(s, half=last_collapses) for s in range(SEEDS)],
                 "random init": [profile(s + 1000) for s in range(SEEDS)]}
-    monkeypatch.setattr(dino, "_measurements", lambda mode, seed, system="dino": {"joint": profiles})
+    install_dino(monkeypatch, profiles)
     result = verdict("fig15-dino-joint", tmp_path, "full")
     assert result.verdict == "holds" and result.labels.endswith("layer 3 collapse")
     assert "layer 3 (footnote 17, apart): collapse" in result.measured and result.headline.label.startswith("ℓ 2")
@@ -159,17 +180,17 @@ def test_two_layers_and_a_head_leave_no_layer_to_decide():
         return {k: (v if k == "sizes" else {s: values[:2] for s, values in v.items()}) for k, v in p.items()}
     trained = [two_layers(profile(s, half=COLLAPSED)) for s in range(SEEDS)]
     init = [two_layers(profile(s + 1000)) for s in range(SEEDS)]
-    result = joint.against_init(trained, init, exempt_last=True)
+    result = decided(trained, init, "footnote17")
     assert result.verdict == "inconclusive" and result.labels == "layer 1 collapse, layer 2 collapse"
     assert result.headline.label.startswith("ℓ 2 (apart) collapse")
-    assert joint.against_init(trained, init).verdict == "fails"
+    assert decided(trained, init).verdict == "fails"
 
 
 def test_gpt_joint_flips(monkeypatch, tmp_path):
     def install(trained):
         profiles = {"trained": [profile(s, half=trained) for s in range(SEEDS)],
                     "init": [profile(s + 1000) for s in range(SEEDS)]}
-        monkeypatch.setattr(language, "_layers", lambda mode, seed: {"joint": profiles})
+        monkeypatch.setattr(language, "_layers", lambda mode, seed: measured(profiles))
     install(COMPRESSED)
     assert verdict("fig15-gpt-joint", tmp_path).verdict == "holds"
     install(COLLAPSED)

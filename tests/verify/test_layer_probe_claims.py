@@ -28,17 +28,25 @@ def curves(shifts) -> tuple[np.ndarray, np.ndarray]:
     return init + np.asarray(shifts, dtype=float) + NOISE[:, None] * np.arange(1, DEPTH + 1), init
 
 
+def profiles() -> list[dict]:
+    """Joint profiles that decide nothing here (the quick DINO runs measure none), with the size measured."""
+    flat = [0.9] * DEPTH
+    return [{"sizes": {"d": 32, "n": 17, "heads": 2, "p": 16},
+             **{m: {"half": flat} for m in ("specific", "alignment", "spread")}} for _ in range(SEEDS)]
+
+
 def install_dino(monkeypatch, shifts) -> None:
     trained, init = curves(shifts)
     per_model = {"dino": trained, "random init": init}
-    measured = {"sparsity": per_model, "compression": {"paper": per_model, "official": per_model}}
+    measured = {"sparsity": per_model, "compression": {"paper": per_model, "official": per_model}, "joint": {}}
     monkeypatch.setattr(dino, "_measurements", lambda mode, seed, system="dino": measured)
 
 
 def install_gpt(monkeypatch, shifts) -> None:
     trained, init = curves(shifts)
     per_model = {"trained": trained, "init": init}
-    measured = {"sparsity": per_model, "compression": {"paper": per_model, "official": per_model}}
+    measured = {"sparsity": per_model, "compression": {"paper": per_model, "official": per_model},
+                "joint": {"trained": profiles(), "init": profiles()}}
     monkeypatch.setattr(language, "_layers", lambda mode, seed: measured)
 
 
@@ -62,8 +70,8 @@ def test_sparsity_probes_exempt_the_last_layer(monkeypatch, tmp_path, claim_id, 
 def test_the_exempt_layer_is_reported(monkeypatch, tmp_path):
     install_gpt(monkeypatch, EXEMPT_RISE)
     result = CLAIMS["fig15-gpt-sparsity"].measure(Context("quick", 0, "fig15-gpt-sparsity", tmp_path))
-    assert result.data["exempt_last_layer"] and len(result.data["difference"]) == DEPTH
-    assert result.data["difference"][-1]["verdict"] == "fails" and "footnote 17" in result.measured
+    assert result.data["exempt_last"] and len(result.data["per_layer"]) == DEPTH
+    assert result.data["per_layer"][-1]["verdict"] == "fails" and "footnote 17" in result.measured
 
 
 @pytest.mark.parametrize("claim_id, mode, install", COMPRESSION)

@@ -1,6 +1,7 @@
 """`python -m verify.network`: the papers' layer-wise claims on a checkpoint a user brings — a stand-in CRATE-α in the
-authors' torch format on an image folder, a run directory with its own initialisation, a language model on a text
-file; each verdict flipped on constructed measurements; bad input refused in one line."""
+authors' torch format on an image folder, a run directory with its own initialisation, another CRATE checkpoint as
+a control, a language model on a text file; bad input refused in one line. The rows' verdicts flipped on constructed
+measurements: tests/verify/test_layerwise.py."""
 import json
 
 import numpy as np
@@ -12,10 +13,10 @@ from PIL import Image
 
 import crate_nn
 from crate_nn.analysis.diagnostics import half_logdet
+from crate_nn.data.inputs import folder_images
 from crate_nn.engine import initial_model, recorded_config
 from crate_nn.tasks import get_preset
-from verify import layerwise, network
-from verify.joint import Sizes
+from verify import checkpoint, network
 
 SMALL = dict(dim=32, depth=3, heads=2, image_size=32, patch_size=8, num_classes=5)
 
@@ -72,15 +73,18 @@ def test_a_crate_alpha_file_on_an_image_folder_against_a_vit(stand_in, capsys):
 
 def test_the_models_rates_are_measure_layers_on_the_same_images(stand_in, tmp_path):
     images = write_images(tmp_path / "flat", 5)
-    net = layerwise.load_network(str(stand_in / "alpha.pth"), "model", heads=2)
-    inputs = layerwise.image_inputs(net.model, 5, 0, folder=str(images))
-    measured = layerwise.measure(net, inputs.tensor, joint_n=3, progress=False, batch_size=2)
+    net = checkpoint.load_network(str(stand_in / "alpha.pth"), "model", heads=2)
+    inputs = folder_images(net.model, str(images), 5, 0)
+    measured = checkpoint.measure(net, inputs.tensor, joint_n=3, progress=False, batch_size=2)
     for protocol in ("official", "paper"):
         theirs = crate_nn.measure_layers(net.model, inputs.tensor, protocol=protocol)
         # the same float64 rates of the same float32 tokens; batches of 2 against one of 5 reorder float32 sums
         np.testing.assert_allclose(measured[protocol].mean(0), [s.mean for s in theirs.compression], rtol=1e-5)
+        # the per-head rates sum to the layer's (float64 sums of the same terms in another order)
+        np.testing.assert_allclose(measured[f"{protocol}_heads"].sum(-1), measured[protocol], rtol=1e-12)
     np.testing.assert_allclose(measured["delta_r"], measured["rate"] - measured["paper"], rtol=1e-12)
     assert measured["specific"].shape == (3, 3) and measured["official"].shape == (5, 3)
+    assert measured["official_heads"].shape == (5, 3, 2)
     assert measured["sizes"] == {"d": 32, "n": 17, "heads": 2, "p": 16}
 
 
@@ -89,7 +93,7 @@ def test_a_run_directory_has_its_own_initialisation_as_a_control(tmp_path, capsy
     crate_nn.engine.train(config)
     recorded = crate_nn.weights.training_config(tmp_path / "run" / "checkpoints" / "last.pt")
     assert recorded_config(recorded, "classification", "run").to_dict() == config.to_dict()
-    own = layerwise.run_init(str(tmp_path / "run"))
+    own = checkpoint.run_init(str(tmp_path / "run"))
     for key, value in initial_model(config).state_dict().items():
         assert torch.equal(own.model.state_dict()[key], value), key
     assert network.main([str(tmp_path / "run"), "--dataset", "digits", "--n", "16", "--control-n", "8",
@@ -141,88 +145,33 @@ def test_bad_input_is_one_line(stand_in, monkeypatch, capsys, arguments, message
     assert err.startswith(f"python -m verify.network: {message}") and err.count("\n") == 1
 
 
-def test_a_vit_alone_and_too_few_seeds_are_refused(stand_in, capsys):
+def test_a_timm_vit_is_a_subject_against_its_random_initialisations(stand_in, tmp_path):
+    """A ViT in timm's layout (``crate-export --format timm`` of a stand-in; tests/weights/test_vit_adapters.py checks
+    the layout against timm's forward) as the subject: R^c with depth under each protocol and, against random ViTs of
+    its architecture, every layer's R^c, the joint measure and the sparsity — its value rows the subspaces (Fig. 26)."""
+    from crate_nn.export import main as export
+
+    torch.manual_seed(0)
+    crate_nn.save(tmp_path / "vit.pt", crate_nn.create_model("vit_tiny", **SMALL, patch_embed="conv", norm_eps=1e-6))
+    assert export([str(tmp_path / "vit.pt"), str(tmp_path / "vit_timm.pth"), "--format", "timm"]) == 0
+    assert set(torch.load(tmp_path / "vit_timm.pth", weights_only=True)) >= {"blocks.0.attn.qkv.weight", "head.weight"}
+    images = write_images(tmp_path / "flat", 6)
+    assert network.main([str(tmp_path / "vit_timm.pth"), "--heads", "2", "--images", str(images), "--n", "6",
+                         "--control-n", "4", "--init-seeds", "3", "--out", str(tmp_path / "out")]) == 0
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["model"]["format"] == "timm ViT" and report["sizes"]["heads"] == 2
+    assert {v["id"] for v in report["verdicts"]} == {
+        "rc-falls-official", "rc-falls-paper", "rc-below-random-init-official", "rc-below-random-init-paper",
+        "joint-random-init", "sparsity-rises", "sparser-than-random-init"}
+    values = np.load(tmp_path / "out" / "values.npz")
+    assert values["random init 1000/specific"].shape == (4, 3)  # the random ViTs' joint measure, layer by layer
+
+
+def test_too_few_seeds_are_refused(stand_in, capsys):
     images = write_images(stand_in / "flat", 4)
-    assert network.main([str(stand_in / "vit.pt"), "--images", str(images)]) == 2
-    assert "has no MSSA layers (a ViT?); bring it as --against" in capsys.readouterr().err
     with pytest.raises(SystemExit) as stop:
         network.main([str(stand_in / "alpha.pth"), "--images", str(images), "--init-seeds", "2"])
     assert stop.value.code == 2 and "--init-seeds: expected 0 or 3 to 100, got 2" in capsys.readouterr().err
-
-
-# --------------------------------------------------------------------------------------------- verdict flips
-def _layers(*columns, n=40, noise=0.01, seed=0):
-    """(n, L) per-input values: column ℓ's mean is ``columns[ℓ]``, with Gaussian noise."""
-    rng = np.random.default_rng(seed)
-    return np.array(columns, dtype=float)[None, :] + noise * rng.standard_normal((n, len(columns)))
-
-
-def test_rc_falls_flips_with_the_trend_from_layer_2():
-    assert layerwise.falls({"official": _layers(5.0, 4.0, 3.0, 2.0)}, "official").verdict == "holds"
-    # layer 1 is not part of the claim: a rise from layer 1 to 2 does not decide it
-    assert layerwise.falls({"official": _layers(1.0, 4.0, 3.0, 2.0)}, "official").verdict == "holds"
-    assert layerwise.falls({"official": _layers(5.0, 2.0, 3.0, 4.0)}, "official").verdict == "fails"
-    assert layerwise.falls({"official": _layers(5.0, 2.0, 2.0, 2.0, noise=1.0)}, "official").verdict == "inconclusive"
-
-
-def test_below_the_control_needs_every_layer():
-    control = [{"paper": _layers(5.0, 5.0, 5.0, n=20, seed=1)}]  # one network: over the inputs, paired
-    assert layerwise.below({"paper": _layers(4.0, 4.0, 4.0)}, control, "run init", "paper").verdict == "holds"
-    assert layerwise.below({"paper": _layers(4.0, 6.0, 4.0)}, control, "run init", "paper").verdict == "fails"
-    seeds = [{"paper": _layers(5.0 + d, 5.0 + d, 5.0 + d, n=20, seed=s)} for s, d in enumerate((0.0, 0.1, -0.1))]
-    found = layerwise.below({"paper": _layers(4.0, 4.0, 4.0)}, seeds, "random init", "paper")
-    assert found.verdict == "holds" and found.numbers["unit"].startswith("3 initialisation seeds")
-
-
-def test_a_network_inside_the_seeds_spread_is_not_below_them():
-    # each input says "below" the pooled seeds (−0.3 with noise 0.01), but the seeds themselves spread by ±3: over
-    # the seeds, the unit of a population of random networks, the interval straddles 0
-    seeds = [{"official": _layers(c, c, c, n=20, seed=s)} for s, c in enumerate((2.0, 5.0, 8.0))]
-    assert layerwise.below({"official": _layers(4.7, 4.7, 4.7)}, seeds, "random init",
-                         "official").verdict == "inconclusive"
-
-
-def test_sparsity_exempts_the_last_layer():
-    assert layerwise.sparsity_rises({"sparsity": _layers(0.6, 0.5, 0.4, 0.9)}).verdict == "holds"
-    assert layerwise.sparsity_rises({"sparsity": _layers(0.4, 0.5, 0.6, 0.3)}).verdict == "fails"
-    control = [{"sparsity": _layers(0.5, 0.5, 0.5, n=20, seed=1)}]
-    assert layerwise.sparser({"sparsity": _layers(0.4, 0.4, 0.9)}, control, "init").verdict == "holds"
-    assert layerwise.sparser({"sparsity": _layers(0.4, 0.6, 0.4)}, control, "init").verdict == "fails"
-
-
-def _joint(specific, alignment, spread, n=30, seed=0):
-    rng = np.random.default_rng(seed)
-    values = {"specific": specific, "alignment": alignment, "spread": spread, "rate_reduction": 1.0,
-              "nonnegative": 0.0}
-    return {k: np.full((n, 3), v) + (1e-3 * rng.standard_normal((n, 3)) if k != "nonnegative" else 0)
-            for k, v in values.items()}
-
-
-def test_the_joint_verdict_tells_compression_from_collapse():
-    sizes = Sizes(32, 17, 2)
-    control = [_joint(1.0, 0.5, 1.0, seed=1)]
-    assert layerwise.joint(_joint(0.9, 0.7, 1.0), control, "init", sizes).verdict == "holds"
-    collapsed = layerwise.joint(_joint(0.9, 0.7, 0.5), control, "init", sizes)
-    assert collapsed.verdict == "fails" and collapsed.numbers["labels"] == ["collapse"] * 3
-    assert layerwise.joint(_joint(1.1, 0.3, 1.0), control, "init", sizes).verdict == "fails"
-
-
-def test_the_joint_verdict_exempts_the_last_layer_as_the_sparsity_verdicts_do():
-    """Footnote 17 (verify.joint): a collapse at the last layer alone leaves the verdict to layers 2 … L − 1."""
-    sizes = Sizes(32, 17, 2)
-    control = [_joint(1.0, 0.5, 1.0, seed=1)]
-    last_collapses = _joint(0.9, 0.7, 1.0)
-    last_collapses["spread"][:, -1] = 0.5
-    judged = layerwise.joint(last_collapses, control, "init", sizes)
-    assert judged.verdict == "holds" and judged.numbers["labels"] == ["compression", "compression", "collapse"]
-    assert "layer 3 apart: footnote 17" in judged.text
-
-
-def test_fig26_against_another_model_flips():
-    this = {"official": _layers(10.0, 8.0, 6.0), **{f"above_{t:g}": _layers(0.2, 0.2, 0.2) for t in (1.0, 0.5, 0.1)}}
-    vit = {"official": _layers(10.0, 9.5, 9.0), **{f"above_{t:g}": _layers(0.9, 0.9, 0.9) for t in (1.0, 0.5, 0.1)}}
-    assert [v.verdict for v in layerwise.versus(this, vit, "vit")] == ["holds", "holds"]
-    assert [v.verdict for v in layerwise.versus(vit, this, "crate")] == ["fails", "fails"]
 
 
 @given(n=st.integers(1, 12), m=st.integers(1, 12), beta=st.floats(1e-3, 1e3), seed=st.integers(0, 2**16))
@@ -257,15 +206,12 @@ def test_the_published_crate_alpha_b16_is_audited_on_32_built_in_inputs(tmp_path
     assert {v["verdict"] for v in report["verdicts"]} <= {"holds", "fails", "inconclusive"}
 
 
-def test_text_windows_do_not_overlap_and_a_short_text_names_n(tmp_path, capsys):
+def test_a_short_text_names_n(tmp_path, capsys):
+    """The windows themselves: tests/data/test_inputs.py."""
     torch.manual_seed(0)
     crate_nn.save(tmp_path / "gpt.pt", crate_nn.create_model("crate_gpt_small", dim=32, depth=3, heads=2,
                                                              vocab_size=300, block_size=16))
     (tmp_path / "book.txt").write_text("".join(chr(97 + i % 26) for i in range(200)))  # 12 windows of 16 bytes
-    net = layerwise.load_network(str(tmp_path / "gpt.pt"), "model")
-    inputs = layerwise.text_inputs(net.model, str(tmp_path / "book.txt"), 12, 0, tokenizer="bytes")
-    starts = sorted(int(name.split()[1].split("–")[0]) for name in inputs.names)
-    assert starts == list(range(0, 192, 16))  # every non-overlapping window once
     assert network.main([str(tmp_path / "gpt.pt"), "--text", str(tmp_path / "book.txt"), "--tokenizer", "bytes",
                          "--n", "13", "--out", str(tmp_path / "out")]) == 2
     assert "(200 tokens) holds 12 non-overlapping windows of 16 tokens (a shorter --window gives more); pass --n 12 " \
@@ -285,7 +231,8 @@ def test_arguments_out_of_range_are_refused(stand_in, capsys, arguments, message
 def test_controls_reports_and_refusals_of_a_whole_run(stand_in, capsys):
     images = write_images(stand_in / "flat", 6)
     out = str(stand_in / "out")
-    common = [str(stand_in / "alpha.pth"), "--heads", "2", "--images", str(images), "--n", "6", "--control-n", "4"]
+    common = [str(stand_in / "alpha.pth"), "--heads", "2", "--images", str(images), "--n", "6", "--control-n", "4",
+              "--init-seeds", "3"]
     # no control at all is refused before any work
     assert network.main([*common, "--init-seeds", "0", "--out", out]) == 2
     assert "init-seeds: 0, and no other control" in capsys.readouterr().err
@@ -297,7 +244,7 @@ def test_controls_reports_and_refusals_of_a_whole_run(stand_in, capsys):
     report = json.loads((stand_in / "out" / "report.json").read_text())
     ids = [v["id"] for v in report["verdicts"]]
     assert {"fig26-sparsity-vs-vit", "fig26-sparsity-vs-vit-2"} <= set(ids)
-    assert report["controls"][0] == "random init ×3 (seeds 1000, 1001, 1002)"
+    assert report["controls"][0] == "random init ×3 (seeds 1000, 1001, 1002)" and report["init_seeds"] == [1000, 1001, 1002]
     seeded = next(v for v in report["verdicts"] if v["id"] == "rc-below-random-init-official")
     assert not seeded["numbers"]["per_layer"][0]["paired"]  # one network against a population of seeds
     assert "|Z^{ℓ+1}| ≥ τ" not in (stand_in / "out" / "report.md").read_text()  # escaped: "\|Z^{ℓ+1}\| ≥ τ"
@@ -331,3 +278,58 @@ def test_finite_weights_that_overflow_are_one_line(stand_in, capsys):
     err = capsys.readouterr().err
     assert err.startswith("python -m verify.network: model: this network") and "non-finite tokens" in err, err
     assert err.count("\n") == 1 and not (stand_in / "o").exists()
+
+
+def test_another_crate_checkpoint_is_a_control_named_by_its_name(stand_in, capsys):
+    """Fig. 15's epoch 1 against epoch N of one's own run: a CRATE given as --against gets the rows of an
+    initialisation control (paired over the inputs both saw), named by --against-name — else by its run's folder,
+    never by the file name ``last``; every verdict reaches the console; the per-input values and the per-head means
+    are written beside the report."""
+    images = write_images(stand_in / "flat", 8)
+    torch.manual_seed(1)
+    earlier = stand_in / "runs" / "epoch1" / "checkpoints"
+    earlier.mkdir(parents=True)
+    crate_nn.save(earlier / "last.pt", crate_nn.create_model("crate_alpha_b16", **SMALL))
+    common = [str(stand_in / "alpha.pth"), "--heads", "2", "--images", str(images), "--n", "8", "--control-n", "4",
+              "--init-seeds", "3", "--against", str(earlier / "last.pt")]
+    assert network.main([*common, "--out", str(stand_in / "a")]) == 0
+    assert "rc-below-epoch1-official" in capsys.readouterr().out
+    assert network.main([*common, "--against", str(stand_in / "vit.pt"), "--against-name", "first", "--out",
+                         str(stand_in / "b")]) == 0
+    printed = capsys.readouterr().out.strip().splitlines()
+    report = json.loads((stand_in / "b" / "report.json").read_text())
+    ids = [v["id"] for v in report["verdicts"]]
+    assert {"rc-below-first-official", "rc-below-first-paper", "joint-first", "sparser-than-first",
+            "fig26-compression-vs-vit", "fig26-sparsity-vs-vit"} <= set(ids)
+    assert not any(i.startswith("fig26") and "first" in i for i in ids) and not any("last" in i for i in ids)
+    assert len(printed) == 3 + len(ids) + 1 and all(any(line.split()[1].startswith(i) for line in printed)
+                                                    for i in ids)
+    assert "against first it " in report["conclusion"] and "against vit it " in report["conclusion"]
+    paired = next(v for v in report["verdicts"] if v["id"] == "rc-below-first-official")
+    assert paired["numbers"]["per_layer"][0]["paired"] and paired["numbers"]["unit"].startswith("4 inputs, paired")
+    values = np.load(stand_in / "b" / "values.npz")
+    assert values["this network/official"].shape == (8, 3) and values["this network/official_heads"].shape == (8, 3, 2)
+    assert values["first/official"].shape == (4, 3) and values["random init 1002/sparsity"].shape == (4, 3)
+    # layers.csv: one row per network, measure, layer and head (empty for the whole layer's), the mean over its inputs
+    rows = (stand_in / "b" / "layers.csv").read_text().splitlines()
+    assert rows[0] == "network,measure,layer,head,mean,inputs"
+    heads = [r.split(",") for r in rows if r.startswith("this network,official,2,")]
+    assert [h[3] for h in heads] == ["", "1", "2"]
+    assert float(heads[0][4]) == pytest.approx(values["this network/official"][:, 1].mean(), rel=1e-9)
+    assert float(heads[1][4]) == pytest.approx(values["this network/official_heads"][:, 1, 0].mean(), rel=1e-9)
+    assert "heads.png" in {f.split("/")[-1] for f in report["figures"]} and len(report["heads"]["official"]["first"]) == 3
+
+
+def test_a_crate_control_of_another_depth_is_refused(stand_in, capsys):
+    images = write_images(stand_in / "flat", 4)
+    crate_nn.save(stand_in / "deep.pt", crate_nn.create_model("crate_alpha_b16", **{**SMALL, "depth": 4}))
+    assert network.main([str(stand_in / "alpha.pth"), "--heads", "2", "--images", str(images), "--against",
+                         str(stand_in / "deep.pt"), "--out", str(stand_in / "o")]) == 2
+    assert capsys.readouterr().err == (f"python -m verify.network: against: {str(stand_in / 'deep.pt')!r} is a CRATE of "
+                                       "4 layers, the model has 3; a CRATE control is compared layer by layer (a ViT "
+                                       "by Fig. 26's rows)\n")
+    with pytest.raises(SystemExit) as stop:
+        network.main([str(stand_in / "alpha.pth"), "--images", str(images), "--against", str(stand_in / "vit.pt"),
+                      "--against-name", "a", "--against-name", "b"])
+    assert stop.value.code == 2 and "argument --against-name: 2 names for 1 --against networks" in \
+        capsys.readouterr().err

@@ -22,7 +22,9 @@ import crate_nn
 from crate_nn.export import main as export
 from crate_nn.files import FileLock
 from crate_nn.weights.ours import payload_digest
-from verify import layerwise, network, plots
+from verify import checkpoint, network, plots, report
+from verify.layerwise import Control, Decision
+from verify.registry import Result
 
 SMALL = dict(dim=32, depth=3, heads=2, image_size=32, patch_size=8, num_classes=5)
 FAST = ["--n", "6", "--control-n", "4"]
@@ -221,7 +223,7 @@ def test_an_out_that_is_a_file_or_read_only_is_refused_before_measuring(authors,
 
         monkeypatch.setattr(os, "mkdir", read_only)
     measured = []
-    monkeypatch.setattr(layerwise, "measure", lambda *a, **k: measured.append(1))
+    monkeypatch.setattr(checkpoint, "measure", lambda *a, **k: measured.append(1))
     refused([*common, locked], capsys, f"out: cannot write in {str(locked)!r}: Permission denied", prefix=False)
     assert measured == [] and {p.name for p in locked.iterdir()} - {".network-audit.lock"} == {"keep.txt"}
     locked.chmod(0o755)
@@ -273,8 +275,8 @@ def test_a_report_is_replaced_whole_and_others_files_are_kept(authors, tmp_path)
     second = json.loads((out / "report.json").read_text())
     assert first["inputs"]["seed"] == 0 and second["inputs"]["seed"] == 1
     assert sorted(p.name for p in (out / "figures").iterdir()) == sorted(Path(f).name for f in second["figures"])
-    assert sorted(p.name for p in out.iterdir()) == [".network-audit.lock", "figures", "mine.txt", "report.json",
-                                                     "report.md"]
+    assert sorted(p.name for p in out.iterdir()) == [".network-audit.lock", "figures", "layers.csv", "mine.txt",
+                                                     "report.json", "report.md", "values.npz"]
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
@@ -364,51 +366,60 @@ def test_a_hub_name_that_climbs_out_of_the_cache_is_one_line(tmp_path, capsys, m
 
 
 # --------------------------------------------------------------------------------------------- the report
-def _verdict(id_, verdict):
-    return layerwise.Verdict(id_, "", "", verdict, "")
+def _decisions(controls, verdicts: dict[str, str]) -> list[Decision]:
+    """The checkpoint's rows for ``controls`` ((label, kind, a CRATE?)), each with the verdict ``verdicts`` names by
+    its id."""
+    rows = checkpoint.rows([Control(kind, label) for label, kind, _ in controls], [crate for *_, crate in controls])
+    return [Decision(row, Result("", verdicts[Decision(row, Result("", "holds")).id])) for row in rows]
 
 
 def test_the_conclusion_answers_whether_it_compresses_and_sparsifies_against_what():
-    verdicts = [_verdict("rc-falls-official", "holds"), _verdict("rc-falls-paper", "holds"),
-                _verdict("sparsity-rises", "fails"),
-                *(_verdict(f"rc-below-random-init-{p}", "inconclusive") for p in ("official", "paper")),
-                _verdict("joint-random-init", "fails"), _verdict("sparser-than-random-init", "inconclusive"),
-                _verdict("fig26-compression-vs-vit", "holds"), _verdict("fig26-sparsity-vs-vit", "fails")]
-    assert layerwise.conclusion(verdicts, 64, {"random init": 3}, ["vit"]) == (
+    verdicts = {"rc-falls-official": "holds", "rc-falls-paper": "holds", "sparsity-rises": "fails",
+                **{f"rc-below-random-init-{p}": "inconclusive" for p in ("official", "paper")},
+                "joint-random-init": "fails", "sparser-than-random-init": "inconclusive",
+                "fig26-compression-vs-vit": "holds", "fig26-sparsity-vs-vit": "fails"}
+    controls = [("random init", "random", True), ("vit", "network", False)]
+    assert report.network_conclusion(_decisions(controls, verdicts), 64, 3) == (
         "On these 64 inputs, with depth this network compresses (R^c from layer 2 to L, authors' protocol and paper's "
         "formula: holds, holds) and does not sparsify (‖Z‖₀/(dn) from layer 1 to L − 1: fails); against 3 random "
         "initialisations of its architecture it is not shown to compress more (R^c below at every layer, both "
         "protocols, and jointly: inconclusive, inconclusive, fails) and is not shown to be sparser (every "
         "layer but the last: inconclusive); against vit it compresses more ((R_1 − R_L)/R_1: holds) and is not "
         "sparser (|Z| ≥ τ for every τ: fails).")
-    verdicts[0] = _verdict("rc-falls-official", "inconclusive")
-    assert "with depth this network is not shown to compress (" in layerwise.conclusion(verdicts, 64, {}, [])
-    verdicts[1] = _verdict("rc-falls-paper", "fails")
-    verdicts[0] = _verdict("rc-falls-official", "holds")
-    assert "with depth this network compresses by some measures, not by others (" in layerwise.conclusion(
-        verdicts, 64, {}, [])
-    own = [_verdict("rc-below-run-init-official", "holds"), _verdict("rc-below-run-init-paper", "holds"),
-           _verdict("joint-run-init", "holds"), _verdict("sparser-than-run-init", "holds")]
-    assert "; against the run's starting weights it compresses more (" in layerwise.conclusion(own, 8, {"run init": 1},
-                                                                                                [])
+    alone = [("random init", "random", True)]
+    verdicts["rc-falls-official"] = "inconclusive"
+    assert "with depth this network is not shown to compress (" in report.network_conclusion(
+        _decisions(alone, verdicts), 64, 3)
+    verdicts.update({"rc-falls-paper": "fails", "rc-falls-official": "holds"})
+    assert "with depth this network compresses by some measures, not by others (" in report.network_conclusion(
+        _decisions(alone, verdicts), 64, 3)
+    own = {**verdicts, **{f"rc-below-run-init-{p}": "holds" for p in ("official", "paper")}, "joint-run-init": "holds",
+           "sparser-than-run-init": "holds"}
+    assert "; against the run's starting weights it compresses more (" in report.network_conclusion(
+        _decisions([("run init", "init", True)], own), 8, 0)
+    epoch = {**verdicts, **{f"rc-below-epoch-1-{p}": "fails" for p in ("official", "paper")}, "joint-epoch-1": "fails",
+             "sparser-than-epoch-1": "fails"}
+    assert "; against epoch 1 it does not compress more (" in report.network_conclusion(
+        _decisions([("epoch 1", "network", True)], epoch), 8, 0)
 
 
 def test_figure_titles_fit_and_labels_are_mathtext(tmp_path, monkeypatch):
     from matplotlib import mathtext
 
     parser = mathtext.MathTextParser("path")
-    for label in layerwise.LABELS.values():
+    for label in report.NETWORK_AXES.values():
         outside = "".join(label.split("$")[::2])  # the text outside $…$
         assert "^" not in outside and "_" not in outside and "\\" not in outside, label
         parser.parse(label)  # ValueError for a label mathtext cannot typeset
     drawn = []
     real = plots._save
     monkeypatch.setattr(plots, "_save", lambda fig, path: drawn.append(fig) or real(fig, path))
-    measures = {name: np.random.default_rng(0).random((5, 3)) for name in layerwise.NAMES}
+    measures = {name: np.random.default_rng(0).random((5, 3)) for name in report.NETWORK_NAMES}
+    heads = {name: {"this network": np.random.default_rng(1).random((3, 2)).tolist()} for name in checkpoint.RATES}
     title = "hf-hub:UCSC-VLAA/CRATE-alpha:torch/crate_alpha_B16.pth: per-layer means, 95% bands (over inputs; " \
             "random initialisations: over seeds)"
-    layerwise.figures(tmp_path, {"this network": measures}, title, {})
-    assert len(drawn) == len(layerwise.NAMES)
+    report.network_figures(tmp_path, {"this network": measures}, {}, heads, title)
+    assert len(drawn) == len(report.NETWORK_NAMES) + 1  # and one of the rates per head
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     for fig in drawn:

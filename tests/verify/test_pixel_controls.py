@@ -48,7 +48,7 @@ def test_mae_pixels_flips(monkeypatch, tmp_path):
 def test_dino_vit_vs_crate_flips(monkeypatch, tmp_path):
     def install(vit_mean: float):
         monkeypatch.setattr(dino, "_test_knn", lambda config, seed: list(
-            (vit_mean if config.model == "vit_tiny" else 0.7) + NOISE[:3] * (2 if config.model == "vit_tiny" else 1)))
+            (vit_mean if config.network.model == "vit_tiny" else 0.7) + NOISE[:3] * (2 if config.network.model == "vit_tiny" else 1)))
     install(0.8)
     assert verdict("table4-dino-vit-vs-crate", "full", tmp_path) == "holds"
     install(0.6)

@@ -23,7 +23,6 @@ parameters (then a seed gives both the same initialisation), Welch otherwise.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
 import sys
 from pathlib import Path
@@ -71,7 +70,7 @@ default — the 95% interval of the difference inside ±1 point; fixed before me
 def config(variant: str, data: str = "digits") -> ClassificationConfig:
     """The ``data`` preset's recipe (`verify.digits.recipe`) with ``variant``'s model arguments (`VARIANTS`)."""
     base = digits.recipe(preset=data)
-    return dataclasses.replace(base, model_args={**base.model_args, **VARIANTS[variant]})
+    return base.replace(model_args={**base.network.model_args, **VARIANTS[variant]})
 
 
 @functools.cache

@@ -19,7 +19,6 @@ Runs and their measurements are cached by `verify.experiments`.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import sys
 
@@ -36,9 +35,10 @@ from crate_nn.evaluation.collapse import CollapseMonitors
 from crate_nn.tasks import get_preset
 from crate_nn.tasks.dino import build_objective, load_objective
 from crate_nn.tasks.images import evaluation_data
-from verify import experiments, joint, plots
+from verify import experiments, joint, layerwise, plots
+from verify.layerwise import Control, Object, Row, Seeds, joint_values
 from verify.registry import Headline, Result, claim
-from verify.statistics import brief, compare, every, per_column, percent
+from verify.statistics import compare, percent
 
 PROTOCOLS = ("paper", "official")
 QUICK = dict(epochs=1, warmup_epochs=0.5, knn_epochs=(), probe_epochs=(), measure_epochs=())
@@ -57,13 +57,13 @@ NAMES = {"dino": "DINO", "simdino": "SimDINO"}
 
 def _dino_config(quick: bool, system: str = "dino"):
     config = get_preset(SYSTEMS[system], progress=False, measure_epochs=(), knn_epochs=(), probe_epochs=())
-    return dataclasses.replace(config, **QUICK) if quick else config
+    return config.replace(**QUICK) if quick else config
 
 
 def _supervised_config(seed: int, dino):
     """The digits classification preset with the DINO backbone at the DINO input size."""
-    return get_preset("digits", progress=False, seed=seed, measure_epochs=(), image_size=dino.image_size,
-                      model=dino.model, model_args=dict(dino.model_args))
+    return get_preset("digits", progress=False, seed=seed, measure_epochs=(), image_size=dino.data.image_size,
+                      model=dino.network.model, model_args=dict(dino.network.model_args))
 
 
 PIXELS = "raw pixels"
@@ -84,7 +84,7 @@ def _measure_seed(run: experiments.Run, supervised: experiments.Run | None, quic
     out: dict = {"knn": {}, "probe": {}, "compression": {p: {} for p in PROTOCOLS}, "sparsity": {}, "joint": {}}
     with torch.no_grad():
         for name, model in models.items():
-            features = raw_pixels if model is None else model_features(model, precision=config.precision)
+            features = raw_pixels if model is None else model_features(model, precision=config.run.precision)
             result = frozen.measure(features, data.test_set, knn=True, probe=not quick)
             out["knn"][name] = result.knn.top1
             if not quick:
@@ -101,11 +101,12 @@ def _measure_seed(run: experiments.Run, supervised: experiments.Run | None, quic
         trained = models["dino"]
         objective = build_objective(config, trained.config.prototypes)
         load_objective(objective, run.task_state(), trained)
-        monitors = CollapseMonitors(data.eval_set, data.transform, ctx.device, samples=config.monitor_samples,
-                                    precision=config.precision)
+        monitors = CollapseMonitors(data.eval_set, data.transform, ctx.device,
+                                    samples=config.cadence.monitor_samples,
+                                    precision=config.run.precision)
         out["train"] = monitors(trained, objective)
     prototypes = trained.config.prototypes
-    out["log_k"] = float(np.log(prototypes)) if run.config.objective == "dino" else None
+    out["log_k"] = float(np.log(prototypes)) if run.config.distillation.objective == "dino" else None
     return out
 
 
@@ -118,7 +119,7 @@ def _measurements(mode: str, seed: int, system: str = "dino") -> dict:
     quick = mode == "quick"
     for run in experiments.runs(_dino_config(quick, system), experiments.seeds(seed, SEEDS[mode])):
         supervised = (None if quick or system != "dino"
-                      else experiments.run(_supervised_config(run.config.seed, run.config)))
+                      else experiments.run(_supervised_config(run.config.run.seed, run.config)))
         measure = functools.partial(_measure_seed, supervised=supervised, quick=quick)
         seed_out = run.derived("measurements", measure, sys.modules[__name__],
                                supervised=None if supervised is None else supervised.folder.name)
@@ -248,52 +249,64 @@ SETTINGS = {
 """What each layer-wise probe of the DINO teacher measures, for its ``setting``."""
 
 
-def _layer_claim(kind: str, protocol: str | None, mode: str, expected_verdict: str, note: str) -> None:
-    name = "sparsity" if kind == "sparsity" else f"compression-{protocol}"
-    run = _runs_text(mode)
-    quantity = "‖Z^{ℓ+1}‖₀/(dn)" if kind == "sparsity" else f"R^c ({protocol} protocol)"
-    exempt = kind == "sparsity"  # footnote 17: the last layer's features are mixed for the head
+def teachers(ctx) -> Seeds:
+    """The DINO runs of this mode as a subject of the layer-wise family: per model (the teacher ``dino``, its
+    initialisation ``random init``), R^c under both protocols and the sparsity on the test digits, and under
+    --full the joint measure; the size measured from the profiles, else from the preset."""
+    m = _run(ctx)
+    models = {name: {**{p: np.asarray(m["compression"][p][name], dtype=float) for p in PROTOCOLS},
+                     "sparsity": np.asarray(m["sparsity"][name], dtype=float),
+                     **(joint_values(m["joint"][name]) if name in m["joint"] else {})}
+              for name in ("dino", "random init")}
+    sizes = (joint.Sizes.of(m["joint"]["dino"], joint.Sizes.of_images(_dino_config(ctx.quick)))
+             if "dino" in m["joint"] else None)
+    return Seeds(models, sizes)
 
-    @claim(
-        id=f"fig15-dino-{name}{MODE_SUFFIX[mode]}", formerly=f"4.1.3-dino-{name}{MODE_SUFFIX[mode]}",
+
+TEACHER = {mode: Object("DINO", model="dino", subject=teachers, prefix="fig15-dino", words="system",
+                        suffix=MODE_SUFFIX[mode]) for mode in MODE_SUFFIX}
+"""The DINO teacher of each mode's runs (the rows' object; the quick mode's ids end ``-short``)."""
+INIT = Control("init", "init", model="random init")
+"""Each run's own initialisation."""
+
+
+def _layer_row(quantity: str, mode: str, expected_verdict: str, reason: str) -> None:
+    """The DINO teacher's Fig. 15 row of ``quantity`` in ``mode``: below its initialisation at every layer (the
+    sparsity's last layer exempt: footnote 17)."""
+    exempt = quantity == "sparsity"  # footnote 17: the last layer's features are mixed for the head
+    what = "‖Z^{ℓ+1}‖₀/(dn)" if exempt else f"R^c ({quantity} protocol)"
+    layerwise.register(
+        Row(TEACHER[mode], quantity, INIT, "footnote17" if exempt else "every"), module=__name__,
+        formerly=f"4.1.3-dino-{'sparsity' if exempt else f'compression-{quantity}'}{MODE_SUFFIX[mode]}",
         tags=("dino", "layers", "nn"),
         location=FIG15_LOCATION + ("; footnote 17 (NeurIPS 2023, footnote 8)" if exempt else ""),
         scope="probe", quote=FOOTNOTE17_QUOTE if exempt else FIG15_QUOTE,
-        setting=f"{SETTINGS[protocol or kind]}: {_scale(mode)}",
+        setting=f"{SETTINGS[quantity]}: {_scale(mode)}",
         statement=f"Self-supervised (DINO) training also {'sparsifies' if exempt else 'compresses'}: the trained "
-                  f"teacher's {quantity} lies below its random initialisation's at every layer"
+                  f"teacher's {what} lies below its random initialisation's at every layer"
                   + (" but the last, whose features footnote 17 expects to be mixed for the head (reported apart)"
                      if exempt else ""),
-        measures=f"crate_nn.measure_layers on the 360 test digits ({quantity}): the teachers of {run} vs their "
-                 "initialisations",
-        expected="`holds` when the 95% interval of trained − init (paired by seed) lies below 0 at every layer"
-                 + (" 1 … L − 1" if exempt else "") + note,
-        expected_verdict=expected_verdict,
-        modes=(mode,), committed="dino" if mode == "full" else None,
-        kind="trained", provenance="analysis" if expected_verdict == "holds" else "measurement",
-    )
-    def measure(ctx) -> Result:
-        m = _run(ctx)
-        curves = m["sparsity"] if kind == "sparsity" else m["compression"][protocol]
-        mean = {label: np.mean(values, axis=0).tolist() for label, values in curves.items()}
-        below = per_column(curves["dino"], curves["random init"], direction="below")
-        decided = below[:-1] if exempt else below
-        figure = plots.per_layer(ctx.figure_path("per-layer"), {quantity: mean},
-                                 title=f"DINO teacher vs its initialisation ({len(curves['dino'])} seeds)")
-        fmt = (lambda v: f"{v:.3f}") if kind == "sparsity" else (lambda v: f"{v:.1f}")
-        return Result(f"dino {'→'.join(map(fmt, mean['dino']))} vs init {'→'.join(map(fmt, mean['random init']))}; "
-                      f"dino − init {brief(below)}" + (" (the last layer exempt, footnote 17)" if exempt else ""),
-                      every(decided),
-                      {"per_seed": curves, "mean": mean, "difference": [c.as_dict() for c in below],
-                       "exempt_last_layer": exempt}, [figure],
-                      Headline.of_layers("DINO − init", decided))
+        measures=f"crate_nn.measure_layers on the 360 test digits ({what}): the teachers of {_runs_text(mode)} vs "
+                 "their initialisations",
+        reason=reason, figure=lambda ctx: _per_layer_figure(ctx, quantity),
+        expected_verdict=expected_verdict, modes=(mode,), committed="dino" if mode == "full" else None,
+        kind="trained", provenance="analysis" if expected_verdict == "holds" else "measurement")
 
 
-def _joint_claim(expected_verdict: str, note: str, labels: str) -> None:
+def _per_layer_figure(ctx, quantity: str) -> str | None:
+    """The teacher and its initialisation per layer (means over seeds) under ``quantity``."""
+    m = _run(ctx)
+    curves = m["sparsity"] if quantity == "sparsity" else m["compression"][quantity]
+    label = "‖Z^{ℓ+1}‖₀/(dn)" if quantity == "sparsity" else f"R^c ({quantity} protocol)"
+    return plots.per_layer(ctx.figure_path("per-layer"), {label: {k: np.mean(v, axis=0) for k, v in curves.items()}},
+                           title=f"DINO teacher vs its initialisation ({len(curves['dino'])} seeds)")
+
+
+def _joint_row(expected_verdict: str, reason: str, labels: str) -> None:
     """Under --full only: after the quick mode's one epoch the teacher moves by ≈ 1e-4 of each measure, below any
     seed spread (base seeds 0 and 1 gave inconclusive and fails)."""
-    @claim(
-        id="fig15-dino-joint", formerly="4.1.3-dino-joint",
+    layerwise.register(
+        Row(TEACHER["full"], "joint", INIT, "footnote17"), module=__name__, formerly="4.1.3-dino-joint",
         tags=("dino", "layers", "nn", "protocol"),
         location=FIG15_LOCATION, scope="probe", quote=FIG15_QUOTE,
         setting="the joint measure (compression told from collapse) of a DINO teacher vs its initialisation; "
@@ -302,66 +315,52 @@ def _joint_claim(expected_verdict: str, note: str, labels: str) -> None:
                   "teacher's tokens are more compressed than its random initialisation's — compression, not collapse",
         measures="joint judgement (verify.joint) of the trained teacher against its initialisation at Z^{ℓ+1/2} per "
                  f"layer, paired by seed, on the first {joint.IMAGES} test digits: {_runs_text('full')}",
-        expected=joint.training_rule(exempt_last=True) + note,
-        expected_verdict=expected_verdict, expected_labels=labels,
-        modes=("full",), committed="dino",
-        kind="trained", provenance="measurement",
-    )
-    def measure(ctx) -> Result:
-        profiles = _run(ctx)["joint"]
-        return joint.against_init(profiles["dino"], profiles["random init"],
-                                  sizes=joint.Sizes.of_images(_dino_config(ctx.quick)), exempt_last=True)
+        reason=reason, expected_verdict=expected_verdict, expected_labels=labels,
+        modes=("full",), committed="dino", kind="trained", provenance="measurement")
 
 
-_ONE_EPOCH = "; the teacher moves little in 21 steps at λ ≥ 0.99, so every difference is small"
+_ONE_EPOCH = "the teacher moves little in 21 steps at λ ≥ 0.99, so every difference is small"
+PANEL = ("Seed-sensitive over the panel (python -m verify.panel: base seeds 0–4, each plain and perturbed, "
+         "base seed 0 perturbed three more ways): ")
+"""How the seed-sensitive expectations below were recorded (`verify.registry.Band`)."""
 EXPECTED = {
-    # measured (see docs/dino.md and the preset's docstring); a `fails` is a finding.
-    # quick, 1 epoch, ten seeds, base seed 0: R^c paper dino − init +0.20 [+0.10, +0.29], +0.16 [+0.05, +0.26],
-    # +0.12 [−0.03, +0.28] (above at layers 1–2: fails, at base seeds 0–2); non-zeros −0.0009 [−0.0013, −0.0005],
-    # −0.0019 [−0.0027, −0.0011], −0.0015 [−0.0025, −0.0005] (below: holds, at base seeds 0–2).
+    # measured (see docs/dino.md and the preset's docstring); a `fails` is a finding. The numbers are in the report.
     "quick": dict(
-        knn=("inconclusive", ". Recorded after measuring (it was `holds` on one run with a strict >): dino − init "
-                             "+0.4 points [−0.6, +1.3] at base seed 0, and intervals containing 0 at base seeds 1, 2"
-                             + _ONE_EPOCH),
+        knn=(("inconclusive", "fails"), ". Recorded after measuring (it was `holds` on one run with a strict >): dino − init "
+                             "+0.4 points [−0.6, +1.3] at base seed 0, and intervals containing 0 at base seeds 1, 2; "
+                             + _ONE_EPOCH + ". " + PANEL + "inconclusive at base seeds 0–3, `fails` at base seed 4"),
         pixels=("fails", ". Recorded after measuring: a 1-epoch teacher's k-NN is its initialisation's, far below "
                          "the pixels'"),
-        paper=("fails", ". Recorded after measuring: layers 1–2 lie above their initialisation (base seed 0: +0.20 "
-                        "[+0.10, +0.29], +0.16 [+0.05, +0.26]; likewise at base seeds 1, 2)" + _ONE_EPOCH),
-        official=("fails", ". Measured: layer 1 lies above its initialisation (base seed 0: +0.11 [+0.07, +0.15]; "
-                           "+0.08 [−0.01, +0.16] and +0.01 [−0.09, +0.11] at layers 2–3); the effect is near what ten "
-                           "runs resolve: base seed 1 gives inconclusive (+0.04 [−0.01, +0.10] at layer 1)"
-                           + _ONE_EPOCH),
-        sparsity=("holds", "")),
-    # full, the preset, seeds 0–2: k-NN 72.8 ± 1.7% vs init 67.6 ± 1.1%, +5.2 [+2.3, +8.1] points (supervised
-    # 97.8%); R^c paper 139.7→137.4→146.9 vs 137.2→138.6→152.6 (layer 1 above init: +2.5 [+1.6, +3.4], fails).
+        paper=("fails", "Recorded after measuring: layers 1–2 lie above their initialisation at base seeds 0–2; "
+                        + _ONE_EPOCH),
+        official=(("fails", "inconclusive"), "Measured: layer 1 lies above its initialisation, an effect near what ten runs resolve "
+                           f"(base seed 1 gives inconclusive); {_ONE_EPOCH}. {PANEL}`fails` at base seeds 0 and 2, "
+                           "inconclusive at 1, 3 and 4"),
+        sparsity=(("holds", "inconclusive"), "Sec. 4.2's design goal for the ISTA blocks, whatever the objective that "
+                  f"trains them. {PANEL}`holds` at base seeds 0–3, inconclusive at base seed 4")),
     "full": dict(
         knn=("holds", ""),
         pixels=("fails", ". Recorded from a measurement before the claim existed (teacher 72.8 ± 1.7% over seeds 0–2; "
                          "the same k-NN on the pixels 97.8% at 8², 96.9% at the network's 16² inputs): at this scale DINO's "
                          "features are worth less than the pixels they start from"),
-        paper=("fails", ". Recorded after measuring (seeds 0–2): 139.7→137.4→146.9 vs 137.2→138.6→152.6, layer 1 "
-                        "above its initialisation, +2.5 [+1.6, +3.4]"),
-        official=("inconclusive", ". Recorded after measuring (it was `holds` on the means of three seeds with a "
-                                  "strict <): 92.1→115.4→112.0 vs 92.7→117.4→119.7, but every layer's interval "
-                                  "contains 0 (−0.6 [−2.9, +1.7], −2.1 [−7.3, +3.2], −7.7 [−20.8, +5.3])"),
-        sparsity=("inconclusive", ". Recorded after measuring (it was `fails` on the means of three seeds, counting "
-                                  "the last layer: 0.364 vs 0.342): the intervals of layers 1–2 contain 0 (−0.005 "
-                                  "[−0.011, +0.001], −0.001 [−0.022, +0.021]); the exempt last layer +0.022 [−0.019, "
-                                  "+0.063]"),
-        joint=("inconclusive", ". Recorded after measuring (seeds 0–2): undecided at every layer — specific R^c "
-                               "−0.003 [−0.028, +0.022], −0.003, −0.002, own-subspace energy and spread within the "
-                               "seed spread (layer 3's spread −0.064 [−0.163, +0.035], apart by footnote 17; collapse "
-                               "floor of unknown memberships 0.094 at d 96, 17 tokens, K 4 — it was 0.005 before it "
-                               "allowed an image on one subspace; no label changed); the stored profiles predate ΔR",
+        paper=("fails", "Recorded after measuring (seeds 0–2): layer 1 lies above its initialisation"),
+        official=("inconclusive", "Recorded after measuring (it was `holds` on the means of three seeds with a strict "
+                                  "<): every layer's interval contains 0"),
+        sparsity=("inconclusive", "Recorded after measuring (it was `fails` on the means of three seeds, counting the "
+                                  "last layer): the intervals of layers 1–2 contain 0"),
+        joint=("inconclusive", "Recorded after measuring (seeds 0–2): undecided at every layer — specific R^c, "
+                               "own-subspace energy and spread within the seed spread and the collapse floor of "
+                               "unknown memberships (it was 0.005 before it allowed an image on one subspace; no label "
+                               "changed); layer 3 apart by footnote 17; the stored profiles predate ΔR",
                "layer 1 undecided, layer 2 undecided, layer 3 undecided"))
 }
 for _mode, _expected in EXPECTED.items():
     _knn_claim(_mode, *_expected["knn"])
     _pixels_claim(_mode, *_expected["pixels"])
     for _protocol in PROTOCOLS:
-        _layer_claim("compression", _protocol, _mode, *_expected[_protocol])
-    _layer_claim("sparsity", None, _mode, *_expected["sparsity"])
-_joint_claim(*EXPECTED["full"]["joint"])
+        _layer_row(_protocol, _mode, *_expected[_protocol])
+    _layer_row("sparsity", _mode, *_expected["sparsity"])
+_joint_row(*EXPECTED["full"]["joint"])
 
 # SimDINO: the same backbone, crops, teacher and schedule with the coding-rate objective; full mode only (its
 # 1-epoch runs would say as little as DINO's). Tuning runs of its preset: crate_nn/tasks/dino.py, simdino_digits.
@@ -420,7 +419,7 @@ def _vit_claim(system: str, expected_verdict: str, note: str) -> None:
     def vit_vs_crate(ctx) -> Result:
         config = _dino_config(False, system)
         crate = _test_knn(config, ctx.seed)
-        vit = _test_knn(dataclasses.replace(config, **VIT), ctx.seed)
+        vit = _test_knn(config.replace(**VIT), ctx.seed)
         beats = compare(vit, crate, direction="above", paired=False)
         return Result(f"ViT {percent(vit)} vs CRATE {percent(crate)}; ViT − CRATE {beats.text()}", beats.verdict,
                       {"vit": vit, "crate": crate, "comparison": beats.as_dict()}, [],

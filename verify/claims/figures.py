@@ -27,7 +27,6 @@ figures`` records them again). Table 2 (CRATE-MAE against ViT-MAE) is `verify.cl
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import sys
 
@@ -44,11 +43,12 @@ from crate_nn.analysis.diagnostics import (
     thresholded_sparsity,
 )
 from crate_nn.tasks.classification import ClassificationConfig
-from verify import digits, experiments, plots
+from verify import digits, experiments, layerwise, plots
 from verify.claims.digits import FIG15_CAPTION, FIG15_LOCATION, FIG15_QUOTE
+from verify.layerwise import Control, Object, Row, Seeds
 from verify.registry import Check, Headline, Result, claim, deciding
-from verify.statistics import brief, compare, every, per_column
-from verify.verdicts import FOOTNOTE_17, exempting_the_last
+from verify.statistics import compare, every, per_column
+from verify.verdicts import FOOTNOTE_17
 
 PROGRESSION_EPOCHS = (0, 1, 4, 15, 30)
 """Fig. 15 measures at random initialisation and after epochs 1, 20 and 150 of 150; here at initialisation and after
@@ -62,18 +62,18 @@ progression) have `verify.digits.SEEDS`."""
 
 def progression_recipe() -> ClassificationConfig:
     """The digits preset (30 epochs) recording the layer-wise measurements at `PROGRESSION_EPOCHS`."""
-    return dataclasses.replace(digits.recipe(), measure_epochs=PROGRESSION_EPOCHS)
+    return digits.recipe().replace(measure_epochs=PROGRESSION_EPOCHS)
 
 
 def depth_recipe(depth: int) -> ClassificationConfig:
     """The digits preset (30 epochs) with ``depth`` layers (depth 3 is the preset itself)."""
     base = digits.recipe()
-    return dataclasses.replace(base, model_args={**base.model_args, "depth": depth})
+    return base.replace(model_args={**base.network.model_args, "depth": depth})
 
 
 def vit_recipe() -> ClassificationConfig:
     """The digits preset (30 epochs) with ViT's blocks (MHSA + MLP) at the same d, L, K."""
-    return dataclasses.replace(digits.recipe(), model="vit_tiny")
+    return digits.recipe().replace(model="vit_tiny")
 
 
 # --------------------------------------------------------------------------------------------- measurement
@@ -186,77 +186,81 @@ def _progression_figure(ctx, records: list[dict]) -> str | None:
                            title=f"digits CRATE during training (Fig. 15), mean of {len(records)} seeds")
 
 
+def _model(epoch: int) -> str:
+    """How the rows name a recorded epoch: ``init`` (epoch 0), ``epoch 30``."""
+    return "init" if epoch == 0 else f"epoch {epoch}"
+
+
+def progression(ctx) -> Seeds:
+    """The progression runs as a subject of the layer-wise family: per recorded epoch (`_model`), Fig. 15's measures
+    (seeds, layers)."""
+    records, _ = _progression(ctx.seed)
+    return Seeds({_model(e): {name: progression_curves(records, e, path) for name, (path, _) in MEASURES.items()}
+                  for e in PROGRESSION_EPOCHS})
+
+
 TRANSITIONS = {"epoch1": (0, 1), "end": (1, 30)}
-"""Claim suffix → (earlier epoch, later epoch) of Fig. 15's progression."""
+"""A row's control word → (earlier epoch, later epoch) of Fig. 15's progression."""
 PROGRESSION_NOTES = {
-    ("epoch1", "official"): ("inconclusive", "Recorded after measuring (seeds 0–4): per layer −0.16 [−0.33, +0.01], "
-                             "−0.13 [−0.29, +0.03], −0.37 [−0.80, +0.06] (means 60.0, 60.2, 60.4 → 59.8, 60.1, 60.0): "
-                             "epoch 1 sits in the 3-epoch warm-up and moves the layers little"),
-    ("epoch1", "paper"): ("fails", "Recorded after measuring (seeds 0–4): layer 3 rises, +0.28 [+0.05, +0.50]; layers "
-                          "1–2 undecided"),
-    ("epoch1", "sparsity"): ("inconclusive", "Recorded after measuring (seeds 0–4; it read `fails` when the last layer "
-                                    "counted): layers 1–2 undecided, −0.0015 [−0.0054, +0.0025], −0.0026 [−0.0064, "
-                                    "+0.0012]; the exempted layer 3 denser, +0.011 [+0.003, +0.020] (0.357 → 0.369)"),
-    ("end", "official"): ("holds", "Recorded after measuring (seeds 0–4): −1.78 [−2.58, −0.98], −1.64 [−1.91, −1.36], "
-                          "−2.37 [−2.99, −1.75] (59.8, 60.1, 60.0 → 58.0, 58.5, 57.7)"),
-    ("end", "paper"): ("inconclusive", "Recorded after measuring (seeds 0–4): layers 1–2 fall (−5.4 [−6.5, −4.3], "
-                       "−3.1 [−3.8, −2.3]), layer 3 does not move (−0.01 [−1.13, +1.12]; it rises to 75.7 at epoch 4 "
-                       "and comes back)"),
-    ("end", "sparsity"): ("inconclusive", "Recorded after measuring (seeds 0–4; it read `fails` when the last layer "
-                                 "counted): layers 1–2 undecided, −0.0042 [−0.0100, +0.0017], +0.0084 [−0.0070, "
-                                 "+0.0238]; the exempted layer 3 ends denser than after epoch 1, +0.058 [+0.039, "
-                                 "+0.078] (0.369 → 0.427: footnote 17's last-layer uptick). ηλ = 0.01 on LayerNorm-ed "
-                                 "inputs leaves the ReLU zeroing ≈ half the entries whatever the weights "
-                                 "(fig15-digits-sparsity)"),
+    ("epoch1", "official"): ("inconclusive", "Recorded after measuring: epoch 1 sits in the 3-epoch warm-up and moves "
+                                             "the layers little; no layer's interval leaves 0"),
+    ("epoch1", "paper"): ("inconclusive", "Recorded after measuring: layer 3 rises at 95%, but not beyond its share of "
+                                          "the level over the three layers, and layers 1–2 are undecided (it read "
+                                          "`fails` when one layer's 95% interval refuted the claim)"),
+    ("epoch1", "sparsity"): ("inconclusive", "Recorded after measuring (it read `fails` when the last layer counted): "
+                                             "layers 1–2 undecided; the exempted layer 3 denser"),
+    ("end", "official"): ("holds", "Recorded after measuring: every layer lower after training than after epoch 1"),
+    ("end", "paper"): ("inconclusive", "Recorded after measuring: layers 1–2 fall, layer 3 does not move (it rises by "
+                                       "epoch 4 and comes back)"),
+    ("end", "sparsity"): ("inconclusive", "Recorded after measuring (it read `fails` when the last layer counted): "
+                                          "layers 1–2 undecided; the exempted layer 3 ends denser than after epoch 1 "
+                                          "(footnote 17's last-layer uptick). ηλ = 0.01 on LayerNorm-ed inputs leaves "
+                                          "the ReLU zeroing about half the entries whatever the weights "
+                                          "(fig15-digits-sparsity)"),
 }
 
 
-def _progression_claim(transition: str, name: str) -> None:
+def progression_row(transition: str, name: str) -> Row:
+    """Fig. 15's step ``transition`` (`TRANSITIONS`) of measure ``name``: the later epoch against the earlier one
+    (the initialisation for ``epoch1``), paired by seed; footnote 17 exempts the sparsity's last layer."""
     early, late = TRANSITIONS[transition]
-    path, what = MEASURES[name]
-    expected_verdict, note = PROGRESSION_NOTES[transition, name]
-    scope, reading = READINGS[name]
-    stage = "random initialisation" if early == 0 else f"epoch {early}"
-    layers = "every layer but the last (footnote 17)" if name in EXEMPT_LAST else "every layer"
-
-    @claim(
-        id=f"fig15-digits-{transition}-{name}", formerly=f"2.24-fig15-{transition}-{name}",
-        tags=("layers", "digits", "nn", "fig15"),
-        location=FIG15_LOCATION.format(" (random init, epochs 1, 20, 150 of CRATE-Base; R^c 800–1600, sparsity "
-                                       "0.15–0.50)" + ("; footnote 17" if name in EXEMPT_LAST else ""),
-                                       ", footnote 8" if name in EXEMPT_LAST else ""),
-        scope=scope, setting=f"{PROGRESSION_SETTING}; {reading}",
-        quote=FIG15_CAPTION if scope == "probe" else FIG15_QUOTE,
-        statement="The layers optimise the objective increasingly with training: at "
-                  f"{layers} {what} is lower after epoch {late} than at {stage}",
-        measures=f"epoch {late} − {'init' if early == 0 else f'epoch {early}'} per layer on the 144 validation "
-                 f"digits, recorded by the digits preset's measure_epochs {PROGRESSION_EPOCHS}, {digits.SEEDS} seeds "
-                 "paired (≈ 2 min of training under --full)",
-        expected=f"`holds` when the 95% interval of the difference lies below 0 at {layers}, `fails` when it lies "
-                 f"above 0 at one of them, `inconclusive` otherwise. {note}",
-        expected_verdict=expected_verdict, modes=("full",), committed="figures",
-        kind="trained", provenance="measurement",
-    )
-    def measure(ctx) -> Result:
-        records, seconds = _progression(ctx.seed)
-        before, after = (progression_curves(records, e, path) for e in (early, late))
-        comparisons = per_column(after, before, direction="below")
-        verdict, text = (exempting_the_last(comparisons) if name in EXEMPT_LAST
-                         else (every(comparisons), f"per layer {brief(comparisons)}"))
-        levels = {e: progression_curves(records, e, path).mean(0) for e in PROGRESSION_EPOCHS}
-        return Result(f"{text}; means by epoch "
-                      + "; ".join(f"{e}: " + " ".join(f"{v:.3g}" for v in m) for e, m in levels.items()),
-                      verdict,
-                      {"comparisons": [c.as_dict() for c in comparisons],
-                       "means": {str(e): m for e, m in levels.items()}, "training_seconds": seconds},
-                      _figures(_progression_figure(ctx, records)) if (transition, name) == ("end", "official") else [],
-                      Headline.of_layers(f"epoch {late} − {early}",
-                                         comparisons[:-1] if name in EXEMPT_LAST else comparisons))
+    return Row(Object(_model(late), model=_model(late), subject=progression, prefix="fig15-digits"), name,
+               Control("init" if early == 0 else "epoch", _model(early), word=transition),
+               "footnote17" if name in EXEMPT_LAST else "every")
 
 
-for _transition in TRANSITIONS:
-    for _name in MEASURES:
-        _progression_claim(_transition, _name)
+def _progression_figure(ctx) -> str | None:
+    if not plots.enabled():
+        return None
+    records, _ = _progression(ctx.seed)
+    panels = {name: {("random init" if e == 0 else f"epoch {e}"): progression_curves(records, e, path).mean(0)
+                     for e in PROGRESSION_EPOCHS} for name, (path, _) in MEASURES.items()}
+    return plots.per_layer(ctx.figure_path("progression"), panels,
+                           title=f"digits CRATE during training (Fig. 15), mean of {len(records)} seeds")
+
+
+for _transition, (_early, _late) in TRANSITIONS.items():
+    for _name, (_, _what) in MEASURES.items():
+        _exempt = _name in EXEMPT_LAST
+        _layers = "every layer but the last (footnote 17)" if _exempt else "every layer"
+        _expected, _reason = PROGRESSION_NOTES[_transition, _name]
+        _scope, _reading = READINGS[_name]
+        layerwise.register(
+            progression_row(_transition, _name), module=__name__, formerly=f"2.24-fig15-{_transition}-{_name}",
+            tags=("layers", "digits", "nn", "fig15"),
+            location=FIG15_LOCATION.format(" (random init, epochs 1, 20, 150 of CRATE-Base; R^c 800–1600, sparsity "
+                                           "0.15–0.50)" + ("; footnote 17" if _exempt else ""),
+                                           ", footnote 8" if _exempt else ""),
+            scope=_scope, setting=f"{PROGRESSION_SETTING}; {_reading}",
+            quote=FIG15_CAPTION if _scope == "probe" else FIG15_QUOTE,
+            statement="The layers optimise the objective increasingly with training: at "
+                      f"{_layers} {_what} is lower after epoch {_late} than at "
+                      + ("random initialisation" if _early == 0 else f"epoch {_early}"),
+            measures=f"epoch {_late} − {'init' if _early == 0 else f'epoch {_early}'} per layer on the 144 validation "
+                     f"digits, recorded by the digits preset's measure_epochs {PROGRESSION_EPOCHS}, {digits.SEEDS} "
+                     "seeds paired (≈ 2 min of training under --full)",
+            reason=_reason, figure=_progression_figure if (_transition, _name) == ("end", "official") else None,
+            expected_verdict=_expected, modes=("full",), committed="figures", kind="trained", provenance="measurement")
 
 
 # --------------------------------------------------------------------------------------------- Fig. 21
@@ -406,28 +410,25 @@ def _per_layer_versus(ctx, *path: str, transform=lambda x: x):
             {LABELS[name]: list(v.mean(0)) for name, v in values.items()})
 
 
-@claim(
-    id="fig26-digits-vit-sparsity", formerly="2.24-fig26-sparsity",
-    tags=("layers", "digits", "nn", "fig26", "vit"),
+def _versus_vit(ctx) -> Seeds:
+    """The trained digits CRATEs and the trained ViTs of the same recipe as a subject of the layer-wise family: two
+    populations of runs (Welch)."""
+    return Seeds({model: {"sparsity": digits.per_seed(measured_runs(name, ctx.seed)[0], "trained", ("sparsity",))}
+                  for model, name in (("trained", CRATE), ("ViT", "ViT"))})
+
+
+layerwise.register(
+    Row(Object("CRATE", subject=_versus_vit, prefix="fig26-digits", words="fig26"), "sparsity",
+        Control("network", "ViT", word="vit"), "every"),
+    module=__name__, formerly="2.24-fig26-sparsity", tags=("layers", "digits", "nn", "fig26", "vit"),
     location=FIG26_LOCATION.format(" middle (ViT's MLP outputs ≈ dense on a 0–1 axis; CRATE-S 0.20–0.50)"),
-    scope="replication",
-    setting=f"{FIG26_SETTING}; ‖Z^{{ℓ+1}}‖₀/(dn) of each layer's output",
-    quote=FIG26_QUOTE,
+    scope="replication", setting=f"{FIG26_SETTING}; ‖Z^{{ℓ+1}}‖₀/(dn) of each layer's output", quote=FIG26_QUOTE,
     statement="A ViT's layer outputs are dense where CRATE's are sparse: at every layer the fraction of non-zero "
               "entries of Z^{ℓ+1} is higher for the ViT than for CRATE",
-    measures=f"‖Z^{{ℓ+1}}‖₀/(dn) of the trained models on the 360 test digits, ViT − CRATE per layer ({TRAINED_SEEDS} "
-             f"and {digits.SEEDS} seeds, Welch)",
-    expected="`holds` when every layer's 95% interval lies above 0: the ViT's Z^{ℓ+1} is a residual stream (dense "
-             "almost surely), CRATE's an ISTA output behind a ReLU",
-    expected_verdict="holds", modes=("full",), committed="figures",
-    kind="trained", provenance="analysis",
-)
-def vit_sparsity(ctx) -> Result:
-    comparisons, means = _per_layer_versus(ctx, "sparsity")
-    return Result(f"ViT − CRATE per layer {brief(comparisons)}; means "
-                  + "; ".join(f"{n} " + " ".join(f"{v:.3g}" for v in m) for n, m in means.items()),
-                  every(comparisons), {"comparisons": [c.as_dict() for c in comparisons], "means": means},
-                  [], Headline.of_layers("ViT − CRATE", comparisons))
+    measures=f"‖Z^{{ℓ+1}}‖₀/(dn) of the trained models on the 360 test digits, CRATE − ViT per layer ({digits.SEEDS} "
+             f"and {TRAINED_SEEDS} seeds, Welch)",
+    reason="The ViT's Z^{ℓ+1} is a residual stream (dense almost surely), CRATE's an ISTA output behind a ReLU",
+    expected_verdict="holds", modes=("full",), committed="figures", kind="trained", provenance="analysis")
 
 
 FIG26_CRATE_S = {"right": (0.05, 0.45), "non_zero": (0.20, 0.50)}

@@ -25,7 +25,6 @@ measurements are cached by `verify.experiments`.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import sys
 
@@ -42,7 +41,8 @@ from crate_nn.evaluation import FrozenEvaluator, model_features, raw_pixels
 from crate_nn.official import crate_nn_to_official_mae
 from crate_nn.tasks import get_preset
 from crate_nn.tasks.mae import EVAL_STREAM, MAETask
-from verify import experiments, joint, plots, verdicts
+from verify import experiments, joint, layerwise, plots, verdicts
+from verify.layerwise import Control, Object, Row, Seeds, joint_values
 from verify.registry import Check, Headline, Result, claim
 from verify.statistics import Comparison, brief, compare, every, mean_std, per_column
 
@@ -57,7 +57,7 @@ than to 0 by a factor two; fixed before measuring)."""
 
 def _config(quick: bool):
     config = get_preset("mae_digits", progress=False, figure_epochs=(), probe=True, device="cpu")
-    return dataclasses.replace(config, **QUICK) if quick else config
+    return config.replace(**QUICK) if quick else config
 
 
 _RUNS = f"quick: {SEEDS['quick']} runs of 20 epochs, --full: the mae_digits preset, {SEEDS['full']} seeds"
@@ -115,9 +115,9 @@ def _knn(task: MAETask, models: dict) -> dict[str, float]:
     """Test k-NN top-1 (DINO's weighted k-NN: T = 0.07, k by leave-one-out; the training split as memory, as the
     task's probe) of each of ``models``' pooled encoder features (``probe_pool``) and of the raw pixels."""
     c = task.config
-    evaluator = FrozenEvaluator(task.train_set, task.eval_transform, "cpu", knn=True, probe=False, seed=c.seed,
+    evaluator = FrozenEvaluator(task.train_set, task.eval_transform, "cpu", knn=True, probe=False, seed=c.run.seed,
                                 batch_size=256, num_workers=0)
-    features = {name: model_features(model, c.probe_pool) for name, model in models.items()}
+    features = {name: model_features(model, c.frozen.probe_pool) for name, model in models.items()}
     return {name: evaluator.measure(f, task.test_set).knn.top1
             for name, f in {**features, "raw pixels": raw_pixels}.items()}
 
@@ -264,7 +264,8 @@ def _reconstructions(ctx) -> str | None:
     run = _runs(ctx.quick, ctx.seed)[0]
     _, images, mask = _test_data(run.config)
     pictures = ctx.figure_path("reconstructions")
-    reconstruction_figure(reconstruct(run.model("trained"), images[:8], mask[:8]), run.config.mean, run.config.std,
+    data = run.config.data
+    reconstruction_figure(reconstruct(run.model("trained"), images[:8], mask[:8]), data.mean, data.std,
                           title="held-out digits, trained CRATE-MAE").savefig(pictures, dpi=110)
     return str(pictures)
 
@@ -299,8 +300,10 @@ _roundtrip_claim("-standardised", "round_trip_standardised", ", up to each token
              "than at initialisation on average at every layer, but the first layer's interval contains 0 for each "
              "of base seeds 0–2 (base seed 0: −0.18 [−0.41, +0.04], −0.61 [−0.93, −0.28], −0.44 [−0.84, −0.04]). "
              "Under --full the preset's runs give `holds` (−0.23 [−0.41, −0.05], −0.93 [−1.22, −0.65], −0.73 "
-             "[−1.15, −0.31], measured again today: `holds`)",
-    expected_verdict="inconclusive", full_verdict="holds",
+             "[−1.15, −0.31], measured again today: `holds`). Seed-sensitive across processors: the panel (python "
+             "-m verify.panel) gave inconclusive everywhere, but a 2-core AMD EPYC trained base seed 0 to `holds` "
+             "(layer 1 −0.20 [−0.35, −0.05]) with the same torch build",
+    expected_verdict=("inconclusive", "holds"), full_verdict="holds",
     kind="trained", provenance="measurement",
 )
 def mae_roundtrip_training(ctx) -> Result:
@@ -371,7 +374,7 @@ def _step_claim(part: str, equation: str, expected_verdict: str, note: str, labe
                       Headline.of_judgement(f"ℓ {len(trained)}", trained[-1]), labels=joint.layer_labels(trained))
 
 
-_step_claim("encoder", "56", "inconclusive", ". Expected inconclusive (recorded after measuring, quick, base seed 0): "
+_step_claim("encoder", "56", ("inconclusive", "fails"), ". Expected inconclusive (recorded after measuring, quick, base seed 0): "
             "every drop of spread lies within the collapse floor of unknown memberships (0.137 at d 64, 17 tokens, "
             "K 4: every token of a digit on one 16-dimensional subspace, the worst law, drops the spread that much), "
             "so the measure "
@@ -380,24 +383,44 @@ _step_claim("encoder", "56", "inconclusive", ". Expected inconclusive (recorded 
             "subspace per image, and neither specific R^c nor the own-subspace energy moves decidedly at every "
             "layer: undecided at layers 1–3. ΔR (reported beside) rises at layers 2–3 (+2.7, +1.9). --full (the "
             "preset, five seeds; measured before the floor): layer 1 a compression (specific −0.062 [−0.092, "
-            "−0.032], energy +0.041), layers 2–3 drops of spread of the same size as here",
-            "layer 1 undecided, layer 2 undecided, layer 3 undecided")
-_step_claim("decoder", "62", "inconclusive", ". Expected inconclusive (recorded after measuring, quick, base seed "
+            "−0.032], energy +0.041), layers 2–3 drops of spread of the same size as here. ""Seed-sensitive over the panel (python -m verify.panel: base seeds 0–4, each plain and perturbed, base seed 0 perturbed three more ways): "
+            "inconclusive everywhere but base seed 0 perturbed by one unit in the last place, `fails` (layer 2: no "
+            "compression)",
+            "layer 1 (compression|undecided), layer 2 (no compression|undecided), layer 3 undecided")
+_step_claim("decoder", "62", ("inconclusive", "fails"), ". Expected inconclusive (recorded after measuring, quick, base seed "
             "0): the former claim held on unnormalised R^c, which grows with the tokens' norm; jointly the step's "
             "drops of spread (layer 1 −0.021 [−0.037, −0.004], layer 2 −0.039 [−0.046, −0.033], layer 3 −0.058 "
             "[−0.069, −0.047]; layers 2–3 read as collapse before the floor allowed an image on one subspace) lie "
             "within the floor of unknown memberships (0.137 at d 64, 17 tokens, K 4), and the specific R^c does not "
             "rise decidedly (layer 2 −0.004 "
             "[−0.010, +0.001]): undecided at every layer, anti-compression nowhere. --full (measured before the "
-            "floor): layer 3's spread −0.054 [−0.061, −0.048], layers 1–2 undecided",
-            "layer 1 undecided, layer 2 undecided, layer 3 undecided")
+            "floor): layer 3's spread −0.054 [−0.061, −0.048], layers 1–2 undecided. ""Seed-sensitive over the panel (python -m verify.panel: base seeds 0–4, each plain and perturbed, base seed 0 perturbed three more ways): "
+            "inconclusive everywhere but base seed 3, `fails` (no expansion)",
+            "layer 1 (no expansion|undecided), layer 2 undecided, layer 3 (no expansion|undecided)")
 
 
-@claim(
-    id="sec4.2-mae-joint", formerly="2.24-mae-joint",
-    tags=("layers", "mae", "digits", "nn", "protocol"),
-    location="long version, Sec. 4.2, Fig. 15 (trained vs random initialisation; measured on classifiers), for the "
-             "CRATE-MAE encoder",
+def encoders(ctx) -> Seeds:
+    """The CRATE-MAE runs as a subject of the layer-wise family: per model (trained, init), the encoder's R^c under
+    both protocols, its sparsity and its joint measure of Z^{ℓ+1/2} on the masked test digits (the size measured, the
+    joint measure's collapse floor, where the profiles record it)."""
+    runs = _measurements(ctx.quick, ctx.seed)
+    profiles = [run["trained"]["joint_encoder"] for run in runs]
+    return Seeds({model: {"paper": _per_seed(ctx, model, "compression_paper"),
+                          "official": _per_seed(ctx, model, "compression_official"),
+                          "sparsity": _per_seed(ctx, model, "sparsity"),
+                          **joint_values([run[model]["joint_encoder"] for run in runs])} for model in experiments.MODELS},
+                 joint.Sizes.of(profiles) if all("sizes" in p for p in profiles) else None)  # stored runs predate it
+
+
+ENCODER = Object("trained", subject=encoders, prefix="sec4.2-mae", words="system")
+"""The trained CRATE-MAE's encoder (the rows' object; their ids start ``sec4.2-mae-``)."""
+INIT = Control("init", "init")
+"""Each run's own initialisation."""
+LOCATION = "long version, Sec. 4.2, Fig. 15 ({}measured on classifiers), for the CRATE-MAE encoder"
+
+layerwise.register(
+    Row(ENCODER, "joint", INIT, "every"), module=__name__, formerly="2.24-mae-joint",
+    tags=("layers", "mae", "digits", "nn", "protocol"), location=LOCATION.format("trained vs random initialisation; "),
     scope="probe",
     setting=f"{SETTING}; the joint measure of the encoder's layers, which the papers never measured layer by layer",
     quote=DESIGN_QUOTE,
@@ -405,71 +428,61 @@ _step_claim("decoder", "62", "inconclusive", ". Expected inconclusive (recorded 
               "are more compressed than its random initialisation's — compression, not collapse",
     measures="joint judgement (verify.joint) of trained against init at the encoder's Z^{ℓ+1/2} per layer, paired "
              f"over the seeds, on the first {joint.IMAGES} masked test digits; {_RUNS}",
-    expected=joint.training_rule() + ". Recorded after measuring (quick): training makes the encoder's "
-             "tokens *less* alike (spread +0.13, +0.23, +0.25 at base seed 0) and moves neither their specific R^c "
-             "nor their own-subspace energy beyond the seed spread: undecided at every layer for base seeds 0 and 2; "
-             "base seed 1 gives `fails` (layer 3's energy −0.045 [−0.082, −0.007] lower: no compression). The "
-             "effect is null, not small: the 15 runs of base seeds 0–2 pooled are undecided at every layer "
-             "(layer 2 specific −0.010 [−0.023, +0.002], energy +0.002 [−0.033, +0.036]; layer 3 −0.007 [−0.023, "
-             "+0.009], +0.006 [−0.027, +0.039]), and so is every window of 10 consecutive run seeds. More seeds do "
-             "not stabilise such a verdict: on a null effect each of the four directional intervals of layers 2–3 "
-             "lands on the wrong side 2.5% of the time, so about one base seed in ten reads `fails` whatever the "
-             "number of seeds — base seed 1's is that. --full (the preset, five seeds): undecided at every layer, "
-             "spread +0.20, +0.39, +0.42. ΔR (reported beside) falls at every layer (base seed 0: −6.6, −7.2, −8.2): "
-             "the tokens grow less alike while the paper's objective drops",
-    expected_verdict="inconclusive", expected_labels="layer 1 undecided, layer 2 undecided, layer 3 undecided",
-    kind="trained", provenance="measurement",
-)
-def mae_joint(ctx) -> Result:
-    runs = _measurements(ctx.quick, ctx.seed)
-    return joint.against_init([run["trained"]["joint_encoder"] for run in runs],
-                              [run["init"]["joint_encoder"] for run in runs])
+    reason="Recorded after measuring (quick): training makes the encoder's tokens *less* alike and moves neither "
+           "their specific R^c nor their own-subspace energy beyond the seed spread: undecided at every layer. The "
+           "effect is null, not small: the 15 runs of base seeds 0–2 pooled are undecided at every layer, and so is "
+           "every window of 10 consecutive run seeds; under the plain rule one base seed in ten read `fails` (each of "
+           "the six refuting intervals of layers 2–3 lands on its wrong side 2.5% of the time on a null effect), "
+           "which the refutations' share of the level now bounds at 2.5% in all. --full (the preset, five seeds): "
+           "undecided at every layer. ΔR (reported beside) falls at every layer: the tokens grow less alike while "
+           "the paper's objective drops. Seed-sensitive over the panel (python -m verify.panel: base seeds 0–9, each "
+           "plain, base seeds 0–4 perturbed, base seed 0 perturbed three more ways): `fails` at base seeds 1 and 7",
+    expected_verdict=("inconclusive", "fails"),
+    expected_labels="layer 1 (no compression|undecided), layer 2 (no compression|undecided), "
+                    "layer 3 (no compression|undecided)",
+    kind="trained", provenance="measurement")
 
 
 # ---------------------------------------------------------------------------------------------- Sec. 4.2
 _UNDERTRAINED = ("the quick mode's 20-epoch run has not yet learnt features (its held-out loss, 0.53, is above the "
                  "mean-image predictor's 0.52), so the comparison runs on the preset's 60-epoch runs only")
+_RC_UP = ("Expected to fail (found by measuring): MAE training raises R^c at every layer (unlike the supervised "
+          "digits CRATE, fig15-digits-*), and the trained R^c grows with depth")
+ENCODER_ROWS = {
+    "paper": ("compression_paper", "R^c(Z^{ℓ+1/2} | U^ℓ) (paper protocol)", "fails", _RC_UP, ("quick", "full")),
+    "official": ("compression_official", "R^c (the authors' protocol)", "fails", _RC_UP, ("quick", "full")),
+    "sparsity": ("sparsity", "fraction of non-zero ISTA outputs ‖Z^{ℓ+1}‖₀/(dn)", "inconclusive",
+                 "Recorded after measuring (five seeds; it was `holds` on the means of three with a strict <): only "
+                 f"the middle layer is decidedly sparser than at initialisation. Under --full only: {_UNDERTRAINED}",
+                 ("full",)),
+}
+"""Per quantity of the encoder's Sec. 4.2 rows: (its key in the measurements, what it is, expected verdict, why,
+modes)."""
 
 
-def _encoder_claim(key: str, what: str, expected_verdict: str, note: str, modes=("quick", "full")) -> None:
-    @claim(
-        id=f"sec4.2-mae-{key.replace('_', '-')}", formerly=f"2.24-mae-{key.replace('_', '-')}",
+def _row_figure(ctx, key: str, what: str) -> str:
+    """An encoder row's per-layer curves, trained and at initialisation (means over the seeds)."""
+    return _per_layer_figure(ctx, what, {"trained": _mean(ctx, "trained", key), "random init": _mean(ctx, "init", key)})
+
+
+for _quantity, (_key, _what, _expected, _reason, _modes) in ENCODER_ROWS.items():
+    _sparsity = _quantity == "sparsity"
+    layerwise.register(
+        Row(ENCODER, _quantity, INIT, "every"), module=__name__, formerly=f"2.24-mae-{_key.replace('_', '-')}",
         tags=("layers", "mae", "digits", "nn"),
-        location="long version, Sec. 4.2, Fig. 15 (measured on classifiers), for the CRATE-MAE encoder"
-                 + ("; Fig. 14's footnote 17 (the last layer)" if key == "sparsity" else ""),
+        location=LOCATION.format("") + ("; Fig. 14's footnote 17 (the last layer)" if _sparsity else ""),
         scope="probe",
         setting=f"{SETTING}; the encoder's layers, which the papers never measured layer by layer"
-                + ("; it has no classifier, so footnote 17 exempts no layer" if key == "sparsity" else ""),
+                + ("; it has no classifier, so footnote 17 exempts no layer" if _sparsity else ""),
         quote=DESIGN_QUOTE,
-        statement=f"MAE training lowers the encoder's {what}: the trained value lies below the random "
+        statement=f"MAE training lowers the encoder's {_what}: the trained value lies below the random "
                   "initialisation's at every layer"
                   + (" (footnote 17's rise at the last layer comes from a classifier, which the encoder lacks)"
-                     if key == "sparsity" else ""),
-        measures=f"{what} per encoder layer on the masked test digits, trained vs initialisation",
-        expected=f"`holds` when the 95% interval of trained − init (paired by seed) lies below 0 at every layer{note}",
-        expected_verdict=expected_verdict,
-        modes=modes, committed="mae" if modes == ("full",) else None,
-        kind="trained", provenance="measurement",
-    )
-    def measure(ctx) -> Result:
-        trained, init = _per_seed(ctx, "trained", key), _per_seed(ctx, "init", key)
-        below = per_column(trained, init, direction="below")
-        figure = _per_layer_figure(ctx, what, {"trained": trained.mean(0), "random init": init.mean(0)})
-        return Result(f"trained {_curve(trained.mean(0))} vs init {_curve(init.mean(0))}; trained − init "
-                      f"{brief(below)}", every(below), {"trained": trained.mean(0).tolist(),
-                                                        "init": init.mean(0).tolist(),
-                                                        "difference": [c.as_dict() for c in below]}, [figure],
-                      Headline.of_layers("trained − init", below))
-
-
-_RC_UP = (". Expected to fail (found by measuring, seeds 0–2): MAE training raises R^c at every layer (unlike the "
-          "supervised digits CRATE, fig15-digits-*), and the trained R^c grows with depth")
-_encoder_claim("compression_paper", "R^c(Z^{ℓ+1/2} | U^ℓ) (paper protocol)", "fails", _RC_UP)
-_encoder_claim("compression_official", "R^c (the authors' protocol)", "fails", _RC_UP)
-_encoder_claim("sparsity", "fraction of non-zero ISTA outputs ‖Z^{ℓ+1}‖₀/(dn)", "inconclusive",
-               ". Recorded after measuring (five seeds; it was `holds` on the means of three with a strict <): "
-               "0.44→0.42→0.43 vs 0.46→0.47→0.47, trained − init −0.015 [−0.059, +0.029], −0.048 [−0.091, −0.005], "
-               f"−0.034 [−0.084, +0.016]. Under --full only: {_UNDERTRAINED}", modes=("full",))
+                     if _sparsity else ""),
+        measures=f"{_what} per encoder layer on the masked test digits, trained vs initialisation",
+        reason=_reason, figure=functools.partial(_row_figure, key=_key, what=_what),
+        expected_verdict=_expected, modes=_modes, committed="mae" if _modes == ("full",) else None,
+        kind="trained", provenance="measurement")
 
 
 def _probe_against(ctx, control: str) -> tuple[list[float], list[float], Comparison]:
@@ -558,8 +571,9 @@ decoder, the same width, depth, heads, stem, position table and recipe (`crate_n
 
 
 def _parameters(config) -> int:
-    model = crate_nn.create_model(config.model, **config.model_args, image_size=config.image_size,
-                                  in_channels=len(config.mean))
+    network, data = config.network, config.data
+    model = crate_nn.create_model(network.model, **network.model_args, image_size=data.image_size,
+                                  in_channels=len(data.mean))
     return sum(p.numel() for p in model.parameters())
 
 
@@ -586,7 +600,7 @@ def _parameters(config) -> int:
 )
 def table2_vit_mae(ctx) -> Result:
     config = _config(False)
-    vit_config = dataclasses.replace(config, model_args={**config.model_args, **VIT_MAE})
+    vit_config = config.replace(model_args={**config.network.model_args, **VIT_MAE})
     crate = [run.metrics["test_recon_loss"] for run in _runs(False, ctx.seed)]
     vit = [run.metrics["test_recon_loss"]
            for run in experiments.runs(vit_config, experiments.seeds(ctx.seed, SEEDS["full"]))]

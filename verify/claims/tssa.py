@@ -10,7 +10,6 @@ and memory are measured by ``benchmarks/tssa.py``, not here.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 import numpy as np
@@ -323,7 +322,7 @@ def _digits_runs(ctx) -> dict[str, list[dict]]:
 def _digits_metrics(mode: str, seed: int) -> dict[str, list[dict]]:
     epochs = digits.BUDGETS[mode].epochs
     configs = {"ToST": digits.recipe(epochs, preset="tost_digits"), "CRATE": digits.recipe(epochs),
-               "ViT": dataclasses.replace(digits.recipe(epochs), model="vit_tiny")}
+               "ViT": digits.recipe(epochs).replace(model="vit_tiny")}
     return {name: [run.metrics for run in experiments.runs(config, experiments.seeds(seed, TRAINED_SEEDS))]
             for name, config in configs.items()}
 
@@ -383,7 +382,7 @@ def _lm_losses(ctx) -> dict[str, np.ndarray]:
     models = {"ToST": "tost_gpt_base", "CRATE-GPT": "crate_gpt_small", "GPT": "gpt_small"}
     config = language._config(ctx.quick, "CRATE-GPT")
     return {name: np.array([run.metrics["val_loss"] for run in experiments.runs(
-                dataclasses.replace(config, model=model), experiments.seeds(ctx.seed, TRAINED_SEEDS))])
+                config.replace(model=model), experiments.seeds(ctx.seed, TRAINED_SEEDS))])
             for name, model in models.items()}
 
 
