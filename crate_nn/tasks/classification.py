@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
+from ..analysis.diagnostics import has_mssa_layers
 from ..data.batching import Batch
 from ..engine.config import (
     EvaluationSection,
@@ -140,7 +141,7 @@ class ClassificationTask(Task):
         self.train_transform, self.eval_transform = image_transforms(config, ctx.device)
         self.layers = (LayerMeasurements(self.eval_set, self.eval_transform, ctx.device,
                                          samples=config.measure.measure_samples)
-                       if ctx.is_main and config.measure.measure_epochs else None)
+                       if ctx.is_main and config.measure.measure_epochs and has_mssa_layers(self.model) else None)
 
     def loss(self, model: nn.Module, batch: Batch) -> LossOutput:
         for path in batch.skipped:

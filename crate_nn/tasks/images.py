@@ -101,7 +101,8 @@ class MeasureSection(Section):
     """Layer-wise white-box measurements (R^c, sparsity; `crate_nn.analysis.snapshots`) saved during training."""
 
     measure_epochs: tuple[int, ...] = option((), "epochs after which the layer-wise R^c/sparsity are saved (0 = init; "
-                                             "DINO: of the teacher)", minimum=0, span="epochs")
+                                             "DINO: of the teacher; a classifier without MSSA layers, e.g. a ViT "
+                                             "baseline, is not measured)", minimum=0, span="epochs")
     measure_samples: int = option(256, "held-out images of the layer-wise measurements", minimum=1,
                                   resume_free=True)
 

@@ -48,6 +48,17 @@ def test_crate_eval_reproduces_the_test_accuracy(digits_run, tmp_path, capsys):
     assert metrics["top1"] == pytest.approx(digits_run.metrics["test_top1"], abs=1e-12)  # same images, same model
 
 
+def test_a_vit_baseline_trains_with_the_presets_measure_epochs_and_is_not_measured(tmp_path):
+    """The documented ViT baseline of the digits preset keeps its layer-wise measure epochs: a model without MSSA
+    layers (no U^ℓ to define R^c) is skipped, as the language tasks skip the GPT baseline, not a crash after the
+    epoch-0 evaluation."""
+    config = get_preset("digits", model="vit_tiny", model_args=dict(patch_size=4, dim=96, depth=3, heads=4),
+                        epochs=1, warmup_epochs=0.0, measure_epochs=(0, 1), test_split=None,
+                        output_dir=str(tmp_path), progress=False)
+    result = train(config)
+    assert "val_top1" in result.metrics and not (tmp_path / "measurements").exists()
+
+
 @pytest.mark.parametrize("model", ["vit_tiny", "crate_mlp_s8", "crate_mhsa_s8", "tost_tiny"])
 def test_baselines_train_on_digits_with_the_same_recipe(tmp_path, model):
     """ViT, CRATE-MLP, CRATE-MHSA and ToST (the tost_digits preset) at the digits preset's size (patch 4, d = 96,
