@@ -89,6 +89,9 @@ COMMANDS: dict[str, Run | StandIn | Parse] = {
     "python -m verify --list": Run(),
     "python -m verify.errata": Run(),
     "python -m verify.errata --only eq436 thm16 --output-dir out/errata": Run(),
+    "python -m verify.panel --seeds 0 1 2 3 4 5 6 7 8 9 --perturb 0": Parse("10 quick audits; "
+                                                                          "tests/verify/test_reproducibility.py "
+                                                                          "runs a panel end to end"),
     "python -m verify.panel": Parse("10 quick audits (tens of minutes of CPU); tests/verify/test_reproducibility.py "
                                     "runs a panel end to end on one claim"),
     "python -m verify.panel --seeds 0 --perturb 2 3 4": Parse("3 quick audits with perturbed training; "

@@ -138,6 +138,10 @@ def _check(claim_id: str, name: str, value: str, allowed) -> None:
         raise ValueError(f"{name} of {claim_id!r} must be one of {tuple(allowed)}, got {value!r}")
 
 
+PANEL = ("Seed-sensitive over the panel (python -m verify.panel: base seeds 0–9, 0–4 also with training perturbed "
+         "by one unit in the last place, 0 by two, three and four; 18 quick audits): ")
+"""How a seed-sensitive claim's reason introduces where its verdict moved over the panel its `Band` was recorded on
+(docs/audit.md, "Reproducibility")."""
 AGREE = ("holds", "loose")
 """The verdicts that say the statement is true (``loose``: true with room to spare); a band never holds one of them
 together with ``fails``."""

@@ -37,7 +37,7 @@ from crate_nn.tasks.dino import build_objective, load_objective
 from crate_nn.tasks.images import evaluation_data
 from verify import experiments, joint, layerwise, plots
 from verify.layerwise import Control, Object, Row, Seeds, joint_values
-from verify.registry import Headline, Result, claim
+from verify.registry import PANEL, Headline, Result, claim
 from verify.statistics import compare, percent
 
 PROTOCOLS = ("paper", "official")
@@ -320,24 +320,21 @@ def _joint_row(expected_verdict: str, reason: str, labels: str) -> None:
 
 
 _ONE_EPOCH = "the teacher moves little in 21 steps at λ ≥ 0.99, so every difference is small"
-PANEL = ("Seed-sensitive over the panel (python -m verify.panel: base seeds 0–4, each plain and perturbed, "
-         "base seed 0 perturbed three more ways): ")
-"""How the seed-sensitive expectations below were recorded (`verify.registry.Band`)."""
 EXPECTED = {
     # measured (see docs/dino.md and the preset's docstring); a `fails` is a finding. The numbers are in the report.
     "quick": dict(
         knn=(("inconclusive", "fails"), ". Recorded after measuring (it was `holds` on one run with a strict >): dino − init "
                              "+0.4 points [−0.6, +1.3] at base seed 0, and intervals containing 0 at base seeds 1, 2; "
-                             + _ONE_EPOCH + ". " + PANEL + "inconclusive at base seeds 0–3, `fails` at base seed 4"),
+                             + _ONE_EPOCH + ". " + PANEL + "inconclusive in 16, `fails` at base seed 4, plain and perturbed"),
         pixels=("fails", ". Recorded after measuring: a 1-epoch teacher's k-NN is its initialisation's, far below "
                          "the pixels'"),
         paper=("fails", "Recorded after measuring: layers 1–2 lie above their initialisation at base seeds 0–2; "
                         + _ONE_EPOCH),
         official=(("fails", "inconclusive"), "Measured: layer 1 lies above its initialisation, an effect near what ten runs resolve "
-                           f"(base seed 1 gives inconclusive); {_ONE_EPOCH}. {PANEL}`fails` at base seeds 0 and 2, "
-                           "inconclusive at 1, 3 and 4"),
+                           f"(base seed 1 gives inconclusive); {_ONE_EPOCH}. {PANEL}`fails` in 8 (base seeds 0, 2 and 8, "
+                           "every perturbation of 0 and 2), inconclusive in 10"),
         sparsity=(("holds", "inconclusive"), "Sec. 4.2's design goal for the ISTA blocks, whatever the objective that "
-                  f"trains them. {PANEL}`holds` at base seeds 0–3, inconclusive at base seed 4")),
+                  f"trains them. {PANEL}`holds` in 15, inconclusive at base seeds 4 (plain and perturbed) and 5")),
     "full": dict(
         knn=("holds", ""),
         pixels=("fails", ". Recorded from a measurement before the claim existed (teacher 72.8 ± 1.7% over seeds 0–2; "

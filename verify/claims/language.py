@@ -28,7 +28,7 @@ from crate_nn.models.mssa import HeadAttention
 from crate_nn.tasks import get_preset
 from verify import experiments, joint, layerwise, plots, verdicts
 from verify.layerwise import Control, Object, Row, Seeds, joint_values
-from verify.registry import Headline, Result, claim
+from verify.registry import PANEL, Headline, Result, claim
 from verify.statistics import compare, mean_std, percent
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -348,9 +348,7 @@ layerwise.register(
     reason="Recorded after measuring (it was `fails` in both modes, counting the last layer): quick, ten runs, the "
            "first layer sparsifies and the exempt last one ends far denser — near what ten runs resolve: base seed 1 "
            "holds too, base seed 2 is inconclusive; --full, the preset's three runs, `fails`: layer 2 ends denser than "
-           "at initialisation. Seed-sensitive over the panel (python -m verify.panel: base seeds 0–4, each plain and "
-           "perturbed, base seed 0 perturbed three more ways): `holds` at base seeds 0, 1, 3 and 4, inconclusive at "
-           "base seed 2",
+           "at initialisation. " + PANEL + "`holds` in 16, inconclusive at base seed 2, plain and perturbed",
     expected_verdict=("holds", "inconclusive"), full_verdict="fails", kind="trained", provenance="measurement")
 
 layerwise.register(

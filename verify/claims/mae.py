@@ -43,7 +43,7 @@ from crate_nn.tasks import get_preset
 from crate_nn.tasks.mae import EVAL_STREAM, MAETask
 from verify import experiments, joint, layerwise, plots, verdicts
 from verify.layerwise import Control, Object, Row, Seeds, joint_values
-from verify.registry import Check, Headline, Result, claim
+from verify.registry import PANEL, Check, Headline, Result, claim
 from verify.statistics import Comparison, brief, compare, every, mean_std, per_column
 
 QUICK = dict(epochs=20, warmup_epochs=2.0, eval_every=20, probe=False)
@@ -301,7 +301,7 @@ _roundtrip_claim("-standardised", "round_trip_standardised", ", up to each token
              "of base seeds 0–2 (base seed 0: −0.18 [−0.41, +0.04], −0.61 [−0.93, −0.28], −0.44 [−0.84, −0.04]). "
              "Under --full the preset's runs give `holds` (−0.23 [−0.41, −0.05], −0.93 [−1.22, −0.65], −0.73 "
              "[−1.15, −0.31], measured again today: `holds`). Seed-sensitive across processors: the panel (python "
-             "-m verify.panel) gave inconclusive everywhere, but a 2-core AMD EPYC trained base seed 0 to `holds` "
+             "-m verify.panel) gives inconclusive in all 18 audits, but a 2-core AMD EPYC trained base seed 0 to `holds` "
              "(layer 1 −0.20 [−0.35, −0.05]) with the same torch build",
     expected_verdict=("inconclusive", "holds"), full_verdict="holds",
     kind="trained", provenance="measurement",
@@ -383,9 +383,9 @@ _step_claim("encoder", "56", ("inconclusive", "fails"), ". Expected inconclusive
             "subspace per image, and neither specific R^c nor the own-subspace energy moves decidedly at every "
             "layer: undecided at layers 1–3. ΔR (reported beside) rises at layers 2–3 (+2.7, +1.9). --full (the "
             "preset, five seeds; measured before the floor): layer 1 a compression (specific −0.062 [−0.092, "
-            "−0.032], energy +0.041), layers 2–3 drops of spread of the same size as here. ""Seed-sensitive over the panel (python -m verify.panel: base seeds 0–4, each plain and perturbed, base seed 0 perturbed three more ways): "
-            "inconclusive everywhere but base seed 0 perturbed by one unit in the last place, `fails` (layer 2: no "
-            "compression)",
+            "−0.032], energy +0.041), layers 2–3 drops of spread of the same size as here. "
+            + PANEL + "inconclusive in 17, `fails` at base seed 0 perturbed by one unit in the "
+            "last place (layer 2: no compression)",
             "layer 1 (compression|undecided), layer 2 (no compression|undecided), layer 3 undecided")
 _step_claim("decoder", "62", ("inconclusive", "fails"), ". Expected inconclusive (recorded after measuring, quick, base seed "
             "0): the former claim held on unnormalised R^c, which grows with the tokens' norm; jointly the step's "
@@ -394,9 +394,10 @@ _step_claim("decoder", "62", ("inconclusive", "fails"), ". Expected inconclusive
             "within the floor of unknown memberships (0.137 at d 64, 17 tokens, K 4), and the specific R^c does not "
             "rise decidedly (layer 2 −0.004 "
             "[−0.010, +0.001]): undecided at every layer, anti-compression nowhere. --full (measured before the "
-            "floor): layer 3's spread −0.054 [−0.061, −0.048], layers 1–2 undecided. ""Seed-sensitive over the panel (python -m verify.panel: base seeds 0–4, each plain and perturbed, base seed 0 perturbed three more ways): "
-            "inconclusive everywhere but base seed 3, `fails` (no expansion)",
-            "layer 1 (no expansion|undecided), layer 2 undecided, layer 3 (no expansion|undecided)")
+            "floor): layer 3's spread −0.054 [−0.061, −0.048], layers 1–2 undecided. "
+            + PANEL + "inconclusive in 14, `fails` (a layer of no expansion, each "
+            "layer in turn) at base seeds 3 (plain and perturbed), 4 and 9",
+            "layer 1 (no expansion|undecided), layer 2 (no expansion|undecided), layer 3 (no expansion|undecided)")
 
 
 def encoders(ctx) -> Seeds:
@@ -435,11 +436,11 @@ layerwise.register(
            "the six refuting intervals of layers 2–3 lands on its wrong side 2.5% of the time on a null effect), "
            "which the refutations' share of the level now bounds at 2.5% in all. --full (the preset, five seeds): "
            "undecided at every layer. ΔR (reported beside) falls at every layer: the tokens grow less alike while "
-           "the paper's objective drops. Seed-sensitive over the panel (python -m verify.panel: base seeds 0–9, each "
-           "plain, base seeds 0–4 perturbed, base seed 0 perturbed three more ways): `fails` at base seeds 1 and 7",
-    expected_verdict=("inconclusive", "fails"),
-    expected_labels="layer 1 (no compression|undecided), layer 2 (no compression|undecided), "
-                    "layer 3 (no compression|undecided)",
+           "the paper's objective drops. Stable over the panel (python -m verify.panel, docs/audit.md): "
+           "inconclusive, undecided at every layer, in all 18 audits and at base seeds 21 and 23 (the plain rule "
+           "read `fails` at base seeds 1 and 7)",
+    expected_verdict="inconclusive",
+    expected_labels="layer 1 undecided, layer 2 undecided, layer 3 undecided",
     kind="trained", provenance="measurement")
 
 
