@@ -2,6 +2,7 @@
 
     python -m benchmarks.network_audit --out benchmarks/results/cpu/network_audit.json
     python -m benchmarks.network_audit --language --out benchmarks/results/cpu/network_audit_gpt.json
+    python -m benchmarks.network_audit --language --init-seeds 3 --out benchmarks/results/cpu/network_audit_gpt_3seeds.json
 
 Image path (default): a CRATE-α B/16 (``crate_alpha_b16``) at random initialisation, written in CRATE-α's torch
 format (the stand-in for the published ``crate_alpha_B16.pth``: the same keys and shapes), audited on ``--n`` images
@@ -115,6 +116,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--language", action="store_true", help="CRATE-GPT-base on text windows")
     parser.add_argument("--n", type=int, default=None, help="inputs (default 256 images, 64 windows)")
+    parser.add_argument("--init-seeds", type=int, default=None,
+                        help="random initialisations the audit measures (default: the command's, 20)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--out", type=Path, default=None)
@@ -124,7 +127,8 @@ def main(argv=None) -> int:
         folder = Path(tmp)
         checkpoint, given = stand_in(folder, args.language)
         data = given[1]
-        audit_args = [checkpoint, *given, "--n", str(n), "--out", str(folder / "report")]
+        audit_args = [checkpoint, *given, "--n", str(n), "--out", str(folder / "report"),
+                      *(["--init-seeds", str(args.init_seeds)] if args.init_seeds is not None else [])]
         forward_args = [checkpoint, "text" if args.language else "images", str(n), data, *given[3:]]
         results = {"forward pass only": [], "audit": []}
         for _ in range(args.repeats):
