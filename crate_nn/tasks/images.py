@@ -24,6 +24,7 @@ from ..data.transforms import AUGMENTATIONS, DeviceTransform
 from ..engine.config import DataSection, Section, TrainConfig, option
 from ..evaluation.cadence import Cadence
 from ..evaluation.linear_probe import PROBE_SOLVERS
+from ..preprocessing import channel_count
 
 DATA_LAYOUTS = """Data layouts (--data.data-dir): imagenet/imagefolder: <dir>/<split>/<class>/<image> (ImageNet's
 val/ must be in class folders too); cifar10: data_batch_1..5, test_batch, batches.meta (or the folder holding
@@ -141,8 +142,8 @@ def image_split(config: TrainConfig, split: str, classes):
 def check_channels(data, channels: int) -> None:
     """ValueError, in one line, unless the data section's ``mean`` (and ``std``) hold one value per image channel."""
     if len(data.mean) != channels:
-        raise ValueError(f"mean, std: {len(data.mean)} value{'s' * (len(data.mean) != 1)} for images with {channels} "
-                         f"channel{'s' * (channels != 1)}")
+        raise ValueError(f"mean, std: {len(data.mean)} value{'s' * (len(data.mean) != 1)} for images with "
+                         f"{channel_count(channels)}")
 
 
 def image_splits(config: TrainConfig):
