@@ -22,8 +22,9 @@ expectations, a Monte-Carlo error within 0.8–1.7× of drawing a whole rotation
 blocks of isotropic sets (`head_blocks`), the isotropic alignment from their first `ALIGNMENT_TOKENS` tokens, the
 rotated rates from the spectrum of the unit tokens' Gram matrix (`unit_spectrum`) and one Gaussian frame per head
 (`rotation_frames`, `rotated_rates`), with a control variate. At the network audit's sizes (d 768, K 12, 2 draws)
-a set of 1,024 tokens costs 3.4× less CPU time than with the tokens rotated whole and one of 197 tokens 2.4× less
-(``python -m benchmarks.joint_measure``).
+a set of 1,024 tokens costs 3.1× less CPU time than with the tokens rotated whole (218 against 666 ms of CPU on a
+2-core AMD EPYC) and one of 197 tokens 2.1× less (``python -m benchmarks.joint_measure``,
+benchmarks/results/cpu/joint_measure.json).
 
 ``verify.joint.compresses`` decides "A compresses relative to B" from ``specific``, ``alignment`` and ``spread``
 (a drop of spread is collapse only beyond ``crate_theory.protocol.collapse_floor`` at the measured size, which
