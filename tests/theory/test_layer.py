@@ -57,7 +57,10 @@ def test_layer_norm_equals_torch_per_token(seed, d, n, affine):
     )
     np.testing.assert_allclose(ours, theirs.numpy().T, rtol=1e-12, atol=1e-13)  # same formula, float64 rounding
     if not affine:
-        np.testing.assert_allclose(ours.mean(axis=0), 0, atol=1e-14)
+        # the mean of (z − μ)/√(σ² + ε) is 0 up to the rounding of z − μ, ≈ ε_machine·max|z| per entry, magnified by
+        # 1/√(σ² + ε): up to 1/√1e-5 ≈ 316× for a column of nearly equal entries (d 2, n 5 found one at 2.6e-14)
+        scale = np.abs(Z).max(axis=0) / np.sqrt(Z.var(axis=0) + 1e-5)
+        assert np.all(np.abs(ours.mean(axis=0)) <= 16 * np.finfo(float).eps * scale), (ours.mean(axis=0), scale)
 
 
 @given(seed=seeds, K=st.integers(1, 3), p=st.integers(1, 3), n=st.integers(1, 5), skip=st.sampled_from(["official", "paper"]))
