@@ -263,8 +263,10 @@ class Bench:
                 "unexpected": len(summary["mismatches"])}
 
     def recipe(self, target: str) -> list[str]:
-        """What ``make target`` runs now (``make -n``: printed, nothing run)."""
-        printed = subprocess.run(["make", "-C", str(ROOT), "-n", "-s", target, f"VENV={self.venv}"], env=self.env,
+        """What ``make target`` runs now (``make -n``: printed, nothing run; without make's "Entering directory" lines,
+        which a ``make -C`` around this process turns on through MAKEFLAGS)."""
+        printed = subprocess.run(["make", "-C", str(ROOT), "-n", "-s", "--no-print-directory", target,
+                                  f"VENV={self.venv}"], env=self.env,
                                  capture_output=True, text=True)
         return printed.stdout.strip().splitlines()
 

@@ -154,6 +154,8 @@ def test_tiny_run_end_to_end(tmp_path, monkeypatch, capsys):
     """Every kind of row as its --tiny stand-in: a one-epoch digits run, the MM claims cold and warm, the make
     targets' recipes (make -n); then --docs refuses the tiny JSON, and the docs render from it in a copy."""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("MAKEFLAGS", "w")  # as under a `make -C` (the make test row runs this test so): make prints
+    # "Entering directory" lines unless told not to, which the recipes read from make -n must not contain
     out = tmp_path / "tiny.json"
     payload = presets.main(["--tiny", "--settle", "0", "--device", "cpu", "--out", str(out), "--work",
                             str(tmp_path / "work")])
