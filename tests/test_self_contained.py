@@ -1,10 +1,8 @@
 """The repository stands on its own sources: no file names a path outside it, a notes file a reader does not have, or
 the papers by the names of such files; the papers are cited by their own objects (docs/papers.md lists them)."""
 import re
-import subprocess
 
-import pytest
-from _train_cases import ROOT
+from _repository import ROOT, repository_files
 
 OUTSIDE = re.compile(r"\.\./shared|paper-notes|official-implementation\.md|notes §")
 """Paths out of the repository, and files of a private reading list."""
@@ -14,12 +12,7 @@ BINARY = (".png", ".jpg", ".gz", ".pt", ".pth", ".npz", ".safetensors", ".ipynb"
 
 
 def _tracked_text_files():
-    try:
-        listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
-                                text=True, check=True).stdout.split()
-    except (OSError, subprocess.CalledProcessError):
-        pytest.skip("not a git checkout: the files to scan are git's")
-    return [ROOT / name for name in listed if not name.endswith(BINARY) and (ROOT / name).is_file()]
+    return [path for path in repository_files() if not path.name.endswith(BINARY)]
 
 
 def test_no_file_leans_on_sources_outside_the_repository():

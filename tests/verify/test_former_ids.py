@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import subprocess
 
-import pytest
+from _repository import ROOT, repository_files
 
-from verify.context import ROOT
 from verify.registry import all_claims
 
 CLAIMS = all_claims()
@@ -56,13 +54,8 @@ def problems(text: str) -> list[str]:
 
 
 def _documents():
-    try:
-        listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
-                                text=True, check=True).stdout.split()
-    except (OSError, subprocess.CalledProcessError):
-        pytest.skip("not a git checkout: the documents to scan are git's")
-    return [ROOT / name for name in listed if (name.endswith(".md") or re.fullmatch(r"notebooks/\d\d_\w+\.py", name))
-            and (ROOT / name).is_file()]
+    return [path for path in repository_files()
+            if path.suffix == ".md" or re.fullmatch(r"notebooks/\d\d_\w+\.py", path.relative_to(ROOT).as_posix())]
 
 
 def test_documents_and_notebooks_name_claims_by_todays_ids():
