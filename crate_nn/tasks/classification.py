@@ -40,7 +40,15 @@ from ..evaluation.layers import LayerMeasurements
 from ..models.classifier import CRATEClassifier, CRATEConfig
 from ..models.registry import create_model, list_models, model_config
 from ..weights import init_from, read_state, starting_points
-from .images import DATA_LAYOUTS, AugmentSection, ImageDataSection, MeasureSection, image_splits, image_transforms  # noqa: F401 (crate-train --help)
+from .images import (  # noqa: F401 (DATA_LAYOUTS: crate-train --help)
+    DATA_LAYOUTS,
+    AugmentSection,
+    ImageDataSection,
+    MeasureSection,
+    image_splits,
+    image_transforms,
+    refuse_model_args,
+)
 
 
 @dataclass
@@ -87,10 +95,7 @@ class ClassificationConfig(TrainConfig):
     def check(self) -> None:
         """The model against the data: the sizes the data fix are not model arguments, and the model exists."""
         network = self.network
-        from_data = sorted({"image_size", "num_classes", "in_channels"} & set(network.model_args))
-        if from_data:
-            raise ValueError(f"model_args: {from_data} come from the data (--data.image-size and the dataset), not "
-                             "from model_args")
+        refuse_model_args(network.model_args, {"image_size", "num_classes", "in_channels"})
         if not network.init_from:  # with init_from, the architecture may come from the checkpoint (build_classifier)
             try:
                 model_config(network.model, **network.model_args, image_size=self.data.image_size)

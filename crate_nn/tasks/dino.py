@@ -84,6 +84,7 @@ from .images import (  # noqa: F401 (DATA_LAYOUTS: crate-train --help)
     evaluation_transform,
     image_split,
     image_splits,
+    refuse_model_args,
 )
 from .simdino import SimDINOLoss, SimDINOLossSection
 
@@ -227,10 +228,8 @@ class DINOTrainConfig(TrainConfig):
             if 0 in self.get(name) and not self.evaluation.eval_at_start:
                 raise ValueError(f"{name}: 0 evaluates the initial model, which needs eval_at_start "
                                  "(--evaluation.eval-at-start)")
-        from_data = sorted({"image_size", "in_channels", "dynamic_img_size"} & set(self.network.model_args))
-        if from_data:
-            raise ValueError(f"model_args: {from_data} are set by the task (--data.image-size and the dataset; local "
-                             "crops need dynamic_img_size)")
+        refuse_model_args(self.network.model_args, {"image_size", "in_channels", "dynamic_img_size"},
+                          "are set by the task (--data.image-size and the dataset; local crops need dynamic_img_size)")
         try:
             config = self.model_config(in_channels=len(self.data.mean))
         except (TypeError, ValueError) as err:

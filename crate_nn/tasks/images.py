@@ -139,6 +139,15 @@ def image_split(config: TrainConfig, split: str, classes):
     return build_dataset(config.data.dataset, split, train=False, classes=classes, **dataset_args(config))
 
 
+def refuse_model_args(model_args: dict, keys: set[str],
+                      set_by: str = "come from the data (--data.image-size and the dataset)") -> None:
+    """ValueError, in one line, naming the ``keys`` in ``model_args`` that the task sets itself (``set_by`` says
+    how)."""
+    given = sorted(keys & set(model_args))
+    if given:
+        raise ValueError(f"model_args: {given} {set_by}, not model_args")
+
+
 def check_channels(data, channels: int) -> None:
     """ValueError, in one line, unless the data section's ``mean`` (and ``std``) hold one value per image channel."""
     if len(data.mean) != channels:

@@ -53,6 +53,7 @@ from .images import (  # noqa: F401 (DATA_LAYOUTS: crate-train --help)
     ImageDataSection,
     image_splits,
     image_transforms,
+    refuse_model_args,
 )
 
 TRAIN_STREAM, EVAL_STREAM = 0, 1
@@ -141,10 +142,7 @@ class MAEConfig(TrainConfig):
     def check(self) -> None:
         """The model against the data, the masking against its patches, the probe's pooling against its wiring."""
         network = self.network
-        from_data = sorted({"image_size", "in_channels"} & set(network.model_args))
-        if from_data:
-            raise ValueError(f"model_args: {from_data} come from the data (--data.image-size and the dataset), not "
-                             "from model_args")
+        refuse_model_args(network.model_args, {"image_size", "in_channels"})
         try:
             config = model_config(network.model, **network.model_args, image_size=self.data.image_size,
                                   in_channels=len(self.data.mean))
